@@ -1,0 +1,28 @@
+# Two commands: `make test` runs the tests, `make demo` runs the main job.
+# Both create .venv and install torch (CPU build) first, then posenc with its extras.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo install clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+demo: $(STAMP)
+	$(VENV)/bin/posenc list
+	$(VENV)/bin/posenc demo-generate
+
+clean:
+	rm -rf $(VENV) build *.egg-info

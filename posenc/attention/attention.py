@@ -1,0 +1,76 @@
+"""Multi-head attention that asks the positional encoding, never its name, what to do."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..encodings.base import PositionalEncoding
+from .backends import attend
+from .cache import KVCache
+
+
+class MultiHeadAttention(nn.Module):
+    """Self- or cross-attention with hook calls in the order of the data flow.
+
+    q, k, v projections -> ``transform_qk`` -> (cache) -> scores + bias, scaled -> softmax ->
+    values (+ value term) -> output projection.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, *, bias: bool = False,
+                 dropout: float = 0.0, cross: bool = False) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"n_heads={n_heads} must divide d_model={d_model}; valid n_heads "
+                             f"are its divisors")
+        self.n_heads, self.head_dim = n_heads, d_model // n_heads
+        self.cross = cross
+        if cross:
+            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
+        else:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = dropout
+
+    def heads(self, x: Tensor) -> Tensor:
+        """(B, T, C) -> (B, H, T, D)."""
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x: Tensor, pos: Tensor, pe: PositionalEncoding, *, causal: bool,
+                cache: KVCache | None = None, memory: Tensor | None = None,
+                memory_pos: Tensor | None = None, backend: str = "auto",
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """x (B, T, C), pos (T,). Cross-attention reads ``memory`` (B, S, C) at memory_pos.
+
+        With a cache, new keys/values are appended and attention runs over all cached ones.
+        Returns (B, T, C) and optional weights (B, H, T, Lk).
+        """
+        b, t, c = x.shape
+        if self.cross:
+            q = self.heads(self.q_proj(x))
+            if cache is not None and cache.length:                # encoder memory cached
+                k, v, k_pos = (cache.k[:, :, :cache.length], cache.v[:, :, :cache.length],
+                               cache.pos[:cache.length])
+            else:
+                k, v = (self.heads(z) for z in self.kv_proj(memory).chunk(2, dim=-1))
+                k_pos = memory_pos
+                if cache is not None:
+                    k, v, k_pos = cache.append(k, v, memory_pos)
+        else:
+            q, k, v = (self.heads(z) for z in self.qkv_proj(x).chunk(3, dim=-1))
+            if cache is None:
+                q, k = pe.transform_qk(q, k, pos, pos)
+                k_pos = pos
+            elif pe.cache_transformed_keys:
+                q, k = pe.transform_qk(q, k, pos, pos)
+                k, v, k_pos = cache.append(k, v, pos)
+            else:                                                  # re-transform all keys
+                k_raw, v, k_pos = cache.append(k, v, pos)
+                q, k = pe.transform_qk(q, k_raw, pos, k_pos)
+        out, weights = attend(q, k, v, pe, pos, k_pos, causal=causal, backend=backend,
+                              dropout=self.dropout if self.training else 0.0,
+                              need_weights=need_weights)
+        out = out.transpose(1, 2).reshape(b, t, c)                 # (B, T, C)
+        return self.out_proj(out), weights

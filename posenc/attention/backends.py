@@ -1,0 +1,127 @@
+"""Three ways to compute attention with an encoding's hooks; all give the same numbers.
+
+- ``sdpa``: ``scaled_dot_product_attention``; an encoding's bias is materialized as a float
+  mask (H, Lq, Lk). Fastest without a bias; trains everywhere.
+- ``flex``: FlexAttention with the encoding's ``score_mod``; never builds the (H, n, n) bias.
+  On CPU (torch 2.13) it runs compiled and forward-only, so it serves evaluation at length.
+- ``eager``: explicit softmax; supports every hook (value terms) and returns the weights.
+
+Masks are built from positions (a key is visible if ``k_pos <= q_pos``), so caches and offsets
+need no special cases.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..encodings.base import PositionalEncoding
+
+BACKENDS = ("auto", "sdpa", "flex", "eager")
+#: "auto" picks flex for biased encodings from this key length on, when no gradient is needed
+FLEX_MIN_LEN = 2048
+
+
+def choose_backend(pe: PositionalEncoding, requested: str, *, k_len: int,
+                   need_weights: bool = False) -> str:
+    """The backend to run: ``requested`` if the encoding supports it, else ValueError."""
+    if requested not in BACKENDS:
+        raise ValueError(f"unknown attention backend {requested!r}; valid: {', '.join(BACKENDS)}")
+    allowed = pe.backends()
+    if need_weights:
+        return "eager"
+    if requested != "auto":
+        if requested not in allowed:
+            raise ValueError(f"encoding {pe.name!r} cannot run on backend {requested!r}; "
+                             f"it supports: {', '.join(allowed)}")
+        if requested == "flex" and torch.is_grad_enabled() and not _flex_trains():
+            raise ValueError("the flex backend is forward-only on this device; use it under "
+                             "torch.no_grad() or pick sdpa/eager for training")
+        return requested
+    if allowed == ("eager",):
+        return "eager"
+    if pe.has_bias and "flex" in allowed and k_len >= FLEX_MIN_LEN and (
+            not torch.is_grad_enabled() or _flex_trains()):
+        return "flex"
+    return "sdpa"
+
+
+def _flex_trains() -> bool:
+    return torch.cuda.is_available()
+
+
+def visible(q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    """Causal visibility from positions: (Lq, Lk) bool, True where k_pos <= q_pos."""
+    return k_pos[None, :] <= q_pos[:, None]
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, pe: PositionalEncoding, q_pos: Tensor,
+           k_pos: Tensor, *, causal: bool, backend: str = "auto", dropout: float = 0.0,
+           need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    """Attention over already transformed q (B, H, Lq, D), k, v (B, H, Lk, D).
+
+    Applies the encoding's temperature, bias/score_mod and value term.
+    Returns the output (B, H, Lq, D) and, for eager with ``need_weights``, the weights
+    (B, H, Lq, Lk).
+    """
+    name = choose_backend(pe, backend, k_len=k.shape[2], need_weights=need_weights)
+    q_scale = pe.attn_scale(q_pos, k_pos, causal)
+    if q_scale is not None:
+        q = q * q_scale.to(q.dtype)[:, None]                      # (B, H, Lq, D)
+    if name == "sdpa":
+        return _sdpa(q, k, v, pe, q_pos, k_pos, causal, dropout), None
+    if name == "flex":
+        return _flex(q, k, v, pe, q_pos, k_pos, causal), None
+    return _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights)
+
+
+def _sdpa(q, k, v, pe, q_pos, k_pos, causal, dropout):
+    bias = pe.score_bias(q, k, q_pos, k_pos)
+    if bias is None:
+        aligned = causal and q.shape[2] == k.shape[2] and torch.equal(q_pos, k_pos)
+        mask = visible(q_pos, k_pos) if causal and not aligned else None
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                              is_causal=aligned, scale=pe.sm_scale())
+    bias = bias.to(q.dtype)
+    if causal:
+        bias = bias.masked_fill(~visible(q_pos, k_pos), float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout,
+                                          scale=pe.sm_scale())
+
+
+@functools.cache
+def _compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def _flex(q, k, v, pe, q_pos, k_pos, causal):
+    from torch.nn.attention.flex_attention import create_block_mask
+    score_mod = pe.score_mod(q, k, q_pos, k_pos)
+    block_mask = None
+    if causal:
+        def mask_mod(b, h, q_idx, kv_idx):
+            return k_pos[kv_idx] <= q_pos[q_idx]
+        block_mask = create_block_mask(mask_mod, None, None, q.shape[2], k.shape[2],
+                                       device=q.device)
+    return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask,
+                            scale=pe.sm_scale())
+
+
+def _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights):
+    logits = (q @ k.transpose(-2, -1)).float() * pe.sm_scale()     # (B, H, Lq, Lk)
+    bias = pe.score_bias(q, k, q_pos, k_pos)
+    if bias is not None:
+        logits = logits + bias.float()
+    if causal:
+        logits = logits.masked_fill(~visible(q_pos, k_pos), float("-inf"))
+    weights = logits.softmax(dim=-1).to(q.dtype)
+    dropped = F.dropout(weights, dropout) if dropout > 0 else weights
+    out = dropped @ v                                              # (B, H, Lq, D)
+    extra = pe.value_term(dropped, q_pos, k_pos)
+    if extra is not None:
+        out = out + extra
+    return out, (weights if need_weights else None)

@@ -1,0 +1,17 @@
+"""Positional encodings behind one interface.
+
+Importing this package imports every module in it, and each module registers its encodings
+with ``@register(name)``; a new encoding needs no edit here.
+"""
+
+import importlib
+import pkgutil
+
+from .base import (PositionalEncoding, build_encoding, describe_encodings, encoding_class,
+                   encoding_options, list_encodings, register)
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
+__all__ = ["PositionalEncoding", "build_encoding", "describe_encodings", "encoding_class",
+           "encoding_options", "list_encodings", "register"]

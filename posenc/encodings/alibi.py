@@ -1,0 +1,54 @@
+"""ALiBi: attention with linear biases (Press et al., 2022).
+
+Head h adds ``-m_h * |i - j|`` to its logits. Slopes form a geometric sequence starting at
+2^(-8/n) for n heads (a power of two); for other head counts the paper (and BLOOM) take the
+slopes of the closest smaller power of two, then every other slope of twice that count.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .base import register, require_positive_int
+from .relative_bias import DistanceBiasEncoding
+
+
+def _power_of_two_slopes(n: int) -> list[float]:
+    start = 2.0 ** (-8.0 / n)
+    return [start ** (i + 1) for i in range(n)]
+
+
+def alibi_slopes(n_heads: int) -> Tensor:
+    """Canonical ALiBi slopes for ``n_heads`` heads: (n_heads,) fp32."""
+    require_positive_int("n_heads", n_heads)
+    closest = 2 ** int(math.floor(math.log2(n_heads)))
+    slopes = _power_of_two_slopes(closest)
+    if closest < n_heads:
+        slopes += _power_of_two_slopes(2 * closest)[0::2][: n_heads - closest]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+@register("alibi")
+class ALiBiEncoding(DistanceBiasEncoding):
+    """Fixed linear distance penalty per head; no parameters.
+
+    Options: ``bidirectional`` (False: the causal form m*(j - i), which a causal mask limits
+    to j <= i; True: the symmetric -m*|i - j| for encoders).
+    """
+
+    extrapolates = "yes"
+
+    def __init__(self, *, bidirectional: bool = False, **kw) -> None:
+        super().__init__(**kw)
+        if not isinstance(bidirectional, bool):
+            raise ValueError(f"bidirectional must be True or False, got {bidirectional!r}")
+        self.bidirectional = bidirectional
+        self.register_buffer("slopes", alibi_slopes(self.n_heads), persistent=False)
+
+    def distance_bias(self, rel: Tensor) -> Tensor:
+        dist = rel.to(torch.float32)
+        dist = -dist.abs() if self.bidirectional else dist        # j - i <= 0 where causal
+        return self.slopes[:, None] * dist[None, :]               # (H, N)

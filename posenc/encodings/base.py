@@ -1,0 +1,258 @@
+"""The positional-encoding interface, the registry and option validation.
+
+Every encoding is a :class:`PositionalEncoding` (an ``nn.Module``) that overrides some of
+these hooks; each default does nothing:
+
+=================  ===============================================  =========================
+hook               called with                                      returns
+=================  ===============================================  =========================
+``embed``          x (B, T, C), pos (T,), state dict or None        x with positions mixed in
+``transform_qk``   q (B, H, Lq, D), k (B, H, Lk, D), q_pos, k_pos    (q, k)
+``score_bias``     q, k, q_pos (Lq,), k_pos (Lk,)                    (B|1, H, Lq, Lk) logits term
+``score_mod``      q, k, q_pos, k_pos                               FlexAttention score_mod
+``value_term``     weights (B, H, Lq, Lk), q_pos, k_pos             (B, H, Lq, D) added to out
+``attn_scale``     q_pos (Lq,), k_pos (Lk,), causal                 (Lq,) logit multiplier
+=================  ===============================================  =========================
+
+Positions are integer tensors passed explicitly (never inferred from shapes), so KV caches,
+offsets and packed batches work alike for every encoding. ``score_bias`` and ``score_mod``
+describe the same additive term, added to the already scaled logits ``q.k * sm_scale``.
+
+Attention never asks for an encoding's name: it reads the capabilities below, which are
+derived from which hooks a class overrides.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+
+_REGISTRY: dict[str, type[PositionalEncoding]] = {}
+
+
+class PositionalEncoding(nn.Module):
+    """Base class: every hook defaults to "does nothing".
+
+    Class attributes describe the encoding for ``posenc list``:
+    ``family`` ("none", "absolute", "rotary", "bias", "relative"), ``extrapolates`` (a short
+    verdict) and ``cache_note`` (how the KV cache treats it).
+
+    Args:
+        n_heads: attention heads H.
+        head_dim: per-head width D.
+        max_len: the longest position the encoding must serve (None: unbounded if possible).
+        logn_base_len: if set, logits are multiplied by ``log(n) / log(logn_base_len)`` where
+            ``n`` (the number of keys a query sees) exceeds ``logn_base_len``.
+    """
+
+    name: ClassVar[str] = ""
+    family: ClassVar[str] = "none"
+    extrapolates: ClassVar[str] = "n/a"
+    cache_note: ClassVar[str] = "exact"
+    #: keys may be cached after ``transform_qk``; False when the transform of a key depends
+    #: on the total length (dynamic NTK), so the cache keeps raw keys and re-applies it.
+    cache_transformed_keys: ClassVar[bool] = True
+    #: each attention layer gets its own instance (per-layer parameters).
+    per_layer: ClassVar[bool] = False
+
+    def __init__(self, *, n_heads: int, head_dim: int, max_len: int | None = None,
+                 logn_base_len: int | None = None) -> None:
+        super().__init__()
+        require_positive_int("n_heads", n_heads)
+        require_positive_int("head_dim", head_dim)
+        if max_len is not None:
+            require_positive_int("max_len", max_len)
+        if logn_base_len is not None:
+            require_int_at_least("logn_base_len", logn_base_len, 2)
+        self.n_heads = n_heads
+        self.head_dim = head_dim
+        self.max_len = max_len
+        self.logn_base_len = logn_base_len
+
+    # ----------------------------------------------------------------- hooks
+    def embed(self, x: Tensor, pos: Tensor, state: dict | None = None) -> Tensor:
+        """Mix absolute positions into token embeddings. x: (B, T, C), pos: (T,)."""
+        return x
+
+    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
+                     ) -> tuple[Tensor, Tensor]:
+        """Transform queries (B, H, Lq, D) and keys (B, H, Lk, D) by their positions."""
+        return q, k
+
+    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """Additive logits term broadcastable to (B, H, Lq, Lk), or None."""
+        return None
+
+    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> ScoreMod | None:
+        """The ``score_bias`` term as a FlexAttention ``score_mod(score, b, h, qi, ki)``.
+
+        ``qi`` and ``ki`` index into ``q_pos`` and ``k_pos``. None when the encoding cannot
+        express its term this way (then flex is not offered).
+        """
+        return None
+
+    def value_term(self, weights: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """Positional term added to the attention output: (B, H, Lq, D) or None."""
+        return None
+
+    def sm_scale(self) -> float:
+        """Softmax temperature applied to q.k (default 1/sqrt(D))."""
+        return 1.0 / math.sqrt(self.head_dim)
+
+    def attn_scale(self, q_pos: Tensor, k_pos: Tensor, causal: bool) -> Tensor | None:
+        """Per-query logits multiplier (Lq,) or None. Implements log-n scaling.
+
+        A causal query at position p sees ``p + 1`` keys, so its factor depends on ``p`` only
+        and cached decoding equals a full forward pass; a bidirectional query sees all Lk keys.
+        """
+        if self.logn_base_len is None:
+            return None
+        if causal:
+            n = (q_pos.to(torch.float32) + 1.0)
+        else:
+            n = torch.full(q_pos.shape, float(k_pos.numel()), dtype=torch.float32,
+                           device=q_pos.device)
+        return (torch.log(n) / math.log(self.logn_base_len)).clamp(min=1.0)
+
+    # ---------------------------------------------------------- capabilities
+    @classmethod
+    def overrides(cls, hook: str) -> bool:
+        """True if the class implements ``hook`` itself."""
+        return getattr(cls, hook) is not getattr(PositionalEncoding, hook)
+
+    @classmethod
+    def hook_kinds(cls) -> list[str]:
+        """Names of the hooks this encoding implements (``attn_scale`` always: log-n)."""
+        hooks = ["embed", "transform_qk", "score_bias", "score_mod", "value_term"]
+        return [h for h in hooks if cls.overrides(h)]
+
+    @property
+    def has_bias(self) -> bool:
+        return type(self).overrides("score_bias")
+
+    @classmethod
+    def backends(cls) -> tuple[str, ...]:
+        """Attention backends able to compute this encoding exactly."""
+        if cls.overrides("value_term"):
+            return ("eager",)
+        if cls.overrides("score_bias") and not cls.overrides("score_mod"):
+            return ("sdpa", "eager")
+        return ("sdpa", "flex", "eager")
+
+    def extra_repr(self) -> str:
+        return f"n_heads={self.n_heads}, head_dim={self.head_dim}, max_len={self.max_len}"
+
+
+# ------------------------------------------------------------------ registry
+def register(name: str) -> Callable[[type[PositionalEncoding]], type[PositionalEncoding]]:
+    """Class decorator: make an encoding available to :func:`build_encoding` as ``name``."""
+
+    def wrap(cls: type[PositionalEncoding]) -> type[PositionalEncoding]:
+        if name in _REGISTRY:
+            raise ValueError(f"encoding {name!r} is already registered")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return wrap
+
+
+def list_encodings() -> list[str]:
+    """Registry keys of every encoding, sorted."""
+    return sorted(_REGISTRY)
+
+
+def encoding_class(name: str) -> type[PositionalEncoding]:
+    """The class registered as ``name``; ValueError listing valid names otherwise."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown encoding {name!r}; valid encodings: {', '.join(list_encodings())}"
+        ) from None
+
+
+def encoding_options(name: str) -> dict[str, Any]:
+    """Options ``build_encoding(name, ...)`` accepts, with their defaults."""
+    cls = encoding_class(name)
+    options: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        if not (isinstance(klass, type) and issubclass(klass, PositionalEncoding)):
+            continue
+        for p in inspect.signature(klass.__init__).parameters.values():
+            if p.kind is p.KEYWORD_ONLY:
+                options[p.name] = None if p.default is p.empty else p.default
+    return options
+
+
+def build_encoding(name: str, *, n_heads: int, head_dim: int, max_len: int | None = None,
+                   **options: Any) -> PositionalEncoding:
+    """Build the encoding registered as ``name``.
+
+    Raises ValueError for an unknown name or option (listing the valid ones) and for option
+    values out of range (naming the option and its valid range).
+    """
+    cls = encoding_class(name)
+    valid = set(encoding_options(name)) - {"n_heads", "head_dim", "max_len"}
+    unknown = sorted(set(options) - valid)
+    if unknown:
+        raise ValueError(
+            f"unknown option(s) {', '.join(unknown)} for encoding {name!r}; "
+            f"valid options: {', '.join(sorted(valid)) or '(none)'}"
+        )
+    return cls(n_heads=n_heads, head_dim=head_dim, max_len=max_len, **options)
+
+
+def describe_encodings() -> list[dict[str, Any]]:
+    """One row per encoding for ``posenc list``: family, hooks, extrapolation, cache, backends."""
+    rows = []
+    for name in list_encodings():
+        cls = _REGISTRY[name]
+        rows.append({
+            "name": name,
+            "family": cls.family,
+            "hooks": cls.hook_kinds(),
+            "extrapolates": cls.extrapolates,
+            "kv_cache": cls.cache_note,
+            "backends": list(cls.backends()),
+            "options": {k: v for k, v in encoding_options(name).items()
+                        if k not in ("n_heads", "head_dim", "max_len")},
+        })
+    return rows
+
+
+# ---------------------------------------------------------------- validation
+def require_positive_int(option: str, value: Any) -> None:
+    require_int_at_least(option, value, 1)
+
+
+def require_int_at_least(option: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{option} must be an integer >= {low}, got {value!r}")
+
+
+def require_float_in(option: str, value: Any, low: float, high: float,
+                     low_open: bool = True, high_open: bool = True) -> float:
+    """Check ``low < value < high`` (bounds open or closed); return it as a float."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = (value > low if low_open else value >= low) and (
+            value < high if high_open else value <= high)
+    if not ok:
+        lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
+        raise ValueError(f"{option} must be a number in {lo}{low}, {high}{hi}, got {value!r}")
+    return float(value)
+
+
+def require_choice(option: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{option} must be one of {', '.join(map(repr, choices))}, "
+                         f"got {value!r}")
+    return value

@@ -1,0 +1,120 @@
+"""Rotary position embedding (Su et al., 2021) with every Hugging Face frequency scaling.
+
+Pairs of dimensions of q and k are rotated by the angle ``pos * inv_freq[i]``, so
+``<R_m q, R_n k> = <q, R_{n-m} k>`` depends only on n - m, and norms are preserved.
+
+Layouts: ``"half"`` pairs dimension i with i + d/2 (Hugging Face, GPT-NeoX), ``"interleaved"``
+pairs 2i with 2i+1 (Meta's Llama release, RoFormer). Angles and cos/sin are fp32 whatever the
+model dtype. Scalings come from :mod:`posenc.encodings.rope_scaling` (one module applies any).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .base import PositionalEncoding, register, require_choice, require_float_in
+from .rope_scaling import (LENGTH_DEPENDENT, REQUIRED, compute_inv_freq, scaling_type,
+                           validate_scaling)
+
+
+def rotary_angles(pos: Tensor, inv_freq: Tensor) -> Tensor:
+    """Angles pos * inv_freq in fp32. pos (L,), inv_freq (R/2,) -> (L, R/2)."""
+    return pos.to(torch.float32)[:, None] * inv_freq.to(pos.device, torch.float32)[None, :]
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Tensor:
+    """Rotate the first R dims of x. x (..., L, D); cos, sin (L, R/2) fp32 -> (..., L, D).
+
+    ``cos``/``sin`` may carry an attention factor (they then have norm != 1).
+    """
+    rot = 2 * cos.shape[-1]
+    x_rot, x_pass = x[..., :rot], x[..., rot:]
+    if layout == "interleaved":
+        # one complex multiply: (x0 + i x1) * (cos + i sin)
+        work = x_rot.float().reshape(*x_rot.shape[:-1], rot // 2, 2)    # (..., L, R/2, 2)
+        rotated = torch.view_as_real(torch.view_as_complex(work.contiguous())
+                                     * torch.complex(cos, sin)).flatten(-2)  # (..., L, R)
+    else:
+        x1, x2 = x_rot.float().chunk(2, dim=-1)                          # (..., L, R/2) each
+        rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    rotated = rotated.to(x.dtype)
+    return rotated if x_pass.shape[-1] == 0 else torch.cat((rotated, x_pass), dim=-1)
+
+
+@register("rope")
+class RotaryEncoding(PositionalEncoding):
+    """RoPE on q and k; optional partial rotary and any frequency scaling.
+
+    Options:
+        theta: base (10000).
+        layout: "half" | "interleaved".
+        rotary_dim: rotated dims (even, <= head_dim); default all of head_dim.
+        scaling: a Hugging Face ``rope_scaling`` dict (linear, ntk, dynamic, yarn, llama3,
+            longrope). ``original_max_position_embeddings`` defaults to ``max_len`` where the
+            type needs it.
+    """
+
+    family = "rotary"
+    extrapolates = "poorly (better with scaling)"
+    cache_note = "exact (raw keys cached for length-dependent scaling)"
+
+    def __init__(self, *, theta: float = 10000.0, layout: str = "half",
+                 rotary_dim: int | None = None, scaling: dict[str, Any] | None = None,
+                 **kw) -> None:
+        super().__init__(**kw)
+        self.theta = require_float_in("theta", theta, 1.0, float("inf"))
+        self.layout = require_choice("layout", layout, ("half", "interleaved"))
+        if self.head_dim % 2:
+            raise ValueError(f"rope needs an even head_dim, got head_dim={self.head_dim}")
+        rotary_dim = self.head_dim if rotary_dim is None else rotary_dim
+        if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) \
+                or not 2 <= rotary_dim <= self.head_dim or rotary_dim % 2:
+            raise ValueError(f"rotary_dim must be an even integer in [2, head_dim={self.head_dim}]"
+                             f", got {rotary_dim!r}")
+        self.rotary_dim = rotary_dim
+        kind = scaling_type(scaling)
+        if scaling is not None and "original_max_position_embeddings" in REQUIRED[kind] \
+                and scaling.get("original_max_position_embeddings") is None:
+            if self.max_len is None:
+                raise ValueError(f"scaling {kind!r} needs 'original_max_position_embeddings' "
+                                 "(or max_len to default it), a positive int")
+            scaling = {**scaling, "original_max_position_embeddings": self.max_len}
+        self.scaling = validate_scaling(scaling, rotary_dim=rotary_dim)
+        self.length_dependent = kind in LENGTH_DEPENDENT
+        self.cache_transformed_keys = not self.length_dependent
+        inv_freq, factor = compute_inv_freq(rotary_dim, self.theta, self.scaling)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)   # (R/2,) fp32
+        self.attention_factor = factor
+
+    def frequencies(self, seq_len: int) -> tuple[Tensor, float]:
+        """(inv_freq, attention_factor) in force for a sequence of ``seq_len`` positions."""
+        if not self.length_dependent:
+            return self.inv_freq, self.attention_factor
+        inv_freq, factor = compute_inv_freq(self.rotary_dim, self.theta, self.scaling, seq_len)
+        return inv_freq.to(self.inv_freq.device), factor
+
+    def cos_sin(self, pos: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
+        """cos and sin (times the attention factor) at positions pos: (L, R/2) fp32 each."""
+        inv_freq, factor = self.frequencies(seq_len)
+        angles = rotary_angles(pos, inv_freq)
+        return angles.cos() * factor, angles.sin() * factor
+
+    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
+                     ) -> tuple[Tensor, Tensor]:
+        seq_len = 1 + int(torch.maximum(q_pos.max(), k_pos.max())) if self.length_dependent \
+            else 0
+        k_cos, k_sin = self.cos_sin(k_pos, seq_len)
+        if q_pos is k_pos or (q_pos.shape == k_pos.shape and torch.equal(q_pos, k_pos)):
+            q_cos, q_sin = k_cos, k_sin
+        else:
+            q_cos, q_sin = self.cos_sin(q_pos, seq_len)
+        return (apply_rotary(q, q_cos, q_sin, self.layout),
+                apply_rotary(k, k_cos, k_sin, self.layout))
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, theta={self.theta}, layout={self.layout!r}, "
+                f"rotary_dim={self.rotary_dim}, scaling={self.scaling}")
+

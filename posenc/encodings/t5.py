@@ -1,0 +1,73 @@
+"""T5 relative position bias (Raffel et al., 2020): a learned scalar per head and bucket.
+
+Distances up to ``max_exact = num_buckets/2`` (halved again when bidirectional) get their own
+bucket; larger ones share log-spaced buckets up to ``max_distance``, beyond which they clip.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .base import register, require_int_at_least
+from .relative_bias import DistanceBiasEncoding
+
+
+def relative_position_bucket(relative_position: Tensor, bidirectional: bool = True,
+                             num_buckets: int = 32, max_distance: int = 128) -> Tensor:
+    """T5's bucket of ``relative_position = key_pos - query_pos`` (any int shape -> same shape).
+
+    Bidirectional: half the buckets for keys after the query. Unidirectional: keys after the
+    query fall into bucket 0 (a causal mask hides them).
+    """
+    buckets = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (relative_position > 0).long() * num_buckets
+        distance = relative_position.abs()
+    else:
+        distance = (-relative_position).clamp(min=0)
+    max_exact = num_buckets // 2
+    is_small = distance < max_exact
+    # log-spaced buckets from max_exact to max_distance
+    large = max_exact + (
+        torch.log(distance.float() / max_exact) / math.log(max_distance / max_exact)
+        * (num_buckets - max_exact)
+    ).to(torch.long)
+    large = large.clamp(max=num_buckets - 1)
+    return buckets + torch.where(is_small, distance, large)
+
+
+@register("t5")
+class T5Encoding(DistanceBiasEncoding):
+    """Learned per-head bias over log-spaced distance buckets.
+
+    Options: ``bidirectional`` (False for decoders), ``num_buckets`` (32),
+    ``max_distance`` (128).
+    """
+
+    extrapolates = "yes (distances past max_distance share one bucket)"
+
+    def __init__(self, *, bidirectional: bool = False, num_buckets: int = 32,
+                 max_distance: int = 128, **kw) -> None:
+        super().__init__(**kw)
+        if not isinstance(bidirectional, bool):
+            raise ValueError(f"bidirectional must be True or False, got {bidirectional!r}")
+        require_int_at_least("num_buckets", num_buckets, 4 if bidirectional else 2)
+        require_int_at_least("max_distance", max_distance, 1)
+        max_exact = (num_buckets // 2 if bidirectional else num_buckets) // 2
+        if max_distance <= max_exact:
+            raise ValueError(f"max_distance must be > {max_exact} (the exact-bucket range for "
+                             f"num_buckets={num_buckets}), got {max_distance}")
+        self.bidirectional = bidirectional
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.bias = nn.Embedding(num_buckets, self.n_heads)
+        nn.init.normal_(self.bias.weight, std=0.02)
+
+    def distance_bias(self, rel: Tensor) -> Tensor:
+        bucket = relative_position_bucket(rel, self.bidirectional, self.num_buckets,
+                                          self.max_distance)
+        return self.bias(bucket).transpose(0, 1)                 # (H, N)

@@ -1,0 +1,153 @@
+"""A decoder-only Transformer language model that takes any registered positional encoding.
+
+Positions are an explicit (T,) tensor passed down the stack; with a KV cache they continue
+from the cache's length, so cached decoding equals a full forward pass for every encoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..attention import KVCache, make_caches
+from ..encodings import build_encoding
+from ..encodings.base import require_positive_int
+from .blocks import Block, make_norm
+from .generate import select_next
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    """Shape and options of a :class:`TransformerLM`.
+
+    ``pe`` names a registered encoding and ``pe_options`` are its options (see
+    ``posenc list``). ``max_len`` is the training length: the size of a learned table and the
+    default original length for RoPE scalings.
+    """
+
+    vocab_size: int = 256
+    d_model: int = 128
+    n_layers: int = 2
+    n_heads: int = 4
+    max_len: int = 256
+    d_ff: int | None = None                 # default 4 * d_model
+    activation: str = "gelu"
+    norm: str = "layernorm"                 # "layernorm" | "rmsnorm"
+    norm_placement: str = "pre"             # "pre" | "post"
+    dropout: float = 0.0
+    bias: bool = False
+    tie_embeddings: bool = True
+    pe: str = "rope"
+    pe_options: dict[str, Any] = field(default_factory=dict)
+    attn_backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
+            require_positive_int(name, getattr(self, name))
+        if self.d_model % self.n_heads:
+            raise ValueError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
+        if self.d_ff is not None:
+            require_positive_int("d_ff", self.d_ff)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LMConfig:
+        valid = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - valid)
+        if unknown:
+            raise ValueError(f"unknown LMConfig key(s) {', '.join(unknown)}; valid: "
+                             f"{', '.join(sorted(valid))}")
+        return cls(**data)
+
+
+class TransformerLM(nn.Module):
+    """Decoder-only LM: ``model(ids) -> logits (B, T, V)``; ``generate`` uses a KV cache."""
+
+    def __init__(self, config: LMConfig) -> None:
+        super().__init__()
+        self.config = config
+        c = config
+        self.tok = nn.Embedding(c.vocab_size, c.d_model)
+        self.pe = self._build_pe()
+        self.blocks = nn.ModuleList(
+            Block(c.d_model, c.n_heads, c.d_ff or 4 * c.d_model, activation=c.activation,
+                  norm=c.norm, norm_placement=c.norm_placement, dropout=c.dropout,
+                  bias=c.bias, pe=self._build_pe() if self.pe.per_layer else None)
+            for _ in range(c.n_layers))
+        self.norm = make_norm(c.norm, c.d_model) if c.norm_placement == "pre" else nn.Identity()
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.drop = nn.Dropout(c.dropout)
+        self.apply(self._init_weights)
+        if c.tie_embeddings:
+            self.head.weight = self.tok.weight
+
+    def _build_pe(self):
+        c = self.config
+        return build_encoding(c.pe, n_heads=c.n_heads, head_dim=c.head_dim, max_len=c.max_len,
+                              **c.pe_options)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding) and module.weight.shape[1] > 1:
+            nn.init.normal_(module.weight, std=0.02)
+
+    def make_caches(self, batch: int, capacity: int) -> list[KVCache]:
+        """Empty per-layer KV caches for ``batch`` sequences of up to ``capacity`` tokens."""
+        p = self.tok.weight
+        return make_caches(self.config.n_layers, batch, self.config.n_heads,
+                           self.config.head_dim, capacity, p.dtype, p.device)
+
+    def forward(self, ids: Tensor, pos: Tensor | None = None,
+                caches: list[KVCache] | None = None, *, backend: str | None = None,
+                need_weights: bool = False) -> Tensor | tuple[Tensor, list[Tensor | None]]:
+        """ids (B, T) -> logits (B, T, V).
+
+        ``pos`` (T,) defaults to 0..T-1, or to continue after the caches' contents.
+        With ``need_weights`` also returns each layer's attention weights (B, H, T, Lk).
+        """
+        if ids.dim() != 2:
+            raise ValueError(f"ids must be (batch, length), got shape {tuple(ids.shape)}")
+        t = ids.shape[1]
+        if pos is None:
+            start = caches[0].length if caches else 0
+            pos = torch.arange(start, start + t, device=ids.device)
+        x = self.drop(self.pe.embed(self.tok(ids), pos))              # (B, T, C)
+        backend = backend or self.config.attn_backend
+        all_weights = []
+        for i, block in enumerate(self.blocks):
+            x, w = block(x, pos, self.pe, causal=True, cache=caches[i] if caches else None,
+                         backend=backend, need_weights=need_weights)
+            all_weights.append(w)
+        logits = self.head(self.norm(x))                              # (B, T, V)
+        return (logits, all_weights) if need_weights else logits
+
+    @torch.no_grad()
+    def generate(self, ids: Tensor, max_new_tokens: int, temperature: float = 0.0,
+                 top_k: int | None = None, generator: torch.Generator | None = None) -> Tensor:
+        """Append ``max_new_tokens`` tokens to ids (B, T) using a KV cache -> (B, T + new)."""
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        caches = self.make_caches(ids.shape[0], ids.shape[1] + max_new_tokens)
+        logits = self(ids, caches=caches)
+        out = [ids]
+        for step in range(max_new_tokens):
+            nxt = select_next(logits[:, -1], temperature, top_k, generator)   # (B, 1)
+            out.append(nxt)
+            if step + 1 < max_new_tokens:
+                logits = self(nxt, caches=caches)
+        return torch.cat(out, dim=1)
