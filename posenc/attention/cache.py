@@ -24,6 +24,8 @@ class KVCache:
         self.pos = torch.zeros(capacity, dtype=torch.long, device=device)
         self.capacity = capacity
         self.length = 0
+        #: per-sequence state an encoding keeps while decoding (see ``embed``'s ``state``)
+        self.extra: dict = {}
 
     def append(self, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Store k, v (B, H, T, D) at positions pos (T,); return all cached (k, v, pos)."""

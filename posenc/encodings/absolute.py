@@ -42,7 +42,8 @@ class LearnedEncoding(PositionalEncoding):
                 f"in [0, {self.max_len}) (max_len={self.max_len}); use an encoding that "
                 f"extrapolates or a larger max_len")
 
-    def embed(self, x: Tensor, pos: Tensor, state: dict | None = None) -> Tensor:
+    def embed(self, x: Tensor, pos: Tensor, *, ids: Tensor | None = None,
+              state: dict | None = None) -> Tensor:
         self.check_positions(pos)
         if x.shape[-1] != self.table.shape[-1]:
             raise ValueError(f"learned table width {self.table.shape[-1]} != model width "

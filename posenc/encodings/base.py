@@ -6,7 +6,7 @@ these hooks; each default does nothing:
 =================  ===============================================  =========================
 hook               called with                                      returns
 =================  ===============================================  =========================
-``embed``          x (B, T, C), pos (T,), state dict or None        x with positions mixed in
+``embed``          x (B, T, C), pos (T,), ids, state               x with positions mixed in
 ``transform_qk``   q (B, H, Lq, D), k (B, H, Lk, D), q_pos, k_pos    (q, k)
 ``score_bias``     q, k, q_pos (Lq,), k_pos (Lk,)                    (B|1, H, Lq, Lk) logits term
 ``score_mod``      q, k, q_pos, k_pos                               FlexAttention score_mod
@@ -77,8 +77,14 @@ class PositionalEncoding(nn.Module):
         self.logn_base_len = logn_base_len
 
     # ----------------------------------------------------------------- hooks
-    def embed(self, x: Tensor, pos: Tensor, state: dict | None = None) -> Tensor:
-        """Mix absolute positions into token embeddings. x: (B, T, C), pos: (T,)."""
+    def embed(self, x: Tensor, pos: Tensor, *, ids: Tensor | None = None,
+              state: dict | None = None) -> Tensor:
+        """Mix absolute positions into token embeddings. x: (B, T, C), pos: (T,).
+
+        ``ids`` (B, T) are the token ids (for word-dependent encodings); ``state`` is a dict
+        that lives as long as a KV cache, for encodings that need earlier inputs when
+        decoding (None without a cache).
+        """
         return x
 
     def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor

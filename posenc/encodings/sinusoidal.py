@@ -47,6 +47,7 @@ class SinusoidalEncoding(PositionalEncoding):
         self.base = require_float_in("base", base, 1.0, float("inf"))
         self.scale = require_float_in("scale", scale, 0.0, float("inf"))
 
-    def embed(self, x: Tensor, pos: Tensor, state: dict | None = None) -> Tensor:
+    def embed(self, x: Tensor, pos: Tensor, *, ids: Tensor | None = None,
+              state: dict | None = None) -> Tensor:
         pe = sinusoidal_at(pos, x.shape[-1], self.base).to(x.dtype)  # (T, C)
         return x + self.scale * pe

@@ -126,7 +126,9 @@ class TransformerLM(nn.Module):
         if pos is None:
             start = caches[0].length if caches else 0
             pos = torch.arange(start, start + t, device=ids.device)
-        x = self.drop(self.pe.embed(self.tok(ids), pos))              # (B, T, C)
+        x = self.pe.embed(self.tok(ids), pos, ids=ids,
+                          state=caches[0].extra if caches else None)
+        x = self.drop(x)                                              # (B, T, C)
         backend = backend or self.config.attn_backend
         all_weights = []
         for i, block in enumerate(self.blocks):

@@ -1,0 +1,1 @@
+"""Evaluation: perplexity against length and related measurements."""

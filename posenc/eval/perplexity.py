@@ -1,0 +1,89 @@
+"""Perplexity of any causal LM over a long token stream, by windows of a given length.
+
+Works for every model through a callable ``logits_fn(ids (1, T)) -> logits (1, T, V)``, so the
+lab's models and patched Hugging Face models share one implementation.
+
+- non-overlapping windows (as in the ALiBi paper): the stream is cut into windows of
+  ``length`` tokens and every token is scored with the context inside its window;
+- sliding windows with a ``stride``: each window scores only its last ``stride`` tokens (all
+  of the first window), so every scored token sees at least ``length - stride`` context.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+LogitsFn = Callable[[Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class PerplexityResult:
+    """Mean negative log-likelihood (nats/token) over ``n_tokens`` scored tokens."""
+
+    nll: float
+    n_tokens: int
+    n_windows: int
+
+    @property
+    def ppl(self) -> float:
+        return math.exp(self.nll) if self.nll < 700 else float("inf")
+
+
+def windows(n_tokens: int, length: int, stride: int | None = None,
+            max_windows: int | None = None) -> Iterator[tuple[int, int, int]]:
+    """Yield (start, end, n_scored) windows over a stream of ``n_tokens`` tokens.
+
+    Without a stride the windows do not overlap and all tokens but the first of each are
+    scored. With a stride, each window ends ``stride`` tokens after the previous one.
+    """
+    if length < 2:
+        raise ValueError(f"window length must be >= 2, got {length}")
+    if n_tokens < length:
+        raise ValueError(f"need at least {length} tokens for windows of {length}, "
+                         f"have {n_tokens}")
+    if stride is not None and not 1 <= stride <= length:
+        raise ValueError(f"stride must be in [1, length={length}], got {stride}")
+    count = 0
+    if stride is None:
+        for start in range(0, n_tokens - length + 1, length):
+            if max_windows is not None and count >= max_windows:
+                return
+            yield start, start + length, length - 1
+            count += 1
+        return
+    end = length
+    yield 0, length, length - 1
+    count = 1
+    while end + stride <= n_tokens and (max_windows is None or count < max_windows):
+        end += stride
+        yield end - length, end, stride
+        count += 1
+
+
+@torch.no_grad()
+def perplexity(logits_fn: LogitsFn, tokens: Tensor, length: int, stride: int | None = None,
+               max_windows: int | None = None,
+               progress: Callable[[int], None] | None = None) -> PerplexityResult:
+    """Perplexity of ``logits_fn`` on a 1-D token stream with windows of ``length`` tokens.
+
+    ``progress`` is called with the number of windows done after each one.
+    """
+    if tokens.dim() != 1:
+        raise ValueError(f"tokens must be a 1-D stream, got shape {tuple(tokens.shape)}")
+    total, count, n_windows = 0.0, 0, 0
+    for start, end, n_scored in windows(tokens.numel(), length, stride, max_windows):
+        ids = tokens[start:end].long()[None]                    # (1, L)
+        logits = logits_fn(ids)[0, -n_scored - 1:-1].float()     # (n_scored, V)
+        targets = ids[0, -n_scored:]
+        total += F.cross_entropy(logits, targets, reduction="sum").item()
+        count += n_scored
+        n_windows += 1
+        if progress is not None:
+            progress(n_windows)
+    return PerplexityResult(total / count, count, n_windows)
