@@ -17,6 +17,16 @@ def make_norm(kind: str, dim: int, eps: float = 1e-5) -> nn.Module:
     return nn.LayerNorm(dim, eps=eps) if kind == "layernorm" else nn.RMSNorm(dim, eps=eps)
 
 
+def init_weights(module: nn.Module) -> None:
+    """GPT-2 style init for ``model.apply``: normal(0, 0.02) weights, zero biases."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding) and module.weight.shape[1] > 1:
+        nn.init.normal_(module.weight, std=0.02)
+
+
 class MLP(nn.Module):
     """Position-wise feed-forward: (B, T, C) -> (B, T, C); ``swiglu`` gates with SiLU."""
 

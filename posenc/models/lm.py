@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from ..attention import KVCache, make_caches
 from ..encodings import build_encoding
 from ..encodings.base import require_positive_int
-from .blocks import Block, make_norm
+from .blocks import Block, init_weights, make_norm
 from .generate import select_next
 
 
@@ -88,7 +88,7 @@ class TransformerLM(nn.Module):
         self.norm = make_norm(c.norm, c.d_model) if c.norm_placement == "pre" else nn.Identity()
         self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.drop = nn.Dropout(c.dropout)
-        self.apply(self._init_weights)
+        self.apply(init_weights)
         if c.tie_embeddings:
             self.head.weight = self.tok.weight
 
@@ -96,15 +96,6 @@ class TransformerLM(nn.Module):
         c = self.config
         return build_encoding(c.pe, n_heads=c.n_heads, head_dim=c.head_dim, max_len=c.max_len,
                               **c.pe_options)
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, std=0.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding) and module.weight.shape[1] > 1:
-            nn.init.normal_(module.weight, std=0.02)
 
     def make_caches(self, batch: int, capacity: int) -> list[KVCache]:
         """Empty per-layer KV caches for ``batch`` sequences of up to ``capacity`` tokens."""
