@@ -1,5 +1,7 @@
 """Transformer models that take any positional encoding."""
 
 from .lm import LMConfig, TransformerLM
+from .seq2seq import Seq2SeqTransformer
+from .seq2seq_config import Seq2SeqConfig
 
-__all__ = ["LMConfig", "TransformerLM"]
+__all__ = ["LMConfig", "Seq2SeqConfig", "Seq2SeqTransformer", "TransformerLM"]

@@ -1,0 +1,172 @@
+"""An encoder-decoder Transformer that takes any registered positional encoding.
+
+The encoder runs bidirectional self-attention over the source; each decoder layer runs masked
+self-attention over the target, then cross-attention whose queries come from the decoder and
+whose keys/values come from the encoder output. Cross-attention carries no positional
+encoding (a ``nope`` instance), as in the original Transformer and T5.
+
+Sources are fixed-length: there is no source padding mask, so a padded source would let
+the encoder and cross-attention see its padding. Target padding is ignored by the loss.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..attention import KVCache, make_caches
+from ..encodings import PositionalEncoding, build_encoding
+from .blocks import Block, init_weights, make_norm
+from .generate import select_next
+from .seq2seq_config import Seq2SeqConfig
+
+
+class Seq2SeqTransformer(nn.Module):
+    """``model(src, tgt_in) -> logits (B, T, V)``; ``loss`` for teacher forcing; greedy
+    ``generate`` with self-attention KV caches and cached encoder keys/values."""
+
+    def __init__(self, config: Seq2SeqConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.src_tok = nn.Embedding(c.source_vocab_size, c.d_model)
+        self.tgt_tok = (self.src_tok if c.share_embeddings
+                        else nn.Embedding(c.vocab_size, c.d_model))
+        self.encoder_pe = self._encoding(c.encoder_pe, c.encoder_options())
+        self.decoder_pe = self._encoding(c.decoder_pe_name, c.decoder_options())
+        self.cross_pe = self._encoding("nope", {})
+        self.encoder = nn.ModuleList(
+            self._block(cross=False, pe=self._layer_encoding(self.encoder_pe, c.encoder_pe,
+                                                             c.encoder_options()))
+            for _ in range(c.n_encoder_layers))
+        self.decoder = nn.ModuleList(
+            self._block(cross=True, pe=self._layer_encoding(self.decoder_pe, c.decoder_pe_name,
+                                                            c.decoder_options()))
+            for _ in range(c.n_decoder_layers))
+        final_norm = c.norm_placement == "pre"
+        self.encoder_norm = make_norm(c.norm, c.d_model) if final_norm else nn.Identity()
+        self.decoder_norm = make_norm(c.norm, c.d_model) if final_norm else nn.Identity()
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.drop = nn.Dropout(c.dropout)
+        self.apply(init_weights)
+        if c.tie_embeddings:
+            self.head.weight = self.tgt_tok.weight
+
+    # ------------------------------------------------------------- building
+    def _encoding(self, name: str, options: dict) -> PositionalEncoding:
+        c = self.config
+        return build_encoding(name, n_heads=c.n_heads, head_dim=c.head_dim, max_len=c.max_len,
+                              **options)
+
+    def _layer_encoding(self, shared: PositionalEncoding, name: str,
+                        options: dict) -> PositionalEncoding | None:
+        """A layer's own instance for per-layer encodings, else None (the shared one)."""
+        return self._encoding(name, options) if shared.per_layer else None
+
+    def _block(self, *, cross: bool, pe: PositionalEncoding | None) -> Block:
+        c = self.config
+        return Block(c.d_model, c.n_heads, c.d_ff or 4 * c.d_model, activation=c.activation,
+                     norm=c.norm, norm_placement=c.norm_placement, dropout=c.dropout,
+                     bias=c.bias, cross=cross, pe=pe)
+
+    def make_caches(self, batch: int, target_len: int, source_len: int
+                    ) -> tuple[list[KVCache], list[KVCache]]:
+        """Empty per-decoder-layer (self-attention, cross-attention) caches."""
+        c, p = self.config, self.head.weight
+        make = lambda n: make_caches(c.n_decoder_layers, batch, c.n_heads, c.head_dim, n,
+                                     p.dtype, p.device)
+        return make(target_len), make(source_len)
+
+    # -------------------------------------------------------------- running
+    @staticmethod
+    def _check_ids(name: str, ids: Tensor) -> None:
+        if ids.dim() != 2 or ids.shape[1] == 0:
+            raise ValueError(f"{name} must be (batch, length) with length >= 1, got shape "
+                             f"{tuple(ids.shape)}")
+
+    def encode(self, src: Tensor) -> Tensor:
+        """src (B, S) -> encoder output (B, S, C)."""
+        self._check_ids("src", src)
+        pos = torch.arange(src.shape[1], device=src.device)
+        x = self.drop(self.encoder_pe.embed(self.src_tok(src), pos, ids=src))   # (B, S, C)
+        backend = self.config.attn_backend
+        for block in self.encoder:
+            x, _ = block(x, pos, self.encoder_pe, causal=False, backend=backend)
+        return self.encoder_norm(x)
+
+    def decode(self, memory: Tensor, tgt_in: Tensor, caches: list[KVCache] | None = None,
+               cross_caches: list[KVCache] | None = None) -> Tensor:
+        """Decoder logits (B, T, V) for tgt_in (B, T) given the encoder output (B, S, C).
+
+        With caches, positions continue after the self-attention caches' contents and the
+        cross-attention caches keep the encoder keys/values after their first use.
+        """
+        self._check_ids("tgt_in", tgt_in)
+        if memory.dim() != 3 or memory.shape[0] != tgt_in.shape[0]:
+            raise ValueError(f"memory must be (batch, source length, d_model) with the batch "
+                             f"of tgt_in ({tgt_in.shape[0]}), got {tuple(memory.shape)}")
+        start = caches[0].length if caches else 0
+        pos = torch.arange(start, start + tgt_in.shape[1], device=tgt_in.device)
+        memory_pos = torch.arange(memory.shape[1], device=memory.device)
+        x = self.decoder_pe.embed(self.tgt_tok(tgt_in), pos, ids=tgt_in,
+                                  state=caches[0].extra if caches else None)
+        x = self.drop(x)                                                        # (B, T, C)
+        for i, block in enumerate(self.decoder):
+            x, _ = block(x, pos, self.decoder_pe, causal=True,
+                         cache=caches[i] if caches else None, memory=memory,
+                         memory_pos=memory_pos, memory_pe=self.cross_pe,
+                         cross_cache=cross_caches[i] if cross_caches else None,
+                         backend=self.config.attn_backend)
+        return self.head(self.decoder_norm(x))                                  # (B, T, V)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """src (B, S), tgt_in (B, T) -> logits (B, T, V) for the next target token."""
+        if src.dim() == 2 and tgt_in.dim() == 2 and src.shape[0] != tgt_in.shape[0]:
+            raise ValueError(f"src and tgt_in batch sizes differ: {src.shape[0]} and "
+                             f"{tgt_in.shape[0]}")
+        return self.decode(self.encode(src), tgt_in)
+
+    def loss(self, src: Tensor, tgt: Tensor, pad_id: int | None = None) -> Tensor:
+        """Teacher-forcing cross-entropy: predict tgt[:, 1:] from tgt[:, :-1].
+
+        tgt (B, T) starts with the BOS token; targets equal to ``pad_id`` are ignored.
+        """
+        if tgt.dim() != 2 or tgt.shape[1] < 2:
+            raise ValueError(f"tgt must be (batch, length) with length >= 2 (BOS + at least "
+                             f"one token), got shape {tuple(tgt.shape)}")
+        logits = self(src, tgt[:, :-1])                                         # (B, T-1, V)
+        return F.cross_entropy(logits.flatten(0, 1).float(), tgt[:, 1:].flatten(),
+                               ignore_index=-100 if pad_id is None else pad_id)
+
+    @torch.no_grad()
+    def generate(self, src: Tensor, max_new_tokens: int, bos_id: int,
+                 eos_id: int | None = None, *, use_cache: bool = True) -> Tensor:
+        """Greedy decoding -> (B, 1 + n): BOS then n <= ``max_new_tokens`` tokens.
+
+        Stops early once every sequence has produced ``eos_id``; a finished sequence is
+        filled with ``eos_id``. ``use_cache=False`` re-runs the decoder over the whole
+        prefix at every step (the reference the cached path must equal).
+        """
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
+                or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        for name, token in (("bos_id", bos_id), ("eos_id", eos_id)):
+            if token is not None and not 0 <= token < self.config.vocab_size:
+                raise ValueError(f"{name} must be in [0, {self.config.vocab_size}), "
+                                 f"got {token}")
+        memory = self.encode(src)
+        out = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+        caches, cross_caches = (self.make_caches(src.shape[0], max(max_new_tokens, 1),
+                                                 src.shape[1]) if use_cache else (None, None))
+        finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+        for _ in range(max_new_tokens):
+            step_in = out[:, -1:] if use_cache else out
+            logits = self.decode(memory, step_in, caches, cross_caches)[:, -1]   # (B, V)
+            nxt = select_next(logits)                                           # (B, 1)
+            if eos_id is not None:
+                nxt = nxt.masked_fill(finished[:, None], eos_id)
+                finished |= nxt[:, 0] == eos_id
+            out = torch.cat([out, nxt], dim=1)
+            if eos_id is not None and bool(finished.all()):
+                break
+        return out

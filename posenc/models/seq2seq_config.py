@@ -1,0 +1,112 @@
+"""Configuration of the encoder-decoder Transformer."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..attention import BACKENDS
+from ..encodings import encoding_class, encoding_options
+from ..encodings.base import require_choice, require_positive_int
+from .blocks import ACTIVATIONS, NORMS
+
+
+@dataclass(frozen=True)
+class Seq2SeqConfig:
+    """Shape and options of a :class:`~posenc.models.seq2seq.Seq2SeqTransformer`.
+
+    ``encoder_pe`` / ``decoder_pe`` name registered encodings for the encoder's and the
+    decoder's self-attention (``posenc list``); cross-attention has no positional encoding.
+    ``decoder_pe=None`` reuses the encoder's encoding, and ``decoder_pe_options=None`` then
+    reuses its options too ({} when the decoder names its own encoding). An encoder encoding
+    with a ``bidirectional`` option gets ``bidirectional=True`` unless the options set it.
+
+    ``vocab_size`` is the target vocabulary; ``src_vocab_size`` defaults to it.
+    ``share_embeddings`` uses one table for source and target tokens (vocabularies must
+    match); ``tie_embeddings`` ties the output layer to the target embedding. ``max_len`` is
+    the longest source or target length the encodings must serve (a learned table's size).
+    """
+
+    vocab_size: int = 256
+    src_vocab_size: int | None = None       # default vocab_size
+    d_model: int = 128
+    n_encoder_layers: int = 2
+    n_decoder_layers: int = 2
+    n_heads: int = 4
+    max_len: int = 256
+    d_ff: int | None = None                 # default 4 * d_model
+    activation: str = "gelu"
+    norm: str = "layernorm"                 # "layernorm" | "rmsnorm"
+    norm_placement: str = "pre"             # "pre" | "post"
+    dropout: float = 0.0
+    bias: bool = False
+    share_embeddings: bool = True
+    tie_embeddings: bool = True
+    encoder_pe: str = "rope"
+    encoder_pe_options: dict[str, Any] = field(default_factory=dict)
+    decoder_pe: str | None = None           # default encoder_pe
+    decoder_pe_options: dict[str, Any] | None = None
+    attn_backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_encoder_layers", "n_decoder_layers",
+                     "n_heads", "max_len"):
+            require_positive_int(name, getattr(self, name))
+        for name in ("src_vocab_size", "d_ff"):
+            if getattr(self, name) is not None:
+                require_positive_int(name, getattr(self, name))
+        if self.d_model % self.n_heads:
+            raise ValueError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        require_choice("activation", self.activation, ACTIVATIONS)
+        require_choice("norm", self.norm, NORMS)
+        require_choice("norm_placement", self.norm_placement, ("pre", "post"))
+        require_choice("attn_backend", self.attn_backend, BACKENDS)
+        for name in ("share_embeddings", "tie_embeddings", "bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.share_embeddings and self.source_vocab_size != self.vocab_size:
+            raise ValueError(
+                f"share_embeddings=True needs src_vocab_size == vocab_size, got "
+                f"{self.src_vocab_size} and {self.vocab_size}; set share_embeddings=False")
+        encoding_class(self.encoder_pe)                         # unknown name -> ValueError
+        encoding_class(self.decoder_pe_name)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def source_vocab_size(self) -> int:
+        return self.vocab_size if self.src_vocab_size is None else self.src_vocab_size
+
+    @property
+    def decoder_pe_name(self) -> str:
+        return self.encoder_pe if self.decoder_pe is None else self.decoder_pe
+
+    def encoder_options(self) -> dict[str, Any]:
+        """Options for the encoder's encoding: ``bidirectional=True`` where it has that option
+        and the user did not set it."""
+        options = dict(self.encoder_pe_options)
+        if "bidirectional" in encoding_options(self.encoder_pe):
+            options.setdefault("bidirectional", True)
+        return options
+
+    def decoder_options(self) -> dict[str, Any]:
+        """Options for the decoder's encoding (see the class docstring for the defaults)."""
+        if self.decoder_pe_options is not None:
+            return dict(self.decoder_pe_options)
+        return dict(self.encoder_pe_options) if self.decoder_pe is None else {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Seq2SeqConfig:
+        valid = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - valid)
+        if unknown:
+            raise ValueError(f"unknown Seq2SeqConfig key(s) {', '.join(unknown)}; valid: "
+                             f"{', '.join(sorted(valid))}")
+        return cls(**data)
