@@ -5,8 +5,9 @@ lab's models and patched Hugging Face models share one implementation.
 
 - non-overlapping windows (as in the ALiBi paper): the stream is cut into windows of
   ``length`` tokens and every token is scored with the context inside its window;
-- sliding windows with a ``stride``: each window scores only its last ``stride`` tokens (all
-  of the first window), so every scored token sees at least ``length - stride`` context.
+- sliding windows with a ``stride`` (< ``length``): each window scores only its last
+  ``stride`` tokens (all of the first window), so every token is scored once and sees at
+  least ``length - stride`` tokens of context.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def windows(n_tokens: int, length: int, stride: int | None = None,
     if n_tokens < length:
         raise ValueError(f"need at least {length} tokens for windows of {length}, "
                          f"have {n_tokens}")
-    if stride is not None and not 1 <= stride <= length:
-        raise ValueError(f"stride must be in [1, length={length}], got {stride}")
+    if stride is not None and not 1 <= stride < length:
+        raise ValueError(f"stride must be in [1, length - 1 = {length - 1}], got {stride}")
     count = 0
     if stride is None:
         for start in range(0, n_tokens - length + 1, length):
@@ -69,21 +70,40 @@ def windows(n_tokens: int, length: int, stride: int | None = None,
 @torch.no_grad()
 def perplexity(logits_fn: LogitsFn, tokens: Tensor, length: int, stride: int | None = None,
                max_windows: int | None = None,
-               progress: Callable[[int], None] | None = None) -> PerplexityResult:
+               progress: Callable[[int], None] | None = None,
+               batch_size: int = 1) -> PerplexityResult:
     """Perplexity of ``logits_fn`` on a 1-D token stream with windows of ``length`` tokens.
 
-    ``progress`` is called with the number of windows done after each one.
+    ``batch_size`` windows that score the same number of tokens go through ``logits_fn``
+    together as ids (B, length); the result does not depend on it. ``progress`` is called with
+    the number of windows done after each batch.
     """
     if tokens.dim() != 1:
         raise ValueError(f"tokens must be a 1-D stream, got shape {tuple(tokens.shape)}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     total, count, n_windows = 0.0, 0, 0
-    for start, end, n_scored in windows(tokens.numel(), length, stride, max_windows):
-        ids = tokens[start:end].long()[None]                    # (1, L)
-        logits = logits_fn(ids)[0, -n_scored - 1:-1].float()     # (n_scored, V)
-        targets = ids[0, -n_scored:]
-        total += F.cross_entropy(logits, targets, reduction="sum").item()
-        count += n_scored
-        n_windows += 1
+    batch: list[tuple[int, int]] = []
+
+    def flush(n_scored: int) -> None:
+        nonlocal total, count, n_windows
+        ids = torch.stack([tokens[s:e] for s, e in batch]).long()           # (B, L)
+        logits = logits_fn(ids)[:, -n_scored - 1:-1].float()                 # (B, n, V)
+        targets = ids[:, -n_scored:]                                         # (B, n)
+        total += F.cross_entropy(logits.flatten(0, 1), targets.flatten(),
+                                 reduction="sum").item()
+        count += n_scored * len(batch)
+        n_windows += len(batch)
+        batch.clear()
         if progress is not None:
             progress(n_windows)
+
+    current = None
+    for start, end, n_scored in windows(tokens.numel(), length, stride, max_windows):
+        if batch and (n_scored != current or len(batch) == batch_size):
+            flush(current)
+        batch.append((start, end))
+        current = n_scored
+    if batch:
+        flush(current)
     return PerplexityResult(total / count, count, n_windows)
