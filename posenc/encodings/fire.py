@@ -1,0 +1,103 @@
+"""FIRE: functional interpolation for relative positions (Li et al., 2023).
+
+The bias of query position i for key position j is a small MLP of a log-transformed,
+length-normalised distance:
+
+    b(i, j) = f(psi(i - j) / psi(max(L, i))),     psi(x) = log(|c x| + 1),
+
+with f: R -> R^H (one hidden ReLU layer, width ``mlp_width`` = 32), a learned log scale c and
+a learned threshold L = |l * L0| (``init_L`` = L0, learned multiplier l initialised to 1).
+Dividing by psi(max(L, i)) maps every distance a query can see into [0, 1], so a longer
+sequence interpolates inside the trained range instead of extrapolating past it. This
+follows the paper's reference code: |i - j| (future keys, hidden by a causal mask, get the
+symmetric value) and an ``eps`` added to the normaliser.
+
+The bias depends on the query position i as well as on i - j, so it is not a
+``DistanceBiasEncoding``. ``score_bias`` evaluates the MLP on an (Lq, Lk) grid. The flex
+``score_mod`` is exact without any (H, n, n) tensor: it computes the normalised distance of
+the one (i, j) pair it is given and evaluates the MLP there as ``mlp_width`` unrolled scalar
+terms, b2[h] + sum_u w2[h, u] * relu(w1[u] x + b1[u]); only the per-query normaliser (Lq,) is
+precomputed. (FlexAttention's score_mod allows no reductions, hence the unrolling; its
+compile time grows with ``mlp_width``.) Each layer has its own FIRE module, as in the
+reference code.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .base import (PositionalEncoding, ScoreMod, register, require_float_in,
+                   require_positive_int)
+
+
+@register("fire")
+class FireEncoding(PositionalEncoding):
+    """Learned MLP of the progressively interpolated log distance, per head.
+
+    Options: ``mlp_width`` (32), ``init_c`` (0.1, > 0), ``init_L`` (512, > 0), ``eps``
+    (1e-6, > 0).
+    """
+
+    family = "bias"
+    extrapolates = "yes (distances normalised by the query position)"
+    per_layer = True
+
+    def __init__(self, *, mlp_width: int = 32, init_c: float = 0.1, init_L: float = 512.0,
+                 eps: float = 1e-6, **kw) -> None:
+        super().__init__(**kw)
+        require_positive_int("mlp_width", mlp_width)
+        self.init_c = require_float_in("init_c", init_c, 0.0, float("inf"))
+        self.init_L = require_float_in("init_L", init_L, 0.0, float("inf"))
+        self.eps = require_float_in("eps", eps, 0.0, float("inf"))
+        self.mlp_width = mlp_width
+        # raw Parameters (a model's blanket nn.Linear init must not redo them); nn.Linear's
+        # default init: uniform(-1/sqrt(fan_in), 1/sqrt(fan_in))
+        bound2 = 1.0 / math.sqrt(mlp_width)
+        self.w1 = nn.Parameter(torch.empty(mlp_width).uniform_(-1.0, 1.0))       # fan_in 1
+        self.b1 = nn.Parameter(torch.empty(mlp_width).uniform_(-1.0, 1.0))
+        self.w2 = nn.Parameter(torch.empty(self.n_heads, mlp_width).uniform_(-bound2, bound2))
+        self.b2 = nn.Parameter(torch.empty(self.n_heads).uniform_(-bound2, bound2))
+        self.c = nn.Parameter(torch.tensor(float(init_c)))
+        self.L_multiplier = nn.Parameter(torch.tensor(1.0))
+
+    def inverse_normaliser(self, q_pos: Tensor) -> Tensor:
+        """1 / (psi(max(L, i)) + eps) per query: (Lq,) fp32."""
+        threshold = (self.L_multiplier * self.init_L).abs()
+        norm = torch.maximum(q_pos.to(torch.float32), threshold)
+        return 1.0 / (torch.log(torch.abs(self.c * norm) + 1.0) + self.eps)
+
+    def normalised_distance(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """psi(i - j) / psi(max(L, i)): (Lq, Lk) fp32 in [0, 1] for visible keys."""
+        rel = q_pos.to(torch.float32)[:, None] - k_pos.to(torch.float32)[None, :]
+        return torch.log(torch.abs(self.c * rel) + 1.0) * self.inverse_normaliser(q_pos)[:, None]
+
+    def mlp(self, x: Tensor) -> Tensor:
+        """f: (...,) -> (..., H)."""
+        hidden = torch.relu(x[..., None] * self.w1 + self.b1)           # (..., W)
+        return hidden @ self.w2.T + self.b2                              # (..., H)
+
+    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        bias = self.mlp(self.normalised_distance(q_pos, k_pos))         # (Lq, Lk, H)
+        return bias.permute(2, 0, 1).unsqueeze(0)                        # (1, H, Lq, Lk)
+
+    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> ScoreMod:
+        qp, kp = q_pos.to(torch.float32), k_pos.to(torch.float32)
+        inv_norm = self.inverse_normaliser(q_pos)                        # (Lq,)
+        c, w1, b1, w2, b2 = self.c, self.w1, self.b1, self.w2, self.b2
+        width = self.mlp_width
+
+        def add_bias(score, b, h, q_idx, kv_idx):
+            x = torch.log(torch.abs(c * (qp[q_idx] - kp[kv_idx])) + 1.0) * inv_norm[q_idx]
+            acc = b2[h]
+            for u in range(width):                                       # unrolled MLP
+                acc = acc + w2[h, u] * torch.relu(w1[u] * x + b1[u])
+            return score + acc.to(score.dtype)
+
+        return add_bias
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, mlp_width={self.mlp_width}, "
+                f"c={float(self.c):.4g}, L={float((self.L_multiplier * self.init_L).abs()):.4g}")

@@ -1,0 +1,103 @@
+"""xPos: rotary embedding with an exponential decay (Sun et al., 2022, "A Length-Extrapolatable
+Transformer").
+
+Each rotated pair i of q at position m is also scaled by zeta_i^(m / scale_base), and of k at
+position n by zeta_i^(-n / scale_base), with
+
+    zeta_i = (2i / R + gamma) / (1 + gamma),   i = 0 .. R/2 - 1,  gamma = 0.4,
+
+so q_m . k_n = sum_i zeta_i^((m - n) / scale_base) * (RoPE term of pair i): it depends only on
+m - n, and since zeta_i < 1 the high-frequency pairs decay with distance (m >= n in a decoder).
+
+Overflow. The two factors are exp(±(m - c) ln(zeta_i) / scale_base) for any offset c (it
+cancels in q.k). The reference implementation centres positions on the middle of the current
+sequence; a KV cache needs the offset fixed, so here c = ``center`` (default max_len // 2, or
+0 without max_len) and cached keys stay exact. The factors overflow (fp32: ~1e38) once
+|pos - c| * ln(1/zeta_0) / scale_base nears the dtype's exponent range: with scale_base 512 and
+gamma 0.4 that is |pos - c| of about 34,000 in fp32/bf16 and 2,000 in fp16. Positions that far
+from the centre raise ValueError (set ``center`` or a larger ``scale_base``) instead of
+returning inf.
+
+Built on :class:`RotaryEncoding` (same theta, layout, rotary_dim and frequency scalings); the
+decay is folded into the cos/sin passed to ``apply_rotary``, so rotation and scaling are one
+pass. Dimensions past ``rotary_dim`` are neither rotated nor scaled.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .base import register, require_float_in
+from .rope import RotaryEncoding
+from .rotary_kernels import apply_rotary
+
+#: exponent headroom kept inside the dtype's normal range, for the magnitude of q and k
+_HEADROOM = math.log(1e2)
+
+
+def xpos_zeta(rotary_dim: int, gamma: float = 0.4) -> Tensor:
+    """Per-pair decay base zeta_i = (2i/R + gamma) / (1 + gamma): (R/2,) fp32, in (0, 1)."""
+    i = torch.arange(0, rotary_dim, 2, dtype=torch.float32)
+    return (i / rotary_dim + gamma) / (1.0 + gamma)
+
+
+@register("xpos")
+class XPosEncoding(RotaryEncoding):
+    """RoPE with per-pair exponential decay of q.k with distance.
+
+    Options (besides RoPE's theta, layout, rotary_dim, scaling):
+        scale_base: distance scale of the decay (> 0, default 512).
+        gamma: zeta offset (> 0, default 0.4).
+        center: position offset c of the scales (any int; default max_len // 2 or 0).
+    """
+
+    extrapolates = "yes (decay damps long distances)"
+    cache_note = "exact (keys cached transformed; fixed center)"
+
+    def __init__(self, *, scale_base: float = 512.0, gamma: float = 0.4,
+                 center: int | None = None, **kw) -> None:
+        super().__init__(**kw)
+        self.scale_base = require_float_in("scale_base", scale_base, 0.0, float("inf"))
+        self.gamma = require_float_in("gamma", gamma, 0.0, float("inf"))
+        if center is None:
+            center = 0 if self.max_len is None else self.max_len // 2
+        if isinstance(center, bool) or not isinstance(center, int):
+            raise ValueError(f"center must be an integer (any sign), got {center!r}")
+        self.center = center
+        self.register_buffer("log_zeta", xpos_zeta(self.rotary_dim, self.gamma).log(),
+                             persistent=False)                             # (R/2,) fp32
+
+    def decay(self, pos: Tensor, sign: float, dtype: torch.dtype) -> Tensor:
+        """zeta^(sign * (pos - center) / scale_base): (L, R/2) fp32; ValueError on overflow."""
+        rel = pos.to(torch.float32) - float(self.center)                    # (L,)
+        if rel.numel():
+            worst = float(rel.abs().max()) * float(-self.log_zeta.min()) / self.scale_base
+            info = torch.finfo(dtype)
+            limit = min(math.log(info.max), -math.log(info.tiny)) - _HEADROOM
+            if worst > limit:
+                far = int(rel.abs().max())
+                raise ValueError(
+                    f"xpos scale overflows {dtype} at distance {far} from center="
+                    f"{self.center}: |pos - center| must be <= "
+                    f"{int(limit * self.scale_base / float(-self.log_zeta.min()))} "
+                    f"for scale_base={self.scale_base}; set center nearer the positions "
+                    f"or a larger scale_base")
+        return torch.exp(sign * rel[:, None] * self.log_zeta[None, :] / self.scale_base)
+
+    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
+                     ) -> tuple[Tensor, Tensor]:
+        seq_len = 1 + int(torch.maximum(q_pos.max(), k_pos.max())) if self.length_dependent \
+            else 0
+        q_cos, q_sin = self.cos_sin(q_pos, seq_len)                          # (Lq, R/2)
+        k_cos, k_sin = self.cos_sin(k_pos, seq_len)                          # (Lk, R/2)
+        q_scale = self.decay(q_pos, 1.0, q.dtype)
+        k_scale = self.decay(k_pos, -1.0, k.dtype)
+        return (apply_rotary(q, q_cos * q_scale, q_sin * q_scale, self.layout),
+                apply_rotary(k, k_cos * k_scale, k_sin * k_scale, self.layout))
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, scale_base={self.scale_base}, gamma={self.gamma}, "
+                f"center={self.center}")
