@@ -1,0 +1,77 @@
+"""``posenc compare``: train each encoding short, test it long, write results/report/plots."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+NAME = "compare"
+HELP = ("train every encoding with the same data, budget and seed, evaluate at L..16L "
+        "(plus RoPE inference-time scalings), write results.json, report.md and PNG plots")
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def _name_list(text: str) -> tuple[str, ...]:
+    values = tuple(v.strip() for v in text.split(",") if v.strip())
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one name")
+    return values
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..lab.presets import PRESETS
+    p.add_argument("--out", required=True, help="output directory (resumed if it holds the "
+                   "same comparison)")
+    p.add_argument("--preset", default="default", choices=sorted(PRESETS),
+                   help="default: ~10 min on a 2-core CPU; paper: larger, for a GPU; "
+                        "smoke: seconds")
+    p.add_argument("--encodings", type=_name_list, help="comma-separated encodings, e.g. "
+                   "nope,learned,sinusoidal,rope,alibi,t5 (see `posenc list`)")
+    p.add_argument("--steps", type=int, help="training steps per encoding")
+    p.add_argument("--train-len", type=int, help="training length L")
+    p.add_argument("--lengths", type=_int_list,
+                   help="evaluation lengths (default: L,2L,4L,8L,16L)")
+    p.add_argument("--scalings", type=_name_list,
+                   help="RoPE inference-time scalings, e.g. linear:4,ntk:4,dynamic,yarn:4,logn"
+                        " ('none' for none)")
+    p.add_argument("--eval-tokens", type=int, help="tokens scored per evaluation length")
+    p.add_argument("--stride", type=int, help="sliding-window stride (default: "
+                   "non-overlapping windows)")
+    p.add_argument("--data", help="text file or folder (default: the Python standard library)")
+    p.add_argument("--tokenizer", help="byte or bpe:N")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a different comparison in --out instead of refusing")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..lab.compare import run_compare
+    from ..lab.presets import preset
+    scalings = args.scalings
+    if scalings is not None and [s.lower() for s in scalings] == ["none"]:
+        scalings = ()
+    cfg = preset(args.preset, encodings=args.encodings, steps=args.steps,
+                 train_len=args.train_len, lengths=args.lengths, scalings=scalings,
+                 eval_tokens=args.eval_tokens, stride=args.stride, data=args.data,
+                 tokenizer=args.tokenizer, seed=args.seed)
+    start = time.perf_counter()
+    outcome = run_compare(cfg, args.out, overwrite=args.overwrite,
+                          progress=not args.no_progress)
+    minutes = (time.perf_counter() - start) / 60
+    print(f"{len(outcome.results['runs'])} runs ({len(outcome.trained)} trained now, "
+          f"{len(outcome.reused)} reused) in {minutes:.1f} min")
+    print(f"results: {outcome.out_dir / 'results.json'}")
+    print(f"report:  {outcome.report}")
+    for path in outcome.plots:
+        print(f"plot:    {path}")
+    return 0

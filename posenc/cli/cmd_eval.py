@@ -1,0 +1,155 @@
+"""``posenc eval RUN``: perplexity (and entropy, task accuracy) of a trained run against length."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from pathlib import Path
+
+NAME = "eval"
+HELP = ("evaluate a trained run at several lengths on held-out data (optionally with RoPE "
+        "inference-time scaling, attention entropy, synthetic-task accuracy)")
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="a run directory written by `posenc train` or `posenc compare`")
+    p.add_argument("--lengths", type=_int_list,
+                   help="evaluation lengths, e.g. 128,256,512 (default: L,2L,4L,8L,16L)")
+    p.add_argument("--stride", type=int, help="sliding windows with this stride (default: "
+                   "non-overlapping windows)")
+    p.add_argument("--max-tokens", type=int, default=65536,
+                   help="tokens scored per length, from the start of the split (default "
+                        "65536; 0 = the whole split)")
+    p.add_argument("--split", default="test", choices=("validation", "test"))
+    p.add_argument("--rope-scaling", help="linear:F, ntk:F, dynamic, yarn:F (RoPE runs only)")
+    p.add_argument("--logn", action="store_true", help="log-n attention scaling past L")
+    p.add_argument("--entropy", action="store_true", help="also measure attention entropy")
+    p.add_argument("--task", help="also measure accuracy on a synthetic task "
+                   "(copy, reverse, addition, passkey)")
+    p.add_argument("--task-examples", type=int, default=64)
+    p.add_argument("--json", action="store_true", help="print the JSON written to RUN")
+
+
+def load_checked_run(path: str):
+    """load_run with one-line errors for a missing directory or a directory without a run."""
+    from ..train.checkpoint import load_run
+    run_dir = Path(path)
+    if not run_dir.exists():
+        raise FileNotFoundError(f"run directory {run_dir} does not exist")
+    if not run_dir.is_dir():
+        raise NotADirectoryError(f"{run_dir} is not a directory")
+    if not (run_dir / "config.json").exists():
+        raise ValueError(f"{run_dir} holds no run (no config.json); give a directory written "
+                         "by `posenc train` or one of `posenc compare`'s runs/<encoding>")
+    return run_dir, load_run(run_dir)
+
+
+def _eval_name(label: str | None) -> str:
+    if not label:
+        return "eval.json"
+    return "eval-" + "".join(c if c.isalnum() else "-" for c in label.replace(":", "")) + ".json"
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, str):
+        return x
+    if isinstance(x, int):
+        return str(x)
+    return "inf" if not math.isfinite(x) else f"{x:.4g}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..eval.entropy import entropy_at_lengths
+    from ..eval.inference_scaling import InferenceScaling, apply_inference_scaling
+    from ..eval.lengths import perplexity_at_lengths, unsupported_length, validate_lengths
+    from ..eval.tasks import task_accuracy_at_lengths
+    run_dir, loaded = load_checked_run(args.run)
+    tcfg = loaded.train_config
+    scaling = InferenceScaling(args.rope_scaling, args.logn)
+    model = apply_inference_scaling(loaded.model, scaling, tcfg.train_len)
+    lengths = validate_lengths(list(args.lengths or [tcfg.train_len * m
+                                                     for m in (1, 2, 4, 8, 16)]), args.stride)
+    for n in lengths:
+        note = unsupported_length(model, n)
+        if note is not None:
+            raise ValueError(f"length {n} is past the learned position table of this run "
+                             f"({note.removeprefix('n/a (past learned table of ').rstrip(')')}"
+                             f" positions, encoding {tcfg.model.pe!r}); use lengths <= "
+                             f"{model.config.max_len}")
+    if args.max_tokens is not None and args.max_tokens < 0:
+        raise ValueError(f"--max-tokens must be >= 0, got {args.max_tokens}")
+    report = {"run": str(run_dir), "encoding": tcfg.model.pe,
+              "options": dict(tcfg.model.pe_options), "train_len": tcfg.train_len,
+              "steps": loaded.steps, "inference_scaling": scaling.label, "split": args.split,
+              "stride": args.stride, "lengths": lengths}
+    rows = {n: {} for n in lengths}
+    if tcfg.task is None:
+        from ..data.cache import token_stream
+        from ..data.corpora import load_corpus
+        corpus = load_corpus(tcfg.data)
+        if corpus.info() != loaded.corpus_info:
+            raise ValueError(f"the run's corpus ({loaded.corpus_info.get('name')}, sha256 "
+                             f"{str(loaded.corpus_info.get('sha256'))[:12]}) differs from "
+                             f"what {tcfg.data or 'stdlib'} gives now (sha256 "
+                             f"{corpus.sha256[:12]}); its held-out split is not comparable")
+        tokens = token_stream(corpus, loaded.tokenizer, args.split, Path(tcfg.cache_dir))
+        ppl = perplexity_at_lengths(model, tokens, lengths, stride=args.stride,
+                                    max_tokens=args.max_tokens or None)
+        report["corpus"] = corpus.info()
+        report["ppl"] = {str(r.length): r.value for r in ppl}
+        report["ppl_tokens"] = {str(r.length): r.n_tokens for r in ppl}
+        for r in ppl:
+            rows[r.length].update(ppl=r.value, tokens=r.n_tokens, seconds=r.seconds)
+        if args.entropy:
+            ent = entropy_at_lengths(model, tokens, lengths)
+            report["entropy"] = {str(e.length): e.to_dict() for e in ent}
+            for e in ent:
+                rows[e.length].update(entropy=e.tail, uniform=e.uniform_tail)
+    task = args.task or tcfg.task
+    if task:
+        acc = task_accuracy_at_lengths(model, task, lengths, n_examples=args.task_examples,
+                                       seed=tcfg.seed + 1)
+        report["task"] = task
+        report["task_accuracy"] = {str(a.length): a.to_dict() for a in acc}
+        for a in acc:
+            rows[a.length].update(token_acc=a.token_accuracy, exact=a.exact_match)
+    path = run_dir / _eval_name(scaling.label)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    cols = [k for k in ("ppl", "tokens", "entropy", "uniform", "token_acc", "exact", "seconds")
+            if any(k in row for row in rows.values())]
+    heads = {"ppl": "perplexity", "tokens": "tokens", "entropy": "entropy(tail)",
+             "uniform": "uniform", "token_acc": "token acc", "exact": "exact match",
+             "seconds": "seconds"}
+    title = f"{run_dir} ({tcfg.model.pe}{'+' + scaling.label if scaling.label else ''}, " \
+            f"trained at L={tcfg.train_len})"
+    print(title)
+    table = [["length"] + [heads[c] for c in cols]]
+    for n in lengths:
+        table.append([str(n) + (" (L)" if n == tcfg.train_len else "")]
+                     + [_fmt(rows[n].get(c)) for c in cols])
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for i, r in enumerate(table):
+        print("  ".join(v.rjust(w) for v, w in zip(r, widths)))
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+    print(f"wrote {path}")
+    return 0

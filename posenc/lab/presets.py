@@ -1,0 +1,153 @@
+"""What ``posenc compare`` trains and measures: a typed configuration and its named presets.
+
+- ``default``: a CPU run for a laptop (about 10 minutes on 2 cores): six encodings, a tiny
+  model trained at length 64 on the byte-level standard-library corpus, evaluated at
+  64..1024 with RoPE's inference-time scalings.
+- ``paper``: a larger configuration meant for a GPU, in the spirit of the ALiBi paper's
+  WikiText-103 runs (train at 512, test up to 16x), on the same corpus with BPE.
+- ``smoke``: two encodings and a few steps, for checking the pipeline in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from ..encodings import list_encodings
+from ..encodings.base import require_int_at_least, require_positive_int
+from ..eval.inference_scaling import InferenceScaling
+
+#: RoPE inference-time scalings evaluated by default (each on the trained RoPE weights)
+DEFAULT_SCALINGS = ("linear:4", "ntk:4", "dynamic", "yarn:4", "logn")
+#: evaluation lengths are train_len times these unless given explicitly
+LENGTH_MULTIPLIERS = (1, 2, 4, 8, 16)
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """Everything that defines a comparison; two runs with equal configs are comparable.
+
+    Training (the same for every encoding): ``train_len``, ``steps``, ``batch_size``,
+    ``lr``, ``warmup_steps``, ``weight_decay``, ``grad_clip``, ``seed``, ``bf16`` and the model
+    shape ``d_model``, ``n_layers``, ``n_heads``. Data: ``data`` (None: the standard library
+    source) and ``tokenizer``. Evaluation: ``lengths`` (empty: train_len x 1, 2, 4, 8, 16),
+    ``eval_tokens`` (tokens scored per length, from the start of the test split), ``stride``
+    (None: non-overlapping windows), ``scalings`` (RoPE inference-time scalings), entropy at
+    lengths up to ``entropy_max_len`` (0: off) on ``entropy_windows`` windows.
+    """
+
+    preset: str = "default"
+    encodings: tuple[str, ...] = ("nope", "learned", "sinusoidal", "rope", "alibi", "t5")
+    train_len: int = 64
+    steps: int = 600
+    batch_size: int = 32
+    lr: float = 2e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    seed: int = 0
+    bf16: bool = False
+    d_model: int = 128
+    n_layers: int = 2
+    n_heads: int = 4
+    data: str | None = None
+    tokenizer: str = "byte"
+    lengths: tuple[int, ...] = ()
+    eval_tokens: int = 32768
+    stride: int | None = None
+    scalings: tuple[str, ...] = DEFAULT_SCALINGS
+    entropy_max_len: int = 1024
+    entropy_windows: int = 2
+
+    def __post_init__(self) -> None:
+        if not self.encodings:
+            raise ValueError("encodings must name at least one encoding; valid: "
+                             + ", ".join(list_encodings()))
+        unknown = [e for e in self.encodings if e not in list_encodings()]
+        if unknown:
+            raise ValueError(f"unknown encoding(s) {', '.join(unknown)}; valid encodings: "
+                             f"{', '.join(list_encodings())}")
+        if len(set(self.encodings)) != len(self.encodings):
+            raise ValueError(f"encodings are listed twice: {', '.join(self.encodings)}")
+        for name in ("train_len", "steps", "batch_size", "d_model", "n_layers", "n_heads",
+                     "eval_tokens", "entropy_windows"):
+            require_positive_int(name, getattr(self, name))
+        require_int_at_least("train_len", self.train_len, 2)
+        require_int_at_least("entropy_max_len", self.entropy_max_len, 0)
+        require_int_at_least("warmup_steps", self.warmup_steps, 0)
+        if self.d_model % self.n_heads:
+            raise ValueError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
+        for name in ("lr", "weight_decay", "grad_clip"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value) or value < 0 or (name == "lr" and value == 0):
+                raise ValueError(f"{name} must be a finite number "
+                                 f"{'> 0' if name == 'lr' else '>= 0'}, got {value!r}")
+        for length in self.lengths:
+            require_int_at_least("lengths", length, 2)
+        if self.lengths and len(set(self.lengths)) != len(self.lengths):
+            raise ValueError(f"lengths are listed twice: {list(self.lengths)}")
+        if self.stride is not None:
+            require_positive_int("stride", self.stride)
+            if self.stride >= min(self.eval_lengths):
+                raise ValueError(f"stride must be in [1, shortest length - 1 = "
+                                 f"{min(self.eval_lengths) - 1}], got {self.stride}")
+        labels = [InferenceScaling.parse(s).label for s in self.scalings]   # raises if bad
+        if None in labels or len(set(labels)) != len(labels):
+            raise ValueError(f"scalings must be distinct non-empty specs, got "
+                             f"{list(self.scalings)}")
+
+    @property
+    def eval_lengths(self) -> tuple[int, ...]:
+        """Evaluation lengths, sorted: ``lengths`` or train_len x (1, 2, 4, 8, 16)."""
+        if self.lengths:
+            return tuple(sorted(self.lengths))
+        return tuple(self.train_len * m for m in LENGTH_MULTIPLIERS)
+
+    @property
+    def entropy_lengths(self) -> tuple[int, ...]:
+        return tuple(n for n in self.eval_lengths if n <= self.entropy_max_len)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (tuples as lists) with the resolved evaluation lengths."""
+        out = asdict(self)
+        for key, value in out.items():
+            if isinstance(value, tuple):
+                out[key] = list(value)
+        out["lengths"] = list(self.eval_lengths)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CompareConfig:
+        valid = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - valid)
+        if unknown:
+            raise ValueError(f"unknown compare config key(s) {', '.join(unknown)}; valid: "
+                             f"{', '.join(sorted(valid))}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+PRESETS: dict[str, CompareConfig] = {
+    "default": CompareConfig(),
+    "paper": CompareConfig(
+        preset="paper", train_len=512, steps=20000, batch_size=32, lr=6e-4,
+        warmup_steps=1000, d_model=512, n_layers=8, n_heads=8, tokenizer="bpe:8192",
+        bf16=True, eval_tokens=262144, entropy_max_len=4096, entropy_windows=4),
+    "smoke": CompareConfig(
+        preset="smoke", encodings=("rope", "alibi"), train_len=16, steps=20, batch_size=8,
+        lr=3e-3, warmup_steps=2, d_model=32, n_layers=1, n_heads=2, eval_tokens=512,
+        entropy_max_len=64, entropy_windows=1),
+}
+
+
+def preset(name: str, **overrides: Any) -> CompareConfig:
+    """The preset ``name`` with some fields replaced (None values are ignored)."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}")
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    valid = {f.name for f in fields(CompareConfig)}
+    unknown = sorted(set(changes) - valid)
+    if unknown:
+        raise ValueError(f"unknown compare option(s) {', '.join(unknown)}")
+    return replace(PRESETS[name], **changes)

@@ -1,0 +1,1 @@
+"""Pictures: perplexity against length, training curves, attention entropy."""
