@@ -176,3 +176,14 @@ def test_perplexity_scores_the_next_token():
                         if torch.equal(ids[0], tokens[:16]) else torch.zeros(1, 16, 32),
                         tokens[:16], 16)
     assert result.ppl == pytest.approx(1.0)
+
+
+def test_refused_positions_become_notes_when_asked():
+    model = tiny("multiplicative", positions="learned")           # its own table check
+    with pytest.raises(ValueError):
+        perplexity_at_lengths(model, stream(100), [16, 32])
+    results = perplexity_at_lengths(model, stream(100), [16, 32], errors="note")
+    assert results[0].ppl is not None
+    assert results[1].ppl is None and results[1].note.startswith("n/a (")
+    ent = entropy_at_lengths(model, stream(100), [16, 32], errors="note")
+    assert ent[0].tail is not None and ent[1].note.startswith("n/a (")

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .lengths import as_token_tensor, unsupported_length, validate_lengths
+from .lengths import as_token_tensor, na_note, unsupported_length, validate_lengths
 
 #: the "tail" of a window: its last quarter of query positions (those seeing the most keys)
 TAIL_FRACTION = 0.25
@@ -67,12 +67,15 @@ def tail_start(length: int) -> int:
 
 @torch.no_grad()
 def entropy_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths: Sequence[int],
-                       *, n_windows: int = 2) -> list[EntropyResult]:
+                       *, n_windows: int = 2, errors: str = "raise") -> list[EntropyResult]:
     """Attention entropy of ``model`` on ``n_windows`` non-overlapping windows per length.
 
     Uses the eager backend (which returns the weights), so memory grows as
-    n_layers * H * length^2 per window: keep lengths modest (a few thousand).
+    n_layers * H * length^2 per window: keep lengths modest (a few thousand). ``errors``:
+    ``"raise"`` or ``"note"`` (a ValueError from the model gives an n/a result).
     """
+    if errors not in ("raise", "note"):
+        raise ValueError(f"errors must be 'raise' or 'note', got {errors!r}")
     if isinstance(n_windows, bool) or not isinstance(n_windows, int) or n_windows < 1:
         raise ValueError(f"n_windows must be an integer >= 1, got {n_windows!r}")
     lengths = validate_lengths(list(lengths), None, len(tokens))
@@ -93,10 +96,19 @@ def entropy_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths: S
             start = tail_start(length)
             means, tails = [], []
             for i in range(count):                                    # one window at a time
-                _, weights = model(ids[i:i + 1], backend="eager", need_weights=True)
+                try:
+                    _, weights = model(ids[i:i + 1], backend="eager", need_weights=True)
+                except ValueError as err:
+                    if errors == "raise":
+                        raise
+                    note = na_note(err)
+                    break
                 ent = torch.stack([attention_entropy(w[0]) for w in weights])  # (layers, H, L)
                 means.append(ent.mean(dim=(1, 2)))                    # (layers,)
                 tails.append(ent[:, :, start:].mean(dim=(1, 2)))
+            if note is not None:
+                out.append(EntropyResult(length, None, None, None, uniform, 0, note))
+                continue
             per_layer = torch.stack(means).mean(dim=0)
             tail = torch.stack(tails).mean(dim=0)
             out.append(EntropyResult(length, float(per_layer.mean()), float(tail.mean()),

@@ -70,6 +70,12 @@ def unsupported_length(model: nn.Module, length: int) -> str | None:
     return None
 
 
+def na_note(err: Exception) -> str:
+    """``"n/a (<first clause of the error>)"`` for a length a model refused."""
+    text = str(err).split(";")[0].strip().rstrip(".")
+    return f"n/a ({text})"
+
+
 def as_token_tensor(tokens: Tensor | np.ndarray, n: int | None = None) -> Tensor:
     """The first ``n`` tokens (all if None) of a 1-D tensor or (memory-mapped) array as int64."""
     if isinstance(tokens, Tensor):
@@ -124,8 +130,8 @@ def model_logits_fn(model: nn.Module, backend: str = "auto") -> Callable[[Tensor
 def perplexity_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths: Sequence[int],
                           *, stride: int | None = None, max_tokens: int | None = None,
                           backend: str = "auto", batch_tokens: int = DEFAULT_BATCH_TOKENS,
-                          progress: Callable[[int], None] | None = None
-                          ) -> list[LengthResult]:
+                          progress: Callable[[int], None] | None = None,
+                          errors: str = "raise") -> list[LengthResult]:
     """Perplexity of ``model`` on a held-out stream at each length.
 
     Args:
@@ -135,9 +141,13 @@ def perplexity_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths
         max_tokens: read at most about this many tokens per length (all windows start at 0,
             so every length scores the same leading part of the stream).
         progress: called with 1 after each length.
+        errors: ``"raise"``, or ``"note"``: a ValueError from the model at a length (an
+            encoding refusing a position) becomes an n/a result carrying its message.
 
     Returns one :class:`LengthResult` per length, in increasing order.
     """
+    if errors not in ("raise", "note"):
+        raise ValueError(f"errors must be 'raise' or 'note', got {errors!r}")
     n_available = len(tokens)
     lengths = validate_lengths(list(lengths), stride, n_available)
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(
@@ -159,10 +169,17 @@ def perplexity_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths
                 budget = window_budget(length, stride, max_tokens)
                 last_end = max(end for _, end, _ in windows(n_available, length, stride, budget))
                 stream = as_token_tensor(tokens, last_end)
-                r = perplexity(logits_fn, stream, length, stride, max_windows=budget,
-                               batch_size=max(1, batch_tokens // length))
-                results.append(LengthResult(length, r.ppl, r.nll, r.n_tokens, r.n_windows,
-                                            time.perf_counter() - start))
+                try:
+                    r = perplexity(logits_fn, stream, length, stride, max_windows=budget,
+                                   batch_size=max(1, batch_tokens // length))
+                except ValueError as err:
+                    if errors == "raise":
+                        raise
+                    results.append(LengthResult(length, None, None, 0, 0,
+                                                time.perf_counter() - start, na_note(err)))
+                else:
+                    results.append(LengthResult(length, r.ppl, r.nll, r.n_tokens, r.n_windows,
+                                                time.perf_counter() - start))
             if progress is not None:
                 progress(1)
     finally:

@@ -243,13 +243,13 @@ def evaluate_run(cfg: CompareConfig, loaded, test_tokens, encoding: str, scaling
         model = apply_inference_scaling(model, InferenceScaling.parse(scaling), cfg.train_len)
     start = time.perf_counter()
     ppl = perplexity_at_lengths(model, test_tokens, cfg.eval_lengths, stride=cfg.stride,
-                                max_tokens=cfg.eval_tokens,
+                                max_tokens=cfg.eval_tokens, errors="note",
                                 progress=lambda n: progress.update(n * progress.eval_unit))
     entropy = None
     if cfg.entropy_lengths:
         entropy = {str(e.length): e.to_dict() if e.note is None else e.note
                    for e in entropy_at_lengths(model, test_tokens, cfg.entropy_lengths,
-                                               n_windows=cfg.entropy_windows)}
+                                               n_windows=cfg.entropy_windows, errors="note")}
     return {
         "encoding": encoding,
         "options": dict(loaded.train_config.model.pe_options),
