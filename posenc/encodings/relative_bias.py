@@ -39,7 +39,7 @@ class DistanceBiasEncoding(PositionalEncoding):
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> ScoreMod:
         table, lo = self.distance_table(q_pos, k_pos)                # (H, N)
         table = table.to(q.dtype)
-        q_off, k_off = q_pos - lo, k_pos
+        q_off, k_off = q_pos + lo, k_pos                             # column = k - (q + lo)
 
         def add_bias(score, b, h, q_idx, kv_idx):
             return score + table[h, k_off[kv_idx] - q_off[q_idx]]
