@@ -1,9 +1,44 @@
-"""Pure functions that rotate query/key pairs: the hot path of every rotary encoding."""
+"""Pure functions that rotate query/key pairs: the hot path of every rotary encoding.
+
+:func:`apply_rotary` computes, per pair ``(a, b)`` of rotated dimensions and angle ``t``,
+``(a cos t - b sin t, a sin t + b cos t)`` in fp32, then casts to the input dtype. Pairs are
+``(i, i + R/2)`` for ``layout="half"`` and ``(2i, 2i + 1)`` for ``layout="interleaved"``.
+
+Two implementations give bit-identical results:
+
+- :func:`apply_rotary_reference`: plain tensor ops (one rounding per multiply and add, no
+  fused multiply-add). Used under ``torch.compile``/tracing/functorch, for other devices and
+  dtypes, and wherever the native kernel is unavailable.
+- a small C kernel (compiled once with the system C compiler, cached under
+  ``$POSENC_CACHE_DIR`` or ``~/.cache/posenc``, loaded with ctypes) for CPU fp32/bf16: one
+  pass over the input, one over the output (streaming stores for large outputs), any strides
+  with a unit last stride, all intra-op threads. A plain copy of q and k makes the same two
+  passes, so this is the memory floor (see BENCHMARKS.md). Gradients go through an autograd
+  function whose backward is the inverse rotation (the same kernel with ``-sin``).
+
+Set ``POSENC_NATIVE_KERNELS=0`` to force the reference path.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
 import torch
 from torch import Tensor
+
+LAYOUTS = ("half", "interleaved")
+#: outputs at least this large are written with streaming (cache-bypassing) stores
+STREAM_MIN_BYTES = 4 << 20
+#: rows of work per extra thread, so small calls stay single-threaded
+_ELEMS_PER_THREAD = 1 << 16
 
 
 def rotary_angles(pos: Tensor, inv_freq: Tensor) -> Tensor:
@@ -14,17 +49,281 @@ def rotary_angles(pos: Tensor, inv_freq: Tensor) -> Tensor:
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Tensor:
     """Rotate the first R dims of x. x (..., L, D); cos, sin (L, R/2) fp32 -> (..., L, D).
 
-    ``cos``/``sin`` may carry an attention factor (they then have norm != 1).
+    ``cos``/``sin`` may carry an attention factor (they then have norm != 1). The output is a
+    new tensor in x's dtype; x is not modified.
     """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if 2 * cos.shape[-1] > x.shape[-1]:
+        raise ValueError(f"cos/sin cover {2 * cos.shape[-1]} rotated dims, more than the "
+                         f"head_dim={x.shape[-1]} of x")
+    if not _native_eligible(x, cos, sin):
+        return apply_rotary_reference(x, cos, sin, layout)
+    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
+        return apply_rotary_reference(x, cos, sin, layout)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _RotaryFunction.apply(x, cos, sin, layout)
+    return _native_rotary(x, cos, sin, layout)
+
+
+def apply_rotary_reference(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half"
+                           ) -> Tensor:
+    """:func:`apply_rotary` with plain tensor ops (any device, dtype and broadcastable cos)."""
     rot = 2 * cos.shape[-1]
     x_rot, x_pass = x[..., :rot], x[..., rot:]
     if layout == "interleaved":
-        # one complex multiply: (x0 + i x1) * (cos + i sin)
-        work = x_rot.float().reshape(*x_rot.shape[:-1], rot // 2, 2)    # (..., L, R/2, 2)
-        rotated = torch.view_as_real(torch.view_as_complex(work.contiguous())
-                                     * torch.complex(cos, sin)).flatten(-2)  # (..., L, R)
+        pairs = x_rot.float().unflatten(-1, (rot // 2, 2))              # (..., L, R/2, 2)
+        a, b = pairs[..., 0], pairs[..., 1]                              # (..., L, R/2) each
+        rotated = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+    elif layout == "half":
+        a, b = x_rot.float().chunk(2, dim=-1)                            # (..., L, R/2) each
+        rotated = torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
     else:
-        x1, x2 = x_rot.float().chunk(2, dim=-1)                          # (..., L, R/2) each
-        rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-    rotated = rotated.to(x.dtype)
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    rotated = rotated.to(x.dtype)                                        # (..., L, R)
     return rotated if x_pass.shape[-1] == 0 else torch.cat((rotated, x_pass), dim=-1)
+
+
+class _RotaryFunction(torch.autograd.Function):
+    """Native forward; backward rotates the gradient back (R(t)^T = R(-t))."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+        ctx.save_for_backward(cos, sin)
+        ctx.layout = layout
+        return _native_rotary(x, cos, sin, layout)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        cos, sin = ctx.saved_tensors
+        return apply_rotary(grad, cos, -sin, ctx.layout), None, None, None
+
+
+# ------------------------------------------------------------------------ native kernel
+
+_KERNEL_SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+#include <pthread.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+#define MAXD 1024
+
+typedef struct {
+  const char *x; char *out; const float *cos, *sin;
+  int64_t n1, n2, len, dim, rot, sx0, sx1, sx2, sxl;
+  int bf16, interleaved, stream;
+  int64_t row_begin, row_end;
+} job_t;
+
+static inline float bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f;
+}
+static inline uint16_t f32_to_bf16(float f) {          /* round to nearest even, as c10 */
+  uint32_t u; memcpy(&u, &f, 4);
+  if (f != f) return 0x7FC0;
+  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static void store_row(char *dst, const char *src, int64_t bytes, int stream) {
+#if defined(__SSE2__)
+  if (stream && ((uintptr_t)dst & 15) == 0 && (bytes & 15) == 0) {
+    for (int64_t i = 0; i < bytes; i += 16)
+      _mm_stream_si128((__m128i *)(dst + i), _mm_loadu_si128((const __m128i *)(src + i)));
+    return;
+  }
+#endif
+  memcpy(dst, src, (size_t)bytes);
+}
+
+static void rotate_rows(const job_t *j) {
+  float xf[MAXD] __attribute__((aligned(64)));
+  float of[MAXD] __attribute__((aligned(64)));
+  uint16_t ob[MAXD] __attribute__((aligned(64)));
+  const int64_t d = j->dim, h = j->rot / 2, esize = j->bf16 ? 2 : 4;
+  const int64_t per1 = j->n2 * j->len, per0 = j->n1 * per1;
+  for (int64_t r = j->row_begin; r < j->row_end; r++) {
+    const int64_t i0 = r / per0, i1 = (r / per1) % j->n1, i2 = (r / j->len) % j->n2,
+                  l = r % j->len;
+    const char *src = j->x + esize * (i0 * j->sx0 + i1 * j->sx1 + i2 * j->sx2 + l * j->sxl);
+    const float *restrict c = j->cos + l * h, *restrict s = j->sin + l * h;
+    const float *restrict x = (const float *)src;
+    float *restrict o = of;
+    if (j->bf16) {
+      const uint16_t *xb = (const uint16_t *)src;
+      for (int64_t i = 0; i < d; i++) xf[i] = bf16_to_f32(xb[i]);
+      x = xf;
+    }
+    if (j->interleaved) {
+      for (int64_t i = 0; i < h; i++) {
+        const float a = x[2 * i], b = x[2 * i + 1];
+        o[2 * i] = a * c[i] - b * s[i];
+        o[2 * i + 1] = a * s[i] + b * c[i];
+      }
+    } else {
+      for (int64_t i = 0; i < h; i++) {
+        o[i] = x[i] * c[i] - x[h + i] * s[i];
+        o[h + i] = x[h + i] * c[i] + x[i] * s[i];
+      }
+    }
+    for (int64_t i = j->rot; i < d; i++) o[i] = x[i];
+    char *dst = j->out + r * d * esize;
+    if (j->bf16) {
+      for (int64_t i = 0; i < d; i++) ob[i] = f32_to_bf16(of[i]);
+      store_row(dst, (const char *)ob, d * 2, j->stream);
+    } else {
+      store_row(dst, (const char *)of, d * 4, j->stream);
+    }
+  }
+#if defined(__SSE2__)
+  if (j->stream) _mm_sfence();
+#endif
+}
+
+static void *run_job(void *arg) { rotate_rows((const job_t *)arg); return NULL; }
+
+/* x: (n0, n1, n2, len, dim) with element strides sx0, sx1, sx2, sxl and 1; out contiguous.
+   cos, sin: (len, rot/2) contiguous fp32. Returns 0, or -1 on bad arguments. */
+int posenc_rotary(const void *x, void *out, const float *cos, const float *sin,
+                  int64_t n0, int64_t n1, int64_t n2, int64_t len, int64_t dim, int64_t rot,
+                  int64_t sx0, int64_t sx1, int64_t sx2, int64_t sxl,
+                  int bf16, int interleaved, int stream, int n_threads) {
+  if (dim > MAXD || rot > dim || rot % 2 || n_threads < 1 || n_threads > 256) return -1;
+  const int64_t rows = n0 * n1 * n2 * len;
+  job_t jobs[256];
+  pthread_t tids[256];
+  int started[256];
+  for (int t = 0; t < n_threads; t++) {
+    job_t j = {(const char *)x, (char *)out, cos, sin, n1, n2, len, dim, rot,
+               sx0, sx1, sx2, sxl, bf16, interleaved, stream,
+               rows * t / n_threads, rows * (t + 1) / n_threads};
+    jobs[t] = j;
+  }
+  for (int t = 1; t < n_threads; t++)
+    started[t] = pthread_create(&tids[t], NULL, run_job, &jobs[t]) == 0;
+  rotate_rows(&jobs[0]);
+  for (int t = 1; t < n_threads; t++) {
+    if (started[t]) pthread_join(tids[t], NULL);
+    else rotate_rows(&jobs[t]);
+  }
+  return 0;
+}
+"""
+
+_MAX_DIM = 1024
+_lock = threading.Lock()
+_state: dict[str, object] = {}      # "lib": the loaded kernel, or "error": why there is none
+
+
+def native_rotary_status() -> str:
+    """"ready", "disabled" (POSENC_NATIVE_KERNELS=0) or why the kernel could not be built.
+    Builds the kernel on first use."""
+    if os.environ.get("POSENC_NATIVE_KERNELS", "1") == "0":
+        return "disabled"
+    _load()
+    return "ready" if "lib" in _state else str(_state["error"])
+
+
+def _native_eligible(x: Tensor, cos: Tensor, sin: Tensor) -> bool:
+    if os.environ.get("POSENC_NATIVE_KERNELS", "1") == "0":
+        return False
+    plain = (torch.Tensor, torch.nn.Parameter)
+    if type(x) not in plain or type(cos) not in plain or type(sin) not in plain:
+        return False
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.jit.is_scripting():
+        return False
+    if any(torch._C._functorch.is_functorch_wrapped_tensor(t) for t in (x, cos, sin)):
+        return False
+    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.bfloat16):
+        return False
+    if not 2 <= x.dim() <= 5 or x.stride(-1) != 1 or x.numel() == 0 \
+            or x.shape[-1] > _MAX_DIM:
+        return False
+    expected = (x.shape[-2], cos.shape[-1])
+    for t in (cos, sin):
+        if t.device.type != "cpu" or t.dtype != torch.float32 or tuple(t.shape) != expected:
+            return False
+    return _load() is not None
+
+
+def _native_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """The kernel call; the caller checked :func:`_native_eligible`."""
+    lib = _load()
+    cos, sin = cos.detach().contiguous(), sin.detach().contiguous()
+    x = x.detach()
+    lead, strides = list(x.shape[:-2]), list(x.stride()[:-2])
+    while len(lead) < 3:
+        lead.insert(0, 1)
+        strides.insert(0, 0)
+    out = torch.empty(x.shape, dtype=x.dtype)                         # (..., L, D)
+    nbytes = out.numel() * out.element_size()
+    threads = max(1, min(torch.get_num_threads(), x.numel() // _ELEMS_PER_THREAD))
+    code = lib.posenc_rotary(x.data_ptr(), out.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+                             *lead, x.shape[-2], x.shape[-1], 2 * cos.shape[-1], *strides,
+                             x.stride(-2), int(x.dtype == torch.bfloat16),
+                             int(layout == "interleaved"), int(nbytes >= STREAM_MIN_BYTES),
+                             threads)
+    if code != 0:
+        raise RuntimeError(f"posenc rotary kernel rejected its arguments (code {code})")
+    return out
+
+
+def _load():
+    """The loaded kernel library, or None (the reason is kept in ``_state``)."""
+    if "lib" in _state or "error" in _state:
+        return _state.get("lib")
+    with _lock:
+        if "lib" not in _state and "error" not in _state:
+            try:
+                _state["lib"] = _build_and_load()
+            except (OSError, RuntimeError, subprocess.SubprocessError) as err:
+                _state["error"] = f"native rotary kernel unavailable: {err}"
+    return _state.get("lib")
+
+
+def _compiler_flags() -> list[str]:
+    flags = ["-O3", "-shared", "-fPIC", "-pthread", "-std=c99", "-ffp-contract=off"]
+    if platform.machine().lower() in ("x86_64", "amd64") and \
+            torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
+        flags.append("-mavx2")
+    return flags
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("POSENC_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "posenc")
+    path = Path(root)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if os.access(path, os.W_OK):
+            return path
+    except OSError:
+        pass
+    return Path(tempfile.mkdtemp(prefix="posenc-"))                  # private to this process
+
+
+def _build_and_load():
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        raise RuntimeError("no C compiler found (set CC)")
+    flags = _compiler_flags()
+    key = hashlib.sha256("\0".join([_KERNEL_SOURCE, compiler, *flags,
+                                    platform.machine()]).encode()).hexdigest()[:16]
+    target = _cache_dir() / f"rotary_{key}.so"
+    if not target.exists():
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            source = Path(tmp) / "rotary.c"
+            source.write_text(_KERNEL_SOURCE)
+            built = Path(tmp) / target.name
+            proc = subprocess.run([compiler, *flags, str(source), "-o", str(built)],
+                                  capture_output=True, text=True, timeout=120, check=False)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{compiler} failed: {proc.stderr.strip()[-500:]}")
+            os.replace(built, target)                                # atomic
+    lib = ctypes.CDLL(str(target))
+    fn = lib.posenc_rotary
+    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 10 + [ctypes.c_int] * 4
+    fn.restype = ctypes.c_int
+    return lib

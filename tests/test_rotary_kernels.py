@@ -1,0 +1,205 @@
+"""The rotary kernels: the fast path equals a plain reference bit for bit, in both layouts,
+with partial rotary, strided inputs, bf16 and gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from posenc.encodings import rotary_kernels as rk
+
+EXACT = dict(rtol=0.0, atol=0.0)
+
+
+def plain_rotary(x, cos, sin, layout):
+    """Independent reference: pairs gathered by index, rotated in fp32, cast back."""
+    rot = 2 * cos.shape[-1]
+    if layout == "half":
+        first = torch.arange(rot // 2)
+        second = first + rot // 2
+    else:
+        first = torch.arange(0, rot, 2)
+        second = first + 1
+    a, b = x.float()[..., first], x.float()[..., second]
+    out = x.float().clone()
+    out[..., first] = a * cos - b * sin
+    out[..., second] = a * sin + b * cos
+    return out.to(x.dtype)
+
+
+def angles(length, rot, factor=1.0, offset=0):
+    inv_freq = 1.0 / 10000.0 ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot)
+    theta = rk.rotary_angles(torch.arange(offset, offset + length), inv_freq)
+    return theta.cos() * factor, theta.sin() * factor
+
+
+def model_like(b, h, t, d, dtype=torch.float32):
+    """q as the attention layer makes it: a (B, H, T, D) view of a (B, T, 3*H*D) projection."""
+    qkv = torch.randn(b, t, 3 * h * d).to(dtype)
+    return qkv[..., : h * d].view(b, t, h, d).transpose(1, 2)
+
+
+@pytest.fixture
+def native():
+    status = rk.native_rotary_status()
+    if status != "ready":
+        pytest.skip(status)
+
+
+CASES = [  # (shape, rotary dims, strided like the model)
+    ((2, 3, 17, 16), 16, False),
+    ((2, 3, 17, 40), 24, True),          # partial rotary, odd length
+    ((5, 8), 8, False),                  # (L, D) only
+    ((2, 2, 3, 9, 12), 4, False),        # five dims
+]
+
+
+@pytest.mark.parametrize("layout", rk.LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape,rot,strided", CASES)
+def test_fast_path_equals_references(native, shape, rot, strided, dtype, layout):
+    x = model_like(*shape, dtype=dtype) if strided else torch.randn(shape).to(dtype)
+    cos, sin = angles(shape[-2], rot, factor=1.3, offset=5)
+    assert rk._native_eligible(x, cos, sin)
+    fast = rk.apply_rotary(x, cos, sin, layout)
+    assert fast.dtype == dtype and fast.shape == x.shape
+    assert_close(fast, rk.apply_rotary_reference(x, cos, sin, layout), **EXACT)
+    assert_close(fast, plain_rotary(x, cos, sin, layout), **EXACT)
+
+
+@pytest.mark.parametrize("layout", rk.LAYOUTS)
+def test_large_threaded_streaming_call(native, layout):
+    x = model_like(2, 4, 1024, 128)                    # 4 MiB out: streaming stores
+    cos, sin = angles(1024, 128)
+    fast = rk.apply_rotary(x, cos, sin, layout)
+    assert fast.numel() * 4 >= rk.STREAM_MIN_BYTES
+    assert_close(fast, plain_rotary(x, cos, sin, layout), **EXACT)
+
+
+@pytest.mark.parametrize("layout", rk.LAYOUTS)
+def test_reference_rotates_like_complex_numbers(layout):
+    """The formula itself, against float64 complex multiplication."""
+    x = torch.randn(3, 11, 10, dtype=torch.float64)
+    cos, sin = angles(11, 8)
+    out = rk.apply_rotary_reference(x.float(), cos, sin, layout).double()
+    first, second = ((torch.arange(4), torch.arange(4, 8)) if layout == "half"
+                     else (torch.arange(0, 8, 2), torch.arange(1, 8, 2)))
+    z = torch.complex(x[..., first], x[..., second]) * torch.complex(cos.double(), sin.double())
+    assert_close(out[..., first], z.real, rtol=1e-5, atol=1e-5)
+    assert_close(out[..., second], z.imag, rtol=1e-5, atol=1e-5)
+    assert_close(out[..., 8:], x[..., 8:], rtol=1e-6, atol=1e-6)
+
+
+def test_half_layout_equals_hugging_face():
+    llama = pytest.importorskip("transformers.models.llama.modeling_llama")
+    q, k = model_like(2, 4, 33, 16), model_like(2, 4, 33, 16)
+    cos, sin = angles(33, 16)
+    hf_cos = torch.cat((cos, cos), dim=-1)[None].expand(2, 33, 16)     # (B, T, D)
+    hf_sin = torch.cat((sin, sin), dim=-1)[None].expand(2, 33, 16)
+    hf_q, hf_k = llama.apply_rotary_pos_emb(q, k, hf_cos, hf_sin)
+    assert_close(rk.apply_rotary(q, cos, sin, "half"), hf_q, **EXACT)
+    assert_close(rk.apply_rotary(k, cos, sin, "half"), hf_k, **EXACT)
+
+
+@pytest.mark.parametrize("layout", rk.LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gradients_equal_reference(native, layout, dtype):
+    base = model_like(2, 3, 13, 24, dtype=dtype)
+    cos, sin = angles(13, 16, factor=0.9)
+    grad_out = torch.randn(base.shape).to(dtype)
+    x_fast = base.detach().clone().requires_grad_()
+    x_ref = base.detach().clone().requires_grad_()
+    rk.apply_rotary(x_fast, cos, sin, layout).backward(grad_out)
+    plain_rotary(x_ref, cos, sin, layout).backward(grad_out)
+    assert x_fast.grad.dtype == dtype
+    assert_close(x_fast.grad, x_ref.grad, **EXACT)
+
+
+@pytest.mark.parametrize("layout", rk.LAYOUTS)
+def test_gradient_is_the_inverse_rotation(layout):
+    """The backward applies R(-t) = R(t)^T: <R x, g> = <x, R^T g> and R^T R x = x."""
+    x = torch.randn(2, 5, 8, requires_grad=True)
+    cos, sin = angles(5, 8)
+    out = rk.apply_rotary(x, cos, sin, layout)
+    g = torch.randn(out.shape)
+    (grad,) = torch.autograd.grad(out, x, grad_outputs=g)
+    assert_close(grad, plain_rotary(g, cos, -sin, layout), **EXACT)
+    assert_close((out.double() * g.double()).sum(), (x.double() * grad.double()).sum(),
+                 rtol=1e-6, atol=1e-6)
+    assert_close(rk.apply_rotary(out.detach(), cos, -sin, layout), x.detach(),
+                 rtol=1e-5, atol=1e-5)
+
+
+def test_double_backward_through_fast_path(native):
+    x = torch.randn(2, 7, 8, requires_grad=True)
+    cos, sin = angles(7, 8)
+    (g,) = torch.autograd.grad(rk.apply_rotary(x, cos, sin).pow(2).sum(), x, create_graph=True)
+    (gg,) = torch.autograd.grad(g.sum(), x)
+    x_ref = x.detach().clone().requires_grad_()
+    (g_ref,) = torch.autograd.grad(plain_rotary(x_ref, cos, sin, "half").pow(2).sum(), x_ref,
+                                   create_graph=True)
+    (gg_ref,) = torch.autograd.grad(g_ref.sum(), x_ref)
+    assert_close(g, g_ref, rtol=1e-6, atol=1e-6)
+    assert_close(gg, gg_ref, rtol=1e-6, atol=1e-6)
+
+
+def test_learnable_angles_get_gradients():
+    """cos/sin that require grad take the reference path, which differentiates them."""
+    x = torch.randn(2, 6, 8)
+    cos, sin = (t.clone().requires_grad_() for t in angles(6, 8))
+    rk.apply_rotary(x, cos, sin).sum().backward()
+    assert cos.grad is not None and sin.grad is not None and cos.grad.abs().sum() > 0
+
+
+def test_input_untouched_and_output_fresh(native):
+    x = torch.randn(2, 9, 8)
+    before = x.clone()
+    cos, sin = angles(9, 8)
+    out = rk.apply_rotary(x, cos, sin, "interleaved")
+    assert_close(x, before, **EXACT)
+    assert out.data_ptr() != x.data_ptr()
+
+
+def test_fallbacks_give_the_same_numbers(monkeypatch):
+    cos, sin = angles(6, 8)
+    x = torch.randn(3, 6, 16)
+    expected = plain_rotary(x, cos, sin, "half")
+    strided_last = torch.randn(3, 6, 32)[..., ::2]           # last stride 2: not eligible
+    assert not rk._native_eligible(strided_last, cos, sin)
+    assert_close(rk.apply_rotary(strided_last, cos, sin),
+                 plain_rotary(strided_last, cos, sin, "half"), **EXACT)
+    assert not rk._native_eligible(x, cos[None], sin[None])   # broadcast angles: reference
+    assert_close(rk.apply_rotary(x, cos[None], sin[None]), expected, **EXACT)
+    half = x.half()
+    assert_close(rk.apply_rotary(half, cos, sin), plain_rotary(half, cos, sin, "half"), **EXACT)
+    monkeypatch.setenv("POSENC_NATIVE_KERNELS", "0")
+    assert not rk._native_eligible(x, cos, sin)
+    assert rk.native_rotary_status() == "disabled"
+    assert_close(rk.apply_rotary(x, cos, sin), expected, **EXACT)
+
+
+def test_functorch_transforms_use_the_reference():
+    cos, sin = angles(6, 8)
+    x = torch.randn(4, 6, 8)
+    batched = torch.func.vmap(lambda t: rk.apply_rotary(t, cos, sin))(x)
+    assert_close(batched, plain_rotary(x, cos, sin, "half"), **EXACT)
+    grad = torch.func.grad(lambda t: rk.apply_rotary(t, cos, sin, "interleaved").sum())(x[0])
+    assert_close(grad, rk.apply_rotary(torch.ones(6, 8), cos, -sin, "interleaved"),
+                 rtol=1e-6, atol=1e-6)
+
+
+def test_bad_arguments():
+    cos, sin = angles(4, 8)
+    with pytest.raises(ValueError, match="layout"):
+        rk.apply_rotary(torch.randn(4, 8), cos, sin, "neox")
+    with pytest.raises(ValueError, match="head_dim=6"):
+        rk.apply_rotary(torch.randn(4, 6), cos, sin)
+
+
+def test_rotary_angles_are_fp32_products():
+    pos = torch.arange(7)
+    inv_freq = torch.tensor([1.0, 0.5, 0.01], dtype=torch.float64)
+    theta = rk.rotary_angles(pos, inv_freq)
+    assert theta.dtype == torch.float32 and theta.shape == (7, 3)
+    assert_close(theta, pos.float()[:, None] * inv_freq.float()[None, :], **EXACT)
