@@ -1,0 +1,76 @@
+"""``posenc train``: train a small LM with one positional encoding (DDP under torchrun)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+
+from ..data.synthetic import TASKS
+from ..models.lm import LMConfig
+from ..train.config import TrainConfig, parse_options
+from ..train.loop import resolve_vocab, train
+
+NAME = "train"
+HELP = "train a small language model with one positional encoding"
+
+#: command-line flag -> (dataclass field, type); defaults come from the dataclasses
+MODEL_FLAGS = {"d_model": int, "n_layers": int, "n_heads": int, "d_ff": int, "dropout": float,
+               "norm": str, "activation": str, "vocab_size": int}
+TRAIN_FLAGS = {"batch_size": int, "steps": int, "lr": float, "warmup_steps": int,
+               "weight_decay": float, "grad_clip": float, "seed": int, "eval_every": int,
+               "eval_windows": int, "checkpoint_every": int, "min_lr_ratio": float}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    model_defaults = {f.name: f.default for f in fields(LMConfig)}
+    train_defaults = {f.name: f.default for f in fields(TrainConfig)}
+    p.add_argument("--out", required=True, help="run directory to write")
+    p.add_argument("--pe", default="rope", help="positional encoding (see `posenc list`)")
+    p.add_argument("--pe-option", action="append", metavar="KEY=VALUE",
+                   help="an encoding option, repeatable (e.g. --pe-option theta=500000)")
+    p.add_argument("--train-len", type=int, default=train_defaults["train_len"],
+                   help="training sequence length (also the model's max_len)")
+    p.add_argument("--data", help="text file, folder of text files, dataset directory or "
+                   "hf:NAME[:CONFIG] (default: the Python standard library source)")
+    p.add_argument("--tokenizer", default="byte", help="byte (default) or bpe:N")
+    p.add_argument("--task", choices=TASKS, help="train on a synthetic task instead of text")
+    p.add_argument("--cache-dir", help="token cache (default $POSENC_CACHE or ~/.cache/posenc)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--overwrite", action="store_true", help="replace the run in --out")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--backend", default="auto", help="attention backend while training")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g = p.add_argument_group("model")
+    for name, kind in MODEL_FLAGS.items():
+        default = model_defaults[name]
+        hint = "from the tokenizer" if name == "vocab_size" else default
+        g.add_argument("--" + name.replace("_", "-"), type=kind, default=None,
+                       help=f"default: {hint}")
+    g = p.add_argument_group("optimization")
+    for name, kind in TRAIN_FLAGS.items():
+        hint = "steps // 10" if name == "warmup_steps" else train_defaults[name]
+        g.add_argument("--" + name.replace("_", "-"), type=kind, default=None,
+                       help=f"default: {hint}")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The TrainConfig the flags describe (model max_len = --train-len)."""
+    model = {k: getattr(args, k) for k in MODEL_FLAGS if getattr(args, k) is not None}
+    model = LMConfig(pe=args.pe, pe_options=parse_options(args.pe_option, "--pe-option"),
+                     max_len=args.train_len, attn_backend=args.backend, **model)
+    opts = {k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None}
+    cfg = TrainConfig(model=model, data=args.data, tokenizer=args.tokenizer,
+                      train_len=args.train_len, task=args.task, cache_dir=args.cache_dir,
+                      device=args.device, bf16=args.bf16, **opts)
+    return cfg if args.vocab_size is not None else resolve_vocab(cfg)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    result = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite,
+                   progress=not args.no_progress)
+    val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
+    print(f"{cfg.model.pe}: {result.steps} steps, loss {result.final_loss:.4f}{val}, "
+          f"{result.tokens_per_s:,.0f} tokens/s -> {result.run_dir}")
+    return 0

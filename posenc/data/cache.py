@@ -1,0 +1,93 @@
+"""On-disk cache of tokenized corpora as memory-mapped numpy arrays, and atomic file writes.
+
+A split of a corpus, tokenized, is one 1-D ``.npy`` array of ids (``uint16`` when the
+vocabulary fits, else ``uint32``) with the tokenizer's separator after every document. Its
+file name holds the corpus hash, the tokenizer's fingerprint and the split, so a second run
+maps the file instead of tokenizing again. Files are written to a temporary name and renamed,
+so an interrupted run never leaves a half-written array under the final name.
+
+The cache directory is ``$POSENC_CACHE`` if set, else ``~/.cache/posenc``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .corpora import Corpus
+    from .tokenizer import Tokenizer
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()
+
+
+def default_cache_dir() -> Path:
+    """``$POSENC_CACHE`` or ``~/.cache/posenc``."""
+    env = os.environ.get("POSENC_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "posenc"
+
+
+def token_stream(corpus: Corpus, tokenizer: Tokenizer, split: str,
+                 cache_dir: str | Path | None = None) -> np.ndarray:
+    """The token ids of ``split`` as a read-only 1-D memory-mapped array (cached on disk)."""
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    path = stream_path(corpus, tokenizer, split, cache_dir)
+    if path.is_file():
+        try:
+            return np.load(path, mmap_mode="r")
+        except (OSError, ValueError):
+            path.unlink(missing_ok=True)            # unreadable cache entry: build it again
+    ids = encode_documents(tokenizer, corpus.texts(split))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_with(path, lambda f: np.save(f, ids))
+    return np.load(path, mmap_mode="r")
+
+
+def stream_path(corpus: Corpus, tokenizer: Tokenizer, split: str, cache_dir: Path) -> Path:
+    return Path(cache_dir) / "tokens" / f"{corpus.sha256[:16]}-{tokenizer.fingerprint}-{split}.npy"
+
+
+def encode_documents(tokenizer: Tokenizer, texts: list[str]) -> np.ndarray:
+    """Concatenate the ids of ``texts``, each followed by ``tokenizer.sep_id``: (N,)."""
+    dtype = np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.uint32
+    if tokenizer.spec == "byte":                        # fast path: bytes are the ids
+        raw = b"".join(t.encode("utf-8") + bytes([tokenizer.sep_id]) for t in texts)
+        return np.frombuffer(raw, dtype=np.uint8).astype(dtype)
+    parts = []
+    for start in range(0, len(texts), 256):
+        for ids in tokenizer.encode_batch(texts[start:start + 256]):
+            parts.append(np.asarray(ids + [tokenizer.sep_id], dtype=dtype))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+
+def atomic_write(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and a rename."""
+    atomic_write_with(Path(path), lambda f: f.write(data))
+
+
+def atomic_write_with(path: str | Path, write: Callable) -> None:
+    """Call ``write(file)`` on a temporary file next to ``path``, then rename it into place."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

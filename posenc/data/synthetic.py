@@ -1,0 +1,148 @@
+"""Synthetic length-generalization tasks, generated on the fly from a seed at any length.
+
+Every task is written in bytes (ids 0..255, the byte tokenizer's vocabulary), so a model
+trained on text with ``--tokenizer byte`` can also be trained or tested on tasks. An example
+of length T is a sequence s of T + 1 bytes; ``inputs = s[:-1]`` and ``targets = s[1:]`` with
+-100 everywhere except the answer, so teacher-forced accuracy is
+``(logits.argmax(-1) == targets)`` over the scored positions.
+
+=========  ==========================================  ==================================
+task       sequence (``#`` pads the start to length)   scored
+=========  ==========================================  ==================================
+copy       ``#qwerty=qwerty``                          the copy after ``=``
+reverse    ``#qwerty=ytrewq``                          the reversal after ``=``
+addition   ``##123+989=1112``  (answer has d+1 digits) the sum after ``=``
+passkey    filler, ``The pass key is 48213. ...``      the key's digits at the end
+           at a chosen depth, filler, question
+=========  ==========================================  ==================================
+
+Copy and reverse use ``T // 2`` letters, addition ``(T - 2) // 3`` digits per operand;
+passkey fills the rest of the length with repeated filler sentences and hides the key at
+``depth`` (0 = start, 1 = just before the question; random per example when None).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+TASKS = ("copy", "reverse", "addition", "passkey")
+IGNORE = -100
+VOCAB_SIZE = 256
+PAD, SEP = ord("#"), ord("=")
+FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. "
+          "There and back again. ")
+QUESTION = " What is the pass key? The pass key is "
+
+
+def _key_sentence(key: str) -> str:
+    return f" The pass key is {key}. Remember it. {key} is the pass key. "
+
+
+@dataclass(frozen=True)
+class TaskBatch:
+    """``n`` examples of one task at one length: inputs and targets (N, T) long.
+
+    ``targets`` holds -100 where a position is not scored. ``depths`` (N,) is the relative
+    position of the passkey (None for other tasks).
+    """
+
+    name: str
+    inputs: Tensor
+    targets: Tensor
+    depths: Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return self.inputs.shape[1]
+
+
+def min_length(name: str, key_digits: int = 5) -> int:
+    """The shortest length ``make_task`` accepts for task ``name``."""
+    if name in ("copy", "reverse"):
+        return 2
+    if name == "addition":
+        return 5
+    if name == "passkey":
+        return len(_key_sentence("0" * key_digits)) + len(QUESTION) + key_digits - 1
+    raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
+
+
+def make_task(name: str, n_examples: int, length: int, seed: int | tuple[int, ...], *,
+              depth: float | None = None, key_digits: int | None = None) -> TaskBatch:
+    """``n_examples`` examples of task ``name``, each ``length`` tokens, from ``seed``.
+
+    ``depth`` and ``key_digits`` (default 5) apply to ``passkey`` only.
+    """
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
+    if isinstance(n_examples, bool) or not isinstance(n_examples, int) or n_examples < 1:
+        raise ValueError(f"n_examples must be a positive int, got {n_examples!r}")
+    if name != "passkey" and (depth is not None or key_digits is not None):
+        raise ValueError(f"depth and key_digits are options of the passkey task, not {name!r}")
+    key_digits = 5 if key_digits is None else key_digits
+    if isinstance(key_digits, bool) or not isinstance(key_digits, int) or key_digits < 1:
+        raise ValueError(f"key_digits must be a positive int, got {key_digits!r}")
+    if depth is not None and not 0.0 <= depth <= 1.0:
+        raise ValueError(f"depth must be in [0, 1], got {depth}")
+    shortest = min_length(name, key_digits)
+    if isinstance(length, bool) or not isinstance(length, int) or length < shortest:
+        raise ValueError(f"length for task {name!r} must be an int >= {shortest}, got {length!r}")
+    seeds = (seed,) if isinstance(seed, int) else tuple(seed)
+    rng = np.random.default_rng([TASKS.index(name), *seeds])
+    if name in ("copy", "reverse"):
+        seqs, start = _copy(rng, n_examples, length, reverse=name == "reverse")
+    elif name == "addition":
+        seqs, start = _addition(rng, n_examples, length)
+    else:
+        seqs, start, depths = _passkey(rng, n_examples, length, depth, key_digits)
+    s = torch.from_numpy(seqs.astype(np.int64))                  # (N, T + 1)
+    inputs, targets = s[:, :-1], s[:, 1:].clone()
+    targets[:, :start - 1] = IGNORE                              # score s[start:] only
+    return TaskBatch(name, inputs.contiguous(), targets,
+                     torch.from_numpy(depths) if name == "passkey" else None)
+
+
+def _copy(rng: np.random.Generator, n: int, length: int, reverse: bool):
+    k = length // 2                                    # 2k + 1 <= length + 1
+    letters = rng.integers(ord("a"), ord("z") + 1, size=(n, k))
+    answer = letters[:, ::-1] if reverse else letters
+    pad = np.full((n, length + 1 - (2 * k + 1)), PAD)
+    seqs = np.concatenate([pad, letters, np.full((n, 1), SEP), answer], axis=1)
+    return seqs, length + 1 - k
+
+
+def _addition(rng: np.random.Generator, n: int, length: int):
+    d = (length - 2) // 3                              # d + 1 + d + 1 + (d + 1) <= length + 1
+    a = rng.integers(0, 10, size=(n, d))
+    b = rng.integers(0, 10, size=(n, d))
+    digits = np.zeros((n, d + 1), dtype=np.int64)      # the sum, most significant first
+    carry = np.zeros(n, dtype=np.int64)
+    for i in range(d - 1, -1, -1):
+        total = a[:, i] + b[:, i] + carry
+        digits[:, i + 1], carry = total % 10, total // 10
+    digits[:, 0] = carry
+    zero = ord("0")
+    pad = np.full((n, length + 1 - (3 * d + 3)), PAD)
+    seqs = np.concatenate([pad, a + zero, np.full((n, 1), ord("+")), b + zero,
+                           np.full((n, 1), SEP), digits + zero], axis=1)
+    return seqs, length + 1 - (d + 1)
+
+
+def _passkey(rng: np.random.Generator, n: int, length: int, depth: float | None,
+             key_digits: int):
+    rows, depths = [], np.empty(n, dtype=np.float32)
+    for i in range(n):
+        key = "".join(str(x) for x in rng.integers(0, 10, size=key_digits))
+        hidden = _key_sentence(key)
+        n_filler = length + 1 - len(hidden) - len(QUESTION) - key_digits
+        filler = (FILLER * (n_filler // len(FILLER) + 1))[:n_filler]
+        d = float(rng.random()) if depth is None else depth
+        cut = round(d * n_filler)
+        text = filler[:cut] + hidden + filler[cut:] + QUESTION + key
+        rows.append(np.frombuffer(text.encode("ascii"), dtype=np.uint8))
+        depths[i] = cut / max(n_filler, 1)
+    return np.stack(rows).astype(np.int64), length + 1 - key_digits, depths

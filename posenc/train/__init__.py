@@ -1,0 +1,8 @@
+"""Training: typed config, the loop, checkpoints, logs and data-parallel helpers."""
+
+from .checkpoint import LoadedRun, load_run
+from .config import TrainConfig, parse_options
+from .loop import TrainResult, resolve_vocab, train
+
+__all__ = ["LoadedRun", "TrainConfig", "TrainResult", "load_run", "parse_options",
+           "resolve_vocab", "train"]

@@ -1,0 +1,166 @@
+"""Typed configuration of a training run, and parsing of ``key=value`` options."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from ..data.synthetic import TASKS
+from ..data.tokenizer import parse_spec
+from ..encodings.base import (
+    require_float_in,
+    require_int_at_least,
+    require_positive_int,
+)
+from ..models.lm import LMConfig
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that determines a training run (and so its loss curve).
+
+    ``model.max_len`` must be at least ``train_len`` (it is the learned table size and the
+    original length of RoPE scalings, so normally equal). ``model.vocab_size`` must cover the
+    tokenizer's vocabulary (256 for ``byte``). ``task`` trains on a synthetic task instead of
+    ``data``. ``batch_size`` is per process; under DDP the global batch is
+    ``batch_size * world_size``. ``eval_every`` / ``checkpoint_every`` 0 mean "at the end
+    only". ``cache_dir`` None means ``$POSENC_CACHE`` or ``~/.cache/posenc``.
+    """
+
+    model: LMConfig = field(default_factory=LMConfig)
+    data: str | None = None
+    tokenizer: str = "byte"
+    train_len: int = 128
+    batch_size: int = 16
+    steps: int = 300
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int | None = None        # None: steps // 10
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0
+    seed: int = 0
+    bf16: bool = False
+    eval_every: int = 0
+    eval_windows: int = 16
+    checkpoint_every: int = 100
+    task: str | None = None
+    cache_dir: str | None = None
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, LMConfig):
+            raise ValueError(f"model must be an LMConfig, got {type(self.model).__name__}")
+        for name in ("train_len", "batch_size", "steps", "eval_windows"):
+            require_positive_int(name, getattr(self, name))
+        for name in ("eval_every", "checkpoint_every", "seed"):
+            require_int_at_least(name, getattr(self, name), 0)
+        if self.warmup_steps is not None:
+            require_int_at_least("warmup_steps", self.warmup_steps, 0)
+        if self.train_len < 2:
+            raise ValueError(f"train_len must be an integer >= 2, got {self.train_len}")
+        if self.model.max_len < self.train_len:
+            raise ValueError(f"model max_len={self.model.max_len} is smaller than "
+                             f"train_len={self.train_len}")
+        if self.warmup_steps is not None and 0 < self.steps <= self.warmup_steps:
+            raise ValueError(f"warmup_steps must be < steps={self.steps}, "
+                             f"got {self.warmup_steps}")
+        require_float_in("lr", self.lr, 0.0, math.inf)
+        require_float_in("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0, low_open=False,
+                         high_open=False)
+        require_float_in("weight_decay", self.weight_decay, 0.0, math.inf, low_open=False)
+        require_float_in("grad_clip", self.grad_clip, 0.0, math.inf, low_open=False)
+        if len(self.betas) != 2:
+            raise ValueError(f"betas must be two floats in [0, 1), got {self.betas!r}")
+        for i, b in enumerate(self.betas):
+            require_float_in(f"betas[{i}]", b, 0.0, 1.0, low_open=False)
+        parse_spec(self.tokenizer)
+        if self.task is not None:
+            if self.task not in TASKS:
+                raise ValueError(f"unknown task {self.task!r}; valid tasks: {', '.join(TASKS)}")
+            if self.data is not None:
+                raise ValueError("give either task or data, not both")
+            if self.tokenizer != "byte":
+                raise ValueError(f"synthetic tasks are written in bytes: tokenizer must be "
+                                 f"'byte', got {self.tokenizer!r}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        if not isinstance(self.bf16, bool):
+            raise ValueError(f"bf16 must be a bool, got {self.bf16!r}")
+
+    @property
+    def warmup(self) -> int:
+        """Warmup steps: ``warmup_steps``, or a tenth of ``steps`` when that is None."""
+        return self.steps // 10 if self.warmup_steps is None else self.warmup_steps
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens one process trains on per step."""
+        return self.batch_size * self.train_len
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["model"] = self.model.to_dict()
+        d["betas"] = list(self.betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        valid = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - valid)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig key(s) {', '.join(unknown)}; valid: "
+                             f"{', '.join(sorted(valid))}")
+        data = dict(data)
+        if isinstance(data.get("model"), dict):
+            data["model"] = LMConfig.from_dict(data["model"])
+        if "betas" in data:
+            data["betas"] = tuple(data["betas"])
+        return cls(**data)
+
+    def with_model(self, **changes: Any) -> TrainConfig:
+        """A copy with ``model`` fields replaced (e.g. ``vocab_size`` from a tokenizer)."""
+        return replace(self, model=replace(self.model, **changes))
+
+    def differences(self, other: TrainConfig) -> list[str]:
+        """Names of the fields (``model.x`` for model fields) that differ from ``other``."""
+        a, b = _flatten(self.to_dict()), _flatten(other.to_dict())
+        return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and k == "model":
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = json.dumps(v, sort_keys=True)
+    return out
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value: JSON if it parses (numbers, true/false/null, lists), else text."""
+    lowered = {"true": True, "false": False, "none": None, "null": None}
+    if text.lower() in lowered:
+        return lowered[text.lower()]
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_options(items: list[str] | None, what: str = "option") -> dict[str, Any]:
+    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}``; ValueError for an item without ``=``."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{what} must be key=value, got {item!r}")
+        if key in out:
+            raise ValueError(f"{what} {key!r} given twice")
+        out[key] = parse_value(value)
+    return out

@@ -1,0 +1,100 @@
+"""The training curve: ``log.jsonl`` (one JSON object per record), ``log.csv`` with the same
+records, and TensorBoard event files under ``tensorboard/`` when tensorboard is installed.
+
+Records are ``{"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "elapsed_s"}``
+for training steps and ``{"step", "val_loss"}`` for evaluations. When a run resumes from a
+checkpoint at step k, records after step k (written before the interruption) are dropped, so
+the log reads as if the run had never stopped.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from ..data.cache import atomic_write
+
+LOG_JSONL = "log.jsonl"
+LOG_CSV = "log.csv"
+TB_DIR = "tensorboard"
+CSV_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "elapsed_s",
+              "val_loss")
+
+
+def read_log(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The records of ``run_dir/log.jsonl`` ([] if there is none); ValueError if corrupt."""
+    path = Path(run_dir) / LOG_JSONL
+    if not path.is_file():
+        return []
+    records = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            raise ValueError(f"corrupt training log {path}: line {i} is not JSON") from None
+    return records
+
+
+class RunLog:
+    """Appends records to the run's logs; ``start_step`` > 0 truncates a resumed run's logs."""
+
+    def __init__(self, run_dir: str | Path, start_step: int = 0, tensorboard: bool = True
+                 ) -> None:
+        self.run_dir = Path(run_dir)
+        kept = [r for r in read_log(self.run_dir) if r.get("step", 0) <= start_step]
+        if start_step == 0:
+            kept = []
+        atomic_write(self.run_dir / LOG_JSONL,
+                     "".join(json.dumps(r) + "\n" for r in kept).encode())
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, CSV_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(kept)
+        atomic_write(self.run_dir / LOG_CSV, buf.getvalue().encode())
+        self._jsonl = open(self.run_dir / LOG_JSONL, "a", encoding="utf-8")  # noqa: SIM115
+        self._csv_file = open(self.run_dir / LOG_CSV, "a", encoding="utf-8",  # noqa: SIM115
+                              newline="")
+        self._csv = csv.DictWriter(self._csv_file, CSV_FIELDS, extrasaction="ignore")
+        self._tb = _summary_writer(self.run_dir / TB_DIR, start_step) if tensorboard else None
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._jsonl.write(json.dumps(record) + "\n")
+        self._csv.writerow(record)
+        if self._tb is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)):
+                    self._tb.add_scalar(f"train/{key}" if key != "val_loss" else "val/loss",
+                                        value, record["step"])
+
+    def flush(self) -> None:
+        self._jsonl.flush()
+        self._csv_file.flush()
+        if self._tb is not None:
+            self._tb.flush()
+
+    def close(self) -> None:
+        self.flush()
+        self._jsonl.close()
+        self._csv_file.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def tensorboard_available() -> bool:
+    try:
+        import tensorboard  # noqa: F401  (only its presence matters)
+    except ImportError:
+        return False
+    return True
+
+
+def _summary_writer(path: Path, start_step: int):
+    if not tensorboard_available():
+        return None
+    from torch.utils.tensorboard import SummaryWriter
+    return SummaryWriter(str(path), purge_step=start_step + 1 if start_step else None)

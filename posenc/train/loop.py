@@ -1,0 +1,268 @@
+"""The training loop behind ``posenc train``: AdamW, warmup + cosine, clipping, checkpoints.
+
+Step ``s`` (0-based) trains on a batch drawn from ``(seed, s)`` (see
+:mod:`posenc.data.batches`), so a resumed run sees the same data as an uninterrupted one, and
+with the weights, optimizer, scheduler and RNG restored its loss curve is the same. Under
+``torchrun`` the model is wrapped in DistributedDataParallel, each process trains on its
+shard of the global batch, and rank 0 alone writes files and draws the progress bar.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+from ..data.batches import TrainData, prepare_data
+from ..data.cache import default_cache_dir
+from ..data.synthetic import IGNORE
+from ..data.tokenizer import load_tokenizer
+from ..models.lm import TransformerLM
+from . import checkpoint as ckpt
+from . import distributed as dist
+from .config import TrainConfig
+from .logging import RunLog
+
+#: config fields that may change when resuming (they do not change the loss curve)
+RESUMABLE_CHANGES = ("cache_dir", "device", "checkpoint_every", "model.attn_backend")
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """How a run ended: ``final_loss`` is the last step's training loss."""
+
+    run_dir: Path
+    steps: int
+    final_loss: float
+    tokens_per_s: float
+    val_loss: float | None = None
+
+
+StepCallback = Callable[[int, dict[str, Any], nn.Module], None]
+
+
+def lr_factor(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
+    """Multiplier of the peak lr before step ``step`` (0-based): linear warmup, then cosine
+    decay from 1 to ``min_ratio`` at the last step."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    span = max(1, total_steps - 1 - warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / span)
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices (dim >= 2) only, not on norms and biases."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=cfg.betas)
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig):
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_factor(s, cfg.warmup, cfg.steps, cfg.min_lr_ratio))
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over positions whose target is not -100. logits (B, T, V)."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(),
+                           ignore_index=IGNORE)
+
+
+def check_run_dir(run_dir: Path, cfg: TrainConfig, resume: bool, overwrite: bool) -> str:
+    """"fresh", "overwrite" or "resume"; ValueError when the folder holds another run."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"run directory {run_dir} exists and is not a directory")
+    if not run_dir.exists() or not any(run_dir.iterdir()):
+        return "fresh"
+    if not (run_dir / ckpt.CONFIG_FILE).is_file():
+        if overwrite:
+            return "fresh"
+        raise ValueError(f"{run_dir} is not empty and holds no posenc run; choose another "
+                         f"--out or pass --overwrite")
+    if overwrite:
+        return "overwrite"
+    old = ckpt.read_config(run_dir)["train"]
+    diffs = [d for d in cfg.differences(old) if d not in RESUMABLE_CHANGES]
+    if diffs:
+        raise ValueError(f"{run_dir} holds a different run (differs in {', '.join(diffs[:8])}"
+                         f"); choose another --out or pass --overwrite")
+    if not resume:
+        progress = ckpt.read_progress(run_dir)
+        done = f"step {progress['step']} of {old.steps}" if progress else "no checkpoint yet"
+        raise ValueError(f"{run_dir} already holds this run ({done}); pass --resume to "
+                         f"continue it or --overwrite to start again")
+    return "resume"
+
+
+def resolve_vocab(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with ``model.vocab_size`` set to its tokenizer's (trains a BPE if needed)."""
+    if cfg.tokenizer == "byte":
+        return cfg.with_model(vocab_size=256)
+    data = prepare_data(cfg.data, cfg.tokenizer, cfg.task, cfg.train_len, _cache_dir(cfg))
+    return cfg.with_model(vocab_size=data.tokenizer.vocab_size)
+
+
+def _cache_dir(cfg: TrainConfig) -> Path:
+    return Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
+
+
+def _load_data(cfg: TrainConfig, run_dir: Path, mode: str) -> TrainData:
+    tokenizer: Any = cfg.tokenizer
+    if mode == "resume" and (run_dir / ckpt.TOKENIZER_DIR).is_dir():
+        tokenizer = load_tokenizer(run_dir / ckpt.TOKENIZER_DIR)
+    data = prepare_data(cfg.data, tokenizer, cfg.task, cfg.train_len, _cache_dir(cfg))
+    if cfg.model.vocab_size < data.tokenizer.vocab_size:
+        raise ValueError(f"model vocab_size={cfg.model.vocab_size} is smaller than tokenizer "
+                         f"{data.tokenizer.spec!r} ({data.tokenizer.vocab_size} ids)")
+    if mode == "resume":
+        recorded = ckpt.read_config(run_dir)["corpus"]
+        if recorded.get("sha256") != data.corpus_info["sha256"]:
+            raise ValueError(f"the data changed since {run_dir} started (sha256 "
+                             f"{recorded.get('sha256', '?')[:12]} != "
+                             f"{data.corpus_info['sha256'][:12]}); cannot resume")
+    return data
+
+
+def _autocast(cfg: TrainConfig, device: torch.device):
+    if not cfg.bf16:
+        return contextlib.nullcontext()
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError("bf16 was asked for but this GPU does not support bfloat16")
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+@torch.no_grad()
+def validation_loss(model: nn.Module, data: TrainData, cfg: TrainConfig,
+                    device: torch.device) -> float:
+    """Mean loss over the run's fixed validation examples (batches of ``batch_size``)."""
+    inputs, targets = data.validation_set(cfg.eval_windows, cfg.train_len, cfg.seed)
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, inputs.shape[0], cfg.batch_size):
+        x, y = inputs[i:i + cfg.batch_size].to(device), targets[i:i + cfg.batch_size].to(device)
+        with _autocast(cfg, device):
+            logits = model(x)
+        n = int((y != IGNORE).sum())
+        total += lm_loss(logits, y).item() * n
+        count += n
+    model.train(was_training)
+    return total / max(count, 1)
+
+
+def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
+          overwrite: bool = False, progress: bool = True,
+          on_step: StepCallback | None = None) -> TrainResult:
+    """Train ``cfg`` into ``run_dir`` (see the module docstring).
+
+    ``resume`` continues from the last checkpoint (a missing or empty folder starts fresh);
+    ``overwrite`` replaces a run already there. Bad input raises ValueError / FileNotFoundError
+    before anything in ``run_dir`` is touched. ``on_step(step, record, model)`` is called
+    after every step (and its checkpoint), e.g. to stop early.
+    """
+    if resume and overwrite:
+        raise ValueError("pass either resume or overwrite, not both")
+    run_dir = Path(run_dir)
+    info = dist.setup(cfg.device)
+    try:
+        return _train(cfg, run_dir, info, resume, overwrite, progress, on_step)
+    finally:
+        dist.teardown(info)
+
+
+def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, resume: bool,
+           overwrite: bool, show_progress: bool, on_step: StepCallback | None) -> TrainResult:
+    mode = check_run_dir(run_dir, cfg, resume, overwrite)
+    data = _load_data(cfg, run_dir, mode)
+    dev = info.device
+    autocast = _autocast(cfg, dev)                      # raises before anything is written
+    dist.barrier(info)                                  # every rank checked before writing
+    if info.is_main:
+        if mode == "overwrite":
+            ckpt.remove_run_files(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if mode != "resume":
+            ckpt.write_config(run_dir, cfg, data.corpus_info, data.tokenizer)
+    dist.barrier(info)
+
+    torch.manual_seed(cfg.seed)
+    model = TransformerLM(cfg.model).to(dev).train()
+    optimizer = make_optimizer(model, cfg)
+    scheduler = make_scheduler(optimizer, cfg)
+    start, train_time, tokens_seen = 0, 0.0, 0
+    if mode == "resume" and ckpt.read_progress(run_dir) is not None:
+        state = ckpt.load_training_state(run_dir, model, optimizer, scheduler, dev)
+        start, train_time = int(state["step"]), float(state["train_time_s"])
+        tokens_seen = int(state["tokens_seen"])
+        if start >= cfg.steps:
+            return TrainResult(run_dir, start, float(state.get("final_loss", math.nan)),
+                               float(state.get("tokens_per_s", 0.0)), state.get("val_loss"))
+    net = model
+    if info.enabled:
+        net = nn.parallel.DistributedDataParallel(
+            model, device_ids=[dev.index] if dev.type == "cuda" else None)
+    log = RunLog(run_dir, start_step=start) if info.is_main else None
+    bar = tqdm(total=cfg.steps, initial=start, unit="step", dynamic_ncols=True,
+               disable=not (show_progress and info.is_main), desc=f"train {cfg.model.pe}")
+    global_tokens = cfg.tokens_per_step * info.world_size
+    loss_value, val_loss = math.nan, None
+    try:
+        for step in range(start, cfg.steps):
+            t0 = time.perf_counter()
+            x, y = data.batch(cfg.batch_size, cfg.train_len, cfg.seed, step, info.rank,
+                              info.world_size)
+            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+            with autocast:
+                logits = net(x)                                          # (B, T, V)
+            loss = lm_loss(logits, y)
+            loss.backward()
+            grad_norm = nn.utils.clip_grad_norm_(
+                model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
+            lr = optimizer.param_groups[0]["lr"]
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            loss_value = dist.mean(info, loss.item())
+            train_time += time.perf_counter() - t0
+            tokens_seen += global_tokens
+            done = step + 1
+            record = {"step": done, "loss": loss_value, "lr": lr,
+                      "grad_norm": float(grad_norm), "tokens": tokens_seen,
+                      "tokens_per_s": tokens_seen / train_time, "elapsed_s": train_time}
+            last = done == cfg.steps
+            if log is not None:
+                log.write(record)
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tokens_seen / train_time:,.0f}",
+                            refresh=False)
+            if info.is_main and ((cfg.eval_every and done % cfg.eval_every == 0) or last):
+                val_loss = validation_loss(model, data, cfg, dev)
+                log.write({"step": done, "val_loss": val_loss})
+            if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or last:
+                if info.is_main:
+                    log.flush()
+                    ckpt.save_checkpoint(run_dir, model, optimizer, scheduler, done, {
+                        "steps": cfg.steps, "complete": last, "final_loss": loss_value,
+                        "val_loss": val_loss, "tokens_per_s": tokens_seen / train_time,
+                        "train_time_s": train_time, "tokens_seen": tokens_seen})
+                dist.barrier(info)
+            if on_step is not None:
+                on_step(done, record, model)
+    finally:
+        bar.close()
+        if log is not None:
+            log.close()
+    return TrainResult(run_dir, cfg.steps, loss_value, tokens_seen / max(train_time, 1e-9),
+                       val_loss)
