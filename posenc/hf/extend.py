@@ -1,0 +1,389 @@
+"""Context extension of Hugging Face causal LMs with RoPE, by patching one model in place.
+
+``extend(model, "yarn", 2.0)`` replaces the model's rotary embedding module with one that
+takes its frequencies from posenc's pure functions (:func:`compute_inv_freq` through a
+posenc ``rope`` encoding), so every method goes through one code path:
+
+===========  ==============================  =====================================
+method       Hugging Face ``rope_type``      saved as
+===========  ==============================  =====================================
+none         default                         unchanged
+linear       linear (position interpolation) ``linear``
+ntk          none (static NTK-aware)         ``default`` with ``rope_theta`` raised
+dynamic      dynamic                         ``dynamic`` (stale cache, see below)
+yarn         yarn                            ``yarn``
+llama3       llama3                          ``llama3``
+longrope     longrope                        ``longrope``
+===========  ==============================  =====================================
+
+Add-ons that patch the attention modules as well (one generic forward for the family):
+
+- ``logn=True`` multiplies each query by ``max(1, log(p + 1) / log(original))`` (p = its
+  position), the log-n temperature of Chiang & Cholak 2022 / Su 2023;
+- ``exact_cache=True`` (dynamic, longrope) keeps raw keys in the KV cache and rotates all of
+  them with the frequencies of the current length, so cached decoding equals a full forward.
+  Hugging Face caches keys rotated with the frequencies of the step that produced them
+  (transformers issue #25104).
+
+Neither add-on exists in Hugging Face's config, so :func:`hf_rope_parameters` refuses them.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+import types
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..encodings import build_encoding
+from ..encodings.rope_scaling import LENGTH_DEPENDENT, validate_scaling
+from ..encodings.rotary_kernels import rotary_angles
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+METHODS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
+#: methods whose factor must exceed 1 (a factor of 1 would change nothing or be invalid)
+FACTOR_ABOVE_ONE = frozenset({"linear", "ntk", "yarn", "llama3"})
+#: extra keyword options of each method (the Hugging Face key names)
+METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
+    "none": (), "linear": (), "ntk": (), "dynamic": (),
+    "yarn": ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim",
+             "truncate"),
+    "llama3": ("low_freq_factor", "high_freq_factor"),
+    "longrope": ("long_factor", "short_factor", "attention_factor"),
+}
+#: documented defaults (Meta's Llama 3.1 release)
+_DEFAULTS = {"llama3": {"low_freq_factor": 1.0, "high_freq_factor": 4.0}}
+_STATE = "_posenc_extension_state"
+
+
+@dataclass(frozen=True)
+class Extension:
+    """What ``extend`` did to a model (also stored in ``config.posenc_extension``)."""
+
+    method: str
+    factor: float
+    original_max_position_embeddings: int
+    theta: float
+    head_dim: int
+    scaling: dict[str, Any] | None       # the posenc / Hugging Face scaling dict, or None
+    logn: bool = False
+    exact_cache: bool = False
+
+    @property
+    def name(self) -> str:
+        """``yarn``, ``yarn+logn``, ``dynamic+exact`` ..."""
+        return self.method + ("+logn" if self.logn else "") + ("+exact" if self.exact_cache
+                                                              else "")
+
+    @property
+    def target_length(self) -> int:
+        """The context the extension is meant for: original x factor."""
+        return round(self.original_max_position_embeddings * self.factor)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class _State:
+    extension: Extension
+    rotary: nn.Module                    # the model's own rotary module, put back by restore
+    config: dict[str, Any]               # config values changed by extend
+    attentions: list[nn.Module]
+
+
+def parse_method(spec: str) -> tuple[str, dict[str, bool]]:
+    """``"yarn+logn"`` -> ``("yarn", {"logn": True})``; ``"logn"`` means ``none+logn``;
+    ``"dynamic+exact"`` sets ``exact_cache``."""
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"method must be a name like 'yarn' or 'ntk+logn', got {spec!r}")
+    head, *adds = spec.split("+")
+    flags: dict[str, bool] = {}
+    if head == "logn":
+        head, adds = "none", ["logn", *adds]
+    for add in adds:
+        if add not in ("logn", "exact"):
+            raise ValueError(f"unknown add-on {add!r} in method {spec!r}; add-ons: logn, exact")
+        flags["logn" if add == "logn" else "exact_cache"] = True
+    if head not in METHODS:
+        raise ValueError(f"unknown method {head!r}; valid methods: {', '.join(METHODS)} "
+                         "(add '+logn' for log-n scaling, '+exact' for an exact dynamic cache)")
+    return head, flags
+
+
+def _locate(model: nn.Module) -> tuple[nn.Module, list[nn.Module], Any]:
+    """(base model holding ``rotary_emb``, attention modules, config) or a ValueError."""
+    config = getattr(model, "config", None)
+    kind = getattr(config, "model_type", None)
+    if config is None or kind is None:
+        raise ValueError(f"expected a Hugging Face causal LM with a config, got "
+                         f"{type(model).__name__}")
+    base = getattr(model, "model", model)
+    rope = getattr(config, "rope_parameters", None)
+    if not isinstance(getattr(base, "rotary_emb", None), nn.Module) or not rope:
+        raise ValueError(f"model type {kind!r} has no rotary position embedding (RoPE) to "
+                         f"extend; supported model types: {', '.join(SUPPORTED_MODEL_TYPES)} "
+                         "(and models built on them, such as SmolLM)")
+    if kind not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(f"model type {kind!r} is not supported; supported model types: "
+                         f"{', '.join(SUPPORTED_MODEL_TYPES)}")
+    if rope.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ValueError("partial rotary embeddings (partial_rotary_factor != 1) are not "
+                         "supported")
+    return base, [layer.self_attn for layer in base.layers], config
+
+
+def current_extension(model: nn.Module) -> Extension | None:
+    """The extension applied to ``model`` by :func:`extend`, or None."""
+    state = getattr(model, _STATE, None)
+    return state.extension if state is not None else None
+
+
+def extend(model: nn.Module, method: str, factor: float | None = None,
+           original_max_position_embeddings: int | None = None, **options: Any) -> Extension:
+    """Extend the context of a Hugging Face Llama-family model in place.
+
+    Args:
+        model: a ``LlamaForCausalLM`` / ``MistralForCausalLM`` / ``Qwen2ForCausalLM`` (or the
+            base model) with unscaled RoPE (``rope_type`` "default").
+        method: one of :data:`METHODS`, optionally with ``+logn`` / ``+exact``.
+        factor: the context multiplier s (> 1 for linear, ntk, yarn, llama3; >= 1 for dynamic
+            and longrope; none takes no factor).
+        original_max_position_embeddings: the pretraining context; defaults to the config's
+            ``max_position_embeddings``.
+        options: ``logn``, ``exact_cache`` and the method's own keys (:data:`METHOD_OPTIONS`).
+
+    Returns the :class:`Extension`. :func:`restore` undoes it.
+    """
+    base, attentions, config = _locate(model)
+    if current_extension(model) is not None:
+        raise ValueError(f"model is already extended with {current_extension(model).name!r};"
+                         " call posenc.hf.restore(model) first")
+    if config.rope_parameters.get("rope_type", "default") != "default":
+        raise ValueError(f"model already uses rope_type "
+                         f"{config.rope_parameters['rope_type']!r}; extend applies to models "
+                         "with plain RoPE (rope_type 'default')")
+    ext = make_extension(config, method, factor, original_max_position_embeddings, **options)
+    enc = build_encoding("rope", n_heads=config.num_attention_heads, head_dim=ext.head_dim,
+                         max_len=ext.original_max_position_embeddings, theta=ext.theta,
+                         scaling=ext.scaling,
+                         logn_base_len=ext.original_max_position_embeddings if ext.logn
+                         else None)
+    device = next((b.device for b in base.rotary_emb.buffers()), None)
+    state = _State(ext, base.rotary_emb, {"rope_parameters": copy.deepcopy(
+        config.rope_parameters), "max_position_embeddings": config.max_position_embeddings},
+        [])
+    base.rotary_emb = ExtendedRotary(enc).to(device) if device is not None \
+        else ExtendedRotary(enc)
+    if ext.logn or ext.exact_cache:
+        for attn in attentions:
+            _patch_attention(attn, base.rotary_emb.enc, ext.exact_cache)
+        state.attentions = attentions
+    setattr(model, _STATE, state)
+    # the config states the rotary part, so save_pretrained writes what transformers can load
+    if ext.method != "none":
+        config.rope_parameters, config.max_position_embeddings = hf_rope_parameters(ext, False)
+    config.posenc_extension = ext.as_dict()
+    return ext
+
+
+def make_extension(config: Any, method: str, factor: float | None = None,
+                   original_max_position_embeddings: int | None = None,
+                   **options: Any) -> Extension:
+    """Validate the arguments of :func:`extend` against a model config."""
+    method, flags = parse_method(method)
+    for key, value in flags.items():
+        if options.get(key) is False:
+            raise ValueError(f"method add-on '+{key}' conflicts with {key}=False")
+        options[key] = value
+    logn, exact = bool(options.pop("logn", False)), bool(options.pop("exact_cache", False))
+    unknown = sorted(set(options) - set(METHOD_OPTIONS[method]))
+    if unknown:
+        valid = ", ".join(("logn", "exact_cache") + METHOD_OPTIONS[method])
+        raise ValueError(f"unknown option(s) {', '.join(unknown)} for method {method!r}; "
+                         f"valid options: {valid}")
+    if exact and method not in LENGTH_DEPENDENT:
+        raise ValueError(f"exact_cache applies to length-dependent methods "
+                         f"({', '.join(sorted(LENGTH_DEPENDENT))}); {method!r} caches exactly "
+                         "as it is")
+    if method == "none":
+        if factor not in (None, 1, 1.0):
+            raise ValueError(f"method 'none' takes no factor, got factor={factor!r}")
+        factor = 1.0
+    elif factor is None:
+        raise ValueError(f"method {method!r} needs a factor (the context multiplier)")
+    elif isinstance(factor, bool) or not isinstance(factor, (int, float)) \
+            or not math.isfinite(factor):
+        raise ValueError(f"factor must be a number, got {factor!r}")
+    elif method in FACTOR_ABOVE_ONE and factor <= 1:
+        raise ValueError(f"method {method!r} needs factor > 1, got {factor!r}")
+    elif factor < 1:
+        raise ValueError(f"method {method!r} needs factor >= 1, got {factor!r}")
+    original = original_max_position_embeddings
+    if original is None:
+        original = getattr(config, "max_position_embeddings", None)
+        if original is None and (method != "none" or logn):
+            raise ValueError(f"method {method!r} needs original_max_position_embeddings (the "
+                             "pretraining context length); the model config has none")
+    if original is not None and (isinstance(original, bool) or not isinstance(original, int)
+                                 or original < 2):
+        raise ValueError(f"original_max_position_embeddings must be an integer >= 2, got "
+                         f"{original!r}")
+    head_dim = getattr(config, "head_dim", None) or \
+        config.hidden_size // config.num_attention_heads
+    theta = float(config.rope_parameters.get("rope_theta", 10000.0))
+    scaling = None
+    if method != "none":
+        scaling = {"rope_type": method, "factor": float(factor), **_DEFAULTS.get(method, {}),
+                   **options}
+        if method in ("dynamic", "yarn", "llama3", "longrope"):
+            scaling["original_max_position_embeddings"] = original
+        if method == "longrope" and ("long_factor" not in options
+                                     or "short_factor" not in options):
+            raise ValueError(f"method 'longrope' needs long_factor and short_factor, lists of "
+                             f"head_dim/2 = {head_dim // 2} positive numbers (found by the "
+                             "LongRoPE search)")
+        scaling = validate_scaling(scaling, rotary_dim=head_dim)
+    return Extension(method, float(factor), int(original or 0), theta, head_dim, scaling,
+                     logn, exact)
+
+
+def hf_rope_parameters(ext: Extension, strict: bool = True) -> tuple[dict[str, Any], int]:
+    """(``rope_parameters``, ``max_position_embeddings``) that make plain transformers
+    compute the same frequencies as ``ext``.
+
+    With ``strict`` (the default) add-ons that Hugging Face cannot express raise a ValueError
+    naming the method; otherwise only the rotary part is returned.
+    """
+    if strict and (ext.logn or ext.exact_cache):
+        what = "log-n query scaling" if ext.logn else "an exact cache for length-dependent " \
+            "frequencies (it keeps keys rotated at the length they were cached at)"
+        raise ValueError(f"method {ext.name!r} cannot be saved for plain transformers: its "
+                         f"config has no {what}; save without the add-on or keep the model "
+                         "patched with posenc.hf.extend")
+    original = ext.original_max_position_embeddings
+    if ext.method == "none":
+        return {"rope_type": "default", "rope_theta": ext.theta}, original
+    if ext.method == "ntk":
+        # static NTK-aware scaling is plain RoPE with a larger base
+        d = ext.head_dim
+        return {"rope_type": "default",
+                "rope_theta": ext.theta * ext.factor ** (d / (d - 2))}, ext.target_length
+    params = {**ext.scaling, "rope_theta": ext.theta}
+    if ext.method == "dynamic":
+        # Hugging Face's dynamic NTK reads the original length from max_position_embeddings
+        params.pop("original_max_position_embeddings")
+        return params, original
+    return params, ext.target_length
+
+
+def restore(model: nn.Module) -> None:
+    """Undo :func:`extend`: the model's own rotary module, attention and config come back."""
+    state = getattr(model, _STATE, None)
+    if state is None:
+        raise ValueError("model is not extended (nothing to restore)")
+    base, _, config = _locate(model)
+    base.rotary_emb = state.rotary
+    for attn in state.attentions:
+        del attn.forward
+        del attn._posenc_attention
+    for key, value in state.config.items():
+        setattr(config, key, value)
+    if hasattr(config, "posenc_extension"):
+        del config.posenc_extension
+    delattr(model, _STATE)
+
+
+class ExtendedRotary(nn.Module):
+    """Stands in for a model's ``rotary_emb``: cos/sin from a posenc ``rope`` encoding.
+
+    forward(x (B, T, C), position_ids (B, T)) -> cos, sin (B, T, D) in x.dtype, in the "half"
+    layout Hugging Face uses (the R/2 angles repeated twice), times the attention factor.
+    Length-dependent methods use the length ``max(position_ids) + 1``.
+    """
+
+    def __init__(self, enc: nn.Module) -> None:
+        super().__init__()
+        self.enc = enc
+
+    @torch.no_grad()
+    def forward(self, x: Tensor, position_ids: Tensor, layer_type: str | None = None
+                ) -> tuple[Tensor, Tensor]:
+        seq_len = int(position_ids.max()) + 1 if self.enc.length_dependent else 0
+        inv_freq, factor = self.enc.frequencies(seq_len)
+        angles = rotary_angles(position_ids.reshape(-1), inv_freq)
+        angles = angles.view(*position_ids.shape, -1)                  # (B, T, D/2)
+        emb = torch.cat((angles, angles), dim=-1)                       # (B, T, D)
+        return (emb.cos() * factor).to(x.dtype), (emb.sin() * factor).to(x.dtype)
+
+
+@dataclass
+class _AttentionPatch:
+    enc: nn.Module
+    exact_cache: bool
+    rotate: Any                  # the model family's apply_rotary_pos_emb(q, k, cos, sin)
+    eager: Any                   # the model family's eager_attention_forward
+    extra: dict[str, Any]        # extra attention-interface kwargs (Mistral/Qwen2 window)
+
+
+def _patch_attention(attn: nn.Module, enc: nn.Module, exact_cache: bool) -> None:
+    family = sys.modules[type(attn).__module__]
+    rotate = getattr(family, "apply_rotary_pos_emb", None)
+    eager = getattr(family, "eager_attention_forward", None)
+    if rotate is None or eager is None or not all(
+            hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim")):
+        raise ValueError(f"attention {type(attn).__name__} does not have the Llama layout "
+                         "posenc patches (q/k/v/o projections, apply_rotary_pos_emb)")
+    window = getattr(attn, "sliding_window", getattr(attn.config, "sliding_window", None))
+    extra = {"sliding_window": window} if window is not None else {}
+    attn._posenc_attention = _AttentionPatch(enc, exact_cache, rotate, eager, extra)
+    attn.forward = types.MethodType(_attention_forward, attn)
+
+
+def _attention_forward(self: nn.Module, hidden_states: Tensor,
+                       position_embeddings: tuple[Tensor, Tensor] | None = None,
+                       attention_mask: Tensor | None = None, past_key_values: Any = None,
+                       **kwargs: Any) -> tuple[Tensor, Tensor | None]:
+    """Llama-family attention with log-n query scaling and/or an exact raw-key cache."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    patch: _AttentionPatch = self._posenc_attention
+    batch, length = hidden_states.shape[:2]
+    shape = (batch, length, -1, self.head_dim)
+    q = self.q_proj(hidden_states).view(shape).transpose(1, 2)      # (B, H, T, D)
+    k = self.k_proj(hidden_states).view(shape).transpose(1, 2)      # (B, Hkv, T, D)
+    v = self.v_proj(hidden_states).view(shape).transpose(1, 2)      # (B, Hkv, T, D)
+    pos = kwargs.get("position_ids")
+    if pos is None:
+        past = past_key_values.get_seq_length(self.layer_idx) if past_key_values is not None \
+            else 0
+        pos = torch.arange(past, past + length, device=q.device)[None]
+    pos = pos.expand(batch, length)                                   # (B, T)
+    if patch.exact_cache:
+        if past_key_values is not None:
+            k, v = past_key_values.update(k, v, self.layer_idx)   # raw (unrotated) keys
+        k_pos = torch.arange(k.shape[2], device=q.device)
+        if not bool((pos == k_pos[k_pos.numel() - length:]).all()):
+            raise ValueError("exact_cache needs positions 0..n-1 for every sequence (no "
+                             "padding or custom position_ids)")
+        q, k = patch.enc.transform_qk(q, k, k_pos[k_pos.numel() - length:], k_pos)
+    else:
+        cos, sin = position_embeddings
+        q, k = patch.rotate(q, k, cos, sin)
+        if past_key_values is not None:
+            k, v = past_key_values.update(k, v, self.layer_idx)
+    scale = patch.enc.attn_scale(pos.reshape(-1), pos.reshape(-1), causal=True)
+    if scale is not None:
+        q = q * scale.view(batch, 1, length, 1).to(q.dtype)          # (B, H, T, D)
+    interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
+                                                      patch.eager)
+    out, weights = interface(self, q, k, v, attention_mask,
+                             dropout=0.0 if not self.training else self.attention_dropout,
+                             scaling=self.scaling, **patch.extra, **kwargs)
+    out = out.reshape(batch, length, -1).contiguous()               # (B, T, H*D)
+    return self.o_proj(out), weights

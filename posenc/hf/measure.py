@@ -1,0 +1,200 @@
+"""Long forwards of Hugging Face models: token streams, memory estimates, perplexity vs length.
+
+Perplexity uses the shared :func:`posenc.eval.perplexity.perplexity` (sliding windows with a
+stride). A forward runs with ``use_cache=False`` and, for ``sdpa`` models, without a padding
+mask, so PyTorch's fused causal kernel runs and no (T, T) score matrix is ever built: the
+largest tensors of a long forward are the logits (T, V), not attention.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..eval.perplexity import perplexity
+
+GIB = 1024 ** 3
+
+
+# ------------------------------------------------------------------ text
+def corpus_texts(data: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """Documents to score and a description of them.
+
+    ``data=None`` is the embedded corpus (the Python standard library source, its test
+    split); a path is a text file or a folder of text files, all of which is used (the
+    model was trained elsewhere, so no split is held out).
+    """
+    from ..data.corpora import load_corpus
+
+    corpus = load_corpus(data)
+    if data is None:
+        return corpus.texts("test"), {**corpus.info(), "split": "test"}
+    texts = [t for split in ("train", "validation", "test") for t in corpus.texts(split)]
+    return texts, {**corpus.info(), "split": "all"}
+
+
+def token_stream(tokenizer: Any, texts: Sequence[str], n_tokens: int) -> Tensor:
+    """The first ``n_tokens`` tokens of the documents joined by blank lines: (n_tokens,) int64.
+
+    Raises ValueError when the texts hold fewer tokens.
+    """
+    ids: list[int] = []
+    for text in texts:
+        ids.extend(tokenizer(text + "\n\n", add_special_tokens=False)["input_ids"])
+        if len(ids) >= n_tokens:
+            return torch.tensor(ids[:n_tokens], dtype=torch.long)
+    raise ValueError(f"the text holds {len(ids)} tokens, fewer than the {n_tokens} needed; "
+                     "use shorter lengths, fewer windows or more --data")
+
+
+# ---------------------------------------------------------------- memory
+def available_memory() -> int:
+    """Bytes the kernel says a new allocation can get (MemAvailable), else physical RAM."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def forward_bytes(config: Any, length: int, dtype: torch.dtype = torch.float32,
+                  scored: int | None = None) -> int:
+    """Estimated extra memory of one no-cache forward over ``length`` tokens, in bytes.
+
+    Logits (T, V) plus the log-softmax of the ``scored`` rows, one layer's activations, and
+    the (H, T, T) scores when the attention implementation materializes them (not sdpa).
+    """
+    item = torch.finfo(dtype).bits // 8
+    h, kv = config.num_attention_heads, config.num_key_value_heads
+    d = getattr(config, "head_dim", None) or config.hidden_size // h
+    c, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
+    scored = length if scored is None else scored
+    logits = length * v * item + scored * v * 4
+    layer = length * (8 * c + 3 * i + 3 * (h + 2 * kv) * d) * item
+    attn = 0 if getattr(config, "_attn_implementation", "sdpa") == "sdpa" \
+        else 2 * h * length * length * item
+    return int(1.2 * (logits + layer + attn))
+
+
+def check_memory(config: Any, length: int, dtype: torch.dtype = torch.float32,
+                 limit: int | None = None) -> int:
+    """Raise ValueError if a forward of ``length`` tokens would not fit; return the estimate."""
+    need = forward_bytes(config, length, dtype)
+    limit = available_memory() if limit is None else limit
+    if need > limit:
+        raise ValueError(f"length {length} needs about {need / GIB:.1f} GiB for one forward "
+                         f"but {limit / GIB:.1f} GiB are available; use shorter lengths")
+    return need
+
+
+def current_rss() -> int:
+    """Resident memory of this process in bytes."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class PeakMemory:
+    """Context manager sampling the resident memory every ``interval`` seconds.
+
+    ``peak`` is the highest RSS seen, ``start`` the RSS on entry (bytes).
+    """
+
+    def __init__(self, interval: float = 0.01) -> None:
+        self.interval, self.start, self.peak = interval, 0, 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, current_rss())
+            time.sleep(self.interval)
+
+    def __enter__(self) -> PeakMemory:
+        self.start = self.peak = current_rss()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.peak = max(self.peak, current_rss())
+
+    @property
+    def delta(self) -> int:
+        return self.peak - self.start
+
+
+# ----------------------------------------------------------------- model
+def logits_fn(model: nn.Module) -> Callable[[Tensor], Tensor]:
+    """ids (1, T) -> logits (1, T, V): a no-cache, no-mask forward (fused causal sdpa)."""
+    device = next(model.parameters()).device
+
+    @torch.no_grad()
+    def run(ids: Tensor) -> Tensor:
+        return model(input_ids=ids.to(device), use_cache=False).logits
+    return run
+
+
+@dataclass(frozen=True)
+class PplPoint:
+    """Perplexity at one window length."""
+
+    length: int
+    ppl: float
+    nll: float
+    n_tokens: int
+    n_windows: int
+    seconds: float
+
+
+def perplexity_vs_length(model: nn.Module, tokens: Tensor, lengths: Sequence[int],
+                         stride: int | None = None, max_windows: int | None = None,
+                         progress: Callable[[int], None] | None = None,
+                         memory_limit: int | None = None) -> list[PplPoint]:
+    """Sliding-window perplexity at each length (stride: ``stride`` or length // 2).
+
+    ``progress`` is called with 1 after each window.
+    """
+    fn = logits_fn(model)
+    points = []
+    for length in lengths:
+        check_memory(model.config, length, next(model.parameters()).dtype, memory_limit)
+        step = stride if stride is not None else max(1, length // 2)
+        if step > length:
+            raise ValueError(f"stride {step} is longer than the window length {length}")
+        start = time.perf_counter()
+        res = perplexity(fn, tokens, length, stride=step, max_windows=max_windows,
+                         progress=None if progress is None else (lambda _n: progress(1)))
+        points.append(PplPoint(length, res.ppl, res.nll, res.n_tokens, res.n_windows,
+                               time.perf_counter() - start))
+    return points
+
+
+def n_windows(n_tokens: int, length: int, stride: int | None, max_windows: int | None) -> int:
+    """How many windows :func:`perplexity_vs_length` runs at ``length`` (for progress bars)."""
+    step = stride if stride is not None else max(1, length // 2)
+    count = 1 + max(0, (n_tokens - length) // step)
+    return count if max_windows is None else min(count, max_windows)
+
+
+def tokens_needed(lengths: Sequence[int], stride: int | None, max_windows: int) -> int:
+    """Stream length that gives ``max_windows`` windows at the longest length."""
+    longest = max(lengths)
+    step = stride if stride is not None else max(1, longest // 2)
+    return longest + step * (max_windows - 1)
