@@ -81,8 +81,9 @@ class RecurrentEncoding(TrajectoryEncoding):
     An autonomous recurrence settles toward an attractor, so consecutive vectors eventually
     stop changing. To keep positions distinct over a useful range at initialisation, the
     update gate's bias starts at +2 (each step keeps most of p_k) and the candidate's
-    recurrent weights are orthogonal with gain 2; with these, consecutive vectors still differ
-    after several hundred steps (PyTorch's default GRU init settles within about 20).
+    recurrent weights are orthogonal with gain 2; with these, consecutive GRU states stay more
+    than 1e-3 apart for about 300-600 steps at widths 64-256 (about 100 at width 8), where
+    PyTorch's default GRU init settles within about 20. Training reshapes the trajectory.
 
     Options: ``init_scale`` (0.02, > 0).
     """
