@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
                              f"{str(loaded.corpus_info.get('sha256'))[:12]}) differs from "
                              f"what {tcfg.data or 'stdlib'} gives now (sha256 "
                              f"{corpus.sha256[:12]}); its held-out split is not comparable")
-        tokens = token_stream(corpus, loaded.tokenizer, args.split, Path(tcfg.cache_dir))
+        tokens = token_stream(corpus, loaded.tokenizer, args.split, tcfg.cache_dir)
         ppl = perplexity_at_lengths(model, tokens, lengths, stride=args.stride,
                                     max_tokens=args.max_tokens or None)
         report["corpus"] = corpus.info()

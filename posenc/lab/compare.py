@@ -16,12 +16,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..encodings import encoding_options
 from ..eval.entropy import entropy_at_lengths
 from ..eval.inference_scaling import (InferenceScaling, accepts_rope_scaling,
                                       apply_inference_scaling)
@@ -110,11 +110,12 @@ def save_results(out_dir: Path, results: dict) -> Path:
     return path
 
 
-def write_outputs(out_dir: Path, results: dict) -> tuple[Path, list[Path]]:
-    """results.json, then the PNGs and report.md, all from the results dict."""
+def write_outputs(out_dir: Path, results: dict, plots: bool = True
+                  ) -> tuple[Path, list[Path]]:
+    """results.json, then (if ``plots``) the PNGs, then report.md, all from the results."""
     save_results(out_dir, results)
-    plots = plot_all(results, out_dir) if results["runs"] else []
-    return write_report(results, out_dir, [p.name for p in plots]), plots
+    paths = plot_all(results, out_dir) if plots and results["runs"] else []
+    return write_report(results, out_dir, [p.name for p in paths]), paths
 
 
 # ------------------------------------------------------------------ the plan
@@ -128,37 +129,38 @@ def planned_runs(cfg: CompareConfig) -> list[tuple[str, str | None]]:
     return plan
 
 
-def train_config(cfg: CompareConfig, encoding: str, vocab_size: int, cache_dir: Path | None):
+def train_config(cfg: CompareConfig, encoding: str, vocab_size: int):
     """The TrainConfig of one encoding: identical for all but ``model.pe``."""
     from ..models import LMConfig
     from ..train.config import TrainConfig
+    options = {}
+    declared = encoding_options(encoding)
+    if "vocab_size" in declared and declared["vocab_size"] is None:   # token-id tables
+        options["vocab_size"] = vocab_size
     model = LMConfig(vocab_size=vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
-                     n_heads=cfg.n_heads, max_len=cfg.train_len, pe=encoding)
+                     n_heads=cfg.n_heads, max_len=cfg.train_len, pe=encoding,
+                     pe_options=options)
     return TrainConfig(model=model, data=cfg.data, tokenizer=cfg.tokenizer,
                        train_len=cfg.train_len, batch_size=cfg.batch_size, steps=cfg.steps,
                        lr=cfg.lr, warmup_steps=cfg.warmup_steps,
                        weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip, seed=cfg.seed,
-                       bf16=cfg.bf16, eval_every=cfg.steps,
-                       checkpoint_every=max(1, cfg.steps // 4), task=None,
-                       **({"cache_dir": cache_dir} if cache_dir is not None else {}))
+                       bf16=cfg.bf16, eval_every=0, checkpoint_every=max(1, cfg.steps // 4))
 
 
 class _Progress:
-    """One tqdm bar over the whole job; training steps count 1, an evaluation length more."""
+    """One tqdm bar over the whole job; a training step counts 1, an evaluation length more."""
 
     def __init__(self, cfg: CompareConfig, enabled: bool) -> None:
         from tqdm.auto import tqdm
         self.eval_unit = max(1, round(cfg.eval_tokens / (3 * cfg.batch_size * cfg.train_len)))
         n_eval = len(planned_runs(cfg)) * len(cfg.eval_lengths)
         self.bar = tqdm(total=len(cfg.encodings) * cfg.steps + n_eval * self.eval_unit,
-                        disable=not enabled, desc="compare", unit="u", dynamic_ncols=True,
+                        disable=not enabled, desc="compare", dynamic_ncols=True,
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}"
                                    " {postfix}")
-        self.lock = threading.Lock()
 
     def update(self, units: int) -> None:
-        with self.lock:
-            self.bar.update(units)
+        self.bar.update(units)
 
     def stage(self, text: str) -> None:
         self.bar.set_postfix_str(text, refresh=True)
@@ -167,62 +169,37 @@ class _Progress:
         self.bar.close()
 
 
-def _follow_log(run_dir: Path, progress: _Progress, stop: threading.Event,
-                done: list[int]) -> None:
-    """Advance the bar as the training log of ``run_dir`` grows (polled twice a second)."""
-    path = run_dir / "log.jsonl"
-    while not stop.wait(0.5):
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError:
-            continue
-        for line in reversed(lines):
-            try:
-                step = int(json.loads(line).get("step", 0))
-            except (ValueError, AttributeError, TypeError):
-                continue
-            if step > done[0]:
-                progress.update(step - done[0])
-                done[0] = step
-            break
-
-
 def _finished(run_dir: Path, steps: int):
-    """The loaded run if ``run_dir`` holds a run trained for ``steps`` steps, else None."""
+    """The loaded run if ``run_dir`` holds a complete run of ``steps`` steps, else None."""
     from ..train.checkpoint import load_run
-    if not (run_dir / "config.json").exists():
+    if not (run_dir / "state.json").exists():
         return None
     try:
         loaded = load_run(run_dir)
     except ValueError:
-        return None
-    return loaded if loaded.steps >= steps else None
+        return None              # partial or damaged: train() resumes or reports it
+    return loaded if loaded.complete and loaded.steps >= steps else None
 
 
 def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, vocab_size: int,
-                   cache_dir: Path | None, progress: _Progress) -> tuple[Any, float | None, bool]:
-    """Train (or resume, or reuse) one encoding's run; return (LoadedRun, seconds, trained)."""
+                   progress: _Progress) -> tuple[Any, bool]:
+    """Train, resume or reuse one encoding's run; return (LoadedRun, trained now)."""
     from ..train.checkpoint import load_run
     from ..train.loop import train
     loaded = _finished(run_dir, cfg.steps)
     if loaded is not None:
         progress.update(cfg.steps)
-        return loaded, None, False
-    tcfg = train_config(cfg, encoding, vocab_size, cache_dir)
-    resume = (run_dir / "config.json").exists()
-    stop, done = threading.Event(), [0]
-    follower = threading.Thread(target=_follow_log, args=(run_dir, progress, stop, done),
-                                daemon=True)
-    follower.start()
-    start = time.perf_counter()
-    try:
-        train(tcfg, run_dir, resume=resume, progress=False)
-    finally:
-        stop.set()
-        follower.join()
-    seconds = time.perf_counter() - start
-    progress.update(max(0, cfg.steps - done[0]))
-    return load_run(run_dir), seconds, True
+        return loaded, False
+    counted = [0]
+
+    def on_step(step: int, record: dict, model) -> None:
+        progress.update(step - counted[0])     # the first call also counts resumed steps
+        counted[0] = step
+
+    train(train_config(cfg, encoding, vocab_size), run_dir, resume=True, progress=False,
+          on_step=on_step)
+    progress.update(max(0, cfg.steps - counted[0]))
+    return load_run(run_dir), True
 
 
 def _curve(log: list[dict]) -> list[list[float]]:
@@ -239,6 +216,7 @@ def evaluate_run(cfg: CompareConfig, loaded, test_tokens, encoding: str, scaling
                  progress: _Progress) -> dict:
     """One results.json run entry: perplexity (and entropy) against length."""
     model = loaded.model
+    tokens_per_step = cfg.batch_size * cfg.train_len
     if scaling is not None:
         model = apply_inference_scaling(model, InferenceScaling.parse(scaling), cfg.train_len)
     start = time.perf_counter()
@@ -263,7 +241,9 @@ def evaluate_run(cfg: CompareConfig, loaded, test_tokens, encoding: str, scaling
         "params": sum(p.numel() for p in loaded.model.parameters()),
         "ppl_tokens": {str(r.length): r.n_tokens for r in ppl},
         "entropy": entropy,
-        "seconds": {"eval": round(time.perf_counter() - start, 2)},
+        "seconds": {"eval": round(time.perf_counter() - start, 2),
+                    "train": round(loaded.steps * tokens_per_step / loaded.tokens_per_s, 2)
+                    if loaded.tokens_per_s else None},
         "run_dir": f"runs/{encoding}",
     }
 
@@ -277,13 +257,13 @@ def _final_loss(log: list[dict]) -> float | None:
 def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
                 progress: bool = True) -> CompareOutcome:
     """Run (or resume) the comparison ``cfg`` into ``out_dir``; see the module docstring."""
-    from ..data.cache import token_stream
+    from ..data.cache import default_cache_dir, token_stream
     from ..data.corpora import load_corpus
     from ..data.tokenizer import build_tokenizer
     out_dir = Path(out_dir)
     existing = check_out_dir(cfg, out_dir, overwrite)
     corpus = load_corpus(cfg.data)
-    cache_dir = _cache_dir()
+    cache_dir = default_cache_dir()            # where `posenc train` caches data by default
     tokenizer = build_tokenizer(cfg.tokenizer, corpus, cache_dir)
     test_tokens = token_stream(corpus, tokenizer, "test", cache_dir)
     if max(cfg.eval_lengths) > len(test_tokens):
@@ -315,28 +295,19 @@ def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
                 continue
             bar.update((len(plan) - len(todo)) * len(cfg.eval_lengths) * bar.eval_unit)
             bar.stage(f"train {encoding}")
-            loaded, seconds, did_train = ensure_trained(
-                cfg, encoding, out_dir / "runs" / encoding, tokenizer.vocab_size, cache_dir,
-                bar)
+            loaded, did_train = ensure_trained(cfg, encoding, out_dir / "runs" / encoding,
+                                               tokenizer.vocab_size, bar)
             (trained if did_train else reused).append(encoding)
             for scaling in todo:
                 label = encoding + (f"+{scaling}" if scaling else "")
                 bar.stage(f"eval {label}")
                 entry = evaluate_run(cfg, loaded, test_tokens, encoding, scaling, bar)
                 if scaling is None:
-                    entry["seconds"]["train"] = round(seconds, 2) if seconds else None
                     entry["curve"] = _curve(loaded.log)
                 results["runs"].append(entry)
-                write_outputs(out_dir, results)
+                write_outputs(out_dir, results, plots=False)   # plots once, at the end
         report, plots = write_outputs(out_dir, results)
     finally:
         bar.close()
     return CompareOutcome(out_dir, results, report, tuple(plots), tuple(trained),
                           tuple(reused))
-
-
-def _cache_dir() -> Path | None:
-    """The data cache the training side uses by default (None: its own default)."""
-    from ..train.config import TrainConfig
-    default = TrainConfig.__dataclass_fields__["cache_dir"].default
-    return Path(default) if isinstance(default, (str, os.PathLike)) else None

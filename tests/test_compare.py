@@ -1,0 +1,211 @@
+"""posenc compare end to end on a tiny preset, resuming after crashes, and bad input via the CLI."""
+
+import json
+import shutil
+from dataclasses import replace
+
+import pytest
+
+from posenc.cli import main
+from posenc.lab import compare as compare_mod
+from posenc.lab.compare import run_compare
+from posenc.lab.presets import PRESETS
+
+RUN_KEYS = {"encoding", "options", "train_len", "steps", "train_tokens_per_s", "ppl",
+            "inference_scaling"}
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory):
+    """A small folder of text files (several land in the test split)."""
+    root = tmp_path_factory.mktemp("corpus")
+    words = ["alpha", "beta", "gamma", "delta", "return", "value", "print", "index", "self"]
+    for i in range(60):
+        lines = [f"def f{i}_{j}({words[j % 9]}, {words[(i + j) % 9]}):\n"
+                 f"    return {words[(i * j) % 9]} + {j}\n" for j in range(40)]
+        (root / f"doc{i:02d}.py").write_text("".join(lines))
+    return root
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache_env(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("POSENC_CACHE", str(tmp_path_factory.mktemp("cache")))
+    yield
+    mp.undo()
+
+
+def tiny_config(corpus_dir, **changes):
+    cfg = replace(PRESETS["smoke"], encodings=("learned", "rope"), train_len=16, steps=6,
+                  batch_size=4, d_model=32, n_layers=1, n_heads=2, data=str(corpus_dir),
+                  scalings=("yarn:4", "logn"), eval_tokens=256, entropy_max_len=32,
+                  lengths=(16, 32, 64))
+    return replace(cfg, **changes)
+
+
+@pytest.fixture(scope="module")
+def finished(corpus_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("cmp") / "out"
+    outcome = run_compare(tiny_config(corpus_dir), out, progress=False)
+    return out, outcome
+
+
+def test_results_json_has_the_exact_layout(finished):
+    out, outcome = finished
+    res = json.loads((out / "results.json").read_text())
+    assert set(res) == {"config", "corpus", "runs"}
+    assert set(res["corpus"]) == {"name", "python_version", "sha256"}
+    assert res["config"]["lengths"] == [16, 32, 64] and res["config"]["steps"] == 6
+    assert [(r["encoding"], r["inference_scaling"]) for r in res["runs"]] == [
+        ("learned", None), ("rope", None), ("rope", "yarn:4"), ("rope", "logn")]
+    for run in res["runs"]:
+        assert RUN_KEYS <= set(run)
+        assert run["train_len"] == 16 and run["steps"] == 6
+        assert run["train_tokens_per_s"] > 0 and isinstance(run["options"], dict)
+        assert list(run["ppl"]) == ["16", "32", "64"]
+    learned, rope = res["runs"][0], res["runs"][1]
+    assert isinstance(learned["ppl"]["16"], float)
+    assert learned["ppl"]["32"] == learned["ppl"]["64"] == "n/a (past learned table of 16)"
+    assert all(isinstance(v, float) for v in rope["ppl"].values())
+    assert res["runs"][2]["ppl"]["64"] != rope["ppl"]["64"]       # scaling changes numbers
+    assert res["runs"][3]["ppl"]["16"] == pytest.approx(rope["ppl"]["16"])  # logn: 1 at L
+    assert outcome.trained == ("learned", "rope")
+
+
+def test_report_and_plots_are_written(finished):
+    out, _ = finished
+    report = (out / "report.md").read_text()
+    assert "## The seed notes' claims, checked on this run" in report
+    assert "ALiBi extrapolates better than RoPE" in report and "not tested" in report
+    assert "n/a (past learned table of 16)" in report
+    for name in ("ppl_vs_length.png", "training_curves.png", "entropy_vs_length.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+        assert f"({name})" in report
+
+
+def test_rerun_resumes_without_training(finished, corpus_dir):
+    out, first = finished
+    before = (out / "results.json").read_text()
+    again = run_compare(tiny_config(corpus_dir), out, progress=False)
+    assert again.trained == () and set(again.reused) == {"learned", "rope"}
+    assert json.loads(before)["runs"] == again.results["runs"]
+
+
+def test_resume_after_a_crash_in_evaluation(corpus_dir, tmp_path, monkeypatch):
+    out, calls = tmp_path / "out", []
+    real = compare_mod.evaluate_run
+    cfg = tiny_config(corpus_dir, encodings=("rope",))
+
+    def crashing(*args, **kw):
+        calls.append(args[4])                      # the scaling label
+        if len(calls) == 2:
+            raise RuntimeError("simulated crash")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(compare_mod, "evaluate_run", crashing)
+    with pytest.raises(RuntimeError, match="simulated"):
+        run_compare(cfg, out, progress=False)
+    saved = json.loads((out / "results.json").read_text())
+    assert [r["inference_scaling"] for r in saved["runs"]] == [None]    # kept on disk
+    monkeypatch.setattr(compare_mod, "evaluate_run", real)
+    outcome = run_compare(cfg, out, progress=False)
+    assert outcome.trained == ()                    # the training had finished
+    assert outcome.results["runs"][:1] == saved["runs"]
+    assert [r["inference_scaling"] for r in outcome.results["runs"]] == [None, "yarn:4", "logn"]
+
+
+def test_resume_after_a_crash_in_training(corpus_dir, tmp_path, monkeypatch):
+    import posenc.train.loop as loop
+    out, real = tmp_path / "out", loop.train
+
+    def crash_at_step_3(cfg, run_dir, **kw):
+        def on_step(step, record, model):
+            kw["on_step"](step, record, model)
+            if step == 3:
+                raise RuntimeError("simulated crash")
+        return real(cfg, run_dir, **{**kw, "on_step": on_step})
+
+    cfg = tiny_config(corpus_dir, encodings=("rope",), scalings=())
+    monkeypatch.setattr(loop, "train", crash_at_step_3)
+    with pytest.raises(RuntimeError, match="simulated"):
+        run_compare(cfg, out, progress=False)
+    assert json.loads((out / "runs/rope/state.json").read_text())["step"] == 3
+    monkeypatch.setattr(loop, "train", real)
+    outcome = run_compare(cfg, out, progress=False)
+    assert outcome.trained == ("rope",)
+    log = [json.loads(line) for line in (out / "runs/rope/log.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in log if "loss" in r]
+    assert steps == [1, 2, 3, 4, 5, 6]              # resumed at 4, not restarted
+
+
+def test_a_different_comparison_is_refused_and_kept(finished, corpus_dir):
+    out, _ = finished
+    before = (out / "results.json").read_bytes()
+    with pytest.raises(ValueError, match="different comparison.*steps"):
+        run_compare(tiny_config(corpus_dir, steps=7), out, progress=False)
+    assert (out / "results.json").read_bytes() == before
+
+
+def cli(capsys, *argv):
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_cli_compare_refuses_bad_output_dirs(finished, tmp_path, capsys, corpus_dir):
+    out, _ = finished
+    before = (out / "results.json").read_bytes()
+    code, _, err = cli(capsys, "compare", "--out", str(out), "--preset", "smoke",
+                       "--no-progress")
+    assert code == 2 and "holds a different comparison" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and (out / "results.json").read_bytes() == before
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    code, _, err = cli(capsys, "compare", "--out", str(other), "--preset", "smoke")
+    assert code == 2 and "holds no comparison" in err
+    assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
+    code, _, err = cli(capsys, "compare", "--out", str(tmp_path / "x"), "--encodings",
+                       "rope,warp")
+    assert code == 2 and "unknown encoding(s) warp" in err
+
+
+def test_cli_eval_prints_a_table_and_writes_json(finished, capsys):
+    out, _ = finished
+    code, text, _ = cli(capsys, "eval", str(out / "runs/rope"), "--lengths", "16,32",
+                        "--rope-scaling", "yarn:4", "--entropy", "--task", "copy",
+                        "--task-examples", "4")
+    assert code == 0 and "perplexity" in text and "exact match" in text
+    saved = json.loads((out / "runs/rope/eval-yarn4.json").read_text())
+    assert saved["inference_scaling"] == "yarn:4" and set(saved["ppl"]) == {"16", "32"}
+    assert set(saved["task_accuracy"]) == {"16", "32"}
+
+
+@pytest.mark.parametrize("case", ["missing", "not_a_run", "corrupt", "past_table",
+                                  "rope_scaling_on_learned"])
+def test_cli_eval_bad_input_is_one_line(finished, tmp_path, capsys, case):
+    out, _ = finished
+    run = out / "runs/learned"
+    argv = ["eval", str(run), "--lengths", "16"]
+    expected = {"missing": "does not exist", "not_a_run": "holds no run",
+                "corrupt": "corrupt checkpoint", "past_table": "past the learned position",
+                "rope_scaling_on_learned": "needs a RoPE run"}[case]
+    if case == "missing":
+        argv[1] = str(tmp_path / "nope")
+    elif case == "not_a_run":
+        argv[1] = str(tmp_path)
+    elif case == "corrupt":
+        broken = tmp_path / "broken"
+        shutil.copytree(run, broken)
+        data = (broken / "model.safetensors").read_bytes()
+        (broken / "model.safetensors").write_bytes(data[: len(data) // 2])
+        argv[1] = str(broken)
+    elif case == "past_table":
+        argv[3] = "16,64"
+    else:
+        argv += ["--rope-scaling", "ntk:4"]
+    before = sorted(p.name for p in run.iterdir())
+    code, _, err = cli(capsys, *argv)
+    assert code == 2, err
+    assert expected in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert sorted(p.name for p in run.iterdir()) == before           # nothing written
