@@ -98,15 +98,52 @@ def _compiled_flex():
     return torch.compile(flex_attention, dynamic=False)
 
 
+#: FlexAttention's default sparse block size
+_FLEX_BLOCK = 128
+
+
+def _block_extent(pos: Tensor, n_blocks: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Per block of ``_FLEX_BLOCK`` positions: min, max and whether the block is complete."""
+    pad = n_blocks * _FLEX_BLOCK - pos.numel()
+    padded = torch.cat((pos, pos[-1:].expand(pad))).view(n_blocks, _FLEX_BLOCK)
+    lo, hi = padded.amin(dim=1), padded.amax(dim=1)
+    complete = torch.arange(n_blocks, device=pos.device) < pos.numel() // _FLEX_BLOCK
+    return lo, hi, complete
+
+
+def _ordered(blocks: Tensor) -> tuple[Tensor, Tensor]:
+    """(nq, nk) bool -> per query block: how many kv blocks, and their indices first."""
+    dense = blocks.to(torch.int32)
+    count = dense.sum(dim=-1, dtype=torch.int32)
+    order = torch.argsort(dense, dim=-1, descending=True, stable=True).to(torch.int32)
+    return count[None, None].contiguous(), order[None, None].contiguous()   # (1, 1, nq[, nk])
+
+
+def _causal_block_mask(q_pos: Tensor, k_pos: Tensor, mask_mod):
+    """The causal BlockMask from block-wise position ranges, without the (Lq, Lk) mask
+    ``create_block_mask`` would evaluate. A block is skipped where no key is visible, full
+    where every key is (mask_mod skipped), partial otherwise."""
+    from torch.nn.attention.flex_attention import BlockMask
+    n_q = -(-q_pos.numel() // _FLEX_BLOCK)
+    n_k = -(-k_pos.numel() // _FLEX_BLOCK)
+    q_lo, q_hi, q_complete = _block_extent(q_pos, n_q)
+    k_lo, k_hi, k_complete = _block_extent(k_pos, n_k)
+    some = k_lo[None, :] <= q_hi[:, None]                              # (nq, nk)
+    every = (k_hi[None, :] <= q_lo[:, None]) & q_complete[:, None] & k_complete[None, :]
+    partial_count, partial_index = _ordered(some & ~every)
+    full_count, full_index = _ordered(every)
+    return BlockMask.from_kv_blocks(partial_count, partial_index, full_count, full_index,
+                                    BLOCK_SIZE=_FLEX_BLOCK, mask_mod=mask_mod,
+                                    seq_lengths=(q_pos.numel(), k_pos.numel()))
+
+
 def _flex(q, k, v, pe, q_pos, k_pos, causal):
-    from torch.nn.attention.flex_attention import create_block_mask
     score_mod = pe.score_mod(q, k, q_pos, k_pos)
     block_mask = None
     if causal:
         def mask_mod(b, h, q_idx, kv_idx):
             return k_pos[kv_idx] <= q_pos[q_idx]
-        block_mask = create_block_mask(mask_mod, None, None, q.shape[2], k.shape[2],
-                                       device=q.device)
+        block_mask = _causal_block_mask(q_pos, k_pos, mask_mod)
     return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask,
                             scale=pe.sm_scale())
 
