@@ -11,11 +11,12 @@
 - a local Hugging Face ``datasets`` directory (made by ``save_to_disk``) or ``"hf:NAME"`` /
   ``"hf:NAME:CONFIG"`` for ``datasets.load_dataset`` (needs the ``datasets`` extra).
 
-Documents go to a split by a hash of their name (90 / 5 / 5 %), so the split does not depend
-on the order files are listed in. A corpus with too few documents for every split to get one
-is split inside each document instead (first 90 % of its lines to train, next 5 % to
-validation, last 5 % to test). ``sha256`` covers names, texts and the split rule, so two runs
-with equal hashes saw the same data.
+Documents go to a split by a hash of their name (90 / 5 / 5 %), so a file's split does not
+depend on the other files. When that leaves a split empty (few documents), documents are
+ranked by the same hash and the last 5 % (at least one) go to test, the 5 % before them (at
+least one) to validation. With fewer than three documents each one is cut instead: its first
+90 % of lines to train, the next 5 % to validation, the last 5 % to test. ``sha256`` covers
+the texts of every split and the rule used, so two runs with equal hashes saw the same data.
 """
 
 from __future__ import annotations
@@ -194,9 +195,13 @@ def _from_hf_object(name: str, ds) -> Corpus:
 
 
 # ------------------------------------------------------------- splitting
+def _name_hash(name: str) -> int:
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
+
+
 def split_of(name: str) -> str:
     """The split a document named ``name`` belongs to (by a hash of the name)."""
-    bucket = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") % 100
+    bucket = _name_hash(name) % 100
     return "train" if bucket < 90 else "validation" if bucket < 95 else "test"
 
 
@@ -220,6 +225,14 @@ def _from_named_texts(name: str, named: list[tuple[str, str]], skipped: int) -> 
         docs[split_of(n)].append(t)
     if all(docs.values()):
         return _make(name, {s: tuple(v) for s, v in docs.items()}, SPLIT_RULE, skipped)
+    if len(named) >= 3:
+        ranked = [t for _, t in sorted(named, key=lambda nt: _name_hash(nt[0]))]
+        n_held = max(1, round(0.05 * len(ranked)))
+        a = len(ranked) - 2 * n_held
+        return _make(name, {"train": tuple(ranked[:a]),
+                            "validation": tuple(ranked[a:a + n_held]),
+                            "test": tuple(ranked[a + n_held:a + 2 * n_held])},
+                     "posenc-split-v1:ranked-sha256(name)", skipped)
     docs = {s: [] for s in SPLITS}
     for _, t in named:
         for s, part in _split_lines(t).items():

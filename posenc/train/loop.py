@@ -187,7 +187,9 @@ def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, resume: bool,
     mode = check_run_dir(run_dir, cfg, resume, overwrite)
     data = _load_data(cfg, run_dir, mode)
     dev = info.device
-    autocast = _autocast(cfg, dev)                      # raises before anything is written
+    autocast = _autocast(cfg, dev)
+    torch.manual_seed(cfg.seed)
+    model = TransformerLM(cfg.model).to(dev).train()   # bad model options raise here
     dist.barrier(info)                                  # every rank checked before writing
     if info.is_main:
         if mode == "overwrite":
@@ -197,8 +199,6 @@ def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, resume: bool,
             ckpt.write_config(run_dir, cfg, data.corpus_info, data.tokenizer)
     dist.barrier(info)
 
-    torch.manual_seed(cfg.seed)
-    model = TransformerLM(cfg.model).to(dev).train()
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, cfg)
     start, train_time, tokens_seen = 0, 0.0, 0

@@ -1,0 +1,130 @@
+"""A run stopped mid-way and resumed has the loss curve and weights of an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from posenc.models import LMConfig
+from posenc.train import TrainConfig, load_run, train
+from posenc.train.checkpoint import read_progress
+
+STEPS = 8
+
+
+class Killed(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("text")
+    for i in range(30):
+        (folder / f"{i:02d}.txt").write_text("".join(f"line {j} of file {i}: x = {i * j}\n"
+                                                     for j in range(30)))
+    return folder
+
+
+def config(data, cache, **kw):
+    model = LMConfig(d_model=32, n_layers=1, n_heads=2, max_len=16, d_ff=64, pe="t5",
+                     dropout=0.1)                      # dropout: the RNG state must resume too
+    return TrainConfig(model=model, data=str(data), train_len=16, batch_size=4, steps=STEPS,
+                       checkpoint_every=3, eval_every=2, eval_windows=4, cache_dir=str(cache),
+                       device="cpu", **kw)
+
+
+def curve(run_dir):
+    return [json.dumps(r, sort_keys=True) for r in
+            ({k: v for k, v in r.items() if k in ("step", "loss", "lr", "grad_norm",
+                                                   "val_loss")}
+             for r in load_run(run_dir).log)]
+
+
+@pytest.fixture(scope="module")
+def straight(data, tmp_path_factory):
+    root = tmp_path_factory.mktemp("straight")
+    cfg = config(data, root / "cache")
+    train(cfg, root / "run", progress=False)
+    return root / "run"
+
+
+def assert_same_run(a, b):
+    assert curve(a) == curve(b)                      # every logged number, bit for bit
+    wa, wb = load_run(a).model.state_dict(), load_run(b).model.state_dict()
+    for name in wa:
+        torch.testing.assert_close(wa[name], wb[name], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("stop_at", [5, 6])
+def test_resume_after_an_exception_equals_the_uninterrupted_run(data, straight, tmp_path,
+                                                                stop_at):
+    cfg = config(data, tmp_path / "cache")
+
+    def stop(step, record, model):
+        if step == stop_at:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train(cfg, tmp_path / "run", progress=False, on_step=stop)
+    assert read_progress(tmp_path / "run")["step"] == 6 if stop_at == 6 else 3
+    logged = [r["step"] for r in load_run(tmp_path / "run").log if "loss" in r]
+    assert logged[-1] == stop_at                       # steps past the checkpoint were logged
+    result = train(cfg, tmp_path / "run", resume=True, progress=False)
+    assert result.steps == STEPS
+    assert_same_run(straight, tmp_path / "run")
+
+
+def test_resume_after_sigkill_of_a_real_process(data, straight, tmp_path):
+    cfg = config(data, tmp_path / "cache")
+    script = textwrap.dedent(f"""
+        import json, os, signal
+        from posenc.train import TrainConfig, train
+        cfg = TrainConfig.from_dict(json.loads({json.dumps(json.dumps(cfg.to_dict()))}))
+        def kill(step, record, model):
+            if step == 4:
+                os.kill(os.getpid(), signal.SIGKILL)
+        train(cfg, {str(tmp_path / "run")!r}, progress=False, on_step=kill)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=False, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert read_progress(tmp_path / "run")["step"] == 3
+    train(cfg, tmp_path / "run", resume=True, progress=False)
+    assert_same_run(straight, tmp_path / "run")
+
+
+def test_resume_rules(data, straight, tmp_path):
+    cfg = config(data, tmp_path / "cache")
+    before = (straight / "model.safetensors").read_bytes()
+    again = train(cfg, straight, resume=True, progress=False)      # complete: nothing to do
+    assert again.steps == STEPS and (straight / "model.safetensors").read_bytes() == before
+    with pytest.raises(ValueError, match=r"holds a different run \(differs in model.pe\)"):
+        train(config(data, tmp_path / "cache").with_model(pe="alibi"), straight, resume=True,
+              progress=False)
+    moved = TrainConfig.from_dict({**cfg.to_dict(), "cache_dir": str(tmp_path / "other"),
+                                   "checkpoint_every": 1})
+    assert train(moved, straight, resume=True, progress=False).steps == STEPS
+    fresh = train(cfg.__class__.from_dict({**cfg.to_dict(), "steps": 2}), tmp_path / "new",
+                  resume=True, progress=False)                      # nothing there: fresh
+    assert fresh.steps == 2 and load_run(tmp_path / "new").steps == 2
+
+
+def test_interrupted_save_is_reported(data, tmp_path):
+    cfg = config(data, tmp_path / "cache")
+
+    def stop(step, record, model):
+        if step == 3:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train(cfg, tmp_path / "run", progress=False, on_step=stop)
+    progress = json.loads((tmp_path / "run" / "state.json").read_text())
+    (tmp_path / "run" / "state.json").write_text(json.dumps({**progress, "step": 2}))
+    with pytest.raises(ValueError, match="disagree .* a save was interrupted"):
+        train(cfg, tmp_path / "run", resume=True, progress=False)
