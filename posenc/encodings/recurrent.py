@@ -88,6 +88,8 @@ class RecurrentEncoding(TrajectoryEncoding):
     Options: ``init_scale`` (0.02, > 0).
     """
 
+    extrapolates = "defined at any length (the trajectory settles: far positions blur)"
+
     def __init__(self, *, init_scale: float = 0.02, **kw) -> None:
         super().__init__(**kw)
         self.init_scale = require_float_in("init_scale", init_scale, 0.0, float("inf"))

@@ -8,6 +8,8 @@ position n by zeta_i^(-n / scale_base), with
 
 so q_m . k_n = sum_i zeta_i^((m - n) / scale_base) * (RoPE term of pair i): it depends only on
 m - n, and since zeta_i < 1 the high-frequency pairs decay with distance (m >= n in a decoder).
+Without a causal mask (encoders) keys after the query get factors above 1 instead: the decay
+is one-sided, as in the paper, which targets decoders.
 
 Overflow. The two factors are exp(±(m - c) ln(zeta_i) / scale_base) for any offset c (it
 cancels in q.k). The reference implementation centres positions on the middle of the current
@@ -54,7 +56,7 @@ class XPosEncoding(RotaryEncoding):
         center: position offset c of the scales (any int; default max_len // 2 or 0).
     """
 
-    extrapolates = "yes (decay damps long distances)"
+    extrapolates = "partly (decay damps long distances; the paper adds blockwise attention)"
     cache_note = "exact (keys cached transformed; fixed center)"
 
     def __init__(self, *, scale_base: float = 512.0, gamma: float = 0.4,
