@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="cpu: process CPU time (use with --threads 1 on a loaded machine)")
     parser.add_argument("--encodings", nargs="+", default=list(ENCODINGS), choices=ENCODINGS)
     parser.add_argument("--child", nargs=2, metavar=("ENCODING", "BACKEND"),
                         help=argparse.SUPPRESS)
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{' '.join(sys.argv[1:] if argv is None else argv)}")
     print(f"machine: {machine_line()}")
     print(f"shape: B{args.batch} H{args.heads} n{args.length} D{args.head_dim} fp32, causal, "
-          f"forward under no_grad; rounds: {args.rounds}\n")
+          f"forward under no_grad; rounds: {args.rounds}; clock: {args.clock}\n")
     print("| encoding | sdpa ms | flex ms | sdpa / flex time (median, IQR) | sdpa peak MiB | "
           "flex peak MiB | sdpa / flex peak | flex first call s (compile) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         run("flex")
         compile_s = time.perf_counter() - start
         result = compare({b: (lambda b=b: run(b)) for b in BACKENDS}, rounds=args.rounds,
-                         warmup=1)
+                         warmup=1, clock=args.clock)
         med, q1, q3 = result.ratio("sdpa", "flex")
         mem_ratio = memory["sdpa"]["peak_mib"] / max(memory["flex"]["peak_mib"], 1e-9)
         print(f"| {encoding} | {result.median_ms('sdpa'):.0f} | {result.median_ms('flex'):.0f} "

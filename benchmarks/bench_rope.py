@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="q, k as (B, H, T, D) views of a (B, T, 3*H*D) projection")
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="cpu: process CPU time (use with --threads 1 on a loaded machine)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     args = parser.parse_args(argv)
     if args.threads:
@@ -99,13 +101,14 @@ def main(argv: list[str] | None = None) -> int:
         compile_s = time.perf_counter() - start
         candidates["torch.compile(reference)"] = lambda: (compiled(q, cos, sin),
                                                           compiled(k, cos, sin))
-    result = compare(candidates, rounds=args.rounds)
+    result = compare(candidates, rounds=args.rounds, clock=args.clock)
 
-    print(f"command: python -m benchmarks.bench_rope {' '.join(sys.argv[1:] if argv is None else argv)}")
+    shown = " ".join(sys.argv[1:] if argv is None else argv)
+    print(f"command: python -m benchmarks.bench_rope {shown}")
     print(f"machine: {machine_line()}")
     print(f"shape: B{args.batch} H{args.heads} T{args.length} D{args.head_dim} fp32, "
           f"{'strided views of qkv' if args.strided else 'contiguous'}; "
-          f"native kernel: {status}; rounds: {args.rounds}")
+          f"native kernel: {status}; rounds: {args.rounds}; clock: {args.clock}")
     if compile_s is not None:
         print(f"torch.compile first calls (compile): {compile_s:.1f} s")
     print()

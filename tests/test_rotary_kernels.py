@@ -48,8 +48,9 @@ def native():
 
 
 CASES = [  # (shape, rotary dims, strided like the model)
-    ((2, 3, 17, 16), 16, False),
-    ((2, 3, 17, 40), 24, True),          # partial rotary, odd length
+    ((2, 3, 17, 16), 16, False),         # vector loop (R/2 a multiple of 8)
+    ((2, 3, 17, 48), 32, True),          # vector loop + pass-through tail
+    ((2, 3, 17, 40), 24, True),          # partial rotary, scalar loop, odd length
     ((5, 8), 8, False),                  # (L, D) only
     ((2, 2, 3, 9, 12), 4, False),        # five dims
 ]
@@ -69,11 +70,12 @@ def test_fast_path_equals_references(native, shape, rot, strided, dtype, layout)
 
 
 @pytest.mark.parametrize("layout", rk.LAYOUTS)
-def test_large_threaded_streaming_call(native, layout):
-    x = model_like(2, 4, 1024, 128)                    # 4 MiB out: streaming stores
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_large_threaded_streaming_call(native, layout, dtype):
+    x = model_like(4, 4, 1024, 128, dtype=dtype)       # >= 4 MiB out: streaming stores
     cos, sin = angles(1024, 128)
     fast = rk.apply_rotary(x, cos, sin, layout)
-    assert fast.numel() * 4 >= rk.STREAM_MIN_BYTES
+    assert fast.numel() * fast.element_size() >= rk.STREAM_MIN_BYTES
     assert_close(fast, plain_rotary(x, cos, sin, layout), **EXACT)
 
 

@@ -105,8 +105,8 @@ _KERNEL_SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 #include <pthread.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
 #endif
 #define MAXD 1024
 
@@ -126,57 +126,92 @@ static inline uint16_t f32_to_bf16(float f) {          /* round to nearest even,
   return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-static void store_row(char *dst, const char *src, int64_t bytes, int stream) {
-#if defined(__SSE2__)
-  if (stream && ((uintptr_t)dst & 15) == 0 && (bytes & 15) == 0) {
-    for (int64_t i = 0; i < bytes; i += 16)
-      _mm_stream_si128((__m128i *)(dst + i), _mm_loadu_si128((const __m128i *)(src + i)));
+#if defined(__AVX2__)
+static inline __m256 load8(const char *p, int bf16) {
+  if (!bf16) return _mm256_loadu_ps((const float *)p);
+  __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+static inline void store8(char *p, __m256 v, int bf16, int stream) {
+  if (!bf16) {
+    if (stream) _mm256_stream_ps((float *)p, v); else _mm256_storeu_ps((float *)p, v);
     return;
   }
-#endif
-  memcpy(dst, src, (size_t)bytes);
+  __m256i u = _mm256_castps_si256(v);
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb);
+  r = _mm256_srli_epi32(r, 16);
+  __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), nan);
+  r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8);   /* 8 x u16 in low half */
+  __m128i h = _mm256_castsi256_si128(r);
+  if (stream) _mm_stream_si128((__m128i *)p, h); else _mm_storeu_si128((__m128i *)p, h);
 }
+#endif
 
 static void rotate_rows(const job_t *j) {
-  float xf[MAXD] __attribute__((aligned(64)));
-  float of[MAXD] __attribute__((aligned(64)));
-  uint16_t ob[MAXD] __attribute__((aligned(64)));
-  const int64_t d = j->dim, h = j->rot / 2, esize = j->bf16 ? 2 : 4;
+  const int64_t d = j->dim, h = j->rot / 2, es = j->bf16 ? 2 : 4;
   const int64_t per1 = j->n2 * j->len, per0 = j->n1 * per1;
+  float xf[MAXD], of[MAXD];
   for (int64_t r = j->row_begin; r < j->row_end; r++) {
     const int64_t i0 = r / per0, i1 = (r / per1) % j->n1, i2 = (r / j->len) % j->n2,
                   l = r % j->len;
-    const char *src = j->x + esize * (i0 * j->sx0 + i1 * j->sx1 + i2 * j->sx2 + l * j->sxl);
-    const float *restrict c = j->cos + l * h, *restrict s = j->sin + l * h;
-    const float *restrict x = (const float *)src;
-    float *restrict o = of;
-    if (j->bf16) {
-      const uint16_t *xb = (const uint16_t *)src;
-      for (int64_t i = 0; i < d; i++) xf[i] = bf16_to_f32(xb[i]);
-      x = xf;
-    }
-    if (j->interleaved) {
-      for (int64_t i = 0; i < h; i++) {
-        const float a = x[2 * i], b = x[2 * i + 1];
-        o[2 * i] = a * c[i] - b * s[i];
-        o[2 * i + 1] = a * s[i] + b * c[i];
+    const char *src = j->x + es * (i0 * j->sx0 + i1 * j->sx1 + i2 * j->sx2 + l * j->sxl);
+    char *dst = j->out + r * d * es;
+    const float *c = j->cos + l * h, *s = j->sin + l * h;
+    int64_t done = 0;                 /* pairs handled by the vector loop */
+#if defined(__AVX2__)
+    const int stream = j->stream && ((uintptr_t)dst & 31) == 0 && ((d * es) & 31) == 0;
+    if (!j->interleaved && h % 8 == 0) {
+      for (int64_t i = 0; i < h; i += 8) {
+        __m256 a = load8(src + es * i, j->bf16), b = load8(src + es * (h + i), j->bf16);
+        __m256 cc = _mm256_loadu_ps(c + i), ss = _mm256_loadu_ps(s + i);
+        __m256 first = _mm256_sub_ps(_mm256_mul_ps(a, cc), _mm256_mul_ps(b, ss));
+        __m256 second = _mm256_add_ps(_mm256_mul_ps(b, cc), _mm256_mul_ps(a, ss));
+        store8(dst + es * i, first, j->bf16, stream);
+        store8(dst + es * (h + i), second, j->bf16, stream);
       }
-    } else {
+      done = h;
+    } else if (j->interleaved && h % 8 == 0) {
+      const __m256i lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+      const __m256i hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
+      const __m256 sign = _mm256_setr_ps(-0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f);
+      for (int64_t i = 0; i < h; i += 8) {
+        __m256 c8 = _mm256_loadu_ps(c + i), s8 = _mm256_loadu_ps(s + i);
+        for (int half = 0; half < 2; half++) {
+          const __m256i idx = half ? hi : lo;
+          const int64_t e = 2 * i + 8 * half;
+          __m256 v = load8(src + es * e, j->bf16);
+          __m256 cc = _mm256_permutevar8x32_ps(c8, idx);
+          __m256 ss = _mm256_xor_ps(_mm256_permutevar8x32_ps(s8, idx), sign);
+          __m256 sw = _mm256_permute_ps(v, 0xB1);
+          /* even: a*c + b*(-s) == a*c - b*s;  odd: b*c + a*s */
+          __m256 rotated = _mm256_add_ps(_mm256_mul_ps(v, cc), _mm256_mul_ps(sw, ss));
+          store8(dst + es * e, rotated, j->bf16, stream);
+        }
+      }
+      done = h;
+    }
+#endif
+    if (done == h && j->rot == d) continue;
+    /* scalar path: the whole row (or just the pass-through tail) */
+    for (int64_t i = 0; i < d; i++)
+      xf[i] = j->bf16 ? bf16_to_f32(((const uint16_t *)src)[i]) : ((const float *)src)[i];
+    if (done < h) {
       for (int64_t i = 0; i < h; i++) {
-        o[i] = x[i] * c[i] - x[h + i] * s[i];
-        o[h + i] = x[h + i] * c[i] + x[i] * s[i];
+        const int64_t p = j->interleaved ? 2 * i : i, q = j->interleaved ? 2 * i + 1 : h + i;
+        of[p] = xf[p] * c[i] - xf[q] * s[i];
+        of[q] = xf[p] * s[i] + xf[q] * c[i];
       }
     }
-    for (int64_t i = j->rot; i < d; i++) o[i] = x[i];
-    char *dst = j->out + r * d * esize;
-    if (j->bf16) {
-      for (int64_t i = 0; i < d; i++) ob[i] = f32_to_bf16(of[i]);
-      store_row(dst, (const char *)ob, d * 2, j->stream);
-    } else {
-      store_row(dst, (const char *)of, d * 4, j->stream);
+    const int64_t from = done < h ? 0 : j->rot;
+    for (int64_t i = j->rot; i < d; i++) of[i] = xf[i];
+    for (int64_t i = from; i < d; i++) {
+      if (j->bf16) ((uint16_t *)dst)[i] = f32_to_bf16(of[i]);
+      else ((float *)dst)[i] = of[i];
     }
   }
-#if defined(__SSE2__)
+#if defined(__AVX2__)
   if (j->stream) _mm_sfence();
 #endif
 }
