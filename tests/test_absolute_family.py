@@ -122,9 +122,11 @@ def test_extend_learned_model_in_place():
     ids = torch.randint(0, V, (2, 6))
     with torch.no_grad():
         before = model(ids)
-    table = model.pe.table.detach().clone()
+    param = model.pe.table
+    table = param.detach().clone()
     assert extend_learned_model(model, alpha=0.4) is model
     assert isinstance(model.pe, HierarchicalEncoding)
+    assert model.pe.table is param                            # an optimizer keeps training it
     assert model.config.pe == "hierarchical"
     assert model.config.pe_options == {"logn_base_len": 4, "alpha": 0.4, "base_len": 6}
     assert_close(model.pe.table, table)
@@ -193,6 +195,19 @@ def test_floater_solves_its_ode():
         slope = (coarse[k + 1] - coarse[k - 1]) / 2               # d p / d tau
         h = torch.stack([pe.dynamics(kk.float(), coarse[kk]) for kk in k])
         assert_close(slope, h, atol=2e-4, rtol=2e-2)
+
+
+def test_floater_integrates_in_fp32_for_low_precision_models():
+    """Integer times past 256 are not representable in bf16; the ODE runs in fp32."""
+    pe = _pe("floater")
+    want = pe.trajectory(260)
+    pe.to(torch.bfloat16)
+    got = pe.trajectory(260)
+    assert got.dtype == torch.float32
+    assert torch.equal(got[:100], pe.trajectory(100))
+    assert_close(got, want, atol=1e-2, rtol=5e-2)          # parameters rounded to bf16
+    x = torch.zeros(1, 3, C, dtype=torch.bfloat16)
+    assert pe.embed(x, torch.tensor([257, 258, 259])).dtype == torch.bfloat16
 
 
 @pytest.mark.parametrize("name", ["recurrent", "floater"])

@@ -13,7 +13,9 @@ follows the paper's reference code: |i - j| (future keys, hidden by a causal mas
 symmetric value) and an ``eps`` added to the normaliser.
 
 The bias depends on the query position i as well as on i - j, so it is not a
-``DistanceBiasEncoding``. ``score_bias`` evaluates the MLP on an (Lq, Lk) grid. The flex
+``DistanceBiasEncoding``. ``score_bias`` evaluates the MLP on an (Lq, Lk) grid (its hidden
+layer is an (Lq, Lk, mlp_width) fp32 tensor: 128 MiB at 1024 tokens, so long evaluation
+should go through flex, which ``auto`` picks from 2048 keys without gradients). The flex
 ``score_mod`` is exact without any (H, n, n) tensor: it computes the normalised distance of
 the one (i, j) pair it is given and evaluates the MLP there as ``mlp_width`` unrolled scalar
 terms, b2[h] + sum_u w2[h, u] * relu(w1[u] x + b1[u]); only the per-query normaliser (Lq,) is

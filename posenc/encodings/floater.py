@@ -50,9 +50,11 @@ class _Dynamics(nn.Module):
         self.b2 = nn.Parameter(torch.zeros(width))
 
     def forward(self, tau: Tensor, p: Tensor) -> Tensor:
+        """fp32 whatever the parameters' dtype. tau: scalar, p (C,) -> (C,)."""
         t = tau * self.delta
-        hidden = torch.tanh(p @ self.w1.T + self.w_t * t + self.b1)   # (H_mlp,)
-        return self.delta * (hidden @ self.w2.T + self.b2)             # (C,)
+        hidden = torch.tanh(p @ self.w1.float().T + self.w_t.float() * t
+                            + self.b1.float())                           # (H_mlp,)
+        return self.delta * (hidden @ self.w2.float().T + self.b2.float())  # (C,)
 
 
 @register("floater")
@@ -94,10 +96,11 @@ class FloaterEncoding(TrajectoryEncoding):
         self.dynamics = _Dynamics(width, hidden_dim, self.delta, init_scale)
 
     def trajectory(self, n: int) -> Tensor:
-        p0 = self.p0
+        """p at positions 0..n-1: (n, C), fp32 (integer times stay exact in bf16 models)."""
+        p0 = self.p0.float()
         if n == 1:
             return p0[None, :]
-        tau = torch.arange(n, dtype=p0.dtype, device=p0.device)     # exact integer times
+        tau = torch.arange(n, dtype=torch.float32, device=p0.device)  # exact integer times
         if self.method in FIXED_GRID:
             options = None if self.substeps == 1 else {"step_size": 1.0 / self.substeps}
             return odeint(self.dynamics, p0, tau, method=self.method, options=options)

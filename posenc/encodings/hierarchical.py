@@ -100,8 +100,9 @@ def extend_learned_model(model: nn.Module, alpha: float = 0.4,
     ``model`` has a ``pe`` attribute holding a :class:`LearnedEncoding` and a frozen
     ``config`` dataclass with ``pe`` and ``pe_options`` fields (a ``TransformerLM``). The
     encoding object is replaced by a :class:`HierarchicalEncoding` holding the same trained
-    table (positions 0..n-1 are unchanged), and the config is replaced so that a model rebuilt
-    from it loads the same state dict. Returns the model.
+    table Parameter (positions 0..n-1 are unchanged; an optimizer built before the conversion
+    keeps training it), and the config is replaced so that a model rebuilt from it loads the
+    same state dict. Returns the model.
     """
     old = getattr(model, "pe", None)
     if not isinstance(old, LearnedEncoding):
@@ -117,9 +118,7 @@ def extend_learned_model(model: nn.Module, alpha: float = 0.4,
         options["n_positions"] = n_positions
     new = build_encoding("hierarchical", n_heads=old.n_heads, head_dim=old.head_dim,
                          max_len=old.max_len, **options)
-    with torch.no_grad():
-        new.table = nn.Parameter(old.table.detach().clone(),
-                                 requires_grad=old.table.requires_grad)
+    new.table = old.table             # the same Parameter: an existing optimizer keeps it
     new.train(old.training)
     model.pe = new
     model.config = dataclasses.replace(config, pe="hierarchical", pe_options=options)

@@ -93,10 +93,13 @@ class XPosEncoding(RotaryEncoding):
                      ) -> tuple[Tensor, Tensor]:
         seq_len = 1 + int(torch.maximum(q_pos.max(), k_pos.max())) if self.length_dependent \
             else 0
-        q_cos, q_sin = self.cos_sin(q_pos, seq_len)                          # (Lq, R/2)
         k_cos, k_sin = self.cos_sin(k_pos, seq_len)                          # (Lk, R/2)
-        q_scale = self.decay(q_pos, 1.0, q.dtype)
         k_scale = self.decay(k_pos, -1.0, k.dtype)
+        if q_pos is k_pos or (q_pos.shape == k_pos.shape and torch.equal(q_pos, k_pos)):
+            q_cos, q_sin, q_scale = k_cos, k_sin, 1.0 / k_scale
+        else:
+            q_cos, q_sin = self.cos_sin(q_pos, seq_len)                      # (Lq, R/2)
+            q_scale = self.decay(q_pos, 1.0, q.dtype)
         return (apply_rotary(q, q_cos * q_scale, q_sin * q_scale, self.layout),
                 apply_rotary(k, k_cos * k_scale, k_sin * k_scale, self.layout))
 
