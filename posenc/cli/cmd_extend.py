@@ -114,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
     from ..hf.report import prepare_out_dir, write_report
     from ..hf.study import StudyConfig, default_lengths, run_study, validate_study, work_units
 
+    if args.no_progress:
+        from transformers.utils import logging as hf_logging
+        hf_logging.disable_progress_bar()
     methods = _methods(args)
     options = _options(args.option)
     source = resolve_model(args.model)                    # fails fast on a bad path or GGUF

@@ -20,10 +20,12 @@ Add-ons that patch the attention modules as well (one generic forward for the fa
 
 - ``logn=True`` multiplies each query by ``max(1, log(p + 1) / log(original))`` (p = its
   position), the log-n temperature of Chiang & Cholak 2022 / Su 2023;
-- ``exact_cache=True`` (dynamic, longrope) keeps raw keys in the KV cache and rotates all of
-  them with the frequencies of the current length, so cached decoding equals a full forward.
-  Hugging Face caches keys rotated with the frequencies of the step that produced them
-  (transformers issue #25104).
+- ``exact_cache=True`` (dynamic, longrope) keeps raw keys in the KV cache and, at every step,
+  rotates all of them with the frequencies of the current length. Hugging Face caches keys
+  rotated with the frequencies of the step that produced them (transformers issue #25104).
+  With one layer, cached decoding then equals a full forward; in deeper models the cached
+  keys and values of layers >= 2 still come from hidden states computed at the earlier
+  length (as for any length-dependent scaling), so the match is closer but not exact.
 
 Neither add-on exists in Hugging Face's config, so :func:`hf_rope_parameters` refuses them.
 """
@@ -77,8 +79,10 @@ class Extension:
     @property
     def name(self) -> str:
         """``yarn``, ``yarn+logn``, ``dynamic+exact`` ..."""
-        return self.method + ("+logn" if self.logn else "") + ("+exact" if self.exact_cache
-                                                              else "")
+        parts = [self.method] if self.method != "none" or not self.logn else []
+        parts += ["logn"] if self.logn else []
+        parts += ["exact"] if self.exact_cache else []
+        return "+".join(parts)
 
     @property
     def target_length(self) -> int:
@@ -116,16 +120,14 @@ def parse_method(spec: str) -> tuple[str, dict[str, bool]]:
     return head, flags
 
 
-def _locate(model: nn.Module) -> tuple[nn.Module, list[nn.Module], Any]:
-    """(base model holding ``rotary_emb``, attention modules, config) or a ValueError."""
-    config = getattr(model, "config", None)
+def check_supported(config: Any) -> None:
+    """Raise ValueError unless ``config`` is a supported model type with plain full RoPE."""
     kind = getattr(config, "model_type", None)
     if config is None or kind is None:
         raise ValueError(f"expected a Hugging Face causal LM with a config, got "
-                         f"{type(model).__name__}")
-    base = getattr(model, "model", model)
+                         f"{type(config).__name__}")
     rope = getattr(config, "rope_parameters", None)
-    if not isinstance(getattr(base, "rotary_emb", None), nn.Module) or not rope:
+    if not rope:
         raise ValueError(f"model type {kind!r} has no rotary position embedding (RoPE) to "
                          f"extend; supported model types: {', '.join(SUPPORTED_MODEL_TYPES)} "
                          "(and models built on them, such as SmolLM)")
@@ -135,6 +137,15 @@ def _locate(model: nn.Module) -> tuple[nn.Module, list[nn.Module], Any]:
     if rope.get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError("partial rotary embeddings (partial_rotary_factor != 1) are not "
                          "supported")
+
+
+def _locate(model: nn.Module) -> tuple[nn.Module, list[nn.Module], Any]:
+    """(base model holding ``rotary_emb``, attention modules, config) or a ValueError."""
+    config = getattr(model, "config", None)
+    check_supported(config)
+    base = getattr(model, "model", model)
+    if not isinstance(getattr(base, "rotary_emb", None), nn.Module):
+        raise ValueError(f"{type(model).__name__} has no rotary_emb module to patch")
     return base, [layer.self_attn for layer in base.layers], config
 
 
@@ -196,6 +207,7 @@ def make_extension(config: Any, method: str, factor: float | None = None,
                    original_max_position_embeddings: int | None = None,
                    **options: Any) -> Extension:
     """Validate the arguments of :func:`extend` against a model config."""
+    check_supported(config)
     method, flags = parse_method(method)
     for key, value in flags.items():
         if options.get(key) is False:
@@ -261,11 +273,11 @@ def hf_rope_parameters(ext: Extension, strict: bool = True) -> tuple[dict[str, A
     naming the method; otherwise only the rotary part is returned.
     """
     if strict and (ext.logn or ext.exact_cache):
-        what = "log-n query scaling" if ext.logn else "an exact cache for length-dependent " \
-            "frequencies (it keeps keys rotated at the length they were cached at)"
+        what = "log-n query scaling" if ext.logn else "an exact cache (it keeps keys " \
+            "rotated at the length they were cached at)"
         raise ValueError(f"method {ext.name!r} cannot be saved for plain transformers: its "
-                         f"config has no {what}; save without the add-on or keep the model "
-                         "patched with posenc.hf.extend")
+                         f"config cannot express {what}; save without the add-on or keep the "
+                         "model patched with posenc.hf.extend")
     original = ext.original_max_position_embeddings
     if ext.method == "none":
         return {"rope_type": "default", "rope_theta": ext.theta}, original
