@@ -1,0 +1,186 @@
+"""DeBERTa disentangled attention (He et al., 2021), following DeBERTa-v2's reference code.
+
+Relative positions delta(i, j) = q_pos_i - k_pos_j are log-bucketed (``position_buckets``,
+``max_relative_positions``) and clamped to the 2 * span rows of a relative embedding table P
+(span = position_buckets, or max_relative_positions without buckets). With per-layer
+projections K^r = P W_{K,r} + b and Q^r = P W_{Q,r} + b (Hugging Face's
+``share_att_key=False`` path: the encoding cannot see the layer's own W_q, W_k):
+
+    s_ij = [ q_i.k_j + q_i.K^r[r_ij] (c2p) + k_j.Q^r[r_ij] (p2c) ] / sqrt(3 d)
+
+with r_ij = clamp(bucket(delta(i, j)) + span, 0, 2 span - 1). Like the reference, p2c uses
+the same index as c2p (the paper writes delta(j, i); the released code gathers at -r(j, i),
+which is the same bucket since bucketing is odd). The scale is 1/sqrt(d * (1 + number of
+terms)). Both terms gather from tables of O(n) rows per head: q K^r^T (B, H, Lq, 2 span),
+k Q^r^T (B, H, Lk, 2 span) and the row of each distinct distance (Lq + Lk - 1,), so a
+FlexAttention score_mod never builds an (H, n, n) tensor.
+
+Differences from the reference: each layer has its own table P (and its LayerNorm) where
+DeBERTa shares one across layers; no dropout on P. The enhanced mask decoder (EMD) adds
+absolute positions to the queries of the last layers, q_i = (h_i + p_i) W_Q. The hooks can
+express its query side exactly: ``absolute_query=True`` adds a learned per-position vector
+in head space (p_i W_Q, learned directly) to the queries of every layer built with it, so the
+c2p term sees it too. What hooks cannot do: add p_i to the layer's residual stream as EMD
+does, or pick the last layers; a model chooses which layers get the option.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .absolute import LearnedEncoding
+from .base import (PositionalEncoding, ScoreMod, register, require_float_in,
+                   require_int_at_least)
+
+TERMS = ("c2p", "p2c")
+LAYER_NORM_EPS = 1e-7           # DeBERTa-v2's layer_norm_eps
+
+
+def log_bucket_position(rel: Tensor, position_buckets: int, max_position: int) -> Tensor:
+    """DeBERTa's log buckets of signed distances (any int shape -> same shape, long).
+
+    |rel| <= position_buckets // 2 keeps its value; larger distances map to
+    sign * (mid + ceil(log(|rel| / mid) / log((max_position - 1) / mid) * (mid - 1))),
+    evaluated in float32 like the reference so bucket edges agree.
+    """
+    mid = position_buckets // 2
+    magnitude = rel.abs()
+    far = magnitude > mid
+    safe = torch.where(far, magnitude, torch.full_like(magnitude, mid)).to(torch.float32)
+    denominator = torch.log(torch.tensor((max_position - 1) / mid, dtype=torch.float32))
+    log_pos = torch.ceil(torch.log(safe / mid) / denominator * (mid - 1)) + mid
+    return torch.where(far, log_pos.to(rel.dtype) * torch.sign(rel), rel)
+
+
+@register("deberta")
+class DeBERTaEncoding(PositionalEncoding):
+    """Content-to-position and position-to-content terms over log-bucketed distances.
+
+    Options:
+        position_buckets: log buckets (256); None: raw distances clamped to
+            [-max_relative_positions, max_relative_positions - 1].
+        max_relative_positions: distance where the log buckets reach the last row (512).
+        pos_att_type: the position terms, "c2p|p2c" (default), "c2p" or "p2c".
+        rel_layer_norm: LayerNorm on the relative table (True, DeBERTa-v3's norm_rel_ebd).
+        absolute_query: add learned absolute positions to the queries (False; EMD's query
+            side, needs max_len).
+        init_std: std of the relative table (0.02).
+    """
+
+    family = "relative"
+    extrapolates = "yes (distances past max_relative_positions share the last bucket)"
+    per_layer = True
+
+    def __init__(self, *, position_buckets: int | None = 256, max_relative_positions: int = 512,
+                 pos_att_type: str = "c2p|p2c", rel_layer_norm: bool = True,
+                 absolute_query: bool = False, init_std: float = 0.02, **kw) -> None:
+        super().__init__(**kw)
+        require_int_at_least("max_relative_positions", max_relative_positions, 1)
+        if position_buckets is not None:
+            require_int_at_least("position_buckets", position_buckets, 2)
+            if max_relative_positions <= position_buckets // 2 + 1:
+                raise ValueError(
+                    f"max_relative_positions must be > position_buckets // 2 + 1 = "
+                    f"{position_buckets // 2 + 1} (the log buckets start there), got "
+                    f"{max_relative_positions}")
+        terms = tuple(t.strip() for t in pos_att_type.split("|")) \
+            if isinstance(pos_att_type, str) else ()
+        if not terms or len(set(terms)) != len(terms) or not set(terms) <= set(TERMS):
+            raise ValueError(f"pos_att_type must be 'c2p|p2c', 'c2p' or 'p2c', got "
+                             f"{pos_att_type!r}")
+        for option, value in (("rel_layer_norm", rel_layer_norm),
+                              ("absolute_query", absolute_query)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{option} must be True or False, got {value!r}")
+        require_float_in("init_std", init_std, 0.0, float("inf"))
+        self.position_buckets = position_buckets
+        self.max_relative_positions = max_relative_positions
+        self.terms = terms
+        self.span = position_buckets if position_buckets is not None else max_relative_positions
+        width = self.n_heads * self.head_dim
+        self.rel_embeddings = nn.Parameter(torch.randn(2 * self.span, width) * init_std)
+        self.rel_norm = nn.LayerNorm(width, eps=LAYER_NORM_EPS) if rel_layer_norm else None
+        self.pos_key_proj = nn.Linear(width, width) if "c2p" in terms else None
+        self.pos_query_proj = nn.Linear(width, width) if "p2c" in terms else None
+        if absolute_query and self.max_len is None:
+            raise ValueError("absolute_query needs max_len (the size of its table), a "
+                             "positive int")
+        self.absolute = LearnedEncoding(n_heads=self.n_heads, head_dim=self.head_dim,
+                                        max_len=self.max_len,
+                                        init_std=init_std) if absolute_query else None
+
+    def sm_scale(self) -> float:
+        return 1.0 / math.sqrt(self.head_dim * (1 + len(self.terms)))
+
+    # ------------------------------------------------------------- tables
+    def bucket_rows(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, int]:
+        """Table row of every distinct distance q_pos - k_pos: (N,) and the smallest
+        distance ``lo`` (distance d sits at index d - lo)."""
+        lo = int(q_pos.min()) - int(k_pos.max())
+        rel = torch.arange(lo, int(q_pos.max()) - int(k_pos.min()) + 1, device=q_pos.device)
+        if self.position_buckets is not None:
+            rel = log_bucket_position(rel, self.position_buckets, self.max_relative_positions)
+        return (rel + self.span).clamp(0, 2 * self.span - 1), lo
+
+    def position_heads(self, proj: nn.Linear, dtype: torch.dtype) -> Tensor:
+        """Projected relative table per head: (H, 2 span, D)."""
+        rel = self.rel_embeddings
+        if self.rel_norm is not None:
+            rel = self.rel_norm(rel)
+        out = proj(rel).to(dtype)                                     # (2 span, H * D)
+        return out.view(2 * self.span, self.n_heads, self.head_dim).transpose(0, 1)
+
+    def term_tables(self, q: Tensor, k: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        """Scaled c2p table q K^r^T (B, H, Lq, 2 span) and p2c table k Q^r^T (B, H, Lk, 2 span)
+        (None for a term not in ``pos_att_type``)."""
+        scale = self.sm_scale()
+        c2p = p2c = None
+        if self.pos_key_proj is not None:
+            c2p = (q @ self.position_heads(self.pos_key_proj, q.dtype).transpose(-2, -1)) * scale
+        if self.pos_query_proj is not None:
+            p2c = (k @ self.position_heads(self.pos_query_proj, k.dtype).transpose(-2, -1)) * scale
+        return c2p, p2c
+
+    # -------------------------------------------------------------- hooks
+    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
+                     ) -> tuple[Tensor, Tensor]:
+        if self.absolute is None:
+            return q, k
+        self.absolute.check_positions(q_pos)
+        p = self.absolute.table[q_pos].view(-1, self.n_heads, self.head_dim)  # (Lq, H, D)
+        return q + p.transpose(0, 1).to(q.dtype), k
+
+    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        rows, lo = self.bucket_rows(q_pos, k_pos)
+        index = rows[q_pos[:, None] - k_pos[None, :] - lo]            # (Lq, Lk)
+        c2p, p2c = self.term_tables(q, k)
+        bias = 0
+        if c2p is not None:
+            bias = bias + c2p.gather(-1, index.expand(*c2p.shape[:2], *index.shape))
+        if p2c is not None:
+            index_t = index.t().expand(*p2c.shape[:2], *index.t().shape)  # (B, H, Lk, Lq)
+            bias = bias + p2c.gather(-1, index_t).transpose(-2, -1)
+        return bias                                                   # (B, H, Lq, Lk)
+
+    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> ScoreMod:
+        rows, lo = self.bucket_rows(q_pos, k_pos)
+        c2p, p2c = self.term_tables(q, k)
+        q_off = q_pos - lo
+
+        def add_disentangled(score, b, h, q_idx, kv_idx):
+            r = rows[q_off[q_idx] - k_pos[kv_idx]]
+            if c2p is not None:
+                score = score + c2p[b, h, q_idx, r]
+            if p2c is not None:
+                score = score + p2c[b, h, kv_idx, r]
+            return score
+
+        return add_disentangled
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, position_buckets={self.position_buckets}, "
+                f"max_relative_positions={self.max_relative_positions}, "
+                f"pos_att_type={'|'.join(self.terms)!r}")
