@@ -145,7 +145,9 @@ def test_cached_decoding_equals_full_forward(name):
     dict(share_embeddings=False, src_vocab_size=40, tie_embeddings=False),
     dict(encoder_pe="alibi", decoder_pe="rope"),
     dict(encoder_pe="t5", decoder_pe_options={"bidirectional": True}),
-], ids=["post-rmsnorm", "separate-embeddings", "alibi-rope", "t5-decoder-options"])
+    dict(encoder_pe="conv", encoder_pe_options={"padding": "centered"}, decoder_pe_options={}),
+], ids=["post-rmsnorm", "separate-embeddings", "alibi-rope", "t5-decoder-options",
+        "conv-centered-encoder"])
 def test_cached_decoding_equals_full_forward_variants(config):
     model = tiny_seq2seq(**config)
     src = ids(3, 6, 0, vocab=config.get("src_vocab_size", VOCAB))

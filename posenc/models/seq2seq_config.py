@@ -19,7 +19,9 @@ class Seq2SeqConfig:
     decoder's self-attention (``posenc list``); cross-attention has no positional encoding.
     ``decoder_pe=None`` reuses the encoder's encoding, and ``decoder_pe_options=None`` then
     reuses its options too ({} when the decoder names its own encoding). An encoder encoding
-    with a ``bidirectional`` option gets ``bidirectional=True`` unless the options set it.
+    with a ``bidirectional`` option gets ``bidirectional=True`` unless the options set it;
+    other encoder-only choices (e.g. ``conv``'s ``padding="centered"``) go in
+    ``encoder_pe_options``, with ``decoder_pe_options={}`` so the decoder keeps its defaults.
 
     ``vocab_size`` is the target vocabulary; ``src_vocab_size`` defaults to it.
     ``share_embeddings`` uses one table for source and target tokens (vocabularies must
