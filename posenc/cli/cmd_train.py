@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import fields
 
 from ..data.synthetic import TASKS
@@ -70,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     result = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite,
                    progress=not args.no_progress)
+    if int(os.environ.get("RANK", "0")) != 0:          # under torchrun, rank 0 reports
+        return 0
     val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
     print(f"{cfg.model.pe}: {result.steps} steps, loss {result.final_loss:.4f}{val}, "
           f"{result.tokens_per_s:,.0f} tokens/s -> {result.run_dir}")
