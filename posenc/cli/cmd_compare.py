@@ -51,12 +51,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int)
     p.add_argument("--overwrite", action="store_true",
                    help="replace a different comparison in --out instead of refusing")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's "
+                   "choice; 1 is faster on a machine that other jobs keep busy)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..lab.compare import run_compare
     from ..lab.presets import preset
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        import torch
+        torch.set_num_threads(args.threads)
     scalings = args.scalings
     if scalings is not None and [s.lower() for s in scalings] == ["none"]:
         scalings = ()

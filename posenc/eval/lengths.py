@@ -41,9 +41,11 @@ class LengthResult:
 
     @property
     def value(self) -> float | str:
-        """What results.json stores: the perplexity, ``"inf"``, or the n/a note."""
+        """What results.json stores: the perplexity, ``"inf"``/``"nan"``, or the n/a note."""
         if self.ppl is None:
             return self.note or "n/a"
+        if math.isnan(self.ppl):
+            return "nan"
         return self.ppl if math.isfinite(self.ppl) else "inf"
 
 

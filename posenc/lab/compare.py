@@ -14,6 +14,7 @@ that holds a different comparison (or other files) is refused unless ``overwrite
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import time
@@ -101,11 +102,23 @@ def clear_outputs(out_dir: Path) -> None:
         (out_dir / name).unlink(missing_ok=True)
 
 
+def json_safe(obj: Any) -> Any:
+    """``obj`` with non-finite floats written as the strings "inf", "-inf" or "nan"."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
 def save_results(out_dir: Path, results: dict) -> Path:
     """Write results.json atomically (temp file + rename)."""
     path = Path(out_dir) / RESULTS
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(results, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(json_safe(results), indent=2, allow_nan=False) + "\n",
+                   encoding="utf-8")
     os.replace(tmp, path)
     return path
 
@@ -145,6 +158,14 @@ def train_config(cfg: CompareConfig, encoding: str, vocab_size: int):
                        lr=cfg.lr, warmup_steps=cfg.warmup_steps,
                        weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip, seed=cfg.seed,
                        bf16=cfg.bf16, eval_every=0, checkpoint_every=max(1, cfg.steps // 4))
+
+
+def _check_encoding(cfg: CompareConfig, encoding: str) -> None:
+    """Validate an encoding's TrainConfig and build its encoding as the model would."""
+    from ..encodings import build_encoding
+    options = train_config(cfg, encoding, 256).model.pe_options
+    build_encoding(encoding, n_heads=cfg.n_heads, head_dim=cfg.d_model // cfg.n_heads,
+                   max_len=cfg.train_len, **options)
 
 
 class _Progress:
@@ -262,6 +283,8 @@ def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
     from ..data.tokenizer import build_tokenizer
     out_dir = Path(out_dir)
     existing = check_out_dir(cfg, out_dir, overwrite)
+    for encoding in cfg.encodings:            # every run's config is valid before we start
+        _check_encoding(cfg, encoding)
     corpus = load_corpus(cfg.data)
     cache_dir = default_cache_dir()            # where `posenc train` caches data by default
     tokenizer = build_tokenizer(cfg.tokenizer, corpus, cache_dir)

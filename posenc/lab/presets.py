@@ -43,7 +43,7 @@ class CompareConfig:
     steps: int = 600
     batch_size: int = 32
     lr: float = 2e-3
-    warmup_steps: int = 50
+    warmup_steps: int | None = None         # None: steps // 10
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     seed: int = 0
@@ -75,7 +75,11 @@ class CompareConfig:
             require_positive_int(name, getattr(self, name))
         require_int_at_least("train_len", self.train_len, 2)
         require_int_at_least("entropy_max_len", self.entropy_max_len, 0)
-        require_int_at_least("warmup_steps", self.warmup_steps, 0)
+        if self.warmup_steps is not None:
+            require_int_at_least("warmup_steps", self.warmup_steps, 0)
+            if self.warmup_steps >= self.steps:
+                raise ValueError(f"warmup_steps must be < steps={self.steps}, got "
+                                 f"{self.warmup_steps}")
         if self.d_model % self.n_heads:
             raise ValueError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
         for name in ("lr", "weight_decay", "grad_clip"):
@@ -131,12 +135,11 @@ class CompareConfig:
 PRESETS: dict[str, CompareConfig] = {
     "default": CompareConfig(),
     "paper": CompareConfig(
-        preset="paper", train_len=512, steps=20000, batch_size=32, lr=6e-4,
-        warmup_steps=1000, d_model=512, n_layers=8, n_heads=8, tokenizer="bpe:8192",
+        preset="paper", train_len=512, steps=20000, batch_size=32, lr=6e-4, d_model=512, n_layers=8, n_heads=8, tokenizer="bpe:8192",
         bf16=True, eval_tokens=262144, entropy_max_len=4096, entropy_windows=4),
     "smoke": CompareConfig(
         preset="smoke", encodings=("rope", "alibi"), train_len=16, steps=20, batch_size=8,
-        lr=3e-3, warmup_steps=2, d_model=32, n_layers=1, n_heads=2, eval_tokens=512,
+        lr=3e-3, d_model=32, n_layers=1, n_heads=2, eval_tokens=512,
         entropy_max_len=64, entropy_windows=1),
 }
 
