@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, limit in TARGETS.items():
         if name in candidates:
             ratio = result.ratio(name, BASELINE)[0]
-            print(f"target {name}: {ratio:.2f} <= {limit}: {'met' if ratio <= limit else 'MISSED'}")
+            verdict = "met" if ratio <= limit else "MISSED"
+            print(f"target {name}: {ratio:.3f} <= {limit}: {verdict}")
     return 0
 
 
