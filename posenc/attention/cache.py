@@ -26,6 +26,14 @@ class KVCache:
         self.length = 0
         #: per-sequence state an encoding keeps while decoding (see ``embed``'s ``state``)
         self.extra: dict = {}
+        #: what a model keeps to recompute earlier tokens (ids, positions, the encoding's
+        #: length signature) when a length-dependent encoding makes the cache stale
+        self.replay: dict = {}
+
+    def reset(self) -> None:
+        """Forget the cached tokens and the encoding's decode state (buffers are kept)."""
+        self.length = 0
+        self.extra = {}
 
     def append(self, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Store k, v (B, H, T, D) at positions pos (T,); return all cached (k, v, pos)."""

@@ -127,6 +127,15 @@ class PositionalEncoding(nn.Module):
                            device=q_pos.device)
         return (torch.log(n) / math.log(self.logn_base_len)).clamp(min=1.0)
 
+    def length_signature(self, seq_len: int) -> object | None:
+        """What the transform depends on besides positions, for ``seq_len`` positions.
+
+        None (the default) when nothing. Length-dependent encodings (dynamic NTK, LongRoPE)
+        return a comparable value; when it changes while decoding, the hidden states cached
+        for earlier tokens are stale and a model recomputes them.
+        """
+        return None
+
     # ---------------------------------------------------------- capabilities
     @classmethod
     def overrides(cls, hook: str) -> bool:

@@ -73,6 +73,13 @@ class RotaryEncoding(PositionalEncoding):
         inv_freq, factor = compute_inv_freq(self.rotary_dim, self.theta, self.scaling, seq_len)
         return inv_freq.to(self.inv_freq.device), factor
 
+    def length_signature(self, seq_len: int) -> object | None:
+        """The frequencies in force at ``seq_len`` (None unless the scaling is length-dependent)."""
+        if not self.length_dependent:
+            return None
+        inv_freq, factor = self.frequencies(seq_len)
+        return factor, tuple(inv_freq.tolist())
+
     def cos_sin(self, pos: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
         """cos and sin (times the attention factor) at positions pos: (L, R/2) fp32 each."""
         inv_freq, factor = self.frequencies(seq_len)
