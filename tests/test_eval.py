@@ -187,3 +187,25 @@ def test_refused_positions_become_notes_when_asked():
     assert results[1].ppl is None and results[1].note.startswith("n/a (")
     ent = entropy_at_lengths(model, stream(100), [16, 32], errors="note")
     assert ent[0].tail is not None and ent[1].note.startswith("n/a (")
+
+
+def test_task_scoring_counts_only_scored_positions():
+    from posenc.eval.tasks import score_predictions
+    targets = torch.tensor([[-100, 3, 4], [-100, -100, 2]])
+    logits = torch.zeros(2, 3, 8)
+    logits[0, 1, 3] = logits[0, 2, 5] = 1.0        # example 0: one of two right
+    logits[1, 2, 2] = 1.0                          # example 1: its only scored token right
+    logits[1, 0, 7] = 1.0                          # unscored positions do not count
+    assert score_predictions(logits, targets) == (2, 3, 1)
+
+
+def test_task_accuracy_at_lengths_on_a_tiny_model():
+    from posenc.eval.tasks import task_accuracy_at_lengths
+    torch.manual_seed(0)
+    model = TransformerLM(LMConfig(vocab_size=256, d_model=32, n_layers=1, n_heads=2,
+                                   max_len=16, pe="learned")).eval()
+    results = task_accuracy_at_lengths(model, "copy", [16, 32], n_examples=4)
+    assert results[0].n_examples == 4 and 0.0 <= results[0].token_accuracy <= 1.0
+    assert results[1].token_accuracy is None and results[1].note.startswith("n/a")
+    with pytest.raises(ValueError, match="unknown task"):
+        task_accuracy_at_lengths(model, "sorting", [16])

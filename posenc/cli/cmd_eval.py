@@ -44,6 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_checked_run(path: str):
     """load_run with one-line errors for a missing directory or a directory without a run."""
+    from ..eval.lengths import eval_device
     from ..train.checkpoint import load_run
     run_dir = Path(path)
     if not run_dir.exists():
@@ -53,7 +54,7 @@ def load_checked_run(path: str):
     if not (run_dir / "config.json").exists():
         raise ValueError(f"{run_dir} holds no run (no config.json); give a directory written "
                          "by `posenc train` or one of `posenc compare`'s runs/<encoding>")
-    return run_dir, load_run(run_dir)
+    return run_dir, load_run(run_dir, eval_device())
 
 
 def _eval_name(label: str | None) -> str:

@@ -49,6 +49,11 @@ class LengthResult:
         return self.ppl if math.isfinite(self.ppl) else "inf"
 
 
+def eval_device() -> str:
+    """Where evaluation runs: the GPU when there is one, else the CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def encodings_of(model: nn.Module) -> list[nn.Module]:
     """The model's positional encoding modules (shared and per-layer)."""
     from ..encodings.base import PositionalEncoding

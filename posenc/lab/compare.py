@@ -26,7 +26,7 @@ from ..encodings import encoding_options
 from ..eval.entropy import entropy_at_lengths
 from ..eval.inference_scaling import (InferenceScaling, accepts_rope_scaling,
                                       apply_inference_scaling)
-from ..eval.lengths import perplexity_at_lengths
+from ..eval.lengths import eval_device, perplexity_at_lengths
 from ..viz.plots import plot_all
 from .claims import label_of
 from .presets import CompareConfig
@@ -196,7 +196,7 @@ def _finished(run_dir: Path, steps: int):
     if not (run_dir / "state.json").exists():
         return None
     try:
-        loaded = load_run(run_dir)
+        loaded = load_run(run_dir, eval_device())
     except ValueError:
         return None              # partial or damaged: train() resumes or reports it
     return loaded if loaded.complete and loaded.steps >= steps else None
@@ -220,7 +220,7 @@ def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, vocab_size:
     train(train_config(cfg, encoding, vocab_size), run_dir, resume=True, progress=False,
           on_step=on_step)
     progress.update(max(0, cfg.steps - counted[0]))
-    return load_run(run_dir), True
+    return load_run(run_dir, eval_device()), True
 
 
 def _curve(log: list[dict]) -> list[list[float]]:
