@@ -35,14 +35,10 @@ class Seq2SeqTransformer(nn.Module):
         self.encoder_pe = self._encoding(c.encoder_pe, c.encoder_options())
         self.decoder_pe = self._encoding(c.decoder_pe_name, c.decoder_options())
         self.cross_pe = self._encoding("nope", {})
-        self.encoder = nn.ModuleList(
-            self._block(cross=False, pe=self._layer_encoding(self.encoder_pe, c.encoder_pe,
-                                                             c.encoder_options()))
-            for _ in range(c.n_encoder_layers))
-        self.decoder = nn.ModuleList(
-            self._block(cross=True, pe=self._layer_encoding(self.decoder_pe, c.decoder_pe_name,
-                                                            c.decoder_options()))
-            for _ in range(c.n_decoder_layers))
+        self.encoder = self._stack(c.n_encoder_layers, self.encoder_pe, c.encoder_pe,
+                                   c.encoder_options(), cross=False)
+        self.decoder = self._stack(c.n_decoder_layers, self.decoder_pe, c.decoder_pe_name,
+                                   c.decoder_options(), cross=True)
         final_norm = c.norm_placement == "pre"
         self.encoder_norm = make_norm(c.norm, c.d_model) if final_norm else nn.Identity()
         self.decoder_norm = make_norm(c.norm, c.d_model) if final_norm else nn.Identity()
@@ -58,16 +54,17 @@ class Seq2SeqTransformer(nn.Module):
         return build_encoding(name, n_heads=c.n_heads, head_dim=c.head_dim, max_len=c.max_len,
                               **options)
 
-    def _layer_encoding(self, shared: PositionalEncoding, name: str,
-                        options: dict) -> PositionalEncoding | None:
-        """A layer's own instance for per-layer encodings, else None (the shared one)."""
-        return self._encoding(name, options) if shared.per_layer else None
-
-    def _block(self, *, cross: bool, pe: PositionalEncoding | None) -> Block:
+    def _stack(self, n_layers: int, shared: PositionalEncoding, name: str, options: dict, *,
+               cross: bool) -> nn.ModuleList:
+        """``n_layers`` blocks; each has its own encoding instance if the encoding is
+        per-layer (``shared`` then only serves ``embed``), else they use ``shared``."""
         c = self.config
-        return Block(c.d_model, c.n_heads, c.d_ff or 4 * c.d_model, activation=c.activation,
-                     norm=c.norm, norm_placement=c.norm_placement, dropout=c.dropout,
-                     bias=c.bias, cross=cross, pe=pe)
+        return nn.ModuleList(
+            Block(c.d_model, c.n_heads, c.d_ff or 4 * c.d_model, activation=c.activation,
+                  norm=c.norm, norm_placement=c.norm_placement, dropout=c.dropout,
+                  bias=c.bias, cross=cross,
+                  pe=self._encoding(name, options) if shared.per_layer else None)
+            for _ in range(n_layers))
 
     def make_caches(self, batch: int, target_len: int, source_len: int
                     ) -> tuple[list[KVCache], list[KVCache]]:
