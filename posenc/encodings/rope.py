@@ -66,6 +66,13 @@ class RotaryEncoding(PositionalEncoding):
         self.register_buffer("inv_freq", inv_freq, persistent=False)   # (R/2,) fp32
         self.attention_factor = factor
 
+    def _apply(self, fn, recurse=True):
+        # keep the frequencies fp32 when the module is cast (model.to(torch.bfloat16))
+        inv_freq = self.inv_freq
+        super()._apply(fn, recurse)
+        self.inv_freq = inv_freq.to(self.inv_freq.device)
+        return self
+
     def frequencies(self, seq_len: int) -> tuple[Tensor, float]:
         """(inv_freq, attention_factor) in force for a sequence of ``seq_len`` positions."""
         if not self.length_dependent:
