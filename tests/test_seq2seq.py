@@ -17,9 +17,9 @@ VOCAB = 24
 
 def tiny_seq2seq(encoder_pe: str = "nope", *, std: float = 0.3, **config) -> Seq2SeqTransformer:
     """A small sharpened model in eval mode (1 encoder layer, 2 decoder layers)."""
-    base = dict(vocab_size=VOCAB, d_model=16, n_heads=2, n_encoder_layers=1,
-                n_decoder_layers=2, d_ff=32, max_len=16, encoder_pe=encoder_pe,
-                encoder_pe_options=context_options(encoder_pe, VOCAB))
+    base = {"vocab_size": VOCAB, "d_model": 16, "n_heads": 2, "n_encoder_layers": 1,
+            "n_decoder_layers": 2, "d_ff": 32, "max_len": 16, "encoder_pe": encoder_pe,
+            "encoder_pe_options": context_options(encoder_pe, VOCAB)}
     base.update(config)
     return sharpen(Seq2SeqTransformer(Seq2SeqConfig(**base)), std).eval()
 
@@ -41,16 +41,16 @@ def decode_in_steps(model: Seq2SeqTransformer, src: torch.Tensor, tgt_in: torch.
 
 # ------------------------------------------------------------------------------- config
 @pytest.mark.parametrize("kwargs, option", [
-    (dict(d_model=16, n_heads=3), "n_heads"),
-    (dict(n_encoder_layers=0), "n_encoder_layers"),
-    (dict(src_vocab_size=0, share_embeddings=False), "src_vocab_size"),
-    (dict(src_vocab_size=10, vocab_size=20), "share_embeddings"),
-    (dict(dropout=1.0), "dropout"),
-    (dict(norm="batchnorm"), "norm"),
-    (dict(norm_placement="middle"), "norm_placement"),
-    (dict(attn_backend="cuda"), "attn_backend"),
-    (dict(encoder_pe="no_such_encoding"), "unknown encoding"),
-    (dict(decoder_pe="no_such_encoding"), "unknown encoding"),
+    ({"d_model": 16, "n_heads": 3}, "n_heads"),
+    ({"n_encoder_layers": 0}, "n_encoder_layers"),
+    ({"src_vocab_size": 0, "share_embeddings": False}, "src_vocab_size"),
+    ({"src_vocab_size": 10, "vocab_size": 20}, "share_embeddings"),
+    ({"dropout": 1.0}, "dropout"),
+    ({"norm": "batchnorm"}, "norm"),
+    ({"norm_placement": "middle"}, "norm_placement"),
+    ({"attn_backend": "cuda"}, "attn_backend"),
+    ({"encoder_pe": "no_such_encoding"}, "unknown encoding"),
+    ({"decoder_pe": "no_such_encoding"}, "unknown encoding"),
 ])
 def test_config_rejects_bad_values(kwargs, option):
     with pytest.raises(ValueError, match=option):
@@ -141,11 +141,11 @@ def test_cached_decoding_equals_full_forward(name):
 
 
 @pytest.mark.parametrize("config", [
-    dict(norm_placement="post", norm="rmsnorm"),
-    dict(share_embeddings=False, src_vocab_size=40, tie_embeddings=False),
-    dict(encoder_pe="alibi", decoder_pe="rope"),
-    dict(encoder_pe="t5", decoder_pe_options={"bidirectional": True}),
-    dict(encoder_pe="conv", encoder_pe_options={"padding": "centered"}, decoder_pe_options={}),
+    {"norm_placement": "post", "norm": "rmsnorm"},
+    {"share_embeddings": False, "src_vocab_size": 40, "tie_embeddings": False},
+    {"encoder_pe": "alibi", "decoder_pe": "rope"},
+    {"encoder_pe": "t5", "decoder_pe_options": {"bidirectional": True}},
+    {"encoder_pe": "conv", "encoder_pe_options": {"padding": "centered"}, "decoder_pe_options": {}},
 ], ids=["post-rmsnorm", "separate-embeddings", "alibi-rope", "t5-decoder-options",
         "conv-centered-encoder"])
 def test_cached_decoding_equals_full_forward_variants(config):

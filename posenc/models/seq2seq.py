@@ -70,9 +70,8 @@ class Seq2SeqTransformer(nn.Module):
                     ) -> tuple[list[KVCache], list[KVCache]]:
         """Empty per-decoder-layer (self-attention, cross-attention) caches."""
         c, p = self.config, self.head.weight
-        make = lambda n: make_caches(c.n_decoder_layers, batch, c.n_heads, c.head_dim, n,
-                                     p.dtype, p.device)
-        return make(target_len), make(source_len)
+        return tuple(make_caches(c.n_decoder_layers, batch, c.n_heads, c.head_dim, n, p.dtype,
+                                 p.device) for n in (target_len, source_len))
 
     # -------------------------------------------------------------- running
     @staticmethod
