@@ -59,16 +59,16 @@ class Block(nn.Module):
     def __init__(self, d_model: int, n_heads: int, d_ff: int, *, activation: str = "gelu",
                  norm: str = "layernorm", norm_placement: str = "pre", dropout: float = 0.0,
                  bias: bool = False, cross: bool = False,
-                 pe: PositionalEncoding | None = None) -> None:
+                 pe: PositionalEncoding | None = None, norm_eps: float = 1e-5) -> None:
         super().__init__()
         self.norm_placement = require_choice("norm_placement", norm_placement, ("pre", "post"))
         self.attn = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout)
-        self.norm1 = make_norm(norm, d_model)
+        self.norm1 = make_norm(norm, d_model, norm_eps)
         self.cross = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout,
                                         cross=True) if cross else None
-        self.norm_cross = make_norm(norm, d_model) if cross else None
+        self.norm_cross = make_norm(norm, d_model, norm_eps) if cross else None
         self.mlp = MLP(d_model, d_ff, activation, bias, dropout)
-        self.norm2 = make_norm(norm, d_model)
+        self.norm2 = make_norm(norm, d_model, norm_eps)
         self.drop = nn.Dropout(dropout)
         self.layer_pe = pe
 

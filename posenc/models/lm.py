@@ -36,6 +36,7 @@ class LMConfig:
     d_ff: int | None = None                 # default 4 * d_model
     activation: str = "gelu"
     norm: str = "layernorm"                 # "layernorm" | "rmsnorm"
+    norm_eps: float = 1e-5
     norm_placement: str = "pre"             # "pre" | "post"
     dropout: float = 0.0
     bias: bool = False
@@ -49,6 +50,8 @@ class LMConfig:
             require_positive_int(name, getattr(self, name))
         if self.d_model % self.n_heads:
             raise ValueError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
+        if not (isinstance(self.norm_eps, (int, float)) and 0.0 < self.norm_eps < 1.0):
+            raise ValueError(f"norm_eps must be a number in (0, 1), got {self.norm_eps!r}")
         if self.d_ff is not None:
             require_positive_int("d_ff", self.d_ff)
         if not 0.0 <= self.dropout < 1.0:
@@ -83,9 +86,11 @@ class TransformerLM(nn.Module):
         self.blocks = nn.ModuleList(
             Block(c.d_model, c.n_heads, c.d_ff or 4 * c.d_model, activation=c.activation,
                   norm=c.norm, norm_placement=c.norm_placement, dropout=c.dropout,
-                  bias=c.bias, pe=self._build_pe() if self.pe.per_layer else None)
+                  bias=c.bias, pe=self._build_pe() if self.pe.per_layer else None,
+                  norm_eps=c.norm_eps)
             for _ in range(c.n_layers))
-        self.norm = make_norm(c.norm, c.d_model) if c.norm_placement == "pre" else nn.Identity()
+        self.norm = (make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_placement == "pre"
+                     else nn.Identity())
         self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.drop = nn.Dropout(c.dropout)
         self.apply(init_weights)
