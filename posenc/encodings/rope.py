@@ -36,7 +36,7 @@ class RotaryEncoding(PositionalEncoding):
 
     family = "rotary"
     extrapolates = "poorly (better with scaling)"
-    cache_note = "exact (raw keys cached for length-dependent scaling)"
+    cache_note = "exact (length-dependent scalings recompute the cache when frequencies change)"
 
     def __init__(self, *, theta: float = 10000.0, layout: str = "half",
                  rotary_dim: int | None = None, scaling: dict[str, Any] | None = None,
@@ -81,7 +81,7 @@ class RotaryEncoding(PositionalEncoding):
         return inv_freq.to(self.inv_freq.device), factor
 
     def length_signature(self, seq_len: int) -> object | None:
-        """The frequencies in force at ``seq_len`` (None unless the scaling is length-dependent)."""
+        """The frequencies in force at ``seq_len``; None unless the scaling depends on length."""
         if not self.length_dependent:
             return None
         inv_freq, factor = self.frequencies(seq_len)
