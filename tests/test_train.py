@@ -237,3 +237,31 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path, capsys):
     (out / "config.json").unlink()
     with pytest.raises(ValueError, match="config.json is missing"):
         load_run(out)
+
+
+def test_bf16_autocast_progress_bar_and_tensorboard_hook(tmp_path, capsys, monkeypatch):
+    from posenc.train import logging as run_logging
+
+    scalars = []
+
+    class FakeWriter:
+        def add_scalar(self, tag, value, step):
+            scalars.append((tag, step))
+
+        def flush(self):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(run_logging, "_summary_writer", lambda path, start: FakeWriter())
+    cfg = tiny(tmp_path, steps=2, bf16=True, checkpoint_every=0)
+    result = train(cfg, tmp_path / "run", progress=True)
+    assert math.isfinite(result.final_loss) and result.final_loss > 1.0
+    err = capsys.readouterr().err
+    assert "train rope" in err and "loss=" in err and "tok_s=" in err and "2/2" in err
+    assert ("train/loss", 1) in scalars and ("train/loss", 2) in scalars
+    assert ("val/loss", 2) in scalars
+    fp32 = train(tiny(tmp_path, steps=2, checkpoint_every=0), tmp_path / "fp32", progress=False)
+    assert fp32.final_loss != result.final_loss                  # autocast changed the math
+    assert fp32.final_loss == pytest.approx(result.final_loss, abs=0.1)

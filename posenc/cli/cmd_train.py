@@ -6,6 +6,8 @@ import argparse
 import os
 from dataclasses import fields
 
+import torch
+
 from ..data.synthetic import TASKS
 from ..models.lm import LMConfig
 from ..train.config import TrainConfig, parse_options
@@ -41,6 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--backend", default="auto", help="attention backend while training")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's "
+                   "choice; 1 is faster on a busy machine)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     g = p.add_argument_group("model")
     for name, kind in MODEL_FLAGS.items():
@@ -69,6 +73,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     result = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite,
                    progress=not args.no_progress)
     if int(os.environ.get("RANK", "0")) != 0:          # under torchrun, rank 0 reports

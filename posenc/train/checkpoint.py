@@ -73,13 +73,13 @@ def _one_line(err: BaseException) -> str:
 def write_config(run_dir: Path, cfg: TrainConfig, corpus_info: dict[str, str],
                  tokenizer: Tokenizer) -> None:
     """Write ``config.json`` and the run's tokenizer (once, at the start of a run)."""
-    tokenizer.save(run_dir / TOKENIZER_DIR)
     doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "train": cfg.to_dict(),
            "corpus": dict(corpus_info),
            "tokenizer": {"spec": tokenizer.spec, "vocab_size": tokenizer.vocab_size,
                          "fingerprint": tokenizer.fingerprint},
            "torch_version": torch.__version__, "python_version": platform.python_version()}
     atomic_write(run_dir / CONFIG_FILE, (json.dumps(doc, indent=2) + "\n").encode())
+    tokenizer.save(run_dir / TOKENIZER_DIR)
 
 
 def read_config(run_dir: str | Path) -> dict[str, Any]:

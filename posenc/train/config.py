@@ -36,7 +36,7 @@ class TrainConfig:
     tokenizer: str = "byte"
     train_len: int = 128
     batch_size: int = 16
-    steps: int = 300
+    steps: int = 600
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int | None = None        # None: steps // 10
