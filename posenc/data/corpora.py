@@ -22,6 +22,7 @@ the texts of every split and the rule used, so two runs with equal hashes saw th
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import platform
 import sysconfig
@@ -155,11 +156,16 @@ def _from_hf_hub(spec: str) -> Corpus:
     parts = spec[3:].split(":")
     if not parts[0] or len(parts) > 2:
         raise ValueError(f"bad dataset spec {spec!r}; use hf:NAME or hf:NAME:CONFIG")
+    hub_log = logging.getLogger("huggingface_hub")
+    level = hub_log.level
+    hub_log.setLevel(logging.ERROR)        # retries are reported once, as the error below
     try:
         ds = datasets.load_dataset(*parts)
     except Exception as err:  # noqa: BLE001 - network, missing name, bad config
         raise ValueError(f"cannot load Hugging Face dataset {parts[0]!r}: "
                          f"{_one_line(err)}") from None
+    finally:
+        hub_log.setLevel(level)
     return _from_hf_object(spec, ds)
 
 
