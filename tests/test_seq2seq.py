@@ -47,6 +47,7 @@ def decode_in_steps(model: Seq2SeqTransformer, src: torch.Tensor, tgt_in: torch.
     ({"src_vocab_size": 10, "vocab_size": 20}, "share_embeddings"),
     ({"dropout": 1.0}, "dropout"),
     ({"norm": "batchnorm"}, "norm"),
+    ({"norm_eps": 0.0}, "norm_eps"),
     ({"norm_placement": "middle"}, "norm_placement"),
     ({"attn_backend": "cuda"}, "attn_backend"),
     ({"encoder_pe": "no_such_encoding"}, "unknown encoding"),
@@ -141,7 +142,7 @@ def test_cached_decoding_equals_full_forward(name):
 
 
 @pytest.mark.parametrize("config", [
-    {"norm_placement": "post", "norm": "rmsnorm"},
+    {"norm_placement": "post", "norm": "rmsnorm", "norm_eps": 1e-6},
     {"share_embeddings": False, "src_vocab_size": 40, "tie_embeddings": False},
     {"encoder_pe": "alibi", "decoder_pe": "rope"},
     {"encoder_pe": "t5", "decoder_pe_options": {"bidirectional": True}},

@@ -39,9 +39,10 @@ class Seq2SeqTransformer(nn.Module):
                                    c.encoder_options(), cross=False)
         self.decoder = self._stack(c.n_decoder_layers, self.decoder_pe, c.decoder_pe_name,
                                    c.decoder_options(), cross=True)
-        final_norm = c.norm_placement == "pre"
-        self.encoder_norm = make_norm(c.norm, c.d_model) if final_norm else nn.Identity()
-        self.decoder_norm = make_norm(c.norm, c.d_model) if final_norm else nn.Identity()
+        def final_norm() -> nn.Module:                      # pre-norm stacks end with one
+            return (make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_placement == "pre"
+                    else nn.Identity())
+        self.encoder_norm, self.decoder_norm = final_norm(), final_norm()
         self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.drop = nn.Dropout(c.dropout)
         self.apply(init_weights)
@@ -62,7 +63,7 @@ class Seq2SeqTransformer(nn.Module):
         return nn.ModuleList(
             Block(c.d_model, c.n_heads, c.d_ff or 4 * c.d_model, activation=c.activation,
                   norm=c.norm, norm_placement=c.norm_placement, dropout=c.dropout,
-                  bias=c.bias, cross=cross,
+                  bias=c.bias, cross=cross, norm_eps=c.norm_eps,
                   pe=self._encoding(name, options) if shared.per_layer else None)
             for _ in range(n_layers))
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..attention import BACKENDS
 from ..encodings import encoding_class, encoding_options
-from ..encodings.base import require_choice, require_positive_int
+from ..encodings.base import require_choice, require_float_in, require_positive_int
 from .blocks import ACTIVATIONS, NORMS
 
 
@@ -39,6 +39,7 @@ class Seq2SeqConfig:
     d_ff: int | None = None                 # default 4 * d_model
     activation: str = "gelu"
     norm: str = "layernorm"                 # "layernorm" | "rmsnorm"
+    norm_eps: float = 1e-5
     norm_placement: str = "pre"             # "pre" | "post"
     dropout: float = 0.0
     bias: bool = False
@@ -63,6 +64,7 @@ class Seq2SeqConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         require_choice("activation", self.activation, ACTIVATIONS)
         require_choice("norm", self.norm, NORMS)
+        require_float_in("norm_eps", self.norm_eps, 0.0, 1.0)
         require_choice("norm_placement", self.norm_placement, ("pre", "post"))
         require_choice("attn_backend", self.attn_backend, BACKENDS)
         for name in ("share_embeddings", "tie_embeddings", "bias"):
