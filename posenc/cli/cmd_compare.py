@@ -46,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-tokens", type=int, help="tokens scored per evaluation length")
     p.add_argument("--stride", type=int, help="sliding-window stride (default: "
                    "non-overlapping windows)")
+    p.add_argument("--pe-option", action="append", metavar="ENC:KEY=VALUE",
+                   help="an encoding option, e.g. sinusoidal:scale=1.0 or t5:max_distance=256 "
+                        "(repeatable; replaces the preset's value)")
     p.add_argument("--data", help="text file or folder (default: the Python standard library)")
     p.add_argument("--tokenizer", help="byte or bpe:N")
     p.add_argument("--seed", type=int)
@@ -54,6 +57,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's "
                    "choice; 1 is faster on a machine that other jobs keep busy)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _pe_options(name: str, items: list[str] | None) -> dict | None:
+    """The preset's pe_options with ``ENC:KEY=VALUE`` items applied (None: unchanged)."""
+    from ..lab.presets import PRESETS
+    from ..train.config import parse_value
+    if not items:
+        return None
+    options = {enc: dict(opts) for enc, opts in PRESETS[name].pe_options.items()}
+    for item in items:
+        enc, colon, rest = item.partition(":")
+        key, eq, value = rest.partition("=")
+        if not (colon and eq and enc and key):
+            raise ValueError(f"--pe-option must look like ENC:KEY=VALUE, got {item!r}")
+        options.setdefault(enc, {})[key] = parse_value(value)
+    return options
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     scalings = args.scalings
     if scalings is not None and [s.lower() for s in scalings] == ["none"]:
         scalings = ()
-    cfg = preset(args.preset, encodings=args.encodings, steps=args.steps,
+    cfg = preset(args.preset, pe_options=_pe_options(args.preset, args.pe_option),
+                 encodings=args.encodings, steps=args.steps,
                  train_len=args.train_len, lengths=args.lengths, scalings=scalings,
                  eval_tokens=args.eval_tokens, stride=args.stride, data=args.data,
                  tokenizer=args.tokenizer, seed=args.seed)

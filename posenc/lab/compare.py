@@ -146,10 +146,10 @@ def train_config(cfg: CompareConfig, encoding: str, vocab_size: int):
     """The TrainConfig of one encoding: identical for all but ``model.pe``."""
     from ..models import LMConfig
     from ..train.config import TrainConfig
-    options = {}
+    options = cfg.options_for(encoding)
     declared = encoding_options(encoding)
     if "vocab_size" in declared and declared["vocab_size"] is None:   # token-id tables
-        options["vocab_size"] = vocab_size
+        options.setdefault("vocab_size", vocab_size)
     model = LMConfig(vocab_size=vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
                      n_heads=cfg.n_heads, max_len=cfg.train_len, pe=encoding,
                      pe_options=options)

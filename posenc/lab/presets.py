@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from ..encodings import list_encodings
@@ -22,6 +22,11 @@ from ..eval.inference_scaling import InferenceScaling
 
 #: RoPE inference-time scalings evaluated by default (each on the trained RoPE weights)
 DEFAULT_SCALINGS = ("linear:4", "ntk:4", "dynamic", "yarn:4", "logn")
+#: encoding options every preset uses unless told otherwise. The fixed sinusoidal table is
+#: scaled to the magnitude of the learned table and the token embeddings at initialisation
+#: (std 0.02): at scale 1 (entries of RMS 0.7) it swamps the tokens of a model without
+#: sqrt(d) embedding scaling, and trains far worse within its own length.
+DEFAULT_PE_OPTIONS: dict[str, dict[str, Any]] = {"sinusoidal": {"scale": 0.02}}
 #: evaluation lengths are train_len times these unless given explicitly
 LENGTH_MULTIPLIERS = (1, 2, 4, 8, 16)
 
@@ -37,6 +42,7 @@ class CompareConfig:
     ``eval_tokens`` (tokens scored per length, from the start of the test split), ``stride``
     (None: non-overlapping windows), ``scalings`` (RoPE inference-time scalings), entropy at
     lengths up to ``entropy_max_len`` (0: off) on ``entropy_windows`` windows.
+    ``pe_options`` maps an encoding to its options (used when it is among ``encodings``).
     """
 
     preset: str = "default"
@@ -61,6 +67,8 @@ class CompareConfig:
     scalings: tuple[str, ...] = DEFAULT_SCALINGS
     entropy_max_len: int = 1024
     entropy_windows: int = 2
+    pe_options: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: dict(DEFAULT_PE_OPTIONS))
 
     def __post_init__(self) -> None:
         if not self.encodings:
@@ -99,6 +107,14 @@ class CompareConfig:
             if self.stride >= min(self.eval_lengths):
                 raise ValueError(f"stride must be in [1, shortest length - 1 = "
                                  f"{min(self.eval_lengths) - 1}], got {self.stride}")
+        if not isinstance(self.pe_options, dict) or not all(
+                isinstance(v, dict) for v in self.pe_options.values()):
+            raise ValueError("pe_options must map encoding names to option dicts, got "
+                             f"{self.pe_options!r}")
+        unknown = [e for e in self.pe_options if e not in list_encodings()]
+        if unknown:
+            raise ValueError(f"pe_options for unknown encoding(s) {', '.join(unknown)}; "
+                             f"valid encodings: {', '.join(list_encodings())}")
         labels = [InferenceScaling.parse(s).label for s in self.scalings]   # raises if bad
         if None in labels or len(set(labels)) != len(labels):
             raise ValueError(f"scalings must be distinct non-empty specs, got "
@@ -132,6 +148,10 @@ class CompareConfig:
             raise ValueError(f"unknown compare config key(s) {', '.join(unknown)}; valid: "
                              f"{', '.join(sorted(valid))}")
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+    def options_for(self, encoding: str) -> dict[str, Any]:
+        """The options ``encoding`` is trained with in this comparison."""
+        return dict(self.pe_options.get(encoding, {}))
 
 
 PRESETS: dict[str, CompareConfig] = {

@@ -192,7 +192,14 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
            f"n_heads={c.get('n_heads')}; tokenizer `{c.get('tokenizer')}`; seed {c.get('seed')}.",
            f"Corpus `{corpus.get('name')}` (Python {corpus.get('python_version')}, sha256 "
            f"{str(corpus.get('sha256', ''))[:16]}...). RoPE inference-time scalings: "
-           f"{', '.join(c.get('scalings', [])) or 'none'}.", ""]
+           f"{', '.join(c.get('scalings', [])) or 'none'}."]
+    options = {e: o for e, o in (c.get("pe_options") or {}).items()
+               if e in c.get("encodings", []) and o}
+    if options:
+        out.append("Encoding options: " + "; ".join(
+            f"{e} " + ", ".join(f"{k}={v}" for k, v in o.items()) for e, o in options.items())
+            + " (the rest at their defaults).")
+    out.append("")
     expected = sum(1 + (len(c.get("scalings", [])) if accepts_rope_scaling(e) else 0)
                    for e in c.get("encodings", []))
     if len(runs) < expected:
