@@ -135,6 +135,27 @@ def _load_data(cfg: TrainConfig, run_dir: Path, mode: str) -> TrainData:
     return data
 
 
+def _load_data_rank0_first(cfg: TrainConfig, run_dir: Path, mode: str,
+                           info: dist.DistInfo) -> TrainData:
+    """Rank 0 tokenizes (and trains a BPE) first; the others then read its cache.
+
+    If rank 0 fails, the others raise too instead of waiting for it forever.
+    """
+    if not info.enabled:
+        return _load_data(cfg, run_dir, mode)
+    if info.is_main:
+        try:
+            data = _load_data(cfg, run_dir, mode)
+        except BaseException:
+            dist.broadcast_flag(info, False)
+            raise
+        dist.broadcast_flag(info, True)
+        return data
+    if not dist.broadcast_flag(info, False):
+        raise ValueError("rank 0 could not prepare the data (its error is above)")
+    return _load_data(cfg, run_dir, mode)
+
+
 def _autocast(cfg: TrainConfig, device: torch.device):
     if not cfg.bf16:
         return contextlib.nullcontext()
@@ -185,7 +206,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
 def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, resume: bool,
            overwrite: bool, show_progress: bool, on_step: StepCallback | None) -> TrainResult:
     mode = check_run_dir(run_dir, cfg, resume, overwrite)
-    data = _load_data(cfg, run_dir, mode)
+    data = _load_data_rank0_first(cfg, run_dir, mode, info)
     dev = info.device
     autocast = _autocast(cfg, dev)
     torch.manual_seed(cfg.seed)
