@@ -2,7 +2,9 @@
 records, and TensorBoard event files under ``tensorboard/`` when tensorboard is installed.
 
 Records are ``{"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "elapsed_s"}``
-for training steps and ``{"step", "val_loss"}`` for evaluations. When a run resumes from a
+for training steps (``tokens`` and ``elapsed_s`` count the whole run: all processes' tokens,
+training seconds without evaluations and checkpoints) and ``{"step", "val_loss"}`` for
+evaluations. When a run resumes from a
 checkpoint at step k, records after step k (written before the interruption) are dropped, so
 the log reads as if the run had never stopped.
 """
