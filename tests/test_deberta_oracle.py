@@ -3,12 +3,12 @@
 import pytest
 import torch
 
+from posenc.attention import MultiHeadAttention
+from posenc.encodings import build_encoding
+from posenc.encodings.deberta import log_bucket_position
+
 transformers = pytest.importorskip("transformers")
 hf = pytest.importorskip("transformers.models.deberta_v2.modeling_deberta_v2")
-
-from posenc.attention import MultiHeadAttention  # noqa: E402
-from posenc.encodings import build_encoding  # noqa: E402
-from posenc.encodings.deberta import log_bucket_position  # noqa: E402
 
 D_MODEL, N_HEADS, SEQ = 16, 2, 40
 

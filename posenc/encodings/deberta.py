@@ -32,8 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from .absolute import LearnedEncoding
-from .base import (PositionalEncoding, ScoreMod, register, require_float_in,
-                   require_int_at_least)
+from .base import PositionalEncoding, ScoreMod, register, require_float_in, require_int_at_least
 
 TERMS = ("c2p", "p2c")
 LAYER_NORM_EPS = 1e-7           # DeBERTa-v2's layer_norm_eps
