@@ -8,6 +8,7 @@ import json
 import math
 import re
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -310,6 +311,21 @@ def test_memory_estimate_refuses_long_lengths():
     assert mem.delta > 200 * 2**20
 
 
+@pytest.mark.parametrize("method", ["yarn", "yarn+logn", "dynamic+exact"])
+def test_long_forward_never_holds_a_score_matrix(method):
+    """4096 tokens: one layer's (H, T, T) fp32 scores would be 256 MiB; the forward (fused
+    causal sdpa, also in posenc's patched attention) stays far below."""
+    config = _config()
+    config.vocab_size = 16
+    model = _model(config)
+    extend(model, method, 2.0)
+    ids = torch.randint(0, 16, (1, 4096), generator=torch.Generator().manual_seed(4))
+    with PeakMemory() as mem:
+        logits = _logits(model, ids)
+    assert logits.shape == (1, 4096, 16) and bool(torch.isfinite(logits).all())
+    assert mem.delta < 64 * 2**20, f"peak +{mem.delta / 2**20:.0f} MiB"
+
+
 def test_finetune_lowers_the_loss():
     model = _model(_config())
     stream = torch.arange(400) % 7                  # a pattern a tiny model learns fast
@@ -324,7 +340,7 @@ def test_finetune_lowers_the_loss():
 def _tokenizer():
     from tokenizers import ByteLevelBPETokenizer
     bpe = ByteLevelBPETokenizer()
-    text = open(torch.__file__).read() * 3
+    text = Path(torch.__file__).read_text() * 3
     bpe.train_from_iterator([text], vocab_size=300, min_frequency=2,
                             special_tokens=["<s>", "</s>"], show_progress=False)
     return transformers.PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer,
@@ -340,7 +356,7 @@ def tiny_dir(tmp_path_factory):
     config.vocab_size, config.max_position_embeddings = len(tok), 128
     _model(config).save_pretrained(path)
     tok.save_pretrained(path)
-    (path.parent / "data.txt").write_text(open(json.__file__).read() * 2)
+    (path.parent / "data.txt").write_text(Path(json.__file__).read_text() * 2)
     return path
 
 

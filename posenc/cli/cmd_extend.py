@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -59,6 +60,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--memory-limit-gb", type=float, help="refuse lengths whose forward would "
                    "need more (default: the memory available now)")
     m.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    m.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice; "
+                   "1 is often faster on a busy machine)")
+    m.add_argument("--gguf-cache", default=os.environ.get("POSENC_GGUF_CACHE"),
+                   help="folder keeping the dequantized GGUF model so later runs load fast "
+                   "(default: $POSENC_GGUF_CACHE, else none)")
     m.add_argument("--seed", type=int, default=0)
     f = p.add_argument_group("fine-tuning (optional; on a real model meant for a GPU)")
     f.add_argument("--finetune-steps", type=int, help="steps at --finetune-len per method")
@@ -133,7 +139,11 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--finetune-len needs --finetune-steps")
     texts, data_info = corpus_texts(args.data)
     dtype = getattr(torch, args.dtype)
-    loaded = load_model(args.model, dtype=dtype)
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    loaded = load_model(args.model, dtype=dtype, gguf_cache=args.gguf_cache)
     model, tok = loaded.model, loaded.tokenizer
     native = loaded.native_context
     lengths = args.lengths or default_lengths(args.original_length or native)

@@ -13,6 +13,7 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,30 +106,68 @@ def _check_gguf_magic(path: Path) -> None:
 
 
 def load_model(name: str, dtype: torch.dtype = torch.float32,
-               attn_implementation: str = "sdpa") -> LoadedModel:
+               attn_implementation: str = "sdpa",
+               gguf_cache: str | os.PathLike | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer, in eval mode on the CPU.
 
     ``attn_implementation="sdpa"`` without a padding mask lets PyTorch's fused causal kernel
     run (``is_causal``), so a long forward never holds a (T, T) score matrix.
+
+    Converting a GGUF file takes a minute or more (its metadata is parsed three times); with
+    ``gguf_cache`` (a folder) the dequantized fp32 model is saved there once, keyed by the
+    file's name, size and modification time, and later loads read that copy.
     """
+    source = resolve_model(name)
+    cached = _cache_dir(gguf_cache, source)
+    if cached is not None and (cached / "config.json").is_file():
+        model, tokenizer = _from_pretrained(name, "cached GGUF conversion", str(cached),
+                                            None, dtype, attn_implementation)
+    else:
+        what = {"gguf": "GGUF file", "dir": "model directory", "hub": "hub model"}[source.kind]
+        model, tokenizer = _from_pretrained(name, what, source.location, source.gguf_file,
+                                            dtype, attn_implementation)
+        if cached is not None:
+            _write_cache(model, tokenizer, cached)
+    model.eval()
+    return LoadedModel(model, tokenizer, source)
+
+
+def _from_pretrained(name: str, what: str, location: str, gguf_file: str | None,
+                     dtype: torch.dtype, attn_implementation: str) -> tuple[nn.Module, Any]:
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
         raise ValueError("posenc.hf needs transformers: pip install 'posenc[hf]'") from None
-    source = resolve_model(name)
-    kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": attn_implementation}
-    if source.kind == "gguf":
-        kwargs["gguf_file"] = source.gguf_file
+    extra = {"gguf_file": gguf_file} if gguf_file else {}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source.location, **(
-            {"gguf_file": source.gguf_file} if source.gguf_file else {}))
-        model = AutoModelForCausalLM.from_pretrained(source.location, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(location, **extra)
+        model = AutoModelForCausalLM.from_pretrained(
+            location, dtype=dtype, attn_implementation=attn_implementation, **extra)
     except (ValueError, OSError, KeyError, RuntimeError, TypeError) as err:
-        what = {"gguf": "GGUF file", "dir": "model directory", "hub": "hub model"}[source.kind]
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f"could not load {what} {name}: {first}") from None
-    model.eval()
-    return LoadedModel(model, tokenizer, source)
+    return model, tokenizer
+
+
+def _cache_dir(root: str | os.PathLike | None, source: ModelSource) -> Path | None:
+    if root is None or source.kind != "gguf":
+        return None
+    stat = (Path(source.location) / str(source.gguf_file)).stat()
+    return Path(root).expanduser() / f"{Path(str(source.gguf_file)).stem}-{stat.st_size}-" \
+        f"{stat.st_mtime_ns}"
+
+
+def _write_cache(model: nn.Module, tokenizer: Any, path: Path) -> None:
+    """Save a dequantized GGUF model as fp32 safetensors (written aside, then renamed)."""
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    dtype = next(model.parameters()).dtype
+    if dtype != torch.float32:
+        return                      # only the exact fp32 conversion is worth keeping
+    save_extended(model, tmp, tokenizer, overwrite=True)
+    try:
+        tmp.rename(path)
+    except OSError:                 # another process won the race: keep its copy
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def save_extended(model: nn.Module, path: str | os.PathLike, tokenizer: Any = None,
@@ -147,13 +186,18 @@ def save_extended(model: nn.Module, path: str | os.PathLike, tokenizer: Any = No
                               "pass overwrite=True")
     config = model.config
     quant = getattr(config, "quantization_config", None)
-    if quant is not None:              # a dequantized GGUF model saves as plain weights
+    method = quant.get("quant_method") if isinstance(quant, dict) else \
+        getattr(quant, "quant_method", None)
+    gguf = str(getattr(method, "value", method)) == "gguf"
+    quantizer = getattr(model, "hf_quantizer", None)
+    if gguf:             # transformers dequantizes GGUF weights on load: save them as plain
         del config.quantization_config
+        model.hf_quantizer = None
     try:
         model.save_pretrained(out)
     finally:
-        if quant is not None:
-            config.quantization_config = quant
+        if gguf:
+            config.quantization_config, model.hf_quantizer = quant, quantizer
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
     return out
