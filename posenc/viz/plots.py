@@ -156,6 +156,16 @@ def plot_ppl_vs_length(results: dict, path: Path) -> Path:
     return Path(path)
 
 
+def _smooth(values: list[float], span: float = 0.05) -> list[float]:
+    """Centered moving average over ``span`` of the points (at least 1, edges shrink)."""
+    half = max(0, int(len(values) * span) // 2)
+    out = []
+    for i in range(len(values)):
+        window = values[max(0, i - half):i + half + 1]
+        out.append(sum(window) / len(window))
+    return out
+
+
 def plot_training_curves(results: dict, path: Path) -> Path:
     runs = [r for r in results.get("runs", []) if not r.get("inference_scaling")]
     styles = _styles(results.get("runs", []))
@@ -167,15 +177,17 @@ def plot_training_curves(results: dict, path: Path) -> Path:
             continue
         steps, losses = zip(*curve)
         values += losses
-        style = dict(styles[_label(run)], marker=None)
-        ax.plot(steps, losses, label=run["encoding"], **style)
+        color = styles[_label(run)]["color"]
+        ax.plot(steps, losses, color=color, linewidth=0.8, alpha=0.25)
+        ax.plot(steps, _smooth(losses), color=color, linewidth=2.2, label=run["encoding"])
     ax.set_xlabel("training step")
     ax.set_ylabel("training loss (nats/token)")
     if values:
         tail = sorted(values)[: max(1, len(values) // 2)]
         ax.set_ylim(min(values) * 0.97, max(tail[-1] * 1.6, min(values) * 1.2))
     ax.set_title(f"Training curves at L = {results.get('config', {}).get('train_len')}"
-                 " (same data, budget and seed)")
+                 " (same data, budget and seed; faint: every logged step, bold: moving "
+                 "average)", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
     fig.tight_layout()
