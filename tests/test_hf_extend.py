@@ -246,6 +246,10 @@ def test_missing_original_length_and_double_extension():
     extend(model, "linear", 2.0)
     with pytest.raises(ValueError, match="already extended with 'linear'"):
         extend(model, "yarn", 2.0)
+    scaled = _model(_config(rope_parameters={"rope_type": "linear", "factor": 2.0,
+                                             "rope_theta": 10000.0}))
+    with pytest.raises(ValueError, match="already uses rope_type 'linear'"):
+        extend(scaled, "yarn", 2.0)
 
 
 def test_hf_rope_parameters_for_each_method():

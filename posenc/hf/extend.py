@@ -175,10 +175,6 @@ def extend(model: nn.Module, method: str, factor: float | None = None,
     if current_extension(model) is not None:
         raise ValueError(f"model is already extended with {current_extension(model).name!r};"
                          " call posenc.hf.restore(model) first")
-    if config.rope_parameters.get("rope_type", "default") != "default":
-        raise ValueError(f"model already uses rope_type "
-                         f"{config.rope_parameters['rope_type']!r}; extend applies to models "
-                         "with plain RoPE (rope_type 'default')")
     ext = make_extension(config, method, factor, original_max_position_embeddings, **options)
     enc = build_encoding("rope", n_heads=config.num_attention_heads, head_dim=ext.head_dim,
                          max_len=ext.original_max_position_embeddings, theta=ext.theta,
@@ -208,6 +204,10 @@ def make_extension(config: Any, method: str, factor: float | None = None,
                    **options: Any) -> Extension:
     """Validate the arguments of :func:`extend` against a model config."""
     check_supported(config)
+    if config.rope_parameters.get("rope_type", "default") != "default":
+        raise ValueError(f"model already uses rope_type "
+                         f"{config.rope_parameters['rope_type']!r}; extend applies to models "
+                         "with plain RoPE (rope_type 'default')")
     method, flags = parse_method(method)
     for key, value in flags.items():
         if options.get(key) is False:
