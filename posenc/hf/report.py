@@ -92,17 +92,26 @@ def _mean(acc: list[list[float]]) -> float:
 
 
 def plot_ppl(results: dict[str, Any], path: Path) -> Path:
+    """Perplexity against window length, one line per method (fine-tuned: dashed)."""
     fig, ax = plt.subplots(figsize=(6.5, 4))
+    colors: dict[str, Any] = {}
+    values = []
     for name, row in results["methods"].items():
         pts = [(p["length"], p["ppl"]) for p in row["ppl"] if math.isfinite(p["ppl"])]
+        base = name.removesuffix("+ft")
+        if base not in colors:
+            colors[base] = f"C{len(colors) % 10}"
         if pts:
-            ax.plot(*zip(*pts), marker="o", label=name)
+            ax.plot(*zip(*pts), marker="o", label=name, color=colors[base],
+                    linestyle="--" if name.endswith("+ft") else "-")
+            values += [v for _, v in pts]
     native = results.get("native_context")
     if native:
         ax.axvline(native, color="grey", linestyle=":", linewidth=1, label="native context")
+    if values and max(values) > 10 * min(values):
+        ax.set_yscale("log")
     ax.set_xlabel("window length (tokens)")
     ax.set_ylabel("perplexity")
-    ax.set_yscale("log")
     ax.set_title(f"Perplexity against length: {results.get('model', '')}")
     ax.legend(fontsize=8)
     fig.tight_layout()
