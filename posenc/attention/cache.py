@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..encodings.base import PositionalEncoding
+
 
 class KVCache:
     """Keys and values (B, H, capacity, D) plus their positions (capacity,).
@@ -53,3 +55,33 @@ def make_caches(n_layers: int, batch: int, n_heads: int, head_dim: int, capacity
                 dtype: torch.dtype, device: torch.device | str) -> list[KVCache]:
     """One cache per layer."""
     return [KVCache(batch, n_heads, head_dim, capacity, dtype, device) for _ in range(n_layers)]
+
+
+def replay_if_stale(pe: PositionalEncoding, ids: Tensor, pos: Tensor, caches: list[KVCache]
+                    ) -> tuple[Tensor, Tensor]:
+    """The tokens a model runs through its caches: ids (B, T) / pos (T,), or the whole history.
+
+    A length-dependent encoding (dynamic NTK, LongRoPE) changes how every position is encoded
+    when the sequence grows, so the hidden states cached for earlier tokens go stale in every
+    layer past the first. When its ``length_signature`` changes, the caches restart and the
+    history is returned to be recomputed, so decoding equals a full recompute (past the
+    original length, dynamic NTK then recomputes at every step). The model returns only the
+    last T positions' outputs.
+    """
+    signature = pe.length_signature(int(pos.max()) + 1)
+    if signature is None:
+        return ids, pos
+    first, book = caches[0], caches[0].replay
+    if not first.length:
+        book.update(signature=signature, ids=ids, pos=pos)
+        return ids, pos
+    if first.length + ids.shape[1] > first.capacity:
+        return ids, pos                          # the cache itself raises, nothing is lost
+    all_ids, all_pos = torch.cat([book["ids"], ids], dim=1), torch.cat([book["pos"], pos])
+    stale = book["signature"] != signature
+    book.update(signature=signature, ids=all_ids, pos=all_pos)
+    if not stale:
+        return ids, pos
+    for cache in caches:
+        cache.reset()
+    return all_ids, all_pos

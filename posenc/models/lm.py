@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from ..attention import KVCache, make_caches
+from ..attention.cache import replay_if_stale
 from ..encodings import build_encoding
 from ..encodings.base import require_positive_int
 from .blocks import Block, init_weights, make_norm
@@ -123,7 +124,7 @@ class TransformerLM(nn.Module):
             start = caches[0].length if caches else 0
             pos = torch.arange(start, start + t, device=ids.device)
         if caches:
-            ids, pos = self._replay_if_stale(ids, pos, caches)
+            ids, pos = replay_if_stale(self.pe, ids, pos, caches)
         x = self.pe.embed(self.tok(ids), pos, ids=ids,
                           state=caches[0].extra if caches else None)
         x = self.drop(x)                                              # (B, T, C)
@@ -137,34 +138,6 @@ class TransformerLM(nn.Module):
         if need_weights:
             return logits, [w if w is None else w[:, :, -t:] for w in all_weights]
         return logits
-
-    def _replay_if_stale(self, ids: Tensor, pos: Tensor, caches: list[KVCache]
-                         ) -> tuple[Tensor, Tensor]:
-        """The tokens to run through the caches: ids/pos, or the whole history again.
-
-        A length-dependent encoding (dynamic NTK, LongRoPE) changes how every position is
-        encoded when the sequence grows, so the hidden states cached for earlier tokens go
-        stale in every layer past the first. When its ``length_signature`` changes, the caches
-        restart and the history is recomputed, so decoding equals a full recompute (past the
-        original length, dynamic NTK then recomputes at every step).
-        """
-        signature = self.pe.length_signature(int(pos.max()) + 1)
-        if signature is None:
-            return ids, pos
-        first, book = caches[0], caches[0].replay
-        if not first.length:
-            book.update(signature=signature, ids=ids, pos=pos)
-            return ids, pos
-        if first.length + ids.shape[1] > first.capacity:
-            return ids, pos                      # the cache itself raises, nothing is lost
-        all_ids, all_pos = torch.cat([book["ids"], ids], dim=1), torch.cat([book["pos"], pos])
-        stale = book["signature"] != signature
-        book.update(signature=signature, ids=all_ids, pos=all_pos)
-        if not stale:
-            return ids, pos
-        for cache in caches:
-            cache.reset()
-        return all_ids, all_pos
 
     @torch.no_grad()
     def generate(self, ids: Tensor, max_new_tokens: int, temperature: float = 0.0,
