@@ -144,3 +144,23 @@ def test_sampling_is_reproducible_and_respects_top_k(tiny_lm):
     logits = model(ids[:, :-1])[0, 3:]                      # logits that chose tokens 4..11
     top3 = logits.topk(3, dim=-1).indices
     assert all(int(t) in top3[i].tolist() for i, t in enumerate(ids[0, 4:]))
+
+
+@torch.no_grad()
+def test_recompute_returns_only_the_new_rows_and_weights(tiny_lm):
+    """When a length-dependent scaling restarts the caches, callers still get rows for the
+    tokens they passed (logits and attention weights)."""
+    model = tiny_lm("rope", {"scaling": {"rope_type": "dynamic", "factor": 4.0}},
+                    max_len=TRAIN_LEN)
+    ids = torch.randint(0, 48, (1, T))
+    caches = model.make_caches(1, T)
+    model(ids[:, :TRAIN_LEN + 2], caches=caches)
+    logits, weights = model(ids[:, TRAIN_LEN + 2:TRAIN_LEN + 4], caches=caches,
+                            need_weights=True)
+    want, want_weights = model(ids[:, :TRAIN_LEN + 4], need_weights=True)
+    assert logits.shape == (1, 2, 48)
+    assert_close(logits, want[:, -2:], atol=2e-5, rtol=1e-5)
+    for got, ref in zip(weights, want_weights):
+        assert got.shape == (1, 4, 2, TRAIN_LEN + 4)
+        assert_close(got, ref[:, :, -2:], atol=1e-6, rtol=1e-5)
+    assert all(c.length == TRAIN_LEN + 4 for c in caches)
