@@ -416,6 +416,9 @@ def bad_inputs(tmp_path_factory):
      "cannot be saved for plain transformers"),
     (lambda d, t: [str(d), "--out", str(t / "full")], "is not empty"),
     (lambda d, t: [str(d), "--method", "yarn", "--methods", "none"], "not both"),
+    (lambda d, t: [str(d), "--lengths", "128,1"], "lengths must be integers >= 2"),
+    (lambda d, t: [str(d), "--finetune-steps", "0", "--lengths", "128"],
+     "steps must be an integer >= 1"),
 ])
 def test_cli_errors_are_one_line(tiny_dir, bad_inputs, tmp_path, capsys, make_args, message):
     data = tiny_dir.parent / "data.txt"
@@ -429,7 +432,7 @@ def test_cli_errors_are_one_line(tiny_dir, bad_inputs, tmp_path, capsys, make_ar
     assert err.startswith("posenc extend: error:") and message in err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert (bad_inputs / "full" / "results.json").read_text() == "{}"
-    assert not (bad_inputs / "s").exists()
+    assert not (bad_inputs / "s").exists() and not (tmp_path / "out").exists()
 
 
 def test_smollm2_resolution_without_the_package(monkeypatch):

@@ -109,25 +109,52 @@ def _options(items: list[str]) -> dict:
     return out
 
 
+def _study_config(args: argparse.Namespace, methods: tuple[str, ...], options: dict,
+                  lengths: tuple[int, ...]):
+    from ..hf.finetune import FinetuneConfig
+    from ..hf.study import StudyConfig
+
+    tune = None
+    if args.finetune_steps is not None:
+        tune = FinetuneConfig(args.finetune_steps, args.finetune_len or max(lengths),
+                              lr=args.finetune_lr, seed=args.seed)
+    return StudyConfig(methods=methods, factor=args.factor, lengths=lengths,
+                       original=args.original_length, stride=args.stride,
+                       max_windows=args.windows, passkey=args.passkey,
+                       passkey_lengths=tuple(args.passkey_lengths or lengths)
+                       if args.passkey else (),
+                       passkey_depths=args.passkey_depths,
+                       passkey_trials=args.passkey_trials, finetune=tune,
+                       memory_limit=None if args.memory_limit_gb is None
+                       else int(args.memory_limit_gb * 2**30),
+                       seed=args.seed, method_options=options)
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
     from tqdm import tqdm
 
     from ..hf.extend import extend, hf_rope_parameters, make_extension, parse_method
-    from ..hf.finetune import FinetuneConfig
     from ..hf.load import load_model, resolve_model, save_extended
     from ..hf.measure import corpus_texts, token_stream, tokens_needed
     from ..hf.report import prepare_out_dir, write_report
-    from ..hf.study import StudyConfig, default_lengths, run_study, validate_study, work_units
+    from ..hf.study import default_lengths, run_study, validate_study, work_units
 
     if args.no_progress:
         from transformers.utils import logging as hf_logging
         hf_logging.disable_progress_bar()
+    # everything that can be checked without the model, before loading it
     methods = _methods(args)
     options = _options(args.option)
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    if args.finetune_len is not None and args.finetune_steps is None:
+        raise ValueError("--finetune-len needs --finetune-steps")
+    if args.lengths:
+        _study_config(args, methods, options, args.lengths)
     source = resolve_model(args.model)                    # fails fast on a bad path or GGUF
     out = Path(args.out or f"runs/extend-{Path(source.name).stem}")
-    prepare_out_dir(out, args.force)
+    prepare_out_dir(out, args.force, create=False)
     scaled = [m for m in methods if parse_method(m)[0] != "none"]
     if args.save:
         if args.finetune_steps or len(scaled) != 1:
@@ -135,39 +162,22 @@ def run(args: argparse.Namespace) -> int:
                              "and no --finetune-steps")
         if Path(args.save).exists() and any(Path(args.save).iterdir()):
             raise FileExistsError(f"--save directory {args.save} is not empty")
-    if args.finetune_len is not None and args.finetune_steps is None:
-        raise ValueError("--finetune-len needs --finetune-steps")
     texts, data_info = corpus_texts(args.data)
-    dtype = getattr(torch, args.dtype)
     if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
-    loaded = load_model(args.model, dtype=dtype, gguf_cache=args.gguf_cache)
+    loaded = load_model(args.model, dtype=getattr(torch, args.dtype),
+                        gguf_cache=args.gguf_cache)
     model, tok = loaded.model, loaded.tokenizer
     native = loaded.native_context
-    lengths = args.lengths or default_lengths(args.original_length or native)
-    tune = None
-    if args.finetune_steps is not None:
-        tune = FinetuneConfig(args.finetune_steps, args.finetune_len or max(lengths),
-                              lr=args.finetune_lr, seed=args.seed)
-    config = StudyConfig(methods=methods, factor=args.factor, lengths=tuple(lengths),
-                         original=args.original_length, stride=args.stride,
-                         max_windows=args.windows, passkey=args.passkey,
-                         passkey_lengths=tuple(args.passkey_lengths or lengths)
-                         if args.passkey else (),
-                         passkey_depths=args.passkey_depths,
-                         passkey_trials=args.passkey_trials, finetune=tune,
-                         memory_limit=None if args.memory_limit_gb is None
-                         else int(args.memory_limit_gb * 2**30),
-                         seed=args.seed, method_options=options)
+    lengths = tuple(args.lengths or default_lengths(args.original_length or native))
+    config = _study_config(args, methods, options, lengths)
     validate_study(model, config, tok)
     if args.save:     # refuse what plain transformers cannot express before any compute
         hf_rope_parameters(make_extension(model.config, scaled[0], args.factor,
                                           args.original_length, **options))
     need = tokens_needed(lengths, args.stride, args.windows)
-    if tune is not None:
-        need = max(need, tune.length)
+    if config.finetune is not None:
+        need = max(need, config.finetune.length)
     tokens = token_stream(tok, texts, need)
     with tqdm(total=work_units(config, need), desc="posenc extend", unit="step",
               disable=args.no_progress, file=sys.stderr) as bar:
@@ -175,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     results.update(model=args.model, native_context=native, data=data_info,
                    source={"kind": loaded.source.kind, "location": loaded.source.location,
                            "gguf_file": loaded.source.gguf_file})
-    paths = write_report(results, out)
+    paths = write_report(results, prepare_out_dir(out, args.force))
     if args.save:
         extend(model, scaled[0], args.factor, args.original_length, **options)
         save_extended(model, args.save, tok)

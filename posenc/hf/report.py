@@ -20,15 +20,17 @@ import matplotlib.pyplot as plt
 FILES = ("results.json", "report.md", "ppl.png")
 
 
-def prepare_out_dir(path: str | Path, force: bool = False) -> Path:
-    """Create ``path``; refuse (FileExistsError) a directory holding results unless ``force``."""
+def prepare_out_dir(path: str | Path, force: bool = False, create: bool = True) -> Path:
+    """Check (and with ``create`` make) ``path``; refuse (FileExistsError) a non-empty
+    directory unless ``force`` (files of the same name are then overwritten)."""
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"output path {out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise FileExistsError(f"output directory {out} is not empty; choose another --out or "
                               "pass --force to overwrite")
-    out.mkdir(parents=True, exist_ok=True)
+    if create:
+        out.mkdir(parents=True, exist_ok=True)
     return out
 
 
