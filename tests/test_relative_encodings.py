@@ -11,7 +11,7 @@ import torch
 from torch.nn.attention.flex_attention import flex_attention
 
 from posenc.attention import attend, backends, choose_backend
-from posenc.encodings import build_encoding, describe_encodings
+from posenc.encodings import build_encoding, describe_encodings, relative_shift
 from posenc.encodings.sinusoidal import sinusoidal_at
 from posenc.encodings.t5 import relative_position_bucket
 from posenc.models.lm import LMConfig, TransformerLM
@@ -333,3 +333,81 @@ def test_options_needing_max_len_or_even_width():
     q, k, _ = qkv(1, 9)
     with pytest.raises(ValueError, match=r"positions must be in \[0, 8\)"):
         pe.transform_qk(q, k, torch.tensor([8]), torch.arange(9))
+
+
+# ------------------------------------------------------------- fast paths
+def test_sliding_window_reads_the_relative_shift():
+    table = torch.arange(2 * 4 * 9.0).view(2, 4, 9)
+    got = relative_shift.sliding_window(table, 5, 3, -1)                # (2, 4, 5)
+    rows = torch.arange(4)[:, None]
+    torch.testing.assert_close(got, table[:, rows, 3 - rows + torch.arange(5)])
+    with pytest.raises(ValueError, match="leaves the 9 columns"):
+        relative_shift.sliding_window(table, 5, 2, -1)
+    assert relative_shift.is_range(torch.arange(3, 9))
+    assert not relative_shift.is_range(K_POS) and not relative_shift.is_range(Q_POS)
+
+
+def deberta_gathered_bias(pe, q, k, q_pos, k_pos):
+    """The gather formulation over the 2 span table rows (the path for any positions)."""
+    rows, lo = pe.bucket_rows(q_pos, k_pos)
+    r = rows[q_pos[:, None] - k_pos[None, :] - lo]                             # (Lq, Lk)
+    c2p, p2c = pe.term_tables(q, k)
+    bias = 0
+    if c2p is not None:
+        bias = bias + c2p[:, :, torch.arange(len(q_pos))[:, None], r]
+    if p2c is not None:
+        bias = bias + p2c[:, :, torch.arange(len(k_pos))[None, :], r]
+    return bias
+
+
+@pytest.mark.parametrize("options", [
+    {"position_buckets": 8, "max_relative_positions": 16},
+    {"position_buckets": None, "max_relative_positions": 9, "pos_att_type": "c2p"},
+    {"position_buckets": 8, "max_relative_positions": 16, "pos_att_type": "p2c"},
+], ids=["both", "c2p-raw", "p2c"])
+def test_deberta_strided_bias_equals_the_gathered_one(options):
+    """Consecutive positions read the bias through strided views of distance tables; values
+    and gradients equal the gather formulation, prefill with an offset included."""
+    pe = make("deberta", options)
+    for lq, lk, q0, k0 in [(7, 7, 0, 0), (3, 7, 4, 0), (1, 9, 8, 0), (6, 4, 2, 5)]:
+        q, k, _ = qkv(lq, lk)
+        q.requires_grad_(True)
+        k.requires_grad_(True)
+        q_pos, k_pos = torch.arange(q0, q0 + lq), torch.arange(k0, k0 + lk)
+        assert pe.bucket_rows(q_pos, k_pos)[0].numel() <= 2 * pe.span   # the strided path
+        grad = torch.randn(2, H, lq, lk)
+        got = pe.score_bias(q, k, q_pos, k_pos)
+        want = deberta_gathered_bias(pe, q, k, q_pos, k_pos)
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+        got_grads = torch.autograd.grad(got, [q, k, *pe.parameters()], grad, allow_unused=True)
+        want_grads = torch.autograd.grad(want, [q, k, *pe.parameters()], grad, allow_unused=True)
+        for g, w in zip(got_grads, want_grads):
+            if w is None:
+                assert g is None
+            else:
+                torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name,options", [
+    ("deberta", {"position_buckets": 4, "max_relative_positions": 8}),
+    ("shaw", {"max_relative_position": 3, "relative_values": False}),
+    ("xl", {}),
+], ids=["deberta", "shaw-keys", "xl"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_eager_gradients_equal_sdpa(name, options, causal):
+    """Eager folds the scale, bias and causal mask into one fused matmul (an additive -inf
+    mask); its gradients equal sdpa's, for q, k, v and the encoding's parameters."""
+    pe = make(name, options)
+    q, k, v = qkv(7, 7)
+    pos = torch.arange(7)
+    grad = torch.randn(2, H, 7, D)
+    results = []
+    for backend in ("eager", "sdpa"):
+        inputs = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        qt, kt = pe.transform_qk(inputs[0], inputs[1], pos, pos)
+        out, _ = attend(qt, kt, inputs[2], pe, pos, pos, causal=causal, backend=backend)
+        results.append((out, torch.autograd.grad(out, [*inputs, *pe.parameters()], grad)))
+    (out, grads), (want, want_grads) = results
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+    for g, w in zip(grads, want_grads):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)

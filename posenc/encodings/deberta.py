@@ -13,7 +13,10 @@ the same index as c2p (the paper writes delta(j, i); the released code gathers a
 which is the same bucket since bucketing is odd). The scale is 1/sqrt(d * (1 + number of
 terms)). Both terms gather from tables of O(n) rows per head: q K^r^T (B, H, Lq, 2 span),
 k Q^r^T (B, H, Lk, 2 span) and the row of each distinct distance (Lq + Lk - 1,), so a
-FlexAttention score_mod never builds an (H, n, n) tensor.
+FlexAttention score_mod never builds an (H, n, n) tensor. For consecutive positions (training,
+prefill) spanning at most 2 span distances, ``score_bias`` instead builds the tables over the
+Lq + Lk - 1 distances and reads them through strided views (relative_shift.py): no gathers,
+no scatter-add backward. The softmax scale is folded into the (H, rows, D) tables.
 
 Differences from the reference: each layer has its own table P (and its LayerNorm) where
 DeBERTa shares one across layers; no dropout on P. The enhanced mask decoder (EMD) adds
@@ -33,6 +36,7 @@ from torch import Tensor, nn
 
 from .absolute import LearnedEncoding
 from .base import PositionalEncoding, ScoreMod, register, require_float_in, require_int_at_least
+from .relative_shift import is_range, sliding_window
 
 TERMS = ("c2p", "p2c")
 LAYER_NORM_EPS = 1e-7           # DeBERTa-v2's layer_norm_eps
@@ -124,23 +128,28 @@ class DeBERTaEncoding(PositionalEncoding):
             rel = log_bucket_position(rel, self.position_buckets, self.max_relative_positions)
         return (rel + self.span).clamp(0, 2 * self.span - 1), lo
 
-    def position_heads(self, proj: nn.Linear, dtype: torch.dtype) -> Tensor:
-        """Projected relative table per head: (H, 2 span, D)."""
+    def position_heads(self, proj: nn.Linear, dtype: torch.dtype,
+                       rows: Tensor | None = None) -> Tensor:
+        """Projected relative table per head, times the softmax scale: (H, R, D), R = 2 span
+        rows, or the given ``rows`` (R,) of it."""
         rel = self.rel_embeddings
         if self.rel_norm is not None:
             rel = self.rel_norm(rel)
-        out = proj(rel).to(dtype)                                     # (2 span, H * D)
-        return out.view(2 * self.span, self.n_heads, self.head_dim).transpose(0, 1)
+        out = proj(rel)                                               # (2 span, H * D)
+        if rows is not None:
+            out = out[rows]
+        out = (out * self.sm_scale()).to(dtype)
+        return out.view(-1, self.n_heads, self.head_dim).transpose(0, 1)
 
-    def term_tables(self, q: Tensor, k: Tensor) -> tuple[Tensor | None, Tensor | None]:
-        """Scaled c2p table q K^r^T (B, H, Lq, 2 span) and p2c table k Q^r^T (B, H, Lk, 2 span)
-        (None for a term not in ``pos_att_type``)."""
-        scale = self.sm_scale()
+    def term_tables(self, q: Tensor, k: Tensor, rows: Tensor | None = None
+                    ) -> tuple[Tensor | None, Tensor | None]:
+        """Scaled c2p table q K^r^T (B, H, Lq, R) and p2c table k Q^r^T (B, H, Lk, R) over the
+        2 span table rows or the given ``rows`` (None for a term not in ``pos_att_type``)."""
         c2p = p2c = None
         if self.pos_key_proj is not None:
-            c2p = (q @ self.position_heads(self.pos_key_proj, q.dtype).transpose(-2, -1)) * scale
+            c2p = q @ self.position_heads(self.pos_key_proj, q.dtype, rows).transpose(-2, -1)
         if self.pos_query_proj is not None:
-            p2c = (k @ self.position_heads(self.pos_query_proj, k.dtype).transpose(-2, -1)) * scale
+            p2c = k @ self.position_heads(self.pos_query_proj, k.dtype, rows).transpose(-2, -1)
         return c2p, p2c
 
     # -------------------------------------------------------------- hooks
@@ -154,6 +163,8 @@ class DeBERTaEncoding(PositionalEncoding):
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         rows, lo = self.bucket_rows(q_pos, k_pos)
+        if rows.numel() <= 2 * self.span and is_range(q_pos) and is_range(k_pos):
+            return self._shifted_bias(q, k, rows)
         index = rows[q_pos[:, None] - k_pos[None, :] - lo]            # (Lq, Lk)
         c2p, p2c = self.term_tables(q, k)
         bias = 0
@@ -162,6 +173,22 @@ class DeBERTaEncoding(PositionalEncoding):
         if p2c is not None:
             index_t = index.t().expand(*p2c.shape[:2], *index.t().shape)  # (B, H, Lk, Lq)
             bias = bias + p2c.gather(-1, index_t).transpose(-2, -1)
+        return bias                                                   # (B, H, Lq, Lk)
+
+    def _shifted_bias(self, q: Tensor, k: Tensor, rows: Tensor) -> Tensor:
+        """The bias for consecutive positions from tables over the Lq + Lk - 1 distances,
+        read through strided views (no gathers): the distance of pair (i, j) sits at column
+        i - j + Lk - 1, so c2p reads its table with the columns reversed."""
+        lq, lk = q.shape[2], k.shape[2]
+        bias = 0
+        if self.pos_key_proj is not None:
+            heads = self.position_heads(self.pos_key_proj, q.dtype, rows.flip(0))
+            c2p = q @ heads.transpose(-2, -1)               # (B, H, Lq, N), distances falling
+            bias = sliding_window(c2p, lk, lq - 1, -1)
+        if self.pos_query_proj is not None:
+            heads = self.position_heads(self.pos_query_proj, k.dtype, rows)
+            p2c = k @ heads.transpose(-2, -1)               # (B, H, Lk, N)
+            bias = bias + sliding_window(p2c, lq, lk - 1, -1).transpose(-2, -1)
         return bias                                                   # (B, H, Lq, Lk)
 
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> ScoreMod:
