@@ -149,13 +149,24 @@ def _flex(q, k, v, pe, q_pos, k_pos, causal):
 
 
 def _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights):
-    logits = (q @ k.transpose(-2, -1)).float() * pe.sm_scale()     # (B, H, Lq, Lk)
-    bias = pe.score_bias(q, k, q_pos, k_pos)
-    if bias is not None:
-        logits = logits + bias.float()
-    if causal:
-        logits = logits.masked_fill(~visible(q_pos, k_pos), float("-inf"))
-    weights = logits.softmax(dim=-1).to(q.dtype)
+    b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    addend = pe.score_bias(q, k, q_pos, k_pos)                    # (B|1, H, Lq, Lk) or None
+    if addend is not None:
+        addend = addend.float()
+    if causal:           # an additive -inf mask: no masked_fill forward, nothing backward
+        mask = torch.zeros(lq, lk, device=q.device).masked_fill_(~visible(q_pos, k_pos),
+                                                                 float("-inf"))
+        addend = mask if addend is None else addend + mask
+    if addend is not None and addend.dim() > 2:
+        addend = addend.expand(b, h, lq, lk).reshape(b * h, lq, lk)
+    q3, k3t = q.reshape(b * h, lq, -1), k.reshape(b * h, lk, -1).transpose(1, 2)
+    if addend is None:
+        logits = torch.bmm(q3, k3t).float().mul_(pe.sm_scale())    # (B * H, Lq, Lk)
+    elif q.dtype == torch.float32:                                 # addend + scale * q.k
+        logits = torch.baddbmm(addend, q3, k3t, alpha=pe.sm_scale())
+    else:
+        logits = torch.bmm(q3, k3t).float().mul_(pe.sm_scale()).add_(addend)
+    weights = logits.softmax(dim=-1).to(q.dtype).view(b, h, lq, lk)  # (B, H, Lq, Lk)
     dropped = F.dropout(weights, dropout) if dropout > 0 else weights
     out = dropped @ v                                              # (B, H, Lq, D)
     extra = pe.value_term(dropped, q_pos, k_pos)
