@@ -28,6 +28,11 @@ Add-ons that patch the attention modules as well (one generic forward for the fa
   length (as for any length-dependent scaling), so the match is closer but not exact.
 
 Neither add-on exists in Hugging Face's config, so :func:`hf_rope_parameters` refuses them.
+
+Length-dependent frequencies (dynamic, longrope) follow the length of the current input,
+``max(position_ids) + 1``. Hugging Face's dynamic module also remembers the longest input
+it has seen and keeps those frequencies for shorter inputs above the original length; a
+fresh Hugging Face model and a patched one give the same logits for any single forward.
 """
 
 from __future__ import annotations
