@@ -1,12 +1,15 @@
-"""The causal BlockMask built from block-wise position ranges equals the one
-``create_block_mask`` builds by evaluating the mask on every (query, key) pair."""
+"""The flex backend's causal mask: the BlockMask built from block-wise position ranges equals
+the one ``create_block_mask`` builds from every (query, key) pair, and both mask_mods (index
+offset for position ranges, gathered positions otherwise) agree with eager attention."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch.testing import assert_close
 
-from posenc.attention.backends import _causal_block_mask
+from posenc.attention.backends import _causal_block_mask, attend
+from posenc.encodings import build_encoding
 
 flex_attention = pytest.importorskip("torch.nn.attention.flex_attention")
 
@@ -35,3 +38,31 @@ def test_block_mask_equals_create_block_mask(q_pos, k_pos):
                   "q_num_blocks", "q_indices", "full_q_num_blocks", "full_q_indices"):
         assert torch.equal(getattr(ours, field), getattr(ref, field)), field
     assert torch.equal(ours.to_dense(), ref.to_dense())
+
+
+def _attend_both(pe, q_pos, k_pos):
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 2, q_pos.numel(), 8, generator=gen)
+    k, v = (torch.randn(1, 2, k_pos.numel(), 8, generator=gen) for _ in range(2))
+    with torch.no_grad():
+        out = attend(q, k, v, pe, q_pos, k_pos, causal=True, backend="flex")[0]
+        ref = attend(q, k, v, pe, q_pos, k_pos, causal=True, backend="eager")[0]
+    return out, ref
+
+
+def test_flex_causal_masks_match_eager_without_recompiling():
+    """Position ranges use the index mask (one compiled kernel for every cache offset);
+    other positions gather them. Both agree with eager."""
+    from torch._dynamo.utils import counters
+
+    pe = build_encoding("alibi", n_heads=2, head_dim=8)
+    k_pos = torch.arange(24)
+    for start in (8, 13):                                     # two cache offsets
+        if start == 13:
+            compiled = counters["stats"]["unique_graphs"]
+        out, ref = _attend_both(pe, torch.arange(start, start + 11), k_pos)
+        assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    assert counters["stats"]["unique_graphs"] == compiled
+    packed = torch.cat((torch.arange(12), torch.arange(12)))  # two packed documents' positions
+    out, ref = _attend_both(pe, packed[-11:], packed)
+    assert_close(out, ref, atol=1e-5, rtol=1e-5)

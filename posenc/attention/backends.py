@@ -137,15 +137,48 @@ def _causal_block_mask(q_pos: Tensor, k_pos: Tensor, mask_mod):
                                     seq_lengths=(q_pos.numel(), k_pos.numel()))
 
 
+def _is_range(pos: Tensor) -> bool:
+    """True if pos is p0, p0 + 1, ..., p0 + n - 1."""
+    return pos.numel() > 0 and bool(torch.equal(
+        pos, torch.arange(int(pos[0]), int(pos[0]) + pos.numel(), device=pos.device,
+                          dtype=pos.dtype)))
+
+
+def _causal_mask_mod(q_pos: Tensor, k_pos: Tensor):
+    """mask_mod for k_pos <= q_pos. For position ranges (the usual case, with or without a
+    cache offset) it compares indices against a 0-d offset tensor instead of gathering two
+    positions per score, which is markedly cheaper inside the CPU kernel; the tensor (not a
+    Python int) keeps one compiled kernel for every offset."""
+    if _is_range(q_pos) and _is_range(k_pos):
+        offset = q_pos[0] - k_pos[0]                                # 0-d tensor
+
+        def range_mask(b, h, q_idx, kv_idx):
+            return kv_idx <= q_idx + offset
+        return range_mask
+
+    def gather_mask(b, h, q_idx, kv_idx):
+        return k_pos[kv_idx] <= q_pos[q_idx]
+    return gather_mask
+
+
+#: torch 2.13's CPU flex kernel returns wrong values (NaN, run-to-run differences) for head
+#: dims of 16 and below; narrower heads are zero-padded to this width (exact: zeros add
+#: nothing to q.k, and the padded value columns are dropped)
+_FLEX_CPU_MIN_HEAD_DIM = 32
+
+
 def _flex(q, k, v, pe, q_pos, k_pos, causal):
     score_mod = pe.score_mod(q, k, q_pos, k_pos)
     block_mask = None
     if causal:
-        def mask_mod(b, h, q_idx, kv_idx):
-            return k_pos[kv_idx] <= q_pos[q_idx]
-        block_mask = _causal_block_mask(q_pos, k_pos, mask_mod)
-    return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask,
-                            scale=pe.sm_scale())
+        block_mask = _causal_block_mask(q_pos, k_pos, _causal_mask_mod(q_pos, k_pos))
+    d_v = v.shape[-1]
+    if q.device.type == "cpu":
+        q, k, v = (F.pad(t, (0, _FLEX_CPU_MIN_HEAD_DIM - t.shape[-1]))
+                   if t.shape[-1] < _FLEX_CPU_MIN_HEAD_DIM else t for t in (q, k, v))
+    out = _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask,
+                           scale=pe.sm_scale())
+    return out[..., :d_v]                                          # (B, H, Lq, Dv)
 
 
 def _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights):
