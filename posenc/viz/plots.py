@@ -90,8 +90,22 @@ def _clip_line(pts: list[tuple[int, float]], top: float | None
     return xs, ys
 
 
+def _log_ticks(ax, low: float, high: float) -> None:
+    """Readable ticks on a log y axis: 1-2-3-5 steps per decade, printed as plain numbers."""
+    ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(low)) - 1,
+                                          math.ceil(math.log10(high)) + 1)
+             for m in (1, 1.5, 2, 3, 4, 5, 6, 8)]
+    ticks = [t for t in ticks if low <= t <= high]
+    if len(ticks) > 12:                     # a wide range: keep 1, 2, 5 per decade
+        ticks = [t for t in ticks if round(t / 10 ** math.floor(math.log10(t)), 3)
+                 in (1, 2, 5)]
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_yticklabels([f"{t:g}" if t < 1e5 else f"{t:.0e}" for t in ticks])
+
+
 def _ppl_panel(ax, runs: list[dict], styles: dict, lengths: list[int], train_len: int | None,
-               top: float | None, title: str) -> None:
+               top: float | None, title: str, ylim: tuple[float, float] | None) -> None:
     values = []
     for run in runs:
         pts = _ppl_points(run)
@@ -113,9 +127,10 @@ def _ppl_panel(ax, runs: list[dict], styles: dict, lengths: list[int], train_len
                         color=styles[label]["color"])
                 ax.annotate(f"{y:,.0f}", (x, top), textcoords="offset points", xytext=(0, -15),
                             ha="center", fontsize=8, color=styles[label]["color"])
-    if values:
+    if values and ylim:
         ax.set_yscale("log")
-        ax.set_ylim(min(values) / 1.12, (top or max(values)) * 1.12)
+        ax.set_ylim(*ylim)
+        _log_ticks(ax, *ylim)
     if lengths:
         _length_axis(ax, lengths, train_len)
     if ax.get_subplotspec().is_first_col():
@@ -132,10 +147,12 @@ def plot_ppl_vs_length(results: dict, path: Path) -> Path:
     styles = _styles(runs)
     at_train = sorted(v for r in runs for n, v in _ppl_points(r) if n == train_len)
     everything = [v for r in runs for _, v in _ppl_points(r)]
-    top = None
+    top, ylim = None, None
     if at_train and everything:
         cap = PPL_AXIS_CAP * at_train[len(at_train) // 2]
         top = cap if max(everything) > cap else None
+    if everything:                 # one range for both panels
+        ylim = (min(everything) / 1.08, min(max(everything), top or math.inf) * 1.12)
     trained = [r for r in runs if not r.get("inference_scaling")]
     scaled = [r for r in runs if r.get("inference_scaling")]
     families = sorted({r["encoding"] for r in scaled})
@@ -143,11 +160,11 @@ def plot_ppl_vs_length(results: dict, path: Path) -> Path:
     fig, axes = plt.subplots(1, panels, figsize=(7.5 * panels, 6), dpi=110, squeeze=False,
                              sharey=True)
     _ppl_panel(axes[0, 0], trained, styles, lengths, train_len, top,
-               "each encoding, trained the same way")
+               "each encoding, trained the same way", ylim)
     if scaled:
         base = [r for r in trained if r["encoding"] in families]
         _ppl_panel(axes[0, 1], base + scaled, styles, lengths, train_len, top,
-                   f"{', '.join(families)} + inference-time scaling (no retraining)")
+                   f"{', '.join(families)} + inference-time scaling (no retraining)", ylim)
     fig.suptitle(f"Train at L = {train_len}, test longer: perplexity on held-out data",
                  fontsize=13)
     fig.tight_layout()
