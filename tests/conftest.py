@@ -13,10 +13,6 @@ import torch
 from posenc import LMConfig, TransformerLM
 from posenc.encodings import encoding_options
 
-# Tiny models gain nothing from intra-op threads, and on a busy 2-core machine OpenMP
-# threads contend so badly that each forward pass gets 10-50x slower.
-torch.set_num_threads(1)
-
 #: options a test context supplies when an encoding declares them without a usable default
 CONTEXT_OPTIONS = ("vocab_size",)
 
@@ -25,6 +21,18 @@ CONTEXT_OPTIONS = ("vocab_size",)
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(scope="module")
+def single_thread():
+    """One intra-op thread for a module of tiny-model tests (opt in with
+    ``pytestmark = pytest.mark.usefixtures("single_thread")``): tiny tensors gain nothing
+    from threads, and on a busy 2-core machine OpenMP threads contend so badly that each
+    forward pass gets 10-50x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def sharpen(model: torch.nn.Module, std: float = 0.3, seed: int = 0) -> torch.nn.Module:

@@ -11,6 +11,8 @@ from torch.testing import assert_close
 from posenc import build_encoding
 from posenc.encodings.sinusoidal import sinusoidal_table
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 
 @pytest.mark.parametrize("dim", [8, 7, 64])
 def test_sinusoidal_table_is_the_vaswani_formula(dim):

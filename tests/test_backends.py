@@ -16,6 +16,8 @@ from posenc.attention import attend, choose_backend
 
 from conftest import context_options
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 H, D, LK = 2, 8, 16
 
 

@@ -12,6 +12,8 @@ from posenc import LMConfig, TransformerLM, build_encoding, list_encodings
 from posenc.attention import KVCache, MultiHeadAttention
 from posenc.encodings.rope_scaling import compute_inv_freq
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 
 def _rope(head_dim=8, **options):
     return build_encoding("rope", n_heads=2, head_dim=head_dim, **options)

@@ -10,6 +10,8 @@ from posenc import build_encoding
 from posenc.encodings.alibi import alibi_slopes
 from posenc.encodings.t5 import relative_position_bucket
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 # T5 buckets for i - j = 0..30 (bidirectional, 32 buckets, max distance 128), from the notes
 SEED_T5_TABLE = [0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 8, 8, 9, 9, 9, 9] + [10] * 7 + [11] * 8
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from posenc import list_encodings
 from posenc.cli import main
 from posenc.encodings import encoding_class, encoding_options
+
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 COLUMNS = ["encoding", "family", "hooks", "extrapolates", "kv cache", "backends"]
 

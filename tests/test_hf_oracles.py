@@ -22,6 +22,8 @@ from posenc.encodings.alibi import alibi_slopes  # noqa: E402
 from posenc.encodings.rope_scaling import compute_inv_freq  # noqa: E402
 from posenc.encodings.t5 import relative_position_bucket  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 HEAD_DIM, N_HEADS, ORIG = 16, 4, 64
 SHORT = [1.0 + 0.05 * i for i in range(HEAD_DIM // 2)]
 LONG = [1.0 + 1.5 * i for i in range(HEAD_DIM // 2)]

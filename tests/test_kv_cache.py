@@ -16,6 +16,8 @@ from torch.testing import assert_close
 
 from posenc import list_encodings
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 T = 20            # tokens per test sequence
 TRAIN_LEN = 8     # max_len (original length) for the RoPE scalings: T goes well past it
 

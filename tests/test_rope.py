@@ -10,6 +10,8 @@ from torch.testing import assert_close
 
 from posenc import build_encoding
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 D = 16
 LAYOUT_DIMS = [(layout, rot) for layout in ("half", "interleaved") for rot in (16, 8)]
 

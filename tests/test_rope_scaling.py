@@ -12,6 +12,8 @@ from posenc import build_encoding
 from posenc.encodings.rope_scaling import (base_inv_freq, compute_inv_freq, parse_scaling_spec,
                                            scaling_types)
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 D, THETA, ORIG = 64, 10000.0, 256
 DEFAULT = base_inv_freq(D, THETA)
 
