@@ -87,9 +87,8 @@ class TransformerLM(nn.Module):
         self.blocks = nn.ModuleList(
             Block(c.d_model, c.n_heads, c.d_ff or 4 * c.d_model, activation=c.activation,
                   norm=c.norm, norm_placement=c.norm_placement, dropout=c.dropout,
-                  bias=c.bias, pe=self._build_pe() if self.pe.per_layer else None,
-                  norm_eps=c.norm_eps)
-            for _ in range(c.n_layers))
+                  bias=c.bias, pe=self._layer_pe(i), norm_eps=c.norm_eps)
+            for i in range(c.n_layers))
         self.norm = (make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_placement == "pre"
                      else nn.Identity())
         self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
@@ -102,6 +101,13 @@ class TransformerLM(nn.Module):
         c = self.config
         return build_encoding(c.pe, n_heads=c.n_heads, head_dim=c.head_dim, max_len=c.max_len,
                               **c.pe_options)
+
+    def _layer_pe(self, index: int):
+        """Layer ``index``'s own encoding for per-layer encodings (layer 0 reuses the model's,
+        so no parameter sits unused), else None: the layer uses the shared one."""
+        if not self.pe.per_layer:
+            return None
+        return self.pe if index == 0 else self._build_pe()
 
     def make_caches(self, batch: int, capacity: int) -> list[KVCache]:
         """Empty per-layer KV caches for ``batch`` sequences of up to ``capacity`` tokens."""

@@ -58,14 +58,16 @@ class Seq2SeqTransformer(nn.Module):
     def _stack(self, n_layers: int, shared: PositionalEncoding, name: str, options: dict, *,
                cross: bool) -> nn.ModuleList:
         """``n_layers`` blocks; each has its own encoding instance if the encoding is
-        per-layer (``shared`` then only serves ``embed``), else they use ``shared``."""
+        per-layer (the first layer's is ``shared``, so no parameter sits unused), else they
+        all use ``shared``."""
         c = self.config
         return nn.ModuleList(
             Block(c.d_model, c.n_heads, c.d_ff or 4 * c.d_model, activation=c.activation,
                   norm=c.norm, norm_placement=c.norm_placement, dropout=c.dropout,
                   bias=c.bias, cross=cross, norm_eps=c.norm_eps,
-                  pe=self._encoding(name, options) if shared.per_layer else None)
-            for _ in range(n_layers))
+                  pe=(shared if i == 0 else self._encoding(name, options))
+                  if shared.per_layer else None)
+            for i in range(n_layers))
 
     def make_caches(self, batch: int, target_len: int, source_len: int
                     ) -> tuple[list[KVCache], list[KVCache]]:
