@@ -24,7 +24,7 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/posenc list
-	$(VENV)/bin/posenc demo-generate
+	$(VENV)/bin/posenc compare --out runs/demo
 
 clean:
 	rm -rf $(VENV) build *.egg-info
