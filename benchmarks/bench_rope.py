@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
 
     shown = " ".join(sys.argv[1:] if argv is None else argv)
     print(f"command: python -m benchmarks.bench_rope {shown}")
-    print(f"machine: {machine_line()}")
+    import transformers
+    print(f"machine: {machine_line()}, transformers {transformers.__version__}")
     print(f"shape: B{args.batch} H{args.heads} T{args.length} D{args.head_dim} fp32, "
           f"{'strided views of qkv' if args.strided else 'contiguous'}; "
           f"native kernel: {status}; rounds: {args.rounds}; clock: {args.clock}")

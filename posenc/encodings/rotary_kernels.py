@@ -172,23 +172,17 @@ static void rotate_rows(const job_t *j) {
         store8(dst + es * (h + i), second, j->bf16, stream);
       }
       done = h;
-    } else if (j->interleaved && h % 8 == 0) {
-      const __m256i lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
-      const __m256i hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
-      const __m256 sign = _mm256_setr_ps(-0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f);
-      for (int64_t i = 0; i < h; i += 8) {
-        __m256 c8 = _mm256_loadu_ps(c + i), s8 = _mm256_loadu_ps(s + i);
-        for (int half = 0; half < 2; half++) {
-          const __m256i idx = half ? hi : lo;
-          const int64_t e = 2 * i + 8 * half;
-          __m256 v = load8(src + es * e, j->bf16);
-          __m256 cc = _mm256_permutevar8x32_ps(c8, idx);
-          __m256 ss = _mm256_xor_ps(_mm256_permutevar8x32_ps(s8, idx), sign);
-          __m256 sw = _mm256_permute_ps(v, 0xB1);
-          /* even: a*c + b*(-s) == a*c - b*s;  odd: b*c + a*s */
-          __m256 rotated = _mm256_add_ps(_mm256_mul_ps(v, cc), _mm256_mul_ps(sw, ss));
-          store8(dst + es * e, rotated, j->bf16, stream);
-        }
+    } else if (j->interleaved && h % 4 == 0) {
+      /* 4 pairs per vector: cos/sin broadcast to both lanes, then spread in-lane */
+      const __m256i spread = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+      for (int64_t i = 0; i < h; i += 4) {
+        __m256 cc = _mm256_permutevar_ps(_mm256_broadcast_ps((const __m128 *)(c + i)), spread);
+        __m256 ss = _mm256_permutevar_ps(_mm256_broadcast_ps((const __m128 *)(s + i)), spread);
+        __m256 v = load8(src + es * 2 * i, j->bf16);
+        __m256 sw = _mm256_permute_ps(v, 0xB1);                 /* (b, a) pairs */
+        /* even lanes a*c - b*s, odd lanes b*c + a*s */
+        __m256 rotated = _mm256_addsub_ps(_mm256_mul_ps(v, cc), _mm256_mul_ps(sw, ss));
+        store8(dst + es * 2 * i, rotated, j->bf16, stream);
       }
       done = h;
     }
