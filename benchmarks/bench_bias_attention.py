@@ -8,7 +8,8 @@ Each candidate is ``posenc.attention.backends.attend(q, k, v, pe, pos, pos, caus
 backend=...)`` under ``torch.no_grad()``, fp32, so the bias (sdpa: gathered into an
 (1, H, n, n) tensor and causally masked; flex: read from an (H, 2n-1) table inside the
 compiled kernel) is part of the timed work. Flex is warmed up first; its one-time compile is
-reported separately. Peak memory comes from one fresh subprocess per (encoding, backend)
+reported separately: cold (a fresh process with an empty inductor cache) and warm (this
+process, after the memory subprocesses filled the on-disk cache). Peak memory comes from one fresh subprocess per (encoding, backend)
 (see benchmarks/common.py).
 """
 
@@ -17,9 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 
 import torch
+import torch.nn.functional as F
 
 from posenc.attention.backends import attend
 from posenc.encodings import build_encoding
@@ -40,6 +43,11 @@ def _setup(encoding: str, args):
     def run(backend: str):
         with torch.no_grad():
             return attend(q, k, v, pe, pos, pos, causal=True, backend=backend)[0]
+
+    def no_bias():
+        with torch.no_grad():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    run.no_bias = no_bias
     return run
 
 
@@ -86,24 +94,32 @@ def main(argv: list[str] | None = None) -> int:
     print(f"shape: B{args.batch} H{args.heads} n{args.length} D{args.head_dim} fp32, causal, "
           f"forward under no_grad; rounds: {args.rounds}; clock: {args.clock}\n")
     print("| encoding | sdpa ms | flex ms | sdpa / flex time (median, IQR) | sdpa peak MiB | "
-          "flex peak MiB | sdpa / flex peak | flex first call s (compile) |")
+          "flex peak MiB | sdpa / flex peak | flex first call s, cold / warm cache |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    no_bias = None
     for encoding in args.encodings:
-        memory = {b: run_child("benchmarks.bench_bias_attention",
-                               _common_args(args) + ["--child", encoding, b])
-                  for b in BACKENDS}
+        with tempfile.TemporaryDirectory() as cold:           # empty inductor cache: full compile
+            memory = {b: run_child("benchmarks.bench_bias_attention",
+                                   _common_args(args) + ["--child", encoding, b],
+                                   env={"TORCHINDUCTOR_CACHE_DIR": cold})
+                      for b in BACKENDS}
         run = _setup(encoding, args)
         start = time.perf_counter()
         run("flex")
-        compile_s = time.perf_counter() - start
-        result = compare({b: (lambda b=b: run(b)) for b in BACKENDS}, rounds=args.rounds,
-                         warmup=1, clock=args.clock)
+        warm_s = time.perf_counter() - start
+        candidates = {b: (lambda b=b: run(b)) for b in BACKENDS}
+        candidates["sdpa, no bias"] = run.no_bias
+        result = compare(candidates, rounds=args.rounds, warmup=1, clock=args.clock)
         med, q1, q3 = result.ratio("sdpa", "flex")
         mem_ratio = memory["sdpa"]["peak_mib"] / max(memory["flex"]["peak_mib"], 1e-9)
         print(f"| {encoding} | {result.median_ms('sdpa'):.0f} | {result.median_ms('flex'):.0f} "
               f"| {med:.2f} ({q1:.2f}-{q3:.2f}) | {memory['sdpa']['peak_mib']:.0f} | "
-              f"{memory['flex']['peak_mib']:.1f} | {mem_ratio:.0f} | {compile_s:.1f} |",
-              flush=True)
+              f"{memory['flex']['peak_mib']:.1f} | {mem_ratio:.0f} | "
+              f"{memory['flex']['first_call_s']:.1f} / {warm_s:.1f} |", flush=True)
+        no_bias = (result.median_ms("sdpa, no bias"), result.ratio("flex", "sdpa, no bias")[0])
+    if no_bias is not None:
+        print(f"\nFor scale: sdpa with no bias at all (is_causal) took {no_bias[0]:.0f} ms; "
+              f"flex ({args.encodings[-1]}) / that = {no_bias[1]:.2f}.")
     return 0
 
 

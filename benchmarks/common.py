@@ -142,10 +142,11 @@ def peak_rss_delta_mib(fn: Callable[[], object]) -> float:
     return (peak - before) / 1024.0
 
 
-def run_child(module: str, args: list[str]) -> dict:
-    """Run ``python -m module *args`` in a fresh interpreter; it prints one JSON line last."""
+def run_child(module: str, args: list[str], env: dict[str, str] | None = None) -> dict:
+    """Run ``python -m module *args`` in a fresh interpreter (``env`` added to the current
+    environment); it prints one JSON line last."""
     proc = subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
-                          text=True, check=False)
+                          text=True, check=False, env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         raise RuntimeError(f"{module} {' '.join(args)} failed:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
