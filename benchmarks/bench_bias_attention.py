@@ -8,9 +8,9 @@ Each candidate is ``posenc.attention.backends.attend(q, k, v, pe, pos, pos, caus
 backend=...)`` under ``torch.no_grad()``, fp32, so the bias (sdpa: gathered into an
 (1, H, n, n) tensor and causally masked; flex: read from an (H, 2n-1) table inside the
 compiled kernel) is part of the timed work. Flex is warmed up first; its one-time compile is
-reported separately: cold (a fresh process with an empty inductor cache) and warm (this
-process, after the memory subprocesses filled the on-disk cache). Peak memory comes from one fresh subprocess per (encoding, backend)
-(see benchmarks/common.py).
+reported separately: in a fresh process with an empty inductor cache ("cold"), and in the
+timing process with the default on-disk cache ("this run"). Peak memory comes from one fresh
+subprocess per (encoding, backend) (see benchmarks/common.py).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"shape: B{args.batch} H{args.heads} n{args.length} D{args.head_dim} fp32, causal, "
           f"forward under no_grad; rounds: {args.rounds}; clock: {args.clock}\n")
     print("| encoding | sdpa ms | flex ms | sdpa / flex time (median, IQR) | sdpa peak MiB | "
-          "flex peak MiB | sdpa / flex peak | flex first call s, cold / warm cache |")
+          "flex peak MiB | sdpa / flex peak | flex first call s, cold / this run |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     no_bias = None
     for encoding in args.encodings:
