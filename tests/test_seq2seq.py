@@ -274,3 +274,26 @@ def test_learns_sequence_reversal(one_thread):
     out = model.generate(src, length, bos_id=bos)
     exact = (out == tgt).all(dim=1).float().mean().item()
     assert exact >= 0.95, f"exact-sequence accuracy {exact:.3f}"
+
+
+def test_cached_decoding_with_dynamic_rope_equals_a_recompute_at_every_step():
+    """Dynamic NTK changes every position's encoding as the target grows: each cached step
+    must equal a full decode of the prefix so far (in a two-layer decoder, re-rotating keys
+    alone leaves the deeper layers' cache stale)."""
+    torch.manual_seed(0)
+    config = Seq2SeqConfig(vocab_size=32, d_model=32, n_heads=2, n_encoder_layers=1,
+                           n_decoder_layers=2, max_len=8, encoder_pe="rope",
+                           decoder_pe_options={"scaling": {"rope_type": "dynamic",
+                                                           "factor": 4.0}})
+    model = Seq2SeqTransformer(config).eval()
+    for p in model.parameters():
+        p.data.normal_(0, 0.3)
+    src, tgt = torch.randint(0, 32, (2, 6)), torch.randint(0, 32, (2, 20))
+    with torch.no_grad():
+        memory = model.encode(src)
+        caches, cross = model.make_caches(2, 20, 6)
+        model.decode(memory, tgt[:, :5], caches, cross)
+        for i in range(5, 20):
+            step = model.decode(memory, tgt[:, i:i + 1], caches, cross)[:, -1]
+            full = model.decode(memory, tgt[:, :i + 1])[:, -1]
+            torch.testing.assert_close(step, full, atol=1e-5, rtol=1e-5)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import KVCache, make_caches
+from ..attention.cache import replay_if_stale
 from ..encodings import PositionalEncoding, build_encoding
 from .blocks import Block, init_weights, make_norm
 from .generate import select_next
@@ -105,7 +106,10 @@ class Seq2SeqTransformer(nn.Module):
             raise ValueError(f"memory must be (batch, source length, d_model) with the batch "
                              f"of tgt_in ({tgt_in.shape[0]}), got {tuple(memory.shape)}")
         start = caches[0].length if caches else 0
-        pos = torch.arange(start, start + tgt_in.shape[1], device=tgt_in.device)
+        t = tgt_in.shape[1]
+        pos = torch.arange(start, start + t, device=tgt_in.device)
+        if caches:      # length-dependent encodings recompute a stale history
+            tgt_in, pos = replay_if_stale(self.decoder_pe, tgt_in, pos, caches)
         memory_pos = torch.arange(memory.shape[1], device=memory.device)
         x = self.decoder_pe.embed(self.tgt_tok(tgt_in), pos, ids=tgt_in,
                                   state=caches[0].extra if caches else None)
@@ -116,7 +120,7 @@ class Seq2SeqTransformer(nn.Module):
                          memory_pos=memory_pos, memory_pe=self.cross_pe,
                          cross_cache=cross_caches[i] if cross_caches else None,
                          backend=self.config.attn_backend)
-        return self.head(self.decoder_norm(x))                                  # (B, T, V)
+        return self.head(self.decoder_norm(x))[:, -t:]                          # (B, T, V)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """src (B, S), tgt_in (B, T) -> logits (B, T, V) for the next target token."""
