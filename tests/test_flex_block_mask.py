@@ -66,3 +66,15 @@ def test_flex_causal_masks_match_eager_without_recompiling():
     packed = torch.cat((torch.arange(12), torch.arange(12)))  # two packed documents' positions
     out, ref = _attend_both(pe, packed[-11:], packed)
     assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_bidirectional_flex_matches_eager_when_lengths_are_not_block_multiples():
+    """Bidirectional flex (no block mask) with an incomplete last query and key block."""
+    torch.manual_seed(0)
+    pe = build_encoding("alibi", n_heads=2, head_dim=32, bidirectional=True)
+    q, k, v = torch.randn(1, 2, 128, 32), torch.randn(1, 2, 200, 32), torch.randn(1, 2, 200, 32)
+    q_pos, k_pos = torch.arange(128), torch.arange(200)
+    with torch.no_grad():
+        flex, _ = attend(q, k, v, pe, q_pos, k_pos, causal=False, backend="flex")
+        eager, _ = attend(q, k, v, pe, q_pos, k_pos, causal=False, backend="eager")
+    torch.testing.assert_close(flex, eager, atol=1e-5, rtol=1e-5)
