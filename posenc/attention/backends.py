@@ -92,9 +92,16 @@ def _sdpa(q, k, v, pe, q_pos, k_pos, causal, dropout):
                                           scale=pe.sm_scale())
 
 
+#: compiled flex kernels kept per process (one per shape and score_mod); past torch's
+#: default of 8, dynamo would silently fall back to the unfused kernel that builds (H, n, n)
+FLEX_RECOMPILE_LIMIT = 64
+
+
 @functools.cache
 def _compiled_flex():
+    import torch._dynamo.config as dynamo_config
     from torch.nn.attention.flex_attention import flex_attention
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, FLEX_RECOMPILE_LIMIT)
     return torch.compile(flex_attention, dynamic=False)
 
 
