@@ -27,7 +27,8 @@ import torch.nn.functional as F
 from posenc.attention.backends import attend
 from posenc.encodings import build_encoding
 
-from .common import compare, machine_line, peak_rss_delta_mib, run_child
+from .common import (compare, machine_line, peak_rss_delta_mib, run_child,
+                     steady_allocator)
 
 ENCODINGS = ("alibi", "t5")
 BACKENDS = ("sdpa", "flex")
@@ -79,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="cpu: process CPU time (use with --threads 1 on a loaded machine)")
+    parser.add_argument("--allocator", choices=("steady", "default"), default="steady",
+                        help="steady: glibc keeps large blocks in its heap (see common.py)")
     parser.add_argument("--encodings", nargs="+", default=list(ENCODINGS), choices=ENCODINGS)
     parser.add_argument("--child", nargs=2, metavar=("ENCODING", "BACKEND"),
                         help=argparse.SUPPRESS)
@@ -86,13 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.child:
-        return _child(args)
+        return _child(args)                 # default allocator: freed memory leaves the RSS
+    steady = args.allocator == "steady" and steady_allocator()
 
     print(f"command: python -m benchmarks.bench_bias_attention "
           f"{' '.join(sys.argv[1:] if argv is None else argv)}")
     print(f"machine: {machine_line()}")
     print(f"shape: B{args.batch} H{args.heads} n{args.length} D{args.head_dim} fp32, causal, "
-          f"forward under no_grad; rounds: {args.rounds}; clock: {args.clock}\n")
+          f"forward under no_grad; rounds: {args.rounds}; clock: {args.clock}; "
+          f"allocator: {'steady' if steady else 'glibc default'}\n")
     print("| encoding | sdpa ms | flex ms | sdpa / flex time (median, IQR) | sdpa peak MiB | "
           "flex peak MiB | sdpa / flex peak | flex first call s, cold / this run |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")

@@ -27,7 +27,7 @@ import torch
 
 from posenc.encodings import rotary_kernels as rk
 
-from .common import compare, machine_line
+from .common import compare, machine_line, steady_allocator
 
 
 def _inputs(args):
@@ -71,10 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="cpu: process CPU time (use with --threads 1 on a loaded machine)")
+    parser.add_argument("--allocator", choices=("steady", "default"), default="steady",
+                        help="steady: glibc keeps large blocks in its heap (see common.py)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    steady = args.allocator == "steady" and steady_allocator()
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     q, k, cos, sin, hf_cos, hf_sin = _inputs(args)
@@ -109,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine_line()}, transformers {transformers.__version__}")
     print(f"shape: B{args.batch} H{args.heads} T{args.length} D{args.head_dim} fp32, "
           f"{'strided views of qkv' if args.strided else 'contiguous'}; "
-          f"native kernel: {status}; rounds: {args.rounds}; clock: {args.clock}")
+          f"native kernel: {status}; rounds: {args.rounds}; clock: {args.clock}; "
+          f"allocator: {'steady' if steady else 'glibc default'}")
     if compile_s is not None:
         print(f"torch.compile first calls (compile): {compile_s:.1f} s")
     print()

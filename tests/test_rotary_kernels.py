@@ -205,3 +205,14 @@ def test_rotary_angles_are_fp32_products():
     theta = rk.rotary_angles(pos, inv_freq)
     assert theta.dtype == torch.float32 and theta.shape == (7, 3)
     assert_close(theta, pos.float()[:, None] * inv_freq.float()[None, :], **EXACT)
+
+
+def test_output_follows_the_input_memory_order(native):
+    """Rows are written in the order they are read: q as a view of a qkv projection
+    (B, T, H, D in memory) gives an output dense in (B, T, H, D); a contiguous q, a
+    contiguous output."""
+    cos, sin = angles(9, 16)
+    strided = model_like(2, 3, 9, 16)
+    out = rk.apply_rotary(strided, cos, sin)
+    assert out.transpose(1, 2).is_contiguous()
+    assert rk.apply_rotary(strided.contiguous(), cos, sin).is_contiguous()

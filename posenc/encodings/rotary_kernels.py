@@ -109,10 +109,12 @@ _KERNEL_SOURCE = r"""
 #include <immintrin.h>
 #endif
 #define MAXD 1024
+#define PREFETCH_ROWS 16
 
 typedef struct {
   const char *x; char *out; const float *cos, *sin;
-  int64_t n1, n2, len, dim, rot, sx0, sx1, sx2, sxl;
+  int64_t size[4], stride[4];       /* row dims of x (outermost first), strides in elements */
+  int64_t dim, rot, ldim;           /* row width, rotated width, which row dim is L */
   int bf16, interleaved, stream;
   int64_t row_begin, row_end;
 } job_t;
@@ -151,12 +153,24 @@ static inline void store8(char *p, __m256 v, int bf16, int stream) {
 
 static void rotate_rows(const job_t *j) {
   const int64_t d = j->dim, h = j->rot / 2, es = j->bf16 ? 2 : 4;
-  const int64_t per1 = j->n2 * j->len, per0 = j->n1 * per1;
   float xf[MAXD], of[MAXD];
+  int64_t idx[4], rest = j->row_begin;          /* row index as an odometer, no divisions */
+  for (int k = 3; k >= 0; k--) { idx[k] = rest % j->size[k]; rest /= j->size[k]; }
+  int64_t ahead[4];                             /* the row PREFETCH_ROWS - 1 further on */
+  rest = j->row_begin + PREFETCH_ROWS - 1;
+  for (int k = 3; k >= 0; k--) { ahead[k] = rest % j->size[k]; rest /= j->size[k]; }
   for (int64_t r = j->row_begin; r < j->row_end; r++) {
-    const int64_t i0 = r / per0, i1 = (r / per1) % j->n1, i2 = (r / j->len) % j->n2,
-                  l = r % j->len;
-    const char *src = j->x + es * (i0 * j->sx0 + i1 * j->sx1 + i2 * j->sx2 + l * j->sxl);
+    if (r > j->row_begin)
+      for (int k = 3; k >= 0 && ++idx[k] == j->size[k]; k--) idx[k] = 0;
+    if (r + PREFETCH_ROWS < j->row_end) {         /* rows of a strided x: help the caches */
+      for (int k = 3; k >= 0 && ++ahead[k] == j->size[k]; k--) ahead[k] = 0;
+      const char *p = j->x + es * (ahead[0] * j->stride[0] + ahead[1] * j->stride[1] +
+                                   ahead[2] * j->stride[2] + ahead[3] * j->stride[3]);
+      for (int64_t off = 0; off < d * es; off += 64) __builtin_prefetch(p + off);
+    }
+    const int64_t l = idx[j->ldim];
+    const char *src = j->x + es * (idx[0] * j->stride[0] + idx[1] * j->stride[1] +
+                                   idx[2] * j->stride[2] + idx[3] * j->stride[3]);
     char *dst = j->out + r * d * es;
     const float *c = j->cos + l * h, *s = j->sin + l * h;
     int64_t done = 0;                 /* pairs handled by the vector loop */
@@ -212,21 +226,27 @@ static void rotate_rows(const job_t *j) {
 
 static void *run_job(void *arg) { rotate_rows((const job_t *)arg); return NULL; }
 
-/* x: (n0, n1, n2, len, dim) with element strides sx0, sx1, sx2, sxl and 1; out contiguous.
-   cos, sin: (len, rot/2) contiguous fp32. Returns 0, or -1 on bad arguments. */
+/* x: rows indexed by 4 dims (size, stride in elements), each row dim elements with unit
+   stride; out: the same rows, contiguous, in the same order. Row dim ldim is the position:
+   cos, sin: (size[ldim], rot/2) contiguous fp32. Returns 0, or -1 on bad arguments. */
 int posenc_rotary(const void *x, void *out, const float *cos, const float *sin,
-                  int64_t n0, int64_t n1, int64_t n2, int64_t len, int64_t dim, int64_t rot,
-                  int64_t sx0, int64_t sx1, int64_t sx2, int64_t sxl,
-                  int bf16, int interleaved, int stream, int n_threads) {
-  if (dim > MAXD || rot > dim || rot % 2 || n_threads < 1 || n_threads > 256) return -1;
-  const int64_t rows = n0 * n1 * n2 * len;
+                  const int64_t *size, const int64_t *stride, int64_t ldim, int64_t dim,
+                  int64_t rot, int bf16, int interleaved, int stream, int n_threads) {
+  if (dim > MAXD || rot > dim || rot % 2 || ldim < 0 || ldim > 3 || n_threads < 1 ||
+      n_threads > 256)
+    return -1;
+  int64_t rows = 1;
+  for (int k = 0; k < 4; k++) {
+    if (size[k] < 1) return -1;
+    rows *= size[k];
+  }
   job_t jobs[256];
   pthread_t tids[256];
   int started[256];
   for (int t = 0; t < n_threads; t++) {
-    job_t j = {(const char *)x, (char *)out, cos, sin, n1, n2, len, dim, rot,
-               sx0, sx1, sx2, sxl, bf16, interleaved, stream,
-               rows * t / n_threads, rows * (t + 1) / n_threads};
+    job_t j = {(const char *)x, (char *)out, cos, sin, {size[0], size[1], size[2], size[3]},
+               {stride[0], stride[1], stride[2], stride[3]}, dim, rot, ldim, bf16,
+               interleaved, stream, rows * t / n_threads, rows * (t + 1) / n_threads};
     jobs[t] = j;
   }
   for (int t = 1; t < n_threads; t++)
@@ -281,21 +301,27 @@ def _native_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     lib = _load()
     cos, sin = cos.detach().contiguous(), sin.detach().contiguous()
     x = x.detach()
-    lead, strides = list(x.shape[:-2]), list(x.stride()[:-2])
-    while len(lead) < 3:
-        lead.insert(0, 1)
-        strides.insert(0, 0)
-    out = torch.empty(x.shape, dtype=x.dtype)                         # (..., L, D)
-    nbytes = out.numel() * out.element_size()
+    # Visit rows in x's memory order and lay the output out in that order too (as torch's
+    # elementwise ops do), so reads and writes both stream: for q as a (B, H, T, D) view of
+    # a (B, T, 3C) projection, rows go b, t, h.
+    rows = x.dim() - 1
+    order = sorted(range(rows), key=lambda i: -x.stride(i))          # stable: ties keep order
+    x_walk = x.permute(*order, rows)
+    out_walk = torch.empty(x_walk.shape, dtype=x.dtype)               # contiguous in walk order
+    pad = 4 - rows
+    size = (ctypes.c_int64 * 4)(*([1] * pad + list(x_walk.shape[:-1])))
+    stride = (ctypes.c_int64 * 4)(*([0] * pad + list(x_walk.stride()[:-1])))
+    nbytes = out_walk.numel() * out_walk.element_size()
     threads = max(1, min(torch.get_num_threads(), x.numel() // _ELEMS_PER_THREAD))
-    code = lib.posenc_rotary(x.data_ptr(), out.data_ptr(), cos.data_ptr(), sin.data_ptr(),
-                             *lead, x.shape[-2], x.shape[-1], 2 * cos.shape[-1], *strides,
-                             x.stride(-2), int(x.dtype == torch.bfloat16),
+    code = lib.posenc_rotary(x.data_ptr(), out_walk.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+                             size, stride, pad + order.index(rows - 1), x.shape[-1],
+                             2 * cos.shape[-1], int(x.dtype == torch.bfloat16),
                              int(layout == "interleaved"), int(nbytes >= STREAM_MIN_BYTES),
                              threads)
     if code != 0:
         raise RuntimeError(f"posenc rotary kernel rejected its arguments (code {code})")
-    return out
+    inverse = [order.index(i) for i in range(rows)]
+    return out_walk.permute(*inverse, rows)                          # (..., L, D)
 
 
 def _load():
@@ -353,6 +379,7 @@ def _build_and_load():
             os.replace(built, target)                                # atomic
     lib = ctypes.CDLL(str(target))
     fn = lib.posenc_rotary
-    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 10 + [ctypes.c_int] * 4
+    fn.argtypes = ([ctypes.c_void_p] * 4 + [ctypes.POINTER(ctypes.c_int64)] * 2
+                   + [ctypes.c_int64] * 3 + [ctypes.c_int] * 4)
     fn.restype = ctypes.c_int
     return lib
