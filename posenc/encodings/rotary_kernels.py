@@ -116,7 +116,7 @@ typedef struct {
   int64_t size[4], stride[4];       /* row dims of x (outermost first), strides in elements */
   int64_t dim, rot, ldim;           /* row width, rotated width, which row dim is L */
   int bf16, interleaved, stream;
-  int64_t row_begin, row_end;
+  int64_t rows, chunk, next;        /* threads take chunks of rows from next (atomic) */
 } job_t;
 
 static inline float bf16_to_f32(uint16_t h) {
@@ -151,18 +151,18 @@ static inline void store8(char *p, __m256 v, int bf16, int stream) {
 }
 #endif
 
-static void rotate_rows(const job_t *j) {
+static void rotate_rows(const job_t *j, int64_t row_begin, int64_t row_end) {
   const int64_t d = j->dim, h = j->rot / 2, es = j->bf16 ? 2 : 4;
   float xf[MAXD], of[MAXD];
-  int64_t idx[4], rest = j->row_begin;          /* row index as an odometer, no divisions */
+  int64_t idx[4], rest = row_begin;             /* row index as an odometer, no divisions */
   for (int k = 3; k >= 0; k--) { idx[k] = rest % j->size[k]; rest /= j->size[k]; }
   int64_t ahead[4];                             /* the row PREFETCH_ROWS - 1 further on */
-  rest = j->row_begin + PREFETCH_ROWS - 1;
+  rest = row_begin + PREFETCH_ROWS - 1;
   for (int k = 3; k >= 0; k--) { ahead[k] = rest % j->size[k]; rest /= j->size[k]; }
-  for (int64_t r = j->row_begin; r < j->row_end; r++) {
-    if (r > j->row_begin)
+  for (int64_t r = row_begin; r < row_end; r++) {
+    if (r > row_begin)
       for (int k = 3; k >= 0 && ++idx[k] == j->size[k]; k--) idx[k] = 0;
-    if (r + PREFETCH_ROWS < j->row_end) {         /* rows of a strided x: help the caches */
+    if (r + PREFETCH_ROWS < row_end) {            /* rows of a strided x: help the caches */
       for (int k = 3; k >= 0 && ++ahead[k] == j->size[k]; k--) ahead[k] = 0;
       const char *p = j->x + es * (ahead[0] * j->stride[0] + ahead[1] * j->stride[1] +
                                    ahead[2] * j->stride[2] + ahead[3] * j->stride[3]);
@@ -219,12 +219,21 @@ static void rotate_rows(const job_t *j) {
       else ((float *)dst)[i] = of[i];
     }
   }
+}
+
+/* Take chunks until none is left: a thread that starts late (a busy machine) takes less. */
+static void *run_job(void *arg) {
+  job_t *j = (job_t *)arg;
+  for (;;) {
+    const int64_t begin = __atomic_fetch_add(&j->next, j->chunk, __ATOMIC_RELAXED);
+    if (begin >= j->rows) break;
+    rotate_rows(j, begin, begin + j->chunk < j->rows ? begin + j->chunk : j->rows);
+  }
 #if defined(__AVX2__)
   if (j->stream) _mm_sfence();
 #endif
+  return NULL;
 }
-
-static void *run_job(void *arg) { rotate_rows((const job_t *)arg); return NULL; }
 
 /* x: rows indexed by 4 dims (size, stride in elements), each row dim elements with unit
    stride; out: the same rows, contiguous, in the same order. Row dim ldim is the position:
@@ -240,22 +249,18 @@ int posenc_rotary(const void *x, void *out, const float *cos, const float *sin,
     if (size[k] < 1) return -1;
     rows *= size[k];
   }
-  job_t jobs[256];
+  int64_t chunk = rows / (8 * n_threads);
+  chunk = chunk < 64 ? 64 : chunk > 4096 ? 4096 : chunk;
+  job_t job = {(const char *)x, (char *)out, cos, sin, {size[0], size[1], size[2], size[3]},
+               {stride[0], stride[1], stride[2], stride[3]}, dim, rot, ldim, bf16,
+               interleaved, stream, rows, chunk, 0};
   pthread_t tids[256];
   int started[256];
-  for (int t = 0; t < n_threads; t++) {
-    job_t j = {(const char *)x, (char *)out, cos, sin, {size[0], size[1], size[2], size[3]},
-               {stride[0], stride[1], stride[2], stride[3]}, dim, rot, ldim, bf16,
-               interleaved, stream, rows * t / n_threads, rows * (t + 1) / n_threads};
-    jobs[t] = j;
-  }
   for (int t = 1; t < n_threads; t++)
-    started[t] = pthread_create(&tids[t], NULL, run_job, &jobs[t]) == 0;
-  rotate_rows(&jobs[0]);
-  for (int t = 1; t < n_threads; t++) {
+    started[t] = pthread_create(&tids[t], NULL, run_job, &job) == 0;
+  run_job(&job);                    /* a thread that failed to start leaves its share here */
+  for (int t = 1; t < n_threads; t++)
     if (started[t]) pthread_join(tids[t], NULL);
-    else rotate_rows(&jobs[t]);
-  }
   return 0;
 }
 """
