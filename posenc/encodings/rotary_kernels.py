@@ -235,12 +235,15 @@ static void *run_job(void *arg) {
   return NULL;
 }
 
-/* x: rows indexed by 4 dims (size, stride in elements), each row dim elements with unit
-   stride; out: the same rows, contiguous, in the same order. Row dim ldim is the position:
-   cos, sin: (size[ldim], rot/2) contiguous fp32. Returns 0, or -1 on bad arguments. */
+/* x: rows indexed by 4 dims (sizes s0..s3, strides t0..t3 in elements), each row dim
+   elements with unit stride; out: the same rows, contiguous, in the same order. Row dim
+   ldim is the position: cos, sin are (size[ldim], rot/2) contiguous fp32.
+   Returns 0, or -1 on bad arguments. */
 int posenc_rotary(const void *x, void *out, const float *cos, const float *sin,
-                  const int64_t *size, const int64_t *stride, int64_t ldim, int64_t dim,
+                  int64_t s0, int64_t s1, int64_t s2, int64_t s3,
+                  int64_t t0, int64_t t1, int64_t t2, int64_t t3, int64_t ldim, int64_t dim,
                   int64_t rot, int bf16, int interleaved, int stream, int n_threads) {
+  const int64_t size[4] = {s0, s1, s2, s3}, stride[4] = {t0, t1, t2, t3};
   if (dim > MAXD || rot > dim || rot % 2 || ldim < 0 || ldim > 3 || n_threads < 1 ||
       n_threads > 256)
     return -1;
@@ -279,54 +282,60 @@ def native_rotary_status() -> str:
     return "ready" if "lib" in _state else str(_state["error"])
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_NATIVE_DTYPES = (torch.float32, torch.bfloat16)
+_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+
+
 def _native_eligible(x: Tensor, cos: Tensor, sin: Tensor) -> bool:
-    if os.environ.get("POSENC_NATIVE_KERNELS", "1") == "0":
+    """Whether the kernel can take this call (cheapest and most common tests first)."""
+    if type(x) not in _PLAIN or type(cos) not in _PLAIN or type(sin) not in _PLAIN:
+        return False                                   # tensor subclasses, fake tensors
+    if x.dtype not in _NATIVE_DTYPES or x.device.type != "cpu" or x.stride(-1) != 1:
         return False
-    plain = (torch.Tensor, torch.nn.Parameter)
-    if type(x) not in plain or type(cos) not in plain or type(sin) not in plain:
+    shape = x.shape
+    if not 2 <= len(shape) <= 5 or shape[-1] > _MAX_DIM or x.numel() == 0:
         return False
+    expected = (shape[-2], cos.shape[-1])
+    for t in (cos, sin):
+        if t.dtype != torch.float32 or t.device.type != "cpu" or t.shape != expected:
+            return False
     if torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.jit.is_scripting():
         return False
-    if any(torch._C._functorch.is_functorch_wrapped_tensor(t) for t in (x, cos, sin)):
+    if _is_wrapped(x) or _is_wrapped(cos) or _is_wrapped(sin):
+        return False                                   # vmap, torch.func.grad
+    if os.environ.get("POSENC_NATIVE_KERNELS", "1") == "0":
         return False
-    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.bfloat16):
-        return False
-    if not 2 <= x.dim() <= 5 or x.stride(-1) != 1 or x.numel() == 0 \
-            or x.shape[-1] > _MAX_DIM:
-        return False
-    expected = (x.shape[-2], cos.shape[-1])
-    for t in (cos, sin):
-        if t.device.type != "cpu" or t.dtype != torch.float32 or tuple(t.shape) != expected:
-            return False
     return _load() is not None
 
 
 def _native_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     """The kernel call; the caller checked :func:`_native_eligible`."""
-    lib = _load()
-    cos, sin = cos.detach().contiguous(), sin.detach().contiguous()
-    x = x.detach()
+    cos = cos if cos.is_contiguous() else cos.contiguous()
+    sin = sin if sin.is_contiguous() else sin.contiguous()
+    shape, strides = x.shape, x.stride()
+    rows = len(shape) - 1
     # Visit rows in x's memory order and lay the output out in that order too (as torch's
     # elementwise ops do), so reads and writes both stream: for q as a (B, H, T, D) view of
     # a (B, T, 3C) projection, rows go b, t, h.
-    rows = x.dim() - 1
-    order = sorted(range(rows), key=lambda i: -x.stride(i))          # stable: ties keep order
-    x_walk = x.permute(*order, rows)
-    out_walk = torch.empty(x_walk.shape, dtype=x.dtype)               # contiguous in walk order
+    order = sorted(range(rows), key=strides.__getitem__, reverse=True)   # stable for ties
+    identity = order == list(range(rows))
+    walk_shape = shape if identity else [shape[i] for i in order] + [shape[-1]]
+    out = torch.empty(walk_shape, dtype=x.dtype)                      # contiguous in walk order
     pad = 4 - rows
-    size = (ctypes.c_int64 * 4)(*([1] * pad + list(x_walk.shape[:-1])))
-    stride = (ctypes.c_int64 * 4)(*([0] * pad + list(x_walk.stride()[:-1])))
-    nbytes = out_walk.numel() * out_walk.element_size()
-    threads = max(1, min(torch.get_num_threads(), x.numel() // _ELEMS_PER_THREAD))
-    code = lib.posenc_rotary(x.data_ptr(), out_walk.data_ptr(), cos.data_ptr(), sin.data_ptr(),
-                             size, stride, pad + order.index(rows - 1), x.shape[-1],
-                             2 * cos.shape[-1], int(x.dtype == torch.bfloat16),
-                             int(layout == "interleaved"), int(nbytes >= STREAM_MIN_BYTES),
-                             threads)
+    size = [1] * pad + [walk_shape[i] for i in range(rows)]
+    stride = [0] * pad + [strides[i] for i in order]
+    nbytes = out.numel() * out.element_size()
+    threads = max(1, min(torch.get_num_threads(), out.numel() // _ELEMS_PER_THREAD))
+    code = _state["lib"].posenc_rotary(
+        x.data_ptr(), out.data_ptr(), cos.data_ptr(), sin.data_ptr(), *size, *stride,
+        pad + order.index(rows - 1), shape[-1], 2 * cos.shape[-1], x.dtype == torch.bfloat16,
+        layout == "interleaved", nbytes >= STREAM_MIN_BYTES, threads)
     if code != 0:
         raise RuntimeError(f"posenc rotary kernel rejected its arguments (code {code})")
-    inverse = [order.index(i) for i in range(rows)]
-    return out_walk.permute(*inverse, rows)                          # (..., L, D)
+    if identity:
+        return out
+    return out.permute(*[order.index(i) for i in range(rows)], rows)   # (..., L, D)
 
 
 def _load():
@@ -384,7 +393,6 @@ def _build_and_load():
             os.replace(built, target)                                # atomic
     lib = ctypes.CDLL(str(target))
     fn = lib.posenc_rotary
-    fn.argtypes = ([ctypes.c_void_p] * 4 + [ctypes.POINTER(ctypes.c_int64)] * 2
-                   + [ctypes.c_int64] * 3 + [ctypes.c_int] * 4)
+    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 11 + [ctypes.c_int] * 4
     fn.restype = ctypes.c_int
     return lib
