@@ -10,7 +10,6 @@ of its table row that slides one column per row: a strided view of the table
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 
