@@ -115,7 +115,8 @@ typedef struct {
   const char *x; char *out; const float *cos, *sin;
   int64_t size[4], stride[4];       /* row dims of x (outermost first), strides in elements */
   int64_t dim, rot, ldim;           /* row width, rotated width, which row dim is L */
-  int bf16, interleaved, stream;
+  int bf16, interleaved, stream, prefetch;  /* stream: aligned streaming stores; prefetch:
+                                               rows of x are not densely packed */
   int64_t rows, chunk, next;        /* threads take chunks of rows from next (atomic) */
 } job_t;
 
@@ -151,8 +152,12 @@ static inline void store8(char *p, __m256 v, int bf16, int stream) {
 }
 #endif
 
-static void rotate_rows(const job_t *j, int64_t row_begin, int64_t row_end) {
-  const int64_t d = j->dim, h = j->rot / 2, es = j->bf16 ? 2 : 4;
+/* Called with constant bf16 and interleaved (see rotate_rows), so each combination compiles
+   to its own loop without per-element branches on them. */
+static inline __attribute__((always_inline)) void rotate_rows_with(
+    const job_t *j, int64_t row_begin, int64_t row_end, const int bf16, const int interleaved,
+    const int stream, const int prefetch) {
+  const int64_t d = j->dim, h = j->rot / 2, es = bf16 ? 2 : 4;
   float xf[MAXD], of[MAXD];
   int64_t idx[4], rest = row_begin;             /* row index as an odometer, no divisions */
   for (int k = 3; k >= 0; k--) { idx[k] = rest % j->size[k]; rest /= j->size[k]; }
@@ -162,7 +167,7 @@ static void rotate_rows(const job_t *j, int64_t row_begin, int64_t row_end) {
   for (int64_t r = row_begin; r < row_end; r++) {
     if (r > row_begin)
       for (int k = 3; k >= 0 && ++idx[k] == j->size[k]; k--) idx[k] = 0;
-    if (r + PREFETCH_ROWS < row_end) {            /* rows of a strided x: help the caches */
+    if (prefetch && r + PREFETCH_ROWS < row_end) {   /* rows of a strided x */
       for (int k = 3; k >= 0 && ++ahead[k] == j->size[k]; k--) ahead[k] = 0;
       const char *p = j->x + es * (ahead[0] * j->stride[0] + ahead[1] * j->stride[1] +
                                    ahead[2] * j->stride[2] + ahead[3] * j->stride[3]);
@@ -175,28 +180,27 @@ static void rotate_rows(const job_t *j, int64_t row_begin, int64_t row_end) {
     const float *c = j->cos + l * h, *s = j->sin + l * h;
     int64_t done = 0;                 /* pairs handled by the vector loop */
 #if defined(__AVX2__)
-    const int stream = j->stream && ((uintptr_t)dst & 31) == 0 && ((d * es) & 31) == 0;
-    if (!j->interleaved && h % 8 == 0) {
+    if (!interleaved && h % 8 == 0) {
       for (int64_t i = 0; i < h; i += 8) {
-        __m256 a = load8(src + es * i, j->bf16), b = load8(src + es * (h + i), j->bf16);
+        __m256 a = load8(src + es * i, bf16), b = load8(src + es * (h + i), bf16);
         __m256 cc = _mm256_loadu_ps(c + i), ss = _mm256_loadu_ps(s + i);
         __m256 first = _mm256_sub_ps(_mm256_mul_ps(a, cc), _mm256_mul_ps(b, ss));
         __m256 second = _mm256_add_ps(_mm256_mul_ps(b, cc), _mm256_mul_ps(a, ss));
-        store8(dst + es * i, first, j->bf16, stream);
-        store8(dst + es * (h + i), second, j->bf16, stream);
+        store8(dst + es * i, first, bf16, stream);
+        store8(dst + es * (h + i), second, bf16, stream);
       }
       done = h;
-    } else if (j->interleaved && h % 4 == 0) {
+    } else if (interleaved && h % 4 == 0) {
       /* 4 pairs per vector: cos/sin broadcast to both lanes, then spread in-lane */
       const __m256i spread = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
       for (int64_t i = 0; i < h; i += 4) {
         __m256 cc = _mm256_permutevar_ps(_mm256_broadcast_ps((const __m128 *)(c + i)), spread);
         __m256 ss = _mm256_permutevar_ps(_mm256_broadcast_ps((const __m128 *)(s + i)), spread);
-        __m256 v = load8(src + es * 2 * i, j->bf16);
+        __m256 v = load8(src + es * 2 * i, bf16);
         __m256 sw = _mm256_permute_ps(v, 0xB1);                 /* (b, a) pairs */
         /* even lanes a*c - b*s, odd lanes b*c + a*s */
         __m256 rotated = _mm256_addsub_ps(_mm256_mul_ps(v, cc), _mm256_mul_ps(sw, ss));
-        store8(dst + es * 2 * i, rotated, j->bf16, stream);
+        store8(dst + es * 2 * i, rotated, bf16, stream);
       }
       done = h;
     }
@@ -204,10 +208,10 @@ static void rotate_rows(const job_t *j, int64_t row_begin, int64_t row_end) {
     if (done == h && j->rot == d) continue;
     /* scalar path: the whole row (or just the pass-through tail) */
     for (int64_t i = 0; i < d; i++)
-      xf[i] = j->bf16 ? bf16_to_f32(((const uint16_t *)src)[i]) : ((const float *)src)[i];
+      xf[i] = bf16 ? bf16_to_f32(((const uint16_t *)src)[i]) : ((const float *)src)[i];
     if (done < h) {
       for (int64_t i = 0; i < h; i++) {
-        const int64_t p = j->interleaved ? 2 * i : i, q = j->interleaved ? 2 * i + 1 : h + i;
+        const int64_t p = interleaved ? 2 * i : i, q = interleaved ? 2 * i + 1 : h + i;
         of[p] = xf[p] * c[i] - xf[q] * s[i];
         of[q] = xf[p] * s[i] + xf[q] * c[i];
       }
@@ -215,10 +219,17 @@ static void rotate_rows(const job_t *j, int64_t row_begin, int64_t row_end) {
     const int64_t from = done < h ? 0 : j->rot;
     for (int64_t i = j->rot; i < d; i++) of[i] = xf[i];
     for (int64_t i = from; i < d; i++) {
-      if (j->bf16) ((uint16_t *)dst)[i] = f32_to_bf16(of[i]);
+      if (bf16) ((uint16_t *)dst)[i] = f32_to_bf16(of[i]);
       else ((float *)dst)[i] = of[i];
     }
   }
+}
+
+static void rotate_rows(const job_t *j, int64_t row_begin, int64_t row_end) {
+#define ROWS(B, I) \
+  case B * 2 + I: rotate_rows_with(j, row_begin, row_end, B, I, j->stream, j->prefetch); break;
+  switch (j->bf16 * 2 + j->interleaved) { ROWS(0, 0) ROWS(0, 1) ROWS(1, 0) ROWS(1, 1) }
+#undef ROWS
 }
 
 /* Take chunks until none is left: a thread that starts late (a busy machine) takes less. */
@@ -254,9 +265,14 @@ int posenc_rotary(const void *x, void *out, const float *cos, const float *sin,
   }
   int64_t chunk = rows / (8 * n_threads);
   chunk = chunk < 64 ? 64 : chunk > 4096 ? 4096 : chunk;
+  const int64_t row_bytes = dim * (bf16 ? 2 : 4);
+  stream = stream && ((uintptr_t)out & 31) == 0 && (row_bytes & 31) == 0;
+  int dense = 1;
+  for (int64_t k = 3, packed = dim; k >= 0; packed *= size[k], k--)
+    if (size[k] > 1 && stride[k] != packed) dense = 0;
   job_t job = {(const char *)x, (char *)out, cos, sin, {size[0], size[1], size[2], size[3]},
-               {stride[0], stride[1], stride[2], stride[3]}, dim, rot, ldim, bf16,
-               interleaved, stream, rows, chunk, 0};
+               {stride[0], stride[1], stride[2], stride[3]}, dim, rot, ldim, bf16 != 0,
+               interleaved != 0, stream != 0, !dense, rows, chunk, 0};
   pthread_t tids[256];
   int started[256];
   for (int t = 1; t < n_threads; t++)
