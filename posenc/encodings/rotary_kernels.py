@@ -37,7 +37,7 @@ from torch import Tensor
 LAYOUTS = ("half", "interleaved")
 #: outputs at least this large are written with streaming (cache-bypassing) stores
 STREAM_MIN_BYTES = 4 << 20
-#: rows of work per extra thread, so small calls stay single-threaded
+#: elements of work per kernel thread, so small calls stay single-threaded
 _ELEMS_PER_THREAD = 1 << 16
 
 
@@ -50,7 +50,8 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> T
     """Rotate the first R dims of x. x (..., L, D); cos, sin (L, R/2) fp32 -> (..., L, D).
 
     ``cos``/``sin`` may carry an attention factor (they then have norm != 1). The output is a
-    new tensor in x's dtype; x is not modified.
+    new tensor in x's dtype (x is not modified), dense, with x's memory order of dimensions
+    (contiguous for a contiguous x), as torch's elementwise ops lay theirs out.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
