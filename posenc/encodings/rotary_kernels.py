@@ -50,8 +50,9 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> T
     """Rotate the first R dims of x. x (..., L, D); cos, sin (L, R/2) fp32 -> (..., L, D).
 
     ``cos``/``sin`` may carry an attention factor (they then have norm != 1). The output is a
-    new tensor in x's dtype (x is not modified), dense, with x's memory order of dimensions
-    (contiguous for a contiguous x), as torch's elementwise ops lay theirs out.
+    new dense tensor in x's dtype (x is not modified): the native kernel lays it out in x's
+    memory order of dimensions, as torch's elementwise ops do (contiguous for a contiguous x);
+    the reference path returns it contiguous.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
