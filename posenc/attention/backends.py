@@ -1,7 +1,9 @@
 """Three ways to compute attention with an encoding's hooks; all give the same numbers.
 
 - ``sdpa``: ``scaled_dot_product_attention``; an encoding's bias is materialized as a float
-  mask (H, Lq, Lk). Fastest without a bias; trains everywhere.
+  mask (H, Lq, Lk). Fastest without a bias; trains everywhere. When a bias needs gradients
+  (fp32, no dropout) the same attention runs through ``biased.py``, which makes fewer passes
+  over the (B, H, Lq, Lk) logits than the kernel sdpa falls back to.
 - ``flex``: FlexAttention with the encoding's ``score_mod``; never builds the (H, n, n) bias.
   On CPU (torch 2.13) it runs compiled and forward-only, so it serves evaluation at length.
 - ``eager``: explicit softmax; supports every hook (value terms) and returns the weights.
@@ -19,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..encodings.base import PositionalEncoding
+from .biased import biased_attention, fits_biased_attention
 
 BACKENDS = ("auto", "sdpa", "flex", "eager")
 #: "auto" picks flex for biased encodings from this key length on, when no gradient is needed
@@ -78,6 +81,10 @@ def attend(q: Tensor, k: Tensor, v: Tensor, pe: PositionalEncoding, q_pos: Tenso
     return _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights)
 
 
+def _needs_grad(*tensors: Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 def _sdpa(q, k, v, pe, q_pos, k_pos, causal, dropout):
     bias = pe.score_bias(q, k, q_pos, k_pos)
     if bias is None:
@@ -86,6 +93,9 @@ def _sdpa(q, k, v, pe, q_pos, k_pos, causal, dropout):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
                                               is_causal=aligned, scale=pe.sm_scale())
     bias = bias.to(q.dtype)
+    if _needs_grad(q, k, v, bias) and fits_biased_attention(q, k, v, dropout):
+        hidden = ~visible(q_pos, k_pos) if causal else None
+        return biased_attention(q, k, v, bias, hidden=hidden, scale=pe.sm_scale())
     if causal:
         bias = bias.masked_fill(~visible(q_pos, k_pos), float("-inf"))
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout,
