@@ -86,7 +86,7 @@ def _needs_grad(*tensors: Tensor) -> bool:
 
 
 def _sdpa(q, k, v, pe, q_pos, k_pos, causal, dropout):
-    bias = pe.score_bias(q, k, q_pos, k_pos)
+    bias = pe.score_bias(q, k, q_pos, k_pos, causal)
     if bias is None:
         aligned = causal and q.shape[2] == k.shape[2] and torch.equal(q_pos, k_pos)
         mask = visible(q_pos, k_pos) if causal and not aligned else None
@@ -185,7 +185,7 @@ _FLEX_CPU_MIN_HEAD_DIM = 32
 
 
 def _flex(q, k, v, pe, q_pos, k_pos, causal):
-    score_mod = pe.score_mod(q, k, q_pos, k_pos)
+    score_mod = pe.score_mod(q, k, q_pos, k_pos, causal)
     block_mask = None
     if causal:
         block_mask = _causal_block_mask(q_pos, k_pos, _causal_mask_mod(q_pos, k_pos))
@@ -200,7 +200,7 @@ def _flex(q, k, v, pe, q_pos, k_pos, causal):
 
 def _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights):
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    addend = pe.score_bias(q, k, q_pos, k_pos)                    # (B|1, H, Lq, Lk) or None
+    addend = pe.score_bias(q, k, q_pos, k_pos, causal)            # (B|1, H, Lq, Lk) or None
     if addend is not None:
         addend = addend.float()
     if causal:           # an additive -inf mask: no masked_fill forward, nothing backward

@@ -4,8 +4,8 @@
 kernel as soon as the mask needs a gradient (a learned bias: T5, KERPLE, FIRE, DeBERTa,
 Transformer-XL...), and that kernel keeps several (B, H, Lq, Lk) intermediates and makes
 extra passes over them (mask checks, a "safe" softmax). :func:`biased_attention` is the same
-computation with the fewest passes: the bias is copied into the logits buffer, the causal
-mask is filled in place, one ``baddbmm`` adds the scaled q.k, the softmax runs in place, and
+computation with the fewest passes: the bias plus the causal mask (0 or -inf) is written into
+the logits buffer, one ``baddbmm`` adds the scaled q.k, the softmax runs in place, and
 only the weights are kept for the backward:
 
     dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dO * O)),  dBias = dS (summed over
@@ -32,9 +32,12 @@ class _BiasedAttention(torch.autograd.Function):
         k3 = k.reshape(b * h, lk, d)
         v3 = v.reshape(b * h, lk, v.shape[-1])
         logits = torch.empty(b, h, lq, lk, dtype=q.dtype, device=q.device)
-        logits.copy_(bias.expand(b, h, lq, lk))
-        if hidden is not None:
-            logits.masked_fill_(hidden, float("-inf"))
+        if hidden is None:
+            logits.copy_(bias.expand(b, h, lq, lk))
+        else:                              # bias + (0 or -inf): one pass, no masked_fill
+            mask = torch.zeros(lq, lk, dtype=q.dtype, device=q.device)
+            torch.add(bias.expand(b, h, lq, lk), mask.masked_fill_(hidden, float("-inf")),
+                      out=logits)
         logits = logits.view(b * h, lq, lk).baddbmm_(q3, k3.transpose(1, 2), alpha=scale)
         weights = torch.softmax(logits, dim=-1, out=logits)           # (B * H, Lq, Lk)
         out = torch.bmm(weights, v3)                                  # (B * H, Lq, Dv)

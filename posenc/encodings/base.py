@@ -8,8 +8,8 @@ hook               called with                                      returns
 =================  ===============================================  =========================
 ``embed``          x (B, T, C), pos (T,), ids, state               x with positions mixed in
 ``transform_qk``   q (B, H, Lq, D), k (B, H, Lk, D), q_pos, k_pos    (q, k)
-``score_bias``     q, k, q_pos (Lq,), k_pos (Lk,)                    (B|1, H, Lq, Lk) logits term
-``score_mod``      q, k, q_pos, k_pos                               FlexAttention score_mod
+``score_bias``     q, k, q_pos (Lq,), k_pos (Lk,), causal            (B|1, H, Lq, Lk) logits term
+``score_mod``      q, k, q_pos, k_pos, causal                       FlexAttention score_mod
 ``value_term``     weights (B, H, Lq, Lk), q_pos, k_pos             (B, H, Lq, D) added to out
 ``attn_scale``     q_pos (Lq,), k_pos (Lk,), causal                 (Lq,) logit multiplier
 =================  ===============================================  =========================
@@ -92,12 +92,20 @@ class PositionalEncoding(nn.Module):
         """Transform queries (B, H, Lq, D) and keys (B, H, Lk, D) by their positions."""
         return q, k
 
-    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
-        """Additive logits term broadcastable to (B, H, Lq, Lk), or None."""
+    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
+                   causal: bool = False) -> Tensor | None:
+        """Additive logits term broadcastable to (B, H, Lq, Lk), or None.
+
+        ``causal``: the attention hides every key after its query (k_pos > q_pos). The term
+        may then hold any finite value at those pairs (never read; the attention masks them
+        and passes them no gradient), which lets relative tables skip negative distances.
+        """
         return None
 
-    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> ScoreMod | None:
-        """The ``score_bias`` term as a FlexAttention ``score_mod(score, b, h, qi, ki)``.
+    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
+                  causal: bool = False) -> ScoreMod | None:
+        """The ``score_bias`` term as a FlexAttention ``score_mod(score, b, h, qi, ki)``
+        (``causal`` as there).
 
         ``qi`` and ``ki`` index into ``q_pos`` and ``k_pos``. None when the encoding cannot
         express its term this way (then flex is not offered).

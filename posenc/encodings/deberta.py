@@ -15,8 +15,9 @@ terms)). Both terms gather from tables of O(n) rows per head: q K^r^T (B, H, Lq,
 k Q^r^T (B, H, Lk, 2 span) and the row of each distinct distance (Lq + Lk - 1,), so a
 FlexAttention score_mod never builds an (H, n, n) tensor. For consecutive positions (training,
 prefill) spanning at most 2 span distances, ``score_bias`` instead builds the tables over the
-Lq + Lk - 1 distances and reads them through strided views (relative_shift.py): no gathers,
-no scatter-add backward. The softmax scale is folded into the (H, rows, D) tables.
+distances that occur (0..L-1 for causal training, Lq + Lk - 1 otherwise) and reads them
+through strided views (relative_shift.py): no gathers, no scatter-add backward. The
+softmax scale is folded into the (H, rows, D) tables.
 
 Differences from the reference: each layer has its own table P (and its LayerNorm) where
 DeBERTa shares one across layers; no dropout on P. The enhanced mask decoder (EMD) adds
@@ -36,7 +37,7 @@ from torch import Tensor, nn
 
 from .absolute import LearnedEncoding
 from .base import PositionalEncoding, ScoreMod, register, require_float_in, require_int_at_least
-from .relative_shift import is_range, sliding_window
+from .relative_shift import PairLayout, pair_layout
 
 TERMS = ("c2p", "p2c")
 LAYER_NORM_EPS = 1e-7           # DeBERTa-v2's layer_norm_eps
@@ -119,14 +120,18 @@ class DeBERTaEncoding(PositionalEncoding):
         return 1.0 / math.sqrt(self.head_dim * (1 + len(self.terms)))
 
     # ------------------------------------------------------------- tables
+    def distance_rows(self, rel: Tensor) -> Tensor:
+        """Table row of each signed distance in ``rel`` (any int shape -> same shape)."""
+        if self.position_buckets is not None:
+            rel = log_bucket_position(rel, self.position_buckets, self.max_relative_positions)
+        return (rel + self.span).clamp(0, 2 * self.span - 1)
+
     def bucket_rows(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, int]:
         """Table row of every distinct distance q_pos - k_pos: (N,) and the smallest
         distance ``lo`` (distance d sits at index d - lo)."""
         lo = int(q_pos.min()) - int(k_pos.max())
         rel = torch.arange(lo, int(q_pos.max()) - int(k_pos.min()) + 1, device=q_pos.device)
-        if self.position_buckets is not None:
-            rel = log_bucket_position(rel, self.position_buckets, self.max_relative_positions)
-        return (rel + self.span).clamp(0, 2 * self.span - 1), lo
+        return self.distance_rows(rel), lo
 
     def position_heads(self, proj: nn.Linear, dtype: torch.dtype,
                        rows: Tensor | None = None) -> Tensor:
@@ -161,10 +166,12 @@ class DeBERTaEncoding(PositionalEncoding):
         p = self.absolute.table[q_pos].view(-1, self.n_heads, self.head_dim)  # (Lq, H, D)
         return q + p.transpose(0, 1).to(q.dtype), k
 
-    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
+                   causal: bool = False) -> Tensor:
+        layout = pair_layout(q_pos, k_pos, causal)
+        if layout.kind != "gather" and layout.query_distances.numel() <= 2 * self.span:
+            return self._shifted_bias(q, k, layout)
         rows, lo = self.bucket_rows(q_pos, k_pos)
-        if rows.numel() <= 2 * self.span and is_range(q_pos) and is_range(k_pos):
-            return self._shifted_bias(q, k, rows)
         index = rows[q_pos[:, None] - k_pos[None, :] - lo]            # (Lq, Lk)
         c2p, p2c = self.term_tables(q, k)
         bias = 0
@@ -175,23 +182,22 @@ class DeBERTaEncoding(PositionalEncoding):
             bias = bias + p2c.gather(-1, index_t).transpose(-2, -1)
         return bias                                                   # (B, H, Lq, Lk)
 
-    def _shifted_bias(self, q: Tensor, k: Tensor, rows: Tensor) -> Tensor:
-        """The bias for consecutive positions from tables over the Lq + Lk - 1 distances,
-        read through strided views (no gathers): the distance of pair (i, j) sits at column
-        i - j + Lk - 1, so c2p reads its table with the columns reversed."""
-        lq, lk = q.shape[2], k.shape[2]
+    def _shifted_bias(self, q: Tensor, k: Tensor, layout: PairLayout) -> Tensor:
+        """The bias for consecutive positions from tables over the distances of ``layout``
+        (fewer than the 2 span table rows), read through strided views: no gathers."""
         bias = 0
         if self.pos_key_proj is not None:
-            heads = self.position_heads(self.pos_key_proj, q.dtype, rows.flip(0))
-            c2p = q @ heads.transpose(-2, -1)               # (B, H, Lq, N), distances falling
-            bias = sliding_window(c2p, lk, lq - 1, -1)
+            rows = self.distance_rows(layout.query_distances)
+            heads = self.position_heads(self.pos_key_proj, q.dtype, rows)
+            bias = layout.query_rows(q @ heads.transpose(-2, -1))     # (B, H, Lq, Lk)
         if self.pos_query_proj is not None:
+            rows = self.distance_rows(layout.key_distances)
             heads = self.position_heads(self.pos_query_proj, k.dtype, rows)
-            p2c = k @ heads.transpose(-2, -1)               # (B, H, Lk, N)
-            bias = bias + sliding_window(p2c, lq, lk - 1, -1).transpose(-2, -1)
+            bias = bias + layout.key_rows(k @ heads.transpose(-2, -1))
         return bias                                                   # (B, H, Lq, Lk)
 
-    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> ScoreMod:
+    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
+                  causal: bool = False) -> ScoreMod:
         rows, lo = self.bucket_rows(q_pos, k_pos)
         c2p, p2c = self.term_tables(q, k)
         q_off = q_pos - lo

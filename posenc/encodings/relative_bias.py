@@ -31,12 +31,14 @@ class DistanceBiasEncoding(PositionalEncoding):
         rel = torch.arange(lo, hi + 1, device=k_pos.device)
         return self.distance_bias(rel), lo
 
-    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
+                   causal: bool = False) -> Tensor:
         table, lo = self.distance_table(q_pos, k_pos)                # (H, N)
         index = k_pos[None, :] - q_pos[:, None] - lo                 # (Lq, Lk)
         return table[:, index].unsqueeze(0)                          # (1, H, Lq, Lk)
 
-    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> ScoreMod:
+    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
+                  causal: bool = False) -> ScoreMod:
         table, lo = self.distance_table(q_pos, k_pos)                # (H, N)
         table = table.to(q.dtype)
         q_off, k_off = q_pos + lo, k_pos                             # column = k - (q + lo)

@@ -1,15 +1,32 @@
 """Per-pair terms read from per-distance tables without a gather (the relative shift).
 
-A term f(row, q_pos_i - k_pos_j) that an encoding computes as a table over the distinct
-distances, (..., rows, N) with column c holding distance lo + c, becomes an (..., Lq, Lk)
-tensor by indexing. When both position sets are consecutive (training, prefill), the
-distance of pair (i, j) is a fixed offset plus i - j, so each row of the result is a window
-of its table row that slides one column per row: a strided view of the table
-(Transformer-XL's relative shift), with no index tensor and a copy-only backward.
+A term f(row, q_pos_i - k_pos_j) that an encoding computes as a table over distances,
+(..., rows, N) with one column per distance, becomes an (..., Lq, Lk) tensor by indexing.
+When both position sets are consecutive (training, prefill), the distance of pair (i, j) is
+a fixed offset plus i - j, so each row of the result is a window of its table row that
+slides one column per row: a strided view of the table (Transformer-XL's relative shift),
+with no index tensor.
+
+:func:`pair_layout` picks how, given the positions and whether attention is causal:
+
+- ``"causal"``: the same consecutive positions for queries and keys under a causal mask
+  (training). Only distances 0..L-1 are visible, so tables have L columns instead of 2L - 1.
+  Reads at hidden pairs (k_pos > q_pos) land on other table entries: they hold unspecified
+  finite values, which the attention masks, and get no gradient. Forward and backward are
+  strided copies (:class:`_CausalQueryRows`, :class:`_CausalKeyRows`).
+- ``"window"``: consecutive positions otherwise: all Lq + Lk - 1 distances, exact everywhere.
+- ``"gather"``: any positions (cached decoding of arbitrary positions): an index per pair.
+
+Query-row tables (one row per query, e.g. q . K^r) take their columns in
+``layout.query_distances`` order, key-row tables (one row per key, e.g. k . Q^r) in
+``layout.key_distances`` order.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import torch
 from torch import Tensor
 
 
@@ -36,3 +53,119 @@ def sliding_window(table: Tensor, width: int, first: int, step: int) -> Tensor:
     table = table.contiguous()
     return table.as_strided((*table.shape[:-1], width), (*table.stride()[:-2], n + step, 1),
                             table.storage_offset() + first)
+
+
+# ------------------------------------------------------- causal, square tables
+def _matrices(x: Tensor) -> tuple[Tensor, int, int]:
+    """x (..., L, L) as contiguous (M, L, L), with M and L."""
+    n = x.shape[-1]
+    x = x.contiguous().view(-1, n, n)
+    return x, x.shape[0], n
+
+
+def _pair_columns(n: int, device: torch.device, query_rows: bool) -> Tensor:
+    """(L, L) float, 1 where column c of table row r belongs to a visible pair, else 0."""
+    r = torch.arange(n, device=device)
+    keep = r[None, :] >= (n - 1 - r)[:, None] if query_rows else r[None, :] <= (n - 1 - r)[:, None]
+    return keep.float()
+
+
+class _CausalQueryRows(torch.autograd.Function):
+    """table (..., L, L), column c = distance L - 1 - c -> out[i, j] = table[i, L - 1 - i + j]
+    for j <= i (a view of the table; j > i unspecified)."""
+
+    @staticmethod
+    def forward(ctx, table: Tensor) -> Tensor:
+        flat, m, n = _matrices(table)
+        ctx.shape = table.shape
+        return flat.as_strided((m, n, n), (n * n, n - 1, 1), n - 1).view(table.shape)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        g, m, n = _matrices(grad)
+        # grad_table[i, c] = grad[i, c + i - (L - 1)]: rows L + 1 apart in the gradient; the
+        # columns c < L - 1 - i have no pair (zeroed). Row 0 would start before the storage,
+        # and has a single pair (c = L - 1, j = 0).
+        out = g.new_zeros(m, n, n) if n == 1 else g.new_empty(m, n, n)
+        out[:, 0].zero_()
+        out[:, 0, n - 1] = g[:, 0, 0]
+        if n > 1:
+            rows = g.as_strided((m, n - 1, n), (n * n, n + 1, 1), 2)
+            torch.mul(rows, _pair_columns(n, g.device, True)[1:].to(g.dtype), out=out[:, 1:])
+        return out.view(ctx.shape)
+
+
+class _CausalKeyRows(torch.autograd.Function):
+    """table (..., L, L), row j = key j, column c = distance c -> out[i, j] = table[j, i - j]
+    for j <= i (a transposed view of the table; j > i unspecified)."""
+
+    @staticmethod
+    def forward(ctx, table: Tensor) -> Tensor:
+        flat, m, n = _matrices(table)
+        ctx.shape = table.shape
+        by_key = flat.as_strided((m, n, n), (n * n, n - 1, 1), 0)    # [j, i] = table[j, i - j]
+        return by_key.transpose(1, 2).view(*table.shape[:-2], n, n)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        g, m, n = _matrices(grad)
+        # grad_table[j, c] = grad[j + c, j]: row step L + 1, column step L. The columns
+        # c > L - 1 - j have no pair (zeroed); their reads run up to two matrices past their
+        # own, so the last two matrices read from a copy with room after it.
+        out = g.new_empty(m, n, n)
+        keep = _pair_columns(n, g.device, False).to(g.dtype)
+        inside = max(m - 2, 0)
+        if inside:
+            rows = g.as_strided((inside, n, n), (n * n, n + 1, n), 0)
+            torch.mul(rows, keep, out=out[:inside])
+        tail = g.new_zeros(3 * n * n)
+        tail[:(m - inside) * n * n].copy_(g[inside:].reshape(-1))
+        rows = tail.as_strided((m - inside, n, n), (n * n, n + 1, n), 0)
+        torch.mul(rows, keep, out=out[inside:])
+        return out.view(ctx.shape)
+
+
+# ---------------------------------------------------------------- the layout
+@dataclass
+class PairLayout:
+    """How per-distance tables become (..., Lq, Lk) pair terms; see the module docstring."""
+
+    kind: str                       # "causal", "window" or "gather"
+    query_distances: Tensor         # (N,) distance of each column of a query-row table
+    key_distances: Tensor           # (N,) distance of each column of a key-row table
+    index: Tensor | None = None     # (Lq, Lk) column of each pair ("gather")
+
+    def query_rows(self, table: Tensor) -> Tensor:
+        """table (..., Lq, N) -> (..., Lq, Lk): pair (i, j) reads row i at distance(i, j)."""
+        if self.kind == "causal":
+            return _CausalQueryRows.apply(table)
+        if self.kind == "window":
+            lq, n = table.shape[-2:]
+            return sliding_window(table, n - lq + 1, lq - 1, -1)
+        return table.gather(-1, self.index.expand(*table.shape[:-2], *self.index.shape))
+
+    def key_rows(self, table: Tensor) -> Tensor:
+        """table (..., Lk, N) -> (..., Lq, Lk): pair (i, j) reads row j at distance(i, j)."""
+        if self.kind == "causal":
+            return _CausalKeyRows.apply(table)
+        if self.kind == "window":
+            lk, n = table.shape[-2:]
+            return sliding_window(table, n - lk + 1, lk - 1, -1).transpose(-2, -1)
+        index_t = self.index.t()
+        return table.gather(-1, index_t.expand(*table.shape[:-2], *index_t.shape)
+                            ).transpose(-2, -1)
+
+
+def pair_layout(q_pos: Tensor, k_pos: Tensor, causal: bool = False) -> PairLayout:
+    """The cheapest exact layout for these positions (q_pos (Lq,), k_pos (Lk,))."""
+    lo, hi = distance_span(q_pos, k_pos)
+    device = q_pos.device
+    consecutive = is_range(q_pos) and is_range(k_pos)
+    if causal and consecutive and torch.equal(q_pos, k_pos) and q_pos.numel() > 1:
+        rising = torch.arange(0, hi + 1, device=device)
+        return PairLayout("causal", rising.flip(0), rising)
+    rising = torch.arange(lo, hi + 1, device=device)
+    if consecutive:
+        return PairLayout("window", rising.flip(0), rising)
+    index = q_pos[:, None] - k_pos[None, :] - lo                      # (Lq, Lk)
+    return PairLayout("gather", rising, rising, index)

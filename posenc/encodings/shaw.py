@@ -84,12 +84,14 @@ class ShawEncoding(PositionalEncoding):
         """q . A^K[r] / sqrt(d) for every clipped distance r: (B, H, Lq, 2K+1)."""
         return (q @ self.key_table.to(q.dtype).t()) * self.sm_scale()
 
-    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
+                   causal: bool = False) -> Tensor:
         table = self.key_scores(q)                                     # (B, H, Lq, 2K+1)
         index = self.clipped_index(q_pos, k_pos)                       # (Lq, Lk)
         return table.gather(-1, index.expand(*table.shape[:2], *index.shape))
 
-    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> ScoreMod:
+    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
+                  causal: bool = False) -> ScoreMod:
         table = self.key_scores(q)                                     # (B, H, Lq, 2K+1)
         clip = self.max_relative_position
 
