@@ -25,6 +25,7 @@ CASES = [
     ("shaw", {"max_relative_position": 3, "table": "sinusoidal"}),
     ("shaw", {"max_relative_position": 3, "relative_values": False}),
     ("xl", {}),
+    ("xl", {"position_term": "rotary"}),
     ("deberta", {"position_buckets": 4, "max_relative_positions": 8}),
     ("deberta", {"position_buckets": None, "max_relative_positions": 5,
                  "pos_att_type": "c2p", "absolute_query": True}),
@@ -82,8 +83,9 @@ def test_shaw_matches_the_paper_formula():
         torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
 
 
-def test_xl_matches_the_paper_formula_at_large_positions():
-    pe = make("xl", {})
+@pytest.mark.parametrize("position_term", ["table", "rotary"])
+def test_xl_matches_the_paper_formula_at_large_positions(position_term):
+    pe = make("xl", {"position_term": position_term})
     q, k, v = qkv(3, 5)
     q_pos, k_pos = torch.tensor([7, 3, 5000]), torch.tensor([0, 2, 5, 4990, 5003])
     got = weights(pe, q, k, v, q_pos, k_pos, causal=False)
@@ -240,12 +242,46 @@ def test_score_mod_tables_are_linear_in_length(name, options):
 
 @pytest.mark.parametrize("name,width", [("xl", D + H * D), ("tupe", 2 * D)])
 def test_untied_terms_widen_q_and_k_not_the_scores(name, width):
-    pe = make(name, {})
+    pe = make(name, {"position_term": "rotary"} if name == "xl" else {})
     q, k, _ = qkv(5, 9)
     q2, k2 = pe.transform_qk(q, k, torch.arange(4, 9), torch.arange(9))
     assert q2.shape == (2, H, 5, width) and k2.shape == (2, H, 9, width)
-    assert not pe.has_bias or name == "tupe"
+    if name == "xl":
+        assert pe.score_bias(q2, k2, torch.arange(4, 9), torch.arange(9)) is None
     assert pe.cache_transformed_keys is False
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_xl_forms_agree_under_logn_scaling(causal):
+    """Log-n multiplies the whole q-side of the logits, (q + u).k and (q + v).R, in both
+    forms; checked against the rotary form, whose widened q.k is scaled as a whole."""
+    q, k, v = qkv(5, 9)
+    q_pos, k_pos = torch.arange(4, 9), torch.arange(9)
+    outs = []
+    for form in ("table", "rotary"):
+        pe = make("xl", {"position_term": form, "logn_base_len": 2})
+        outs.append(attend(*pe.transform_qk(q, k, q_pos, k_pos), v, pe, q_pos, k_pos,
+                           causal=causal, backend="eager")[0])
+    torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)
+
+
+def test_xl_auto_trains_on_the_table_and_evaluates_long_contexts_rotary(monkeypatch):
+    """position_term="auto": the table while gradients are recorded or keys are few, the
+    rotary form (no Lq x Lk table, flex-friendly) for gradient-free long attention; both give
+    the same attention output."""
+    monkeypatch.setattr(backends, "FLEX_MIN_LEN", 8)
+    pe = make("xl", {})
+    q, k, v = qkv(5, 9)
+    q_pos, k_pos = torch.arange(4, 9), torch.arange(9)
+    assert pe.transform_qk(q, k, q_pos, k_pos)[0].shape[-1] == D                # table
+    with torch.no_grad():
+        assert pe.transform_qk(q, k, q_pos, k_pos)[0].shape[-1] == D + H * D    # rotary
+        assert pe.transform_qk(q, k[:, :, :7], q_pos, k_pos[:7])[0].shape[-1] == D
+        long = attend(*pe.transform_qk(q, k, q_pos, k_pos), v, pe, q_pos, k_pos,
+                      causal=True, backend="eager")[0]
+    short = attend(*pe.transform_qk(q, k, q_pos, k_pos), v, pe, q_pos, k_pos, causal=True,
+                   backend="eager")[0]
+    torch.testing.assert_close(long, short.detach(), atol=1e-5, rtol=1e-5)
 
 
 # ---------------------------------------------------------------- the models
@@ -307,6 +343,7 @@ def test_encoder_decoder_with_bidirectional_encoder(name):
     ("shaw", {"init_std": 0.0}, r"init_std must be a number in \(0.0, inf\)"),
     ("shaw", {"bidirectional": True}, r"unknown option\(s\) bidirectional .*valid options"),
     ("xl", {"base": 0.5}, r"base must be a number in \(1.0, inf\)"),
+    ("xl", {"position_term": "fast"}, r"position_term must be one of 'auto', 'table'"),
     ("deberta", {"position_buckets": 1}, r"position_buckets must be an integer >= 2"),
     ("deberta", {"max_relative_positions": 0}, r"max_relative_positions must be an integer >= 1"),
     ("deberta", {"position_buckets": 8, "max_relative_positions": 5},

@@ -4,18 +4,26 @@ With R_{i-j} the sinusoidal vector (width C = H * D) of the unclipped distance b
 i and key j, a per-layer projection W_{K,R} (C -> H * D) and per-head vectors u, v:
 
     s_ij = [ q_i.k_j + q_i.(W_KR R_{i-j}) + u.k_j + v.(W_KR R_{i-j}) ] / sqrt(d)
-         = [ (q_i + u).k_j + (W_KR^T (q_i + v)).R_{i-j} ] / sqrt(d)
+         = [ (q_i + u).k_j + (q_i + v).(W_KR R_{i-j}) ] / sqrt(d)
 
-How it is computed: R_{i-j} pairs sin((i-j)w_m) and cos((i-j)w_m), and the angle-difference
-identities split each into products of functions of i and of j. So the position term is the
-dot product of a query-side vector (W_KR^T (q_i + v), rotated by i w_m: RoPE, with the
-rotary kernel) with the key-side vector [cos(j w_m), sin(j w_m)]. ``transform_qk`` appends
-these C dimensions to every query and key head: plain dot products then give the exact
-logits on every backend, no (Lq, Lk) table or bias is ever built, and nothing depends on
-Lq == Lk. The price: q.k runs over D + C dims, and sdpa falls back to its math kernel since
-the value width differs. Keys grow to D + C dims, so the KV cache keeps raw keys and
-re-appends the key-side vectors (cache_transformed_keys = False). Angles are computed in
-float64 so the split does not lose accuracy at large positions.
+Two exact ways to compute the position term, chosen by ``position_term``:
+
+- ``"table"`` (the paper's): project R over the distances that occur, multiply by q + v into
+  a (B, H, Lq, N) table and read it per pair with the relative shift (relative_shift.py;
+  N = L for causal training). ``transform_qk`` only adds u. q.k stays D wide and the table
+  costs about one more q.k product, but the table grows like Lq * Lk.
+- ``"rotary"``: R_{i-j} pairs sin((i-j)w_m) and cos((i-j)w_m), and the angle-difference
+  identities split each into products of functions of i and of j. So the term is the dot
+  product of a query-side vector (W_KR^T (q_i + v), rotated by i w_m: RoPE, with the rotary
+  kernel) with the key-side vector [cos(j w_m), sin(j w_m)]. ``transform_qk`` appends these
+  C dimensions to every query and key head: plain dot products give the exact logits on
+  every backend, nothing of size Lq * Lk is built besides the scores (FlexAttention never
+  builds those), at the price of q.k running over D + C dims.
+- ``"auto"`` (default): the table, except when no gradient is recorded and there are at
+  least ``FLEX_MIN_LEN`` keys (long evaluation, where attention picks FlexAttention): rotary.
+
+Keys are cached raw (cache_transformed_keys = False) since the rotary form appends key-side
+vectors. Angles are computed in float64 so neither form loses accuracy at large positions.
 
 u, v and W_KR belong to each layer (per_layer), as in XLNet and Hugging Face's
 ``untie_r=True``. Negative distances (keys after the query) use the sinusoid at a negative
@@ -27,25 +35,32 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .base import PositionalEncoding, register, require_float_in
+from .base import PositionalEncoding, ScoreMod, register, require_choice, require_float_in
+from .relative_shift import distance_span, pair_layout
 from .rotary_kernels import apply_rotary
+
+POSITION_TERMS = ("auto", "table", "rotary")
 
 
 @register("xl")
 class TransformerXLEncoding(PositionalEncoding):
     """Content and position terms with global biases u, v; no value term.
 
-    Options: ``base`` of the sinusoid (10000), ``init_std`` of u, v and W_KR (0.02).
+    Options: ``base`` of the sinusoid (10000), ``init_std`` of u, v and W_KR (0.02),
+    ``position_term``: how the position term is computed, "auto", "table" or "rotary"
+    (module docstring; all exact).
     """
 
     family = "relative"
     extrapolates = "partly (unclipped sinusoidal distances; unseen ones are new inputs)"
-    cache_note = "exact (raw keys cached; position dims re-appended)"
+    cache_note = "exact (raw keys cached; u or the rotary position dims re-applied)"
     cache_transformed_keys = False
     per_layer = True
 
-    def __init__(self, *, base: float = 10000.0, init_std: float = 0.02, **kw) -> None:
+    def __init__(self, *, base: float = 10000.0, init_std: float = 0.02,
+                 position_term: str = "auto", **kw) -> None:
         super().__init__(**kw)
+        self.position_term = require_choice("position_term", position_term, POSITION_TERMS)
         self.base = require_float_in("base", base, 1.0, float("inf"))
         require_float_in("init_std", init_std, 0.0, float("inf"))
         width = self.n_heads * self.head_dim
@@ -66,8 +81,18 @@ class TransformerXLEncoding(PositionalEncoding):
         angles = pos.to(torch.float64)[:, None] * inv_freq[None, :]
         return angles.cos().float(), angles.sin().float()
 
+    def rotary(self, k_len: int) -> bool:
+        """Whether this call uses the rotary form (module docstring); every hook of one
+        attention call gets the same answer."""
+        if self.position_term != "auto":
+            return self.position_term == "rotary"
+        from ..attention.backends import FLEX_MIN_LEN     # (a module importing this one)
+        return not torch.is_grad_enabled() and k_len >= FLEX_MIN_LEN
+
     def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
                      ) -> tuple[Tensor, Tensor]:
+        if not self.rotary(k.shape[2]):
+            return q + self.u[:, None].to(q.dtype), k
         h, d = q.shape[1], q.shape[3]
         # a = W_KR^T (q + v) pairs (a_sin, a_cos) with R's (sin, cos). The pair (a_cos, -a_sin)
         # rotated by i w, dotted with (cos jw, sin jw), is a_sin sin((i-j)w) + a_cos cos((i-j)w):
@@ -81,5 +106,44 @@ class TransformerXLEncoding(PositionalEncoding):
         k_out = torch.cat((k, k_rel.expand(k.shape[0], h, -1, -1)), dim=-1)
         return q_out, k_out                                           # (B, H, L, D + C)
 
+    def position_table(self, q: Tensor, distances: Tensor, q_scale: Tensor | None
+                       ) -> Tensor:
+        """(q + v).(W_KR R_d) * sm_scale for every distance d: q (B, H, Lq, D) as attention
+        passes it (u added, then times ``q_scale`` (Lq,), log-n, if any), distances (N,)
+        -> (B, H, Lq, N)."""
+        cos, sin = self.cos_sin(distances)
+        r = torch.stack((sin, cos), dim=-1).flatten(-2)               # (N, C): R_d
+        heads = (self.pos_proj(r.to(self.pos_proj.weight.dtype)) * self.sm_scale())
+        heads = heads.to(q.dtype).view(-1, self.n_heads, self.head_dim).transpose(0, 1)
+        shift = (self.v - self.u)[:, None].to(q.dtype)                # (H, 1, D)
+        if q_scale is not None:                                       # log-n scales q + v
+            shift = shift * q_scale.to(q.dtype)[:, None]              # (H, Lq, D)
+        qv = q + shift                                                # (B, H, Lq, D)
+        return qv @ heads.transpose(-2, -1)                           # (B, H, Lq, N)
+
+    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
+                   causal: bool = False) -> Tensor | None:
+        if self.rotary(k.shape[2]):
+            return None
+        layout = pair_layout(q_pos, k_pos, causal)
+        table = self.position_table(q, layout.query_distances,
+                                    self.attn_scale(q_pos, k_pos, causal))
+        return layout.query_rows(table)
+
+    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
+                  causal: bool = False) -> ScoreMod | None:
+        if self.rotary(k.shape[2]):
+            return None
+        lo, hi = distance_span(q_pos, k_pos)
+        table = self.position_table(q, torch.arange(lo, hi + 1, device=q.device),
+                                    self.attn_scale(q_pos, k_pos, causal))
+        q_off = q_pos - lo
+
+        def add_position_term(score, b, h, q_idx, kv_idx):
+            return score + table[b, h, q_idx, q_off[q_idx] - k_pos[kv_idx]]
+
+        return add_position_term
+
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, base={self.base}"
+        return (f"{super().extra_repr()}, base={self.base}, "
+                f"position_term={self.position_term!r}")
