@@ -137,12 +137,15 @@ class DeBERTaEncoding(PositionalEncoding):
                        rows: Tensor | None = None) -> Tensor:
         """Projected relative table per head, times the softmax scale: (H, R, D), R = 2 span
         rows, or the given ``rows`` (R,) of it."""
-        rel = self.rel_embeddings
+        rel, inverse = self.rel_embeddings, None
+        if rows is not None:         # normalize and project only the rows in use (row-wise)
+            used, inverse = torch.unique(rows, return_inverse=True)
+            rel = rel[used]
         if self.rel_norm is not None:
             rel = self.rel_norm(rel)
-        out = proj(rel)                                               # (2 span, H * D)
-        if rows is not None:
-            out = out[rows]
+        out = proj(rel)                                               # (rows used, H * D)
+        if inverse is not None:
+            out = out[inverse]
         out = (out * self.sm_scale()).to(dtype)
         return out.view(-1, self.n_heads, self.head_dim).transpose(0, 1)
 
