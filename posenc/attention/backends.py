@@ -219,7 +219,7 @@ def _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights):
     weights = logits.softmax(dim=-1).to(q.dtype).view(b, h, lq, lk)  # (B, H, Lq, Lk)
     dropped = F.dropout(weights, dropout) if dropout > 0 else weights
     out = dropped @ v                                              # (B, H, Lq, D)
-    extra = pe.value_term(dropped, q_pos, k_pos)
+    extra = pe.value_term(dropped, q_pos, k_pos, causal)
     if extra is not None:
         out = out + extra
     return out, (weights if need_weights else None)

@@ -10,7 +10,7 @@ hook               called with                                      returns
 ``transform_qk``   q (B, H, Lq, D), k (B, H, Lk, D), q_pos, k_pos    (q, k)
 ``score_bias``     q, k, q_pos (Lq,), k_pos (Lk,), causal            (B|1, H, Lq, Lk) logits term
 ``score_mod``      q, k, q_pos, k_pos, causal                       FlexAttention score_mod
-``value_term``     weights (B, H, Lq, Lk), q_pos, k_pos             (B, H, Lq, D) added to out
+``value_term``     weights (B, H, Lq, Lk), q_pos, k_pos, causal     (B, H, Lq, D) added to out
 ``attn_scale``     q_pos (Lq,), k_pos (Lk,), causal                 (Lq,) logit multiplier
 =================  ===============================================  =========================
 
@@ -112,8 +112,10 @@ class PositionalEncoding(nn.Module):
         """
         return None
 
-    def value_term(self, weights: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
-        """Positional term added to the attention output: (B, H, Lq, D) or None."""
+    def value_term(self, weights: Tensor, q_pos: Tensor, k_pos: Tensor,
+                   causal: bool = False) -> Tensor | None:
+        """Positional term added to the attention output: (B, H, Lq, D) or None. With
+        ``causal`` the weights are zero at hidden pairs (k_pos > q_pos)."""
         return None
 
     def sm_scale(self) -> float:

@@ -169,3 +169,74 @@ def pair_layout(q_pos: Tensor, k_pos: Tensor, causal: bool = False) -> PairLayou
         return PairLayout("window", rising.flip(0), rising)
     index = q_pos[:, None] - k_pos[None, :] - lo                      # (Lq, Lk)
     return PairLayout("gather", rising, rising, index)
+
+
+# ------------------------------------------- clipped distances, causal, square
+# Shaw-style tables hold one column per clipped distance: column K - min(i - j, K) of row i
+# for the visible pairs j <= i of a causal square block, so distances 0..K-1 are diagonals of
+# the (L, L) pair matrix and every distance >= K shares column 0. Spreading a table over the
+# pairs and summing pairs into a table are adjoint maps; each runs as one pass over the pairs
+# (a masked write, or a row sum) plus K diagonal copies, instead of a gather or scatter-add
+# over every pair. Summing needs the hidden pairs to be zero (attention weights, or the
+# gradient of a masked bias).
+def _far_pairs(n: int, clip: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """(L, L): 1 where j <= i - K (the shared column), else 0."""
+    r = torch.arange(n, device=device)
+    return (r[None, :] <= r[:, None] - clip).to(dtype)
+
+
+def _spread(table: Tensor, clip: int) -> Tensor:
+    """table (..., L, K + 1) -> pairs (..., L, L): [i, j] = table[i, K - min(i - j, K)] for
+    j <= i, 0 for j > i."""
+    n = table.shape[-2]
+    out = torch.mul(table[..., :1], _far_pairs(n, clip, table.device, table.dtype))
+    for d in range(min(clip, n)):
+        out.diagonal(-d, -2, -1).copy_(table[..., d:, clip - d])
+    return out
+
+
+def _collect(pairs: Tensor, clip: int) -> Tensor:
+    """pairs (..., L, L), zero at j > i -> table (..., L, K + 1): the sum of the pairs of
+    each clipped distance. The shared column is the row sum minus the diagonals (one read
+    pass, no masked copy)."""
+    n = pairs.shape[-1]
+    out = pairs.new_zeros(*pairs.shape[:-1], clip + 1)
+    for d in range(min(clip, n)):
+        out[..., d:, clip - d] = pairs.diagonal(-d, -2, -1)
+    out[..., 0] = pairs.sum(-1) - out[..., 1:].sum(-1)
+    return out
+
+
+class _SpreadClipped(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, table: Tensor, clip: int) -> Tensor:
+        ctx.clip = clip
+        return _spread(table, clip)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):     # zero at hidden pairs: the attention masks them
+        return _collect(grad, ctx.clip), None
+
+
+class _CollectClipped(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, pairs: Tensor, clip: int) -> Tensor:
+        ctx.clip = clip
+        return _collect(pairs, clip)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return _spread(grad, ctx.clip), None
+
+
+def spread_clipped(table: Tensor, clip: int) -> Tensor:
+    """A causal square block's pair term from its clipped-distance table (module comment):
+    (..., L, K + 1) -> (..., L, L), zero at hidden pairs. Differentiable."""
+    return _SpreadClipped.apply(table, clip)
+
+
+def collect_clipped(pairs: Tensor, clip: int) -> Tensor:
+    """The pairs of a causal square block summed per clipped distance: (..., L, L), zero at
+    hidden pairs j > i (attention weights; gradients of a masked bias), -> (..., L, K + 1).
+    Differentiable (hidden pairs get no gradient)."""
+    return _CollectClipped.apply(pairs, clip)

@@ -7,7 +7,10 @@ of the head width, shared by the heads of a layer:
 
 The key term is gathered from the small table q A^K^T (B, H, Lq, 2K+1); the value term sums the
 attention weights of each clipped distance (B, H, Lq, 2K+1) before multiplying by A^V, so no
-(Lq, Lk, d) tensor of embeddings is built. The value term needs the weights, hence the eager
+(Lq, Lk, d) tensor of embeddings is built. In causal training (one block of consecutive
+positions) distances below K are diagonals of the pair matrix and the rest share one column,
+so both run as a masked pass plus K diagonal copies (relative_shift.py) instead of a gather
+and a scatter-add over every pair. The value term needs the weights, hence the eager
 backend; ``relative_values=False`` keeps only the key term (HF BERT's "relative_key"), which
 is a score_mod every backend computes.
 
@@ -23,6 +26,7 @@ from torch import Tensor, nn
 
 from .base import (PositionalEncoding, ScoreMod, register, require_choice, require_float_in,
                    require_positive_int)
+from .relative_shift import collect_clipped, pair_layout, spread_clipped
 from .sinusoidal import sinusoidal_at
 
 #: backends that compute the key term alone exactly
@@ -87,6 +91,9 @@ class ShawEncoding(PositionalEncoding):
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                    causal: bool = False) -> Tensor:
         table = self.key_scores(q)                                     # (B, H, Lq, 2K+1)
+        if pair_layout(q_pos, k_pos, causal).kind == "causal":        # j <= i: columns <= K
+            return spread_clipped(table[..., :self.max_relative_position + 1],
+                                  self.max_relative_position)
         index = self.clipped_index(q_pos, k_pos)                       # (Lq, Lk)
         return table.gather(-1, index.expand(*table.shape[:2], *index.shape))
 
@@ -101,10 +108,15 @@ class ShawEncoding(PositionalEncoding):
 
         return add_key_term
 
-    def value_term(self, weights: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+    def value_term(self, weights: Tensor, q_pos: Tensor, k_pos: Tensor,
+                   causal: bool = False) -> Tensor | None:
         if not self.relative_values:
             return None
         table = self.key_table if self.value_table is None else self.value_table
+        clip = self.max_relative_position
+        if pair_layout(q_pos, k_pos, causal).kind == "causal":
+            per_distance = collect_clipped(weights, clip)             # (B, H, L, K+1)
+            return per_distance @ table[:clip + 1].to(weights.dtype)  # (B, H, L, D)
         index = self.clipped_index(q_pos, k_pos).expand_as(weights)    # (B, H, Lq, Lk)
         per_distance = weights.new_zeros(*weights.shape[:3], table.shape[0])
         per_distance = per_distance.scatter_add(-1, index, weights)    # (B, H, Lq, 2K+1)
