@@ -79,6 +79,25 @@ def test_large_threaded_streaming_call(native, layout, dtype):
     assert_close(fast, plain_rotary(x, cos, sin, layout), **EXACT)
 
 
+@pytest.mark.parametrize("openmp", [True, False], ids=["openmp", "pthreads"])
+def test_both_threading_builds_agree(native, openmp, monkeypatch):
+    """The kernel runs its threads on torch's OpenMP runtime where torch uses libgomp, and
+    on threads of its own otherwise; both builds give the reference's numbers."""
+    import shutil
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    flags = rk._compiler_flags() + (["-fopenmp"] if openmp else [])
+    try:
+        lib = rk._compile_and_load(compiler, flags)
+    except RuntimeError as err:
+        pytest.skip(f"this compiler cannot build it: {err}")
+    monkeypatch.setitem(rk._state, "lib", lib)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    x = model_like(4, 4, 1024, 64)
+    cos, sin = angles(1024, 64)
+    assert_close(rk.apply_rotary(x, cos, sin, "half"), plain_rotary(x, cos, sin, "half"),
+                 **EXACT)
+
+
 @pytest.mark.parametrize("layout", rk.LAYOUTS)
 def test_reference_rotates_like_complex_numbers(layout):
     """The formula itself, against float64 complex multiplication."""

@@ -12,7 +12,9 @@ Two implementations give bit-identical results:
 - a small C kernel (compiled once with the system C compiler, cached under
   ``$POSENC_CACHE_DIR`` or ``~/.cache/posenc``, loaded with ctypes) for CPU fp32/bf16: one
   pass over the input, one over the output (streaming stores for large outputs), any strides
-  with a unit last stride, all intra-op threads. A plain copy of q and k makes the same two
+  with a unit last stride, all intra-op threads (torch's own OpenMP workers where torch runs
+  on libgomp: threads of its own would compete with them, still spinning after the previous
+  op, for the cores; POSIX threads otherwise). A plain copy of q and k makes the same two
   passes, so this is the memory floor (see BENCHMARKS.md). Gradients go through an autograd
   function whose backward is the inverse rotation (the same kernel with ``-sin``).
 
@@ -275,6 +277,17 @@ int posenc_rotary(const void *x, void *out, const float *cos, const float *sin,
   job_t job = {(const char *)x, (char *)out, cos, sin, {size[0], size[1], size[2], size[3]},
                {stride[0], stride[1], stride[2], stride[3]}, dim, rot, ldim, bf16 != 0,
                interleaved != 0, stream != 0, !dense, rows, chunk, 0};
+#ifdef _OPENMP
+  /* torch's own OpenMP runtime (same soname, already loaded): its worker threads, still
+     spinning after the previous torch op, take the chunks; threads of our own would compete
+     with them for the cores */
+  if (n_threads > 1) {
+#pragma omp parallel num_threads(n_threads)
+    run_job(&job);
+  } else {
+    run_job(&job);
+  }
+#else
   pthread_t tids[256];
   int started[256];
   for (int t = 1; t < n_threads; t++)
@@ -282,6 +295,7 @@ int posenc_rotary(const void *x, void *out, const float *cos, const float *sin,
   run_job(&job);                    /* a thread that failed to start leaves its share here */
   for (int t = 1; t < n_threads; t++)
     if (started[t]) pthread_join(tids[t], NULL);
+#endif
   return 0;
 }
 """
@@ -396,6 +410,25 @@ def _build_and_load():
     if not compiler:
         raise RuntimeError("no C compiler found (set CC)")
     flags = _compiler_flags()
+    if _openmp_runtime_loaded():
+        try:
+            return _compile_and_load(compiler, [*flags, "-fopenmp"])
+        except RuntimeError:
+            pass                           # no OpenMP support in this compiler: pthreads
+    return _compile_and_load(compiler, flags)
+
+
+def _openmp_runtime_loaded() -> bool:
+    """Whether torch runs its intra-op threads on GNU OpenMP (libgomp.so.1) in this process:
+    a kernel built with -fopenmp then binds to that same runtime and its threads."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return any(line.rstrip().endswith("/libgomp.so.1") for line in maps)
+    except OSError:
+        return False
+
+
+def _compile_and_load(compiler: str, flags: list[str]):
     key = hashlib.sha256("\0".join([_KERNEL_SOURCE, compiler, *flags,
                                     platform.machine()]).encode()).hexdigest()[:16]
     target = _cache_dir() / f"rotary_{key}.so"
