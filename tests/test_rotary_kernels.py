@@ -83,8 +83,7 @@ def test_large_threaded_streaming_call(native, layout, dtype):
 def test_both_threading_builds_agree(native, openmp, monkeypatch):
     """The kernel runs its threads on torch's OpenMP runtime where torch uses libgomp, and
     on threads of its own otherwise; both builds give the reference's numbers."""
-    import shutil
-    compiler = shutil.which("cc") or shutil.which("gcc")
+    compiler = rk.native_build.find_compiler()
     flags = rk._compiler_flags() + (["-fopenmp"] if openmp else [])
     try:
         lib = rk._compile_and_load(compiler, flags)

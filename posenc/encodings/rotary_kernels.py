@@ -24,17 +24,14 @@ Set ``POSENC_NATIVE_KERNELS=0`` to force the reference path.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import platform
-import shutil
 import subprocess
-import tempfile
 import threading
-from pathlib import Path
 
 import torch
 from torch import Tensor
+
+from . import native_build
 
 LAYOUTS = ("half", "interleaved")
 #: outputs at least this large are written with streaming (cache-bypassing) stores
@@ -384,66 +381,24 @@ def _load():
 
 
 def _compiler_flags() -> list[str]:
-    flags = ["-O3", "-shared", "-fPIC", "-pthread", "-std=c99", "-ffp-contract=off"]
-    if platform.machine().lower() in ("x86_64", "amd64") and \
-            torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
-        flags.append("-mavx2")
-    return flags
+    return native_build.compiler_flags()
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("POSENC_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "posenc")
-    path = Path(root)
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if os.access(path, os.W_OK):
-            return path
-    except OSError:
-        pass
-    return Path(tempfile.mkdtemp(prefix="posenc-"))                  # private to this process
+def _compile_and_load(compiler: str, flags: list[str]):
+    """Build (or reuse) the kernel with these flags and declare its signature."""
+    lib = native_build.compile_and_load(_KERNEL_SOURCE, "rotary", compiler, flags)
+    fn = lib.posenc_rotary
+    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 11 + [ctypes.c_int] * 4
+    fn.restype = ctypes.c_int
+    return lib
 
 
 def _build_and_load():
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not compiler:
-        raise RuntimeError("no C compiler found (set CC)")
+    compiler = native_build.find_compiler()
     flags = _compiler_flags()
-    if _openmp_runtime_loaded():
+    if native_build.openmp_runtime_loaded():
         try:
             return _compile_and_load(compiler, [*flags, "-fopenmp"])
         except RuntimeError:
             pass                           # no OpenMP support in this compiler: pthreads
     return _compile_and_load(compiler, flags)
-
-
-def _openmp_runtime_loaded() -> bool:
-    """Whether torch runs its intra-op threads on GNU OpenMP (libgomp.so.1) in this process:
-    a kernel built with -fopenmp then binds to that same runtime and its threads."""
-    try:
-        with open("/proc/self/maps") as maps:
-            return any(line.rstrip().endswith("/libgomp.so.1") for line in maps)
-    except OSError:
-        return False
-
-
-def _compile_and_load(compiler: str, flags: list[str]):
-    key = hashlib.sha256("\0".join([_KERNEL_SOURCE, compiler, *flags,
-                                    platform.machine()]).encode()).hexdigest()[:16]
-    target = _cache_dir() / f"rotary_{key}.so"
-    if not target.exists():
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            source = Path(tmp) / "rotary.c"
-            source.write_text(_KERNEL_SOURCE)
-            built = Path(tmp) / target.name
-            proc = subprocess.run([compiler, *flags, str(source), "-o", str(built)],
-                                  capture_output=True, text=True, timeout=120, check=False)
-            if proc.returncode != 0:
-                raise RuntimeError(f"{compiler} failed: {proc.stderr.strip()[-500:]}")
-            os.replace(built, target)                                # atomic
-    lib = ctypes.CDLL(str(target))
-    fn = lib.posenc_rotary
-    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 11 + [ctypes.c_int] * 4
-    fn.restype = ctypes.c_int
-    return lib
