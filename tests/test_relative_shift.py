@@ -140,3 +140,29 @@ def test_shaw_causal_key_term_past_the_clip():
     seen = pos[None, :] <= pos[:, None]
     assert_close(pe.score_bias(q, q, pos, pos, True)[..., seen],
                  pe.score_bias(q, q, pos, pos, False)[..., seen])
+
+
+def test_causal_layout_reads_views_with_a_storage_offset():
+    """Tables and gradients that are views into larger buffers are read where they live."""
+    pos = torch.arange(6)
+    layout = pair_layout(pos, pos, True)
+    gen = torch.Generator().manual_seed(5)
+    big = torch.randn(3, 2, 6, 6, generator=gen, requires_grad=True)
+    table = big[1:]                                                  # storage offset 72
+    for read in (layout.query_rows, layout.key_rows):
+        want_table = table.detach().clone().requires_grad_()
+        seen = pos[None, :] <= pos[:, None]
+        grad_buffer = torch.randn(3, 2, 6, 6, generator=gen) * seen
+        grad = grad_buffer[1:]                                       # a view, offset too
+        got = torch.autograd.grad(read(table), big, grad)[0][1:]
+        want = torch.autograd.grad(read(want_table), want_table, grad.contiguous())[0]
+        assert_close(read(table)[..., seen], read(want_table)[..., seen])
+        assert_close(got, want)
+    # the backward functions themselves, handed an offset view directly
+    from types import SimpleNamespace
+
+    from posenc.encodings.relative_shift import _CausalKeyRows, _CausalQueryRows
+    buffer = torch.randn(3, 2, 6, 6, generator=gen) * seen
+    for fn in (_CausalQueryRows, _CausalKeyRows):
+        ctx = SimpleNamespace(shape=(2, 2, 6, 6))
+        assert_close(fn.backward(ctx, buffer[1:]), fn.backward(ctx, buffer[1:].clone()))

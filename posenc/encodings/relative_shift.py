@@ -66,7 +66,8 @@ def _matrices(x: Tensor) -> tuple[Tensor, int, int]:
 def _pair_columns(n: int, device: torch.device, query_rows: bool) -> Tensor:
     """(L, L) float, 1 where column c of table row r belongs to a visible pair, else 0."""
     r = torch.arange(n, device=device)
-    keep = r[None, :] >= (n - 1 - r)[:, None] if query_rows else r[None, :] <= (n - 1 - r)[:, None]
+    first = (n - 1 - r)[:, None]
+    keep = r[None, :] >= first if query_rows else r[None, :] <= first
     return keep.float()
 
 
@@ -78,7 +79,8 @@ class _CausalQueryRows(torch.autograd.Function):
     def forward(ctx, table: Tensor) -> Tensor:
         flat, m, n = _matrices(table)
         ctx.shape = table.shape
-        return flat.as_strided((m, n, n), (n * n, n - 1, 1), n - 1).view(table.shape)
+        return flat.as_strided((m, n, n), (n * n, n - 1, 1),
+                               flat.storage_offset() + n - 1).view(table.shape)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tensor:
@@ -86,11 +88,11 @@ class _CausalQueryRows(torch.autograd.Function):
         # grad_table[i, c] = grad[i, c + i - (L - 1)]: rows L + 1 apart in the gradient; the
         # columns c < L - 1 - i have no pair (zeroed). Row 0 would start before the storage,
         # and has a single pair (c = L - 1, j = 0).
-        out = g.new_zeros(m, n, n) if n == 1 else g.new_empty(m, n, n)
+        out = g.new_empty(m, n, n)
         out[:, 0].zero_()
         out[:, 0, n - 1] = g[:, 0, 0]
         if n > 1:
-            rows = g.as_strided((m, n - 1, n), (n * n, n + 1, 1), 2)
+            rows = g.as_strided((m, n - 1, n), (n * n, n + 1, 1), g.storage_offset() + 2)
             torch.mul(rows, _pair_columns(n, g.device, True)[1:].to(g.dtype), out=out[:, 1:])
         return out.view(ctx.shape)
 
@@ -103,7 +105,8 @@ class _CausalKeyRows(torch.autograd.Function):
     def forward(ctx, table: Tensor) -> Tensor:
         flat, m, n = _matrices(table)
         ctx.shape = table.shape
-        by_key = flat.as_strided((m, n, n), (n * n, n - 1, 1), 0)    # [j, i] = table[j, i - j]
+        by_key = flat.as_strided((m, n, n), (n * n, n - 1, 1),      # [j, i] = table[j, i - j]
+                                 flat.storage_offset())
         return by_key.transpose(1, 2).view(*table.shape[:-2], n, n)
 
     @staticmethod
@@ -116,7 +119,7 @@ class _CausalKeyRows(torch.autograd.Function):
         keep = _pair_columns(n, g.device, False).to(g.dtype)
         inside = max(m - 2, 0)
         if inside:
-            rows = g.as_strided((inside, n, n), (n * n, n + 1, n), 0)
+            rows = g.as_strided((inside, n, n), (n * n, n + 1, n), g.storage_offset())
             torch.mul(rows, keep, out=out[:inside])
         tail = g.new_zeros(3 * n * n)
         tail[:(m - inside) * n * n].copy_(g[inside:].reshape(-1))
