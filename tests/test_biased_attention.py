@@ -44,7 +44,7 @@ def test_values_and_gradients_match_plain_attention(bias_shape, causal):
         out.backward(grad_out)
         results.append([out.detach()] + [t.grad for t in leaves])
     for got, want, what in zip(results[1], results[0], ("out", "q", "k", "v", "bias")):
-        assert_close(got, want, atol=1e-5, rtol=1e-5, msg=lambda m: f"{what}: {m}")
+        assert_close(got, want, atol=1e-5, rtol=1e-5, msg=lambda m, what=what: f"{what}: {m}")
     if causal:                                        # hidden pairs get no bias gradient
         assert results[1][4].expand(2, 3, 5, 9)[..., hidden].abs().max() == 0
 
