@@ -73,3 +73,28 @@ def test_serves_fp32_without_dropout_only():
     assert fits_biased_attention(x, x, x, 0.0)
     assert not fits_biased_attention(x, x, x, 0.1)
     assert not fits_biased_attention(x.bfloat16(), x.bfloat16(), x.bfloat16(), 0.0)
+
+
+def test_weights_returned_for_a_value_term_carry_their_gradient():
+    """out + f(weights): gradients through both outputs equal plain attention's."""
+    pos = torch.arange(7)
+    hidden = ~visible(pos, pos)
+    table = torch.randn(7, 7, 5, generator=torch.Generator().manual_seed(4))
+    grad_out = torch.randn(2, 3, 7, 5, generator=torch.Generator().manual_seed(5))
+
+    def value_term(w):                                   # any differentiable use of weights
+        return torch.einsum("bhij,ijd->bhid", w, table)
+
+    results = []
+    for fused in (False, True):
+        leaves = _leaves((2, 3, 7, 4), 7, 5, (1, 3, 7, 7), seed=6)
+        if fused:
+            out, w = biased_attention(*leaves, hidden=hidden, scale=0.4, with_weights=True)
+        else:
+            logits = (leaves[0] @ leaves[1].transpose(-2, -1)) * 0.4 + leaves[3]
+            w = logits.masked_fill(hidden, float("-inf")).softmax(-1)
+            out = w @ leaves[2]
+        (out + value_term(w)).backward(grad_out)
+        results.append([t.grad for t in leaves])
+    for got, want in zip(results[1], results[0]):
+        assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -166,3 +166,27 @@ def test_causal_layout_reads_views_with_a_storage_offset():
     for fn in (_CausalQueryRows, _CausalKeyRows):
         ctx = SimpleNamespace(shape=(2, 2, 6, 6))
         assert_close(fn.backward(ctx, buffer[1:]), fn.backward(ctx, buffer[1:].clone()))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_shaw_training_path_equals_plain_eager(causal):
+    """Shaw trains through the fused attention (weights handed to its value term); asking
+    for the weights forces the plain eager path: same output, same gradients."""
+    from posenc.attention import attend
+    pe = sharpen(build_encoding("shaw", n_heads=2, head_dim=8, max_relative_position=3),
+                 std=0.5)
+    pos = torch.arange(10)
+    gen = torch.Generator().manual_seed(6)
+    qkv = [torch.randn(2, 2, 10, 8, generator=gen) for _ in range(3)]
+    grad = torch.randn(2, 2, 10, 8, generator=gen)
+    results = []
+    for need_weights in (False, True):
+        leaves = [t.clone().requires_grad_() for t in qkv]
+        out = attend(*leaves, pe, pos, pos, causal=causal, backend="eager",
+                     need_weights=need_weights)[0]
+        params = list(pe.parameters())
+        results.append((out, torch.autograd.grad(out, leaves + params, grad)))
+    (fused, fused_grads), (plain, plain_grads) = results
+    assert_close(fused, plain, atol=1e-5, rtol=1e-5)
+    for g, w in zip(fused_grads, plain_grads):
+        assert_close(g, w, atol=1e-5, rtol=1e-5)

@@ -7,6 +7,8 @@
 - ``flex``: FlexAttention with the encoding's ``score_mod``; never builds the (H, n, n) bias.
   On CPU (torch 2.13) it runs compiled and forward-only, so it serves evaluation at length.
 - ``eager``: explicit softmax; supports every hook (value terms) and returns the weights.
+  Value-term encodings that train (fp32, no dropout) run the same fused attention, which
+  also hands out the weights.
 
 Masks are built from positions (a key is visible if ``k_pos <= q_pos``), so caches and offsets
 need no special cases.
@@ -201,6 +203,14 @@ def _flex(q, k, v, pe, q_pos, k_pos, causal):
 def _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights):
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     addend = pe.score_bias(q, k, q_pos, k_pos, causal)            # (B|1, H, Lq, Lk) or None
+    if not need_weights and pe.overrides("value_term") and fits_biased_attention(
+            q, k, v, dropout) and _needs_grad(q, k, v, *pe.parameters()):
+        bias = addend if addend is not None else q.new_zeros(())
+        hidden = ~visible(q_pos, k_pos) if causal else None
+        out, weights = biased_attention(q, k, v, bias, hidden=hidden, scale=pe.sm_scale(),
+                                        with_weights=True)
+        extra = pe.value_term(weights, q_pos, k_pos, causal)
+        return (out if extra is None else out + extra), None
     if addend is not None:
         addend = addend.float()
     if causal:           # an additive -inf mask: no masked_fill forward, nothing backward
