@@ -6,9 +6,9 @@ these hooks; each default does nothing:
 =================  ===============================================  =========================
 hook               called with                                      returns
 =================  ===============================================  =========================
-``embed``          x (B, T, C), pos (T,), ids, state               x with positions mixed in
-``transform_qk``   q (B, H, Lq, D), k (B, H, Lk, D), q_pos, k_pos    (q, k)
-``score_bias``     q, k, q_pos (Lq,), k_pos (Lk,), causal            (B|1, H, Lq, Lk) logits term
+``embed``          x (B, T, C), pos (T,), ids, state                x with positions mixed in
+``transform_qk``   q (B, H, Lq, D), k (B, H, Lk, D), q_pos, k_pos   (q, k)
+``score_bias``     q, k, q_pos (Lq,), k_pos (Lk,), causal           (B|1, H, Lq, Lk) logits term
 ``score_mod``      q, k, q_pos, k_pos, causal                       FlexAttention score_mod
 ``value_term``     weights (B, H, Lq, Lk), q_pos, k_pos, causal     (B, H, Lq, D) added to out
 ``attn_scale``     q_pos (Lq,), k_pos (Lk,), causal                 (Lq,) logit multiplier
