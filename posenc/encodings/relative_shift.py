@@ -210,36 +210,27 @@ def _collect(pairs: Tensor, clip: int) -> Tensor:
     return out
 
 
-class _SpreadClipped(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, table: Tensor, clip: int) -> Tensor:
-        ctx.clip = clip
-        return _spread(table, clip)
+class _Clipped(torch.autograd.Function):
+    """``_spread`` or ``_collect``; the backward of each is the other (adjoint maps)."""
 
     @staticmethod
-    def backward(ctx, grad: Tensor):     # zero at hidden pairs: the attention masks them
-        return _collect(grad, ctx.clip), None
-
-
-class _CollectClipped(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, pairs: Tensor, clip: int) -> Tensor:
-        ctx.clip = clip
-        return _collect(pairs, clip)
+    def forward(ctx, x: Tensor, clip: int, spread: bool) -> Tensor:
+        ctx.clip, ctx.spread = clip, spread
+        return (_spread if spread else _collect)(x, clip)
 
     @staticmethod
-    def backward(ctx, grad: Tensor):
-        return _spread(grad, ctx.clip), None
+    def backward(ctx, grad: Tensor):     # spread's: zero at hidden pairs (attention masks them)
+        return (_collect if ctx.spread else _spread)(grad, ctx.clip), None, None
 
 
 def spread_clipped(table: Tensor, clip: int) -> Tensor:
     """A causal square block's pair term from its clipped-distance table (module comment):
     (..., L, K + 1) -> (..., L, L), zero at hidden pairs. Differentiable."""
-    return _SpreadClipped.apply(table, clip)
+    return _Clipped.apply(table, clip, True)
 
 
 def collect_clipped(pairs: Tensor, clip: int) -> Tensor:
     """The pairs of a causal square block summed per clipped distance: (..., L, L), zero at
     hidden pairs j > i (attention weights; gradients of a masked bias), -> (..., L, K + 1).
     Differentiable (hidden pairs get no gradient)."""
-    return _CollectClipped.apply(pairs, clip)
+    return _Clipped.apply(pairs, clip, False)
