@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..encodings.base import PositionalEncoding
+from ..encodings.relative_shift import is_range
 from .biased import biased_attention, fits_biased_attention
 
 BACKENDS = ("auto", "sdpa", "flex", "eager")
@@ -156,19 +157,12 @@ def _causal_block_mask(q_pos: Tensor, k_pos: Tensor, mask_mod):
                                     seq_lengths=(q_pos.numel(), k_pos.numel()))
 
 
-def _is_range(pos: Tensor) -> bool:
-    """True if pos is p0, p0 + 1, ..., p0 + n - 1."""
-    return pos.numel() > 0 and bool(torch.equal(
-        pos, torch.arange(int(pos[0]), int(pos[0]) + pos.numel(), device=pos.device,
-                          dtype=pos.dtype)))
-
-
 def _causal_mask_mod(q_pos: Tensor, k_pos: Tensor):
     """mask_mod for k_pos <= q_pos. For position ranges (the usual case, with or without a
     cache offset) it compares indices against a 0-d offset tensor instead of gathering two
     positions per score, which is markedly cheaper inside the CPU kernel; the tensor (not a
     Python int) keeps one compiled kernel for every offset."""
-    if _is_range(q_pos) and _is_range(k_pos):
+    if is_range(q_pos) and is_range(k_pos):
         offset = q_pos[0] - k_pos[0]                                # 0-d tensor
 
         def range_mask(b, h, q_idx, kv_idx):
