@@ -84,16 +84,17 @@ class ShawEncoding(PositionalEncoding):
         k = self.max_relative_position
         return (k_pos[None, :] - q_pos[:, None]).clamp(-k, k) + k
 
-    def key_scores(self, q: Tensor) -> Tensor:
-        """q . A^K[r] / sqrt(d) for every clipped distance r: (B, H, Lq, 2K+1)."""
-        return (q @ self.key_table.to(q.dtype).t()) * self.sm_scale()
+    def key_scores(self, q: Tensor, rows: int | None = None) -> Tensor:
+        """q . A^K[r] / sqrt(d) for every clipped distance r, or the first ``rows`` of them:
+        (B, H, Lq, 2K+1 or rows)."""
+        return (q @ self.key_table[:rows].to(q.dtype).t()) * self.sm_scale()
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                    causal: bool = False) -> Tensor:
+        clip = self.max_relative_position
+        if pair_layout(q_pos, k_pos, causal).kind == "causal":        # j <= i: rows <= K
+            return spread_clipped(self.key_scores(q, clip + 1), clip)  # (B, H, L, K+1)
         table = self.key_scores(q)                                     # (B, H, Lq, 2K+1)
-        if pair_layout(q_pos, k_pos, causal).kind == "causal":        # j <= i: columns <= K
-            return spread_clipped(table[..., :self.max_relative_position + 1],
-                                  self.max_relative_position)
         index = self.clipped_index(q_pos, k_pos)                       # (Lq, Lk)
         return table.gather(-1, index.expand(*table.shape[:2], *index.shape))
 
