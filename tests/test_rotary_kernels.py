@@ -84,7 +84,7 @@ def test_both_threading_builds_agree(native, openmp, monkeypatch):
     """The kernel runs its threads on torch's OpenMP runtime where torch uses libgomp, and
     on threads of its own otherwise; both builds give the reference's numbers."""
     compiler = rk.native_build.find_compiler()
-    flags = rk._compiler_flags() + (["-fopenmp"] if openmp else [])
+    flags = rk.native_build.compiler_flags() + (["-fopenmp"] if openmp else [])
     try:
         lib = rk._compile_and_load(compiler, flags)
     except RuntimeError as err:

@@ -380,10 +380,6 @@ def _load():
     return _state.get("lib")
 
 
-def _compiler_flags() -> list[str]:
-    return native_build.compiler_flags()
-
-
 def _compile_and_load(compiler: str, flags: list[str]):
     """Build (or reuse) the kernel with these flags and declare its signature."""
     lib = native_build.compile_and_load(_KERNEL_SOURCE, "rotary", compiler, flags)
@@ -395,7 +391,7 @@ def _compile_and_load(compiler: str, flags: list[str]):
 
 def _build_and_load():
     compiler = native_build.find_compiler()
-    flags = _compiler_flags()
+    flags = native_build.compiler_flags()
     if native_build.openmp_runtime_loaded():
         try:
             return _compile_and_load(compiler, [*flags, "-fopenmp"])
