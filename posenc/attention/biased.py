@@ -46,6 +46,7 @@ class _BiasedAttention(torch.autograd.Function):
         weights = torch.softmax(logits, dim=-1, out=logits)           # (B * H, Lq, Lk)
         out = torch.bmm(weights, v3)                                  # (B * H, Lq, Dv)
         ctx.save_for_backward(q3, k3, v3, weights, out)
+        ctx.set_materialize_grads(False)   # an unused output's gradient stays None, not zeros
         ctx.scale = scale
         ctx.shapes = (q.shape, k.shape, v.shape, bias.shape)
         return out.view(b, h, lq, -1), weights.view(b, h, lq, lk)
@@ -54,6 +55,8 @@ class _BiasedAttention(torch.autograd.Function):
     def backward(ctx, grad_out: Tensor, grad_weights: Tensor | None):
         q3, k3, v3, weights, out = ctx.saved_tensors
         q_shape, k_shape, v_shape, bias_shape = ctx.shapes
+        if grad_out is None:                                          # only weights used
+            grad_out = torch.zeros_like(out)
         go = grad_out.reshape(out.shape)                              # (B * H, Lq, Dv)
         grad_q = grad_k = grad_v = grad_bias = None
         if ctx.needs_input_grad[2]:
