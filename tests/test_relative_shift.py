@@ -164,8 +164,37 @@ def test_causal_layout_reads_views_with_a_storage_offset():
     from posenc.encodings.relative_shift import _CausalKeyRows, _CausalQueryRows
     buffer = torch.randn(3, 2, 6, 6, generator=gen) * seen
     for fn in (_CausalQueryRows, _CausalKeyRows):
-        ctx = SimpleNamespace(shape=(2, 2, 6, 6))
+        ctx = SimpleNamespace(meta=torch.empty(2, 2, 6, 6, device="meta"))
         assert_close(fn.backward(ctx, buffer[1:]), fn.backward(ctx, buffer[1:].clone()))
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("causal", [True, False])
+def test_head_major_tables_read_like_contiguous_ones(batch, causal):
+    """head_table equals the per-head product, and its head-major result read through every
+    layout gives the values and gradients (into x and the heads) of a contiguous copy; the
+    gradient reaching the table is laid out head-major too."""
+    from posenc.encodings.relative_shift import head_table
+    pos = torch.arange(6)
+    layout = pair_layout(pos, pos, causal)
+    gen = torch.Generator().manual_seed(3)
+    projection = torch.randn(batch, 6, 2 * 3 * 4, generator=gen)       # (B, L, 2 H D)
+    x = projection[..., :12].view(batch, 6, 3, 4).transpose(1, 2).requires_grad_()
+    heads = torch.randn(3, len(layout.query_distances), 4, generator=gen, requires_grad=True)
+    seen = pos[None, :] <= pos[:, None] if causal else torch.ones(6, 6, dtype=torch.bool)
+    grad = torch.randn(batch, 3, 6, 6, generator=gen) * seen
+    table = head_table(x, heads)
+    assert table.transpose(0, 1).is_contiguous()                       # (H, B, L, N)
+    assert_close(table, x @ heads.transpose(-2, -1))
+    for read in (layout.query_rows, layout.key_rows):
+        got = read(head_table(x, heads))
+        want = read((x @ heads.transpose(-2, -1)).contiguous())
+        assert_close(got[..., seen], want[..., seen])
+        assert_close(torch.autograd.grad(got, (x, heads), grad),
+                     torch.autograd.grad(want, (x, heads), grad))
+        table = head_table(x, heads)
+        table.register_hook(lambda g: assert_close(g.transpose(0, 1).is_contiguous(), True))
+        read(table).backward(grad)
 
 
 @pytest.mark.parametrize("causal", [True, False])

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .pair_kernels import causal_pair_sum
+
 
 def is_range(pos: Tensor) -> bool:
     """True if pos (L,) is p0, p0 + 1, ..., p0 + L - 1."""
@@ -50,17 +52,27 @@ def sliding_window(table: Tensor, width: int, first: int, step: int) -> Tensor:
     if min(first, last) < 0 or max(first, last) + width > n:
         raise ValueError(f"window of {width} columns from {first}, step {step}, leaves the "
                          f"{n} columns of the table")
-    table = table.contiguous()
+    if table.stride()[-2:] != (n, 1):
+        table = table.contiguous()
     return table.as_strided((*table.shape[:-1], width), (*table.stride()[:-2], n + step, 1),
                             table.storage_offset() + first)
 
 
 # ------------------------------------------------------- causal, square tables
-def _matrices(x: Tensor) -> tuple[Tensor, int, int]:
-    """x (..., L, L) as contiguous (M, L, L), with M and L."""
+# The tables and gradients below are (..., L, L) with contiguous rows; their leading dims keep
+# whatever strides they have (head_table's results are laid out head-major), and each
+# gradient is laid out like its table, so the products that made the table need no copy.
+def _square(x: Tensor) -> tuple[Tensor, int]:
+    """x (..., L, L) with each matrix contiguous (copied only if it is not), and L."""
     n = x.shape[-1]
-    x = x.contiguous().view(-1, n, n)
-    return x, x.shape[0], n
+    if x.stride()[-2:] != (n, 1):
+        x = x.contiguous()
+    return x, n
+
+
+def _like(meta: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """An uninitialized tensor with the shape and (dense) layout of the meta tensor."""
+    return torch.empty_like(meta, device=device, dtype=dtype)
 
 
 def _pair_columns(n: int, device: torch.device, query_rows: bool) -> Tensor:
@@ -77,24 +89,25 @@ class _CausalQueryRows(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, table: Tensor) -> Tensor:
-        flat, m, n = _matrices(table)
-        ctx.shape = table.shape
-        return flat.as_strided((m, n, n), (n * n, n - 1, 1),
-                               flat.storage_offset() + n - 1).view(table.shape)
+        t, n = _square(table)
+        ctx.meta = torch.empty_like(t, device="meta")
+        return t.as_strided(t.shape, (*t.stride()[:-2], n - 1, 1), t.storage_offset() + n - 1)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tensor:
-        g, m, n = _matrices(grad)
+        g, n = _square(grad)
         # grad_table[i, c] = grad[i, c + i - (L - 1)]: rows L + 1 apart in the gradient; the
-        # columns c < L - 1 - i have no pair (zeroed). Row 0 would start before the storage,
+        # columns c < L - 1 - i have no pair (zeroed). Row 0 would start before its matrix,
         # and has a single pair (c = L - 1, j = 0).
-        out = g.new_empty(m, n, n)
-        out[:, 0].zero_()
-        out[:, 0, n - 1] = g[:, 0, 0]
+        out = _like(ctx.meta, g.device, g.dtype)
+        out[..., 0, :].zero_()
+        out[..., 0, n - 1] = g[..., 0, 0]
         if n > 1:
-            rows = g.as_strided((m, n - 1, n), (n * n, n + 1, 1), g.storage_offset() + 2)
-            torch.mul(rows, _pair_columns(n, g.device, True)[1:].to(g.dtype), out=out[:, 1:])
-        return out.view(ctx.shape)
+            rows = g.as_strided((*g.shape[:-2], n - 1, n), (*g.stride()[:-2], n + 1, 1),
+                                g.storage_offset() + 2)
+            torch.mul(rows, _pair_columns(n, g.device, True)[1:].to(g.dtype),
+                      out=out[..., 1:, :])
+        return out
 
 
 class _CausalKeyRows(torch.autograd.Function):
@@ -103,29 +116,45 @@ class _CausalKeyRows(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, table: Tensor) -> Tensor:
-        flat, m, n = _matrices(table)
-        ctx.shape = table.shape
-        by_key = flat.as_strided((m, n, n), (n * n, n - 1, 1),      # [j, i] = table[j, i - j]
-                                 flat.storage_offset())
-        return by_key.transpose(1, 2).view(*table.shape[:-2], n, n)
+        t, n = _square(table)
+        ctx.meta = torch.empty_like(t, device="meta")
+        by_key = t.as_strided(t.shape, (*t.stride()[:-2], n - 1, 1),   # [j, i] = table[j, i - j]
+                              t.storage_offset())
+        return by_key.transpose(-2, -1)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tensor:
-        g, m, n = _matrices(grad)
         # grad_table[j, c] = grad[j + c, j]: row step L + 1, column step L. The columns
-        # c > L - 1 - j have no pair (zeroed); their reads run up to two matrices past their
-        # own, so the last two matrices read from a copy with room after it.
-        out = g.new_empty(m, n, n)
+        # c > L - 1 - j have no pair (zeroed); their reads run into the next matrix in
+        # memory, so the matrices of the last index of the first dim read from a copy with
+        # one zero matrix after it.
+        g = grad.contiguous()
+        n = g.shape[-1]
+        lead = g.shape[:-2]
+        if not lead:
+            g, lead = g.unsqueeze(0), (1,)
+        out = _like(ctx.meta, g.device, g.dtype).view(*lead, n, n)
         keep = _pair_columns(n, g.device, False).to(g.dtype)
-        inside = max(m - 2, 0)
-        if inside:
-            rows = g.as_strided((inside, n, n), (n * n, n + 1, n), g.storage_offset())
-            torch.mul(rows, keep, out=out[:inside])
-        tail = g.new_zeros(3 * n * n)
-        tail[:(m - inside) * n * n].copy_(g[inside:].reshape(-1))
-        rows = tail.as_strided((m - inside, n, n), (n * n, n + 1, n), 0)
-        torch.mul(rows, keep, out=out[inside:])
-        return out.view(ctx.shape)
+        step = (*g.stride()[:-2], n + 1, n)
+        if lead[0] > 1:
+            rows = g.as_strided((lead[0] - 1, *lead[1:], n, n), step, g.storage_offset())
+            torch.mul(rows, keep, out=out[:-1])
+        last = g[-1:]
+        tail = g.new_zeros(last.numel() + n * n)
+        tail[:last.numel()].copy_(last.reshape(-1))
+        rows = tail.as_strided(last.shape, step, 0)
+        torch.mul(rows, keep, out=out[-1:])
+        return out.view(grad.shape)
+
+
+def head_table(x: Tensor, heads: Tensor) -> Tensor:
+    """Per head, every row of x against every row of heads: x (B, H, L, D), heads (H, N, D)
+    -> (B, H, L, N). One (B * L, D) x (D, N) product per head (no per-batch broadcast copy
+    of ``heads``); when x is the attention's view of a (B, L, H, D) projection, its rows are
+    read in place. The result is laid out head-major, (H, B, L, N) in memory."""
+    b, h, length, d = x.shape
+    rows = x.transpose(0, 1).reshape(h, b * length, d)
+    return torch.bmm(rows, heads.transpose(1, 2)).view(h, b, length, -1).transpose(0, 1)
 
 
 # ---------------------------------------------------------------- the layout
@@ -157,6 +186,15 @@ class PairLayout:
         index_t = self.index.t()
         return table.gather(-1, index_t.expand(*table.shape[:-2], *index_t.shape)
                             ).transpose(-2, -1)
+
+    def pair_sum(self, query_table: Tensor, key_table: Tensor) -> Tensor:
+        """query_rows(query_table) + key_rows(key_table): (..., Lq, Lk). For the causal layout
+        one tiled pass where the native kernel takes the tables (pair_kernels.py)."""
+        if self.kind == "causal":
+            out = causal_pair_sum(query_table, key_table)
+            if out is not None:
+                return out
+        return self.query_rows(query_table) + self.key_rows(key_table)
 
 
 def pair_layout(q_pos: Tensor, k_pos: Tensor, causal: bool = False) -> PairLayout:
