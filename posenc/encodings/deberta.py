@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from .absolute import LearnedEncoding
 from .base import PositionalEncoding, ScoreMod, register, require_float_in, require_int_at_least
-from .relative_shift import PairLayout, pair_layout
+from .relative_shift import PairLayout, head_table, pair_layout
 
 TERMS = ("c2p", "p2c")
 LAYER_NORM_EPS = 1e-7           # DeBERTa-v2's layer_norm_eps
@@ -133,31 +133,40 @@ class DeBERTaEncoding(PositionalEncoding):
         rel = torch.arange(lo, int(q_pos.max()) - int(k_pos.min()) + 1, device=q_pos.device)
         return self.distance_rows(rel), lo
 
-    def position_heads(self, proj: nn.Linear, dtype: torch.dtype,
-                       rows: Tensor | None = None) -> Tensor:
-        """Projected relative table per head, times the softmax scale: (H, R, D), R = 2 span
-        rows, or the given ``rows`` (R,) of it."""
+    def position_heads(self, dtype: torch.dtype, *rows: Tensor | None
+                       ) -> tuple[Tensor | None, ...]:
+        """Projected relative table per head, times the softmax scale, for c2p (K^r) and p2c
+        (Q^r): (H, R, D) over all 2 span rows, or per given index tensor of rows (R,) the
+        c2p heads at the first and the p2c heads at the second (None for a term not in
+        ``pos_att_type``). Only the distinct rows in use are normalized and projected
+        (both are row-wise), once for both terms."""
         rel, inverse = self.rel_embeddings, None
-        if rows is not None:         # normalize and project only the rows in use (row-wise)
-            used, inverse = torch.unique(rows, return_inverse=True)
+        if rows:
+            used, inverse = torch.unique(torch.cat(rows), return_inverse=True)
             rel = rel[used]
         if self.rel_norm is not None:
             rel = self.rel_norm(rel)
-        out = proj(rel)                                               # (rows used, H * D)
-        if inverse is not None:
-            out = out[inverse]
-        out = (out * self.sm_scale()).to(dtype)
-        return out.view(-1, self.n_heads, self.head_dim).transpose(0, 1)
+        out = []
+        for proj, index in zip((self.pos_key_proj, self.pos_query_proj),
+                               inverse.split([r.numel() for r in rows]) if rows else (None,) * 2):
+            if proj is None:
+                out.append(None)
+                continue
+            heads = proj(rel)                                         # (rows used, H * D)
+            if index is not None:
+                heads = heads[index]
+            heads = (heads * self.sm_scale()).to(dtype)
+            out.append(heads.view(-1, self.n_heads, self.head_dim).transpose(0, 1))
+        return tuple(out)
 
-    def term_tables(self, q: Tensor, k: Tensor, rows: Tensor | None = None
+    def term_tables(self, q: Tensor, k: Tensor, rows: tuple[Tensor, Tensor] | None = None
                     ) -> tuple[Tensor | None, Tensor | None]:
         """Scaled c2p table q K^r^T (B, H, Lq, R) and p2c table k Q^r^T (B, H, Lk, R) over the
-        2 span table rows or the given ``rows`` (None for a term not in ``pos_att_type``)."""
-        c2p = p2c = None
-        if self.pos_key_proj is not None:
-            c2p = q @ self.position_heads(self.pos_key_proj, q.dtype, rows).transpose(-2, -1)
-        if self.pos_query_proj is not None:
-            p2c = k @ self.position_heads(self.pos_query_proj, k.dtype, rows).transpose(-2, -1)
+        2 span table rows, or over the rows ``rows`` = (c2p rows, p2c rows) (None for a term
+        not in ``pos_att_type``)."""
+        c2p_heads, p2c_heads = self.position_heads(q.dtype, *(rows or ()))
+        c2p = head_table(q, c2p_heads) if c2p_heads is not None else None
+        p2c = head_table(k, p2c_heads) if p2c_heads is not None else None
         return c2p, p2c
 
     # -------------------------------------------------------------- hooks
@@ -188,16 +197,11 @@ class DeBERTaEncoding(PositionalEncoding):
     def _shifted_bias(self, q: Tensor, k: Tensor, layout: PairLayout) -> Tensor:
         """The bias for consecutive positions from tables over the distances of ``layout``
         (fewer than the 2 span table rows), read through strided views: no gathers."""
-        bias = 0
-        if self.pos_key_proj is not None:
-            rows = self.distance_rows(layout.query_distances)
-            heads = self.position_heads(self.pos_key_proj, q.dtype, rows)
-            bias = layout.query_rows(q @ heads.transpose(-2, -1))     # (B, H, Lq, Lk)
-        if self.pos_query_proj is not None:
-            rows = self.distance_rows(layout.key_distances)
-            heads = self.position_heads(self.pos_query_proj, k.dtype, rows)
-            bias = bias + layout.key_rows(k @ heads.transpose(-2, -1))
-        return bias                                                   # (B, H, Lq, Lk)
+        c2p, p2c = self.term_tables(q, k, (self.distance_rows(layout.query_distances),
+                                           self.distance_rows(layout.key_distances)))
+        if c2p is not None and p2c is not None:
+            return layout.pair_sum(c2p, p2c)                          # (B, H, Lq, Lk)
+        return layout.query_rows(c2p) if c2p is not None else layout.key_rows(p2c)
 
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                   causal: bool = False) -> ScoreMod:
