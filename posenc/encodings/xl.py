@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from .base import PositionalEncoding, ScoreMod, register, require_choice, require_float_in
-from .relative_shift import distance_span, pair_layout
+from .relative_shift import distance_span, head_table, pair_layout
 from .rotary_kernels import apply_rotary
 
 POSITION_TERMS = ("auto", "table", "rotary")
@@ -119,7 +119,7 @@ class TransformerXLEncoding(PositionalEncoding):
         if q_scale is not None:                                       # log-n scales q + v
             shift = shift * q_scale.to(q.dtype)[:, None]              # (H, Lq, D)
         qv = q + shift                                                # (B, H, Lq, D)
-        return qv @ heads.transpose(-2, -1)                           # (B, H, Lq, N)
+        return head_table(qv, heads)                                  # (B, H, Lq, N)
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                    causal: bool = False) -> Tensor | None:
