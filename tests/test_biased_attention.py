@@ -34,29 +34,52 @@ def _leaves(shape_q, shape_k, dv, bias_shape, seed=0):
 @pytest.mark.parametrize("bias_shape", [(2, 3, 5, 9), (1, 3, 5, 9), (3, 5, 9)])
 @pytest.mark.parametrize("causal", [True, False])
 def test_values_and_gradients_match_plain_attention(bias_shape, causal):
-    q_pos, k_pos = torch.arange(4, 9), torch.arange(9)             # queries at the end
+    _check_against_plain(torch.arange(4, 9), torch.arange(9), bias_shape, causal)
+
+
+@pytest.mark.parametrize("q_pos,k_pos,split", [
+    (torch.arange(70), torch.arange(70), True),            # causal square: half the keys
+    (torch.arange(30, 100), torch.arange(100), True),      # queries at the end: 65 of 100
+    (torch.arange(110, 180), torch.arange(180), False),    # 145 of 180: not worth a split
+], ids=("square", "offset", "no-split"))
+def test_row_blocks_match_plain_attention(q_pos, k_pos, split):
+    """Long causal blocks run as two row blocks, the first over the keys it sees only:
+    the same values and gradients, and no bias gradient at hidden pairs."""
+    from posenc.attention.biased import _row_blocks
+    lq, lk = len(q_pos), len(k_pos)
+    assert (len(_row_blocks(~visible(q_pos, k_pos), lq, lk, False)) > 1) == split
+    for bias_shape in ((2, 3, lq, lk), (1, 3, lq, lk)):
+        _check_against_plain(q_pos, k_pos, bias_shape, True)
+
+
+def _check_against_plain(q_pos, k_pos, bias_shape, causal):
+    lq, lk = len(q_pos), len(k_pos)
     hidden = ~visible(q_pos, k_pos) if causal else None
-    grad_out = torch.randn(2, 3, 5, 6, generator=torch.Generator().manual_seed(9))
+    grad_out = torch.randn(2, 3, lq, 6, generator=torch.Generator().manual_seed(9))
     results = []
     for fn in (_reference, lambda *a: biased_attention(*a[:4], hidden=a[4], scale=a[5])):
-        leaves = _leaves((2, 3, 5, 4), 9, 6, bias_shape)
+        leaves = _leaves((2, 3, lq, 4), lk, 6, bias_shape)
         out = fn(*leaves, hidden, 0.37)
         out.backward(grad_out)
         results.append([out.detach()] + [t.grad for t in leaves])
     for got, want, what in zip(results[1], results[0], ("out", "q", "k", "v", "bias")):
         assert_close(got, want, atol=1e-5, rtol=1e-5, msg=lambda m, what=what: f"{what}: {m}")
     if causal:                                        # hidden pairs get no bias gradient
-        assert results[1][4].expand(2, 3, 5, 9)[..., hidden].abs().max() == 0
+        assert results[1][4].expand(2, 3, lq, lk)[..., hidden].abs().max() == 0
 
 
-def test_hidden_bias_entries_are_never_read():
-    """Masked pairs may hold anything finite or infinite: the result does not change."""
-    pos = torch.arange(6)
+@pytest.mark.parametrize("length", [6, 80])
+def test_hidden_bias_entries_are_never_read(length):
+    """Masked pairs may hold any finite value: the result does not change (one block, and
+    row blocks)."""
+    pos = torch.arange(length)
     hidden = ~visible(pos, pos)
-    q, k, v, bias = (t.detach() for t in _leaves((1, 2, 6, 4), 6, 4, (1, 2, 6, 6)))
-    junk = bias.masked_fill(hidden, 1e30)
-    assert_close(biased_attention(q, k, v, junk, hidden=hidden, scale=0.5),
-                 biased_attention(q, k, v, bias, hidden=hidden, scale=0.5))
+    q, k, v, bias = (t.detach() for t in _leaves((1, 2, length, 4), length, 4,
+                                                 (1, 2, length, length)))
+    for junk in (1e30, -1e30):
+        assert_close(biased_attention(q, k, v, bias.masked_fill(hidden, junk), hidden=hidden,
+                                      scale=0.5),
+                     biased_attention(q, k, v, bias, hidden=hidden, scale=0.5))
 
 
 def test_matches_sdpa_with_a_float_mask():

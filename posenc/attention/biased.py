@@ -18,6 +18,12 @@ with rowsum(P * dO V^T) = rowsum(dO * O). The eager backend uses it for value-te
 Masked pairs have P = 0, so their dS (the bias gradient) is exactly 0: entries of the bias at
 masked pairs are never read for the result and get no gradient. fp32 only, no dropout (the
 attention backends use their plain paths otherwise).
+
+Causal masks hide a whole block: when the first half of the queries sees only the first
+``keys`` keys (a causal square block: keys = Lq / 2), those rows attend over that many keys
+only and the second half over all, as two separate products, softmaxes and backward passes.
+That skips a quarter of the logits and of every (B, H, Lq, Lk) product, as a causal
+flash kernel skips its masked tiles (not when the weights are handed out).
 """
 
 from __future__ import annotations
@@ -25,56 +31,106 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+#: fewest query rows for which the masked block is skipped
+SPLIT_MIN_ROWS = 64
+
+
+def _row_blocks(hidden: Tensor | None, lq: int, lk: int, whole: bool
+                ) -> list[tuple[int, int, int]]:
+    """[(first row, end row, keys)]: the rows of each block attend over the first ``keys``
+    keys only. Two blocks where the first half of the rows sees at most 3/4 of the keys."""
+    full = [(0, lq, lk)]
+    if whole or hidden is None or lq < SPLIT_MIN_ROWS:
+        return full
+    half = lq // 2
+    seen = (~hidden[:half]).any(dim=0).nonzero()
+    if not seen.numel():                     # rows that see nothing keep the plain path
+        return full
+    keys = int(seen[-1]) + 1
+    return [(0, half, keys), (half, lq, lk)] if 4 * keys <= 3 * lk else full
+
 
 class _BiasedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, bias: Tensor, hidden: Tensor | None,
-                scale: float) -> Tensor:
+                scale: float, with_weights: bool):
         b, h, lq, d = q.shape
         lk = k.shape[2]
         q3 = q.reshape(b * h, lq, d)
         k3 = k.reshape(b * h, lk, d)
         v3 = v.reshape(b * h, lk, v.shape[-1])
-        logits = torch.empty(b, h, lq, lk, dtype=q.dtype, device=q.device)
-        if hidden is None:
-            logits.copy_(bias.expand(b, h, lq, lk))
-        else:                              # bias + (0 or -inf): one pass, no masked_fill
+        full_bias = bias.expand(b, h, lq, lk)
+        mask = None
+        if hidden is not None:             # bias + (0 or -inf): one pass, no masked_fill
             mask = torch.zeros(lq, lk, dtype=q.dtype, device=q.device)
-            torch.add(bias.expand(b, h, lq, lk), mask.masked_fill_(hidden, float("-inf")),
-                      out=logits)
-        logits = logits.view(b * h, lq, lk).baddbmm_(q3, k3.transpose(1, 2), alpha=scale)
-        weights = torch.softmax(logits, dim=-1, out=logits)           # (B * H, Lq, Lk)
-        out = torch.bmm(weights, v3)                                  # (B * H, Lq, Dv)
-        ctx.save_for_backward(q3, k3, v3, weights, out)
+            mask.masked_fill_(hidden, float("-inf"))
+        blocks = _row_blocks(hidden, lq, lk, whole=with_weights)
+        out = q3.new_empty(b * h, lq, v.shape[-1])
+        weights = []
+        for r0, r1, keys in blocks:
+            logits = q.new_empty(b, h, r1 - r0, keys)
+            if mask is None:
+                logits.copy_(full_bias[:, :, r0:r1, :keys])
+            else:
+                torch.add(full_bias[:, :, r0:r1, :keys], mask[r0:r1, :keys], out=logits)
+            logits = logits.view(b * h, r1 - r0, keys).baddbmm_(
+                q3[:, r0:r1], k3[:, :keys].transpose(1, 2), alpha=scale)
+            w = torch.softmax(logits, dim=-1, out=logits)             # (B * H, rows, keys)
+            if len(blocks) == 1:
+                out = torch.bmm(w, v3)
+            else:
+                out[:, r0:r1] = torch.bmm(w, v3[:, :keys])
+            weights.append(w)
+        ctx.save_for_backward(q3, k3, v3, out, *weights)
         ctx.set_materialize_grads(False)   # an unused output's gradient stays None, not zeros
-        ctx.scale = scale
+        ctx.scale, ctx.blocks = scale, blocks
         ctx.shapes = (q.shape, k.shape, v.shape, bias.shape)
-        return out.view(b, h, lq, -1), weights.view(b, h, lq, lk)
+        out = out.view(b, h, lq, -1)
+        return (out, weights[0].view(b, h, lq, lk)) if with_weights else out
 
     @staticmethod
-    def backward(ctx, grad_out: Tensor, grad_weights: Tensor | None):
-        q3, k3, v3, weights, out = ctx.saved_tensors
+    def backward(ctx, grad_out: Tensor | None, grad_weights: Tensor | None = None):
+        q3, k3, v3, out, *weights = ctx.saved_tensors
         q_shape, k_shape, v_shape, bias_shape = ctx.shapes
+        blocks = ctx.blocks
         if grad_out is None:                                          # only weights used
             grad_out = torch.zeros_like(out)
         go = grad_out.reshape(out.shape)                              # (B * H, Lq, Dv)
-        grad_q = grad_k = grad_v = grad_bias = None
-        if ctx.needs_input_grad[2]:
-            grad_v = torch.bmm(weights.transpose(1, 2), go).view(v_shape)
-        grad_s = torch.bmm(go, v3.transpose(1, 2))                    # dP (B * H, Lq, Lk)
         row = (go * out).sum(dim=-1, keepdim=True)                    # sum_j P dP, from dO
-        if grad_weights is not None:                                  # weights used outside
-            grad_w = grad_weights.reshape(weights.shape)
-            grad_s.add_(grad_w)
-            row = row + (grad_w * weights).sum(dim=-1, keepdim=True)
-        grad_s.sub_(row).mul_(weights)                                # dS
-        if ctx.needs_input_grad[0]:
-            grad_q = torch.bmm(grad_s, k3).mul_(ctx.scale).view(q_shape)
-        if ctx.needs_input_grad[1]:
-            grad_k = torch.bmm(grad_s.transpose(1, 2), q3).mul_(ctx.scale).view(k_shape)
-        if ctx.needs_input_grad[3]:
-            grad_bias = grad_s.view(*q_shape[:3], k_shape[2]).sum_to_size(bias_shape)
-        return grad_q, grad_k, grad_v, grad_bias, None, None
+        lq, lk = q_shape[2], k_shape[2]
+        need_q, need_k, need_v, need_bias = ctx.needs_input_grad[:4]
+        split = len(blocks) > 1
+        grad_s = q3.new_empty(q3.shape[0], lq, lk) if split and need_bias else None
+        if split:
+            grad_q, grad_k, grad_v = (torch.empty_like(q3), torch.zeros_like(k3),
+                                      torch.zeros_like(v3))
+        for (r0, r1, keys), w in zip(blocks, weights):
+            g = go[:, r0:r1]
+            ds = torch.bmm(g, v3[:, :keys].transpose(1, 2))           # dP (B * H, rows, keys)
+            r = row[:, r0:r1]
+            if grad_weights is not None:                              # weights used outside
+                grad_w = grad_weights.reshape(w.shape)
+                ds.add_(grad_w)
+                r = r + (grad_w * w).sum(dim=-1, keepdim=True)
+            ds.sub_(r).mul_(w)                                        # dS
+            if not split:
+                grad_v = torch.bmm(w.transpose(1, 2), go) if need_v else None
+                grad_q = torch.bmm(ds, k3) if need_q else None
+                grad_k = torch.bmm(ds.transpose(1, 2), q3) if need_k else None
+                grad_s = ds
+                continue
+            grad_v[:, :keys].baddbmm_(w.transpose(1, 2), g)
+            grad_q[:, r0:r1] = torch.bmm(ds, k3[:, :keys])
+            grad_k[:, :keys].baddbmm_(ds.transpose(1, 2), q3[:, r0:r1])
+            if grad_s is not None:
+                grad_s[:, r0:r1, :keys] = ds
+                grad_s[:, r0:r1, keys:] = 0
+        grad_q = grad_q.mul_(ctx.scale).view(q_shape) if need_q else None
+        grad_k = grad_k.mul_(ctx.scale).view(k_shape) if need_k else None
+        grad_v = grad_v.view(v_shape) if need_v else None
+        grad_bias = grad_s.view(*q_shape[:3], lk).sum_to_size(bias_shape) if need_bias \
+            else None
+        return grad_q, grad_k, grad_v, grad_bias, None, None, None
 
 
 def biased_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, *,
@@ -88,8 +144,7 @@ def biased_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, *,
     value term computed from them; differentiable in q, k, v and bias, through both outputs.
     The weights are the buffer the backward keeps: read them, never modify them in place.
     """
-    out, weights = _BiasedAttention.apply(q, k, v, bias, hidden, scale)
-    return (out, weights) if with_weights else out
+    return _BiasedAttention.apply(q, k, v, bias, hidden, scale, with_weights)
 
 
 def fits_biased_attention(q: Tensor, k: Tensor, v: Tensor, dropout: float) -> bool:
