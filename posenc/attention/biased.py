@@ -101,10 +101,11 @@ class _BiasedAttention(torch.autograd.Function):
         need_q, need_k, need_v, need_bias = ctx.needs_input_grad[:4]
         split = len(blocks) > 1
         grad_s = q3.new_empty(q3.shape[0], lq, lk) if split and need_bias else None
-        if split:
-            grad_q, grad_k, grad_v = (torch.empty_like(q3), torch.zeros_like(k3),
-                                      torch.zeros_like(v3))
-        for (r0, r1, keys), w in zip(blocks, weights):
+        grad_q = torch.empty_like(q3) if split and need_q else None
+        grad_k = grad_v = None
+        # the last block sees every key: its products allocate the key-side gradients, the
+        # first block's (over fewer keys) are added to their first rows
+        for (r0, r1, keys), w in reversed(list(zip(blocks, weights))):
             g = go[:, r0:r1]
             ds = torch.bmm(g, v3[:, :keys].transpose(1, 2))           # dP (B * H, rows, keys)
             r = row[:, r0:r1]
@@ -113,16 +114,27 @@ class _BiasedAttention(torch.autograd.Function):
                 ds.add_(grad_w)
                 r = r + (grad_w * w).sum(dim=-1, keepdim=True)
             ds.sub_(r).mul_(w)                                        # dS
+            if need_v:
+                part = torch.bmm(w.transpose(1, 2), g)                # (B * H, keys, Dv)
+                if grad_v is None:
+                    grad_v = part
+                else:
+                    grad_v[:, :keys] += part
+            if need_k:
+                part = torch.bmm(ds.transpose(1, 2), q3[:, r0:r1])    # (B * H, keys, D)
+                if grad_k is None:
+                    grad_k = part
+                else:
+                    grad_k[:, :keys] += part
+            if need_q:
+                part = torch.bmm(ds, k3[:, :keys])                    # (B * H, rows, D)
+                if split:
+                    grad_q[:, r0:r1] = part
+                else:
+                    grad_q = part
             if not split:
-                grad_v = torch.bmm(w.transpose(1, 2), go) if need_v else None
-                grad_q = torch.bmm(ds, k3) if need_q else None
-                grad_k = torch.bmm(ds.transpose(1, 2), q3) if need_k else None
                 grad_s = ds
-                continue
-            grad_v[:, :keys].baddbmm_(w.transpose(1, 2), g)
-            grad_q[:, r0:r1] = torch.bmm(ds, k3[:, :keys])
-            grad_k[:, :keys].baddbmm_(ds.transpose(1, 2), q3[:, r0:r1])
-            if grad_s is not None:
+            elif grad_s is not None:
                 grad_s[:, r0:r1, :keys] = ds
                 grad_s[:, r0:r1, keys:] = 0
         grad_q = grad_q.mul_(ctx.scale).view(q_shape) if need_q else None
