@@ -14,6 +14,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import torch
@@ -81,3 +82,39 @@ def compile_and_load(source: str, name: str, compiler: str, flags: list[str]) ->
                 raise RuntimeError(f"{compiler} failed: {proc.stderr.strip()[-500:]}")
             os.replace(built, target)                                # atomic
     return ctypes.CDLL(str(target))
+
+
+def native_enabled() -> bool:
+    """False when ``POSENC_NATIVE_KERNELS=0`` asks for the reference paths."""
+    return os.environ.get("POSENC_NATIVE_KERNELS", "1") != "0"
+
+
+class LazyKernel:
+    """A native library built on first use by ``build`` (a callable returning the loaded
+    library, raising OSError/RuntimeError/SubprocessError if it cannot), at most once per
+    process and thread-safely. ``state`` holds "lib", or "error": why there is none."""
+
+    def __init__(self, what: str, build) -> None:
+        self.what, self.build = what, build
+        self.lock = threading.Lock()
+        self.state: dict[str, object] = {}
+
+    def load(self):
+        """The loaded library, or None (the reason is kept in ``state``)."""
+        if "lib" in self.state or "error" in self.state:
+            return self.state.get("lib")
+        with self.lock:
+            if "lib" not in self.state and "error" not in self.state:
+                try:
+                    self.state["lib"] = self.build()
+                except (OSError, RuntimeError, subprocess.SubprocessError) as err:
+                    self.state["error"] = f"native {self.what} kernel unavailable: {err}"
+        return self.state.get("lib")
+
+    def status(self) -> str:
+        """"ready", "disabled" (POSENC_NATIVE_KERNELS=0) or why the kernel is unavailable.
+        Builds the kernel on first use."""
+        if not native_enabled():
+            return "disabled"
+        self.load()
+        return "ready" if "lib" in self.state else str(self.state["error"])

@@ -23,9 +23,6 @@ where that is not possible, or for other dtypes, devices, shapes, tracing, vmap 
 from __future__ import annotations
 
 import ctypes
-import os
-import subprocess
-import threading
 
 import torch
 from torch import Tensor
@@ -153,18 +150,13 @@ int posenc_causal_pair(int backward, const float *x, float *y, float *z, int64_t
 }
 """
 
-_lock = threading.Lock()
-_state: dict[str, object] = {}      # "lib": the loaded kernel, or "error": why there is none
 _is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
 def native_pair_status() -> str:
     """"ready", "disabled" (POSENC_NATIVE_KERNELS=0) or why the kernel is unavailable.
     Builds the kernel on first use."""
-    if os.environ.get("POSENC_NATIVE_KERNELS", "1") == "0":
-        return "disabled"
-    _load()
-    return "ready" if "lib" in _state else str(_state["error"])
+    return _KERNEL.status()
 
 
 def _eligible(*tables: Tensor) -> bool:
@@ -178,15 +170,15 @@ def _eligible(*tables: Tensor) -> bool:
             return False
     if torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.jit.is_scripting():
         return False
-    if os.environ.get("POSENC_NATIVE_KERNELS", "1") == "0":
+    if not native_build.native_enabled():
         return False
-    return _load() is not None
+    return _KERNEL.load() is not None
 
 
 def _run(backward: bool, x: Tensor, y: Tensor, z: Tensor) -> None:
     s0, s1, n = x.shape[0], x.shape[1], x.shape[-1]
     threads = max(1, min(torch.get_num_threads(), s0 * s1))
-    code = _state["lib"].posenc_causal_pair(
+    code = _KERNEL.state["lib"].posenc_causal_pair(
         int(backward), x.data_ptr(), y.data_ptr(), z.data_ptr(), s0, s1, n,
         *x.stride()[:2], *y.stride()[:2], *z.stride()[:2], threads)
     if code != 0:
@@ -220,23 +212,16 @@ def causal_pair_sum(query_table: Tensor, key_table: Tensor) -> Tensor | None:
     return _CausalPairSum.apply(query_table, key_table)
 
 
-def _load():
-    """The loaded kernel library, or None (the reason is kept in ``_state``)."""
-    if "lib" in _state or "error" in _state:
-        return _state.get("lib")
-    with _lock:
-        if "lib" not in _state and "error" not in _state:
-            try:
-                if not native_build.openmp_runtime_loaded():
-                    raise RuntimeError("torch does not run on GNU OpenMP in this process")
-                lib = native_build.compile_and_load(
-                    _KERNEL_SOURCE, "causal_pair", native_build.find_compiler(),
-                    [*native_build.compiler_flags(), "-fopenmp"])
-                fn = lib.posenc_causal_pair
-                fn.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 3 + \
-                    [ctypes.c_int64] * 9 + [ctypes.c_int]
-                fn.restype = ctypes.c_int
-                _state["lib"] = lib
-            except (OSError, RuntimeError, subprocess.SubprocessError) as err:
-                _state["error"] = f"native pair kernel unavailable: {err}"
-    return _state.get("lib")
+def _build():
+    if not native_build.openmp_runtime_loaded():
+        raise RuntimeError("torch does not run on GNU OpenMP in this process")
+    lib = native_build.compile_and_load(_KERNEL_SOURCE, "causal_pair",
+                                        native_build.find_compiler(),
+                                        [*native_build.compiler_flags(), "-fopenmp"])
+    fn = lib.posenc_causal_pair
+    fn.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 9 + [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return lib
+
+
+_KERNEL = native_build.LazyKernel("pair", _build)

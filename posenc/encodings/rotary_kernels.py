@@ -24,9 +24,6 @@ Set ``POSENC_NATIVE_KERNELS=0`` to force the reference path.
 from __future__ import annotations
 
 import ctypes
-import os
-import subprocess
-import threading
 
 import torch
 from torch import Tensor
@@ -298,17 +295,12 @@ int posenc_rotary(const void *x, void *out, const float *cos, const float *sin,
 """
 
 _MAX_DIM = 1024
-_lock = threading.Lock()
-_state: dict[str, object] = {}      # "lib": the loaded kernel, or "error": why there is none
 
 
 def native_rotary_status() -> str:
     """"ready", "disabled" (POSENC_NATIVE_KERNELS=0) or why the kernel could not be built.
     Builds the kernel on first use."""
-    if os.environ.get("POSENC_NATIVE_KERNELS", "1") == "0":
-        return "disabled"
-    _load()
-    return "ready" if "lib" in _state else str(_state["error"])
+    return _KERNEL.status()
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -333,7 +325,7 @@ def _native_eligible(x: Tensor, cos: Tensor, sin: Tensor) -> bool:
         return False
     if _is_wrapped(x) or _is_wrapped(cos) or _is_wrapped(sin):
         return False                                   # vmap, torch.func.grad
-    if os.environ.get("POSENC_NATIVE_KERNELS", "1") == "0":
+    if not native_build.native_enabled():
         return False
     return _load() is not None
 
@@ -367,19 +359,6 @@ def _native_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     return out.permute(*[order.index(i) for i in range(rows)], rows)   # (..., L, D)
 
 
-def _load():
-    """The loaded kernel library, or None (the reason is kept in ``_state``)."""
-    if "lib" in _state or "error" in _state:
-        return _state.get("lib")
-    with _lock:
-        if "lib" not in _state and "error" not in _state:
-            try:
-                _state["lib"] = _build_and_load()
-            except (OSError, RuntimeError, subprocess.SubprocessError) as err:
-                _state["error"] = f"native rotary kernel unavailable: {err}"
-    return _state.get("lib")
-
-
 def _compile_and_load(compiler: str, flags: list[str]):
     """Build (or reuse) the kernel with these flags and declare its signature."""
     lib = native_build.compile_and_load(_KERNEL_SOURCE, "rotary", compiler, flags)
@@ -398,3 +377,8 @@ def _build_and_load():
         except RuntimeError:
             pass                           # no OpenMP support in this compiler: pthreads
     return _compile_and_load(compiler, flags)
+
+
+_KERNEL = native_build.LazyKernel("rotary", _build_and_load)
+_state = _KERNEL.state              # "lib": the loaded kernel, or "error": why there is none
+_load = _KERNEL.load
