@@ -65,7 +65,7 @@ class _BiasedAttention(torch.autograd.Function):
             mask = torch.zeros(lq, lk, dtype=q.dtype, device=q.device)
             mask.masked_fill_(hidden, float("-inf"))
         blocks = _row_blocks(hidden, lq, lk, whole=with_weights)
-        out = q3.new_empty(b * h, lq, v.shape[-1])
+        out = q3.new_empty(b * h, lq, v.shape[-1]) if len(blocks) > 1 else None
         weights = []
         for r0, r1, keys in blocks:
             logits = q.new_empty(b, h, r1 - r0, keys)

@@ -84,6 +84,20 @@ def compile_and_load(source: str, name: str, compiler: str, flags: list[str]) ->
     return ctypes.CDLL(str(target))
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+
+
+def plain_eager(*tensors) -> bool:
+    """Whether a native kernel may read these tensors' memory: plain tensors (no subclass,
+    fake or vmap/torch.func wrapper), outside torch.compile, tracing and scripting."""
+    if any(type(t) not in _PLAIN for t in tensors):
+        return False                                   # tensor subclasses, fake tensors
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.jit.is_scripting():
+        return False
+    return not any(_is_wrapped(t) for t in tensors)    # vmap, torch.func.grad
+
+
 def native_enabled() -> bool:
     """False when ``POSENC_NATIVE_KERNELS=0`` asks for the reference paths."""
     return os.environ.get("POSENC_NATIVE_KERNELS", "1") != "0"

@@ -5,8 +5,8 @@ strided view of it, but a term read from a key-row table is a *transposed* strid
 of the pair matrix walks down a column of the table, L - 1 elements apart. Adding the two
 (DeBERTa's c2p + p2c) with tensor ops streams one table and gathers the other, and the
 backward makes two more such passes over the (B, H, L, L) gradient. Here a small C kernel
-does each in one tiled pass per matrix (32 x 32 tiles, so the transposed side is read from
-cache lines already loaded):
+does each in one tiled pass per matrix (32 x 32 tiles of 8 x 8 blocks, each transposed in
+AVX2 registers, so the transposed side is read from cache lines already loaded):
 
     forward:   out[i, j] = qt[i, L - 1 - i + j] + kt[j, i - j]   (j <= i; 0 for j > i)
     backward:  gqt[i, c] = g[i, c + i - (L - 1)] for c >= L - 1 - i, else 0
@@ -150,7 +150,6 @@ int posenc_causal_pair(int backward, const float *x, float *y, float *z, int64_t
 }
 """
 
-_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
 def native_pair_status() -> str:
@@ -160,16 +159,14 @@ def native_pair_status() -> str:
 
 
 def _eligible(*tables: Tensor) -> bool:
+    if not native_build.plain_eager(*tables):
+        return False
     n = tables[0].shape[-1]
     for t in tables:
-        if type(t) not in (torch.Tensor, torch.nn.Parameter) or _is_wrapped(t):
-            return False
         if t.dtype != torch.float32 or t.device.type != "cpu" or t.dim() != 4:
             return False
         if t.shape != tables[0].shape or t.shape[-2] != n or t.stride()[-2:] != (n, 1):
             return False
-    if torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.jit.is_scripting():
-        return False
     if not native_build.native_enabled():
         return False
     return _KERNEL.load() is not None

@@ -303,15 +303,13 @@ def native_rotary_status() -> str:
     return _KERNEL.status()
 
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
 _NATIVE_DTYPES = (torch.float32, torch.bfloat16)
-_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
 def _native_eligible(x: Tensor, cos: Tensor, sin: Tensor) -> bool:
-    """Whether the kernel can take this call (cheapest and most common tests first)."""
-    if type(x) not in _PLAIN or type(cos) not in _PLAIN or type(sin) not in _PLAIN:
-        return False                                   # tensor subclasses, fake tensors
+    """Whether the kernel can take this call."""
+    if not native_build.plain_eager(x, cos, sin):
+        return False
     if x.dtype not in _NATIVE_DTYPES or x.device.type != "cpu" or x.stride(-1) != 1:
         return False
     shape = x.shape
@@ -321,10 +319,6 @@ def _native_eligible(x: Tensor, cos: Tensor, sin: Tensor) -> bool:
     for t in (cos, sin):
         if t.dtype != torch.float32 or t.device.type != "cpu" or t.shape != expected:
             return False
-    if torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.jit.is_scripting():
-        return False
-    if _is_wrapped(x) or _is_wrapped(cos) or _is_wrapped(sin):
-        return False                                   # vmap, torch.func.grad
     if not native_build.native_enabled():
         return False
     return _load() is not None
