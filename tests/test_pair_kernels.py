@@ -1,13 +1,18 @@
-"""The native causal pair sum against the relative-shift views it replaces."""
+"""Row-group distance tables and the native pair kernels against the relative-shift views."""
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 import torch
 from torch.testing import assert_close
 
+from posenc.attention import MultiHeadAttention
+from posenc.attention.biased import biased_attention
 from posenc.encodings import build_encoding
-from posenc.encodings.pair_kernels import causal_pair_sum, native_pair_status
+from posenc.encodings.causal_pairs import CausalPairBias, causal_pair_bias, row_groups
+from posenc.encodings.pair_kernels import native_pair_status
 from posenc.encodings.relative_shift import head_table, pair_layout
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -15,86 +20,157 @@ needs_kernel = pytest.mark.skipif(native_pair_status() != "ready",
                                   reason=f"pair kernel: {native_pair_status()}")
 
 
-def _tables(batch: int, heads: int, length: int, seed: int):
-    """Head-major tables from head_table, with the leaves they depend on."""
+def _leaves(batch: int, heads: int, length: int, seed: int):
+    """q, k as the attention's views of (B, L, H, D) projections, and two head tables."""
     gen = torch.Generator().manual_seed(seed)
-    xq = torch.randn(batch, length, heads, 5, generator=gen).transpose(1, 2).requires_grad_()
-    xk = torch.randn(batch, length, heads, 5, generator=gen).transpose(1, 2).requires_grad_()
+    q = torch.randn(batch, length, heads, 5, generator=gen).transpose(1, 2).requires_grad_()
+    k = torch.randn(batch, length, heads, 5, generator=gen).transpose(1, 2).requires_grad_()
     hq = torch.randn(heads, length, 5, generator=gen, requires_grad=True)
     hk = torch.randn(heads, length, 5, generator=gen, requires_grad=True)
-    return (xq, xk, hq, hk), head_table(xq, hq), head_table(xk, hk)
+    return q, k, hq, hk
+
+
+def _views(q, k, hq, hk):
+    """The reference: full (L, L) tables read through the causal layout's views."""
+    length = q.shape[2]
+    layout = pair_layout(torch.arange(length), torch.arange(length), True)
+    return layout.query_rows(head_table(q, hq)) + layout.key_rows(head_table(k, hk))
+
+
+def test_row_groups_cover_the_rows():
+    """Consecutive groups from 0 to L, multiples of 8 rows but the last, at most four."""
+    assert row_groups(7) == ((0, 7),)
+    assert row_groups(256) == ((0, 64), (64, 128), (128, 192), (192, 256))
+    for n in (1, 33, 100, 130, 1000):
+        groups = row_groups(n)
+        assert groups[0][0] == 0 and groups[-1][1] == n and len(groups) <= 4
+        assert all(b == c for (_, b), (c, _) in itertools.pairwise(groups))
+        assert all((b - a) % 8 == 0 for a, b in groups[:-1])
 
 
 @needs_kernel
-@pytest.mark.parametrize("length", [2, 7, 8, 9, 40, 72])
+@pytest.mark.parametrize("length", [2, 7, 8, 9, 40, 72, 130])
 @pytest.mark.parametrize("batch,heads", [(3, 2), (1, 4)])
-def test_kernel_equals_the_two_views(length, batch, heads):
-    """Values at visible pairs, zeros at hidden ones, and gradients into both tables and
-    everything behind them: exactly those of query_rows + key_rows (lengths that are and are
-    not multiples of the kernel's 8 x 8 blocks and 32 x 32 tiles)."""
-    layout = pair_layout(torch.arange(length), torch.arange(length), True)
-    leaves, query_table, key_table = _tables(batch, heads, length, seed=length)
-    got = causal_pair_sum(query_table, key_table)
-    want = layout.query_rows(query_table) + layout.key_rows(key_table)
+def test_materialized_bias_equals_the_views(length, batch, heads):
+    """Values at visible pairs, zeros at hidden ones, and the gradients of q, k and both head
+    tables: those of full tables read through the views (lengths below, at and across the
+    kernels' 8 x 8 blocks, 32 x 32 tiles and the row groups)."""
+    leaves = _leaves(batch, heads, length, seed=length)
+    got = causal_pair_bias(*leaves).materialize()
+    want = _views(*leaves)
     seen = torch.ones(length, length, dtype=torch.bool).tril()
-    assert torch.equal(got[..., seen], want[..., seen])
+    assert_close(got[..., seen], want[..., seen])
     assert not got[..., ~seen].any()
     grad = torch.randn(batch, heads, length, length) * seen
-    inputs = (*leaves, query_table, key_table)
-    got_grads = torch.autograd.grad(got, inputs, grad, retain_graph=True)
-    want_grads = torch.autograd.grad(want, inputs, grad)
-    for g, w in zip(got_grads, want_grads):
-        assert torch.equal(g, w)
-    for g in got_grads[-2:]:                      # laid out like the head-major tables
-        assert g.transpose(0, 1).is_contiguous()
+    for g, w in zip(torch.autograd.grad(got, leaves, grad), torch.autograd.grad(want, leaves, grad)):
+        assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
 @needs_kernel
-def test_kernel_reads_contiguous_and_offset_tables():
-    """Any leading strides: contiguous tables, and views with a storage offset."""
-    layout = pair_layout(torch.arange(12), torch.arange(12), True)
-    gen = torch.Generator().manual_seed(1)
-    big = torch.randn(3, 2, 12, 12, generator=gen)
-    query_table, key_table = big[1:], torch.randn(2, 2, 12, 12, generator=gen)
-    seen = torch.ones(12, 12, dtype=torch.bool).tril()
-    want = layout.query_rows(query_table) + layout.key_rows(key_table)
-    assert torch.equal(causal_pair_sum(query_table, key_table)[..., seen], want[..., seen])
-
-
-def test_kernel_declines_what_it_cannot_take(monkeypatch):
-    """float64, 3-d tables, mismatched shapes and POSENC_NATIVE_KERNELS=0 give None; the
-    layout then adds the views."""
-    table = torch.randn(2, 2, 6, 6)
-    assert causal_pair_sum(table.double(), table.double()) is None
-    assert causal_pair_sum(table[0], table[0]) is None
-    assert causal_pair_sum(table, table[:1]) is None
-    monkeypatch.setenv("POSENC_NATIVE_KERNELS", "0")
-    assert causal_pair_sum(table, table) is None
-    layout = pair_layout(torch.arange(6), torch.arange(6), True)
-    assert_close(layout.pair_sum(table, table),
-                 layout.query_rows(table) + layout.key_rows(table))
+def test_tables_hold_only_the_distances_their_rows_see():
+    """Query group [a, b) has b columns, key group [a, b) has L - a: 5/8 of full tables at
+    L = 256 with four groups; the gradient of unread table entries is zero."""
+    q, k, hq, hk = _leaves(1, 2, 256, seed=3)
+    bias = causal_pair_bias(q, k, hq, hk)
+    widths = [t.shape[-1] for t in bias.inputs]
+    assert widths == [64, 128, 192, 256, 256, 192, 128, 64]
+    assert sum(t[0, 0].numel() for t in bias.inputs) == 2 * 256 * 256 * 5 // 8
+    grads = bias.grads([(0, torch.ones(1, 2, 256, 256))])
+    # query row i of group [a, b) reads columns b - 1 - i.. only; key row j up to L - 1 - j
+    assert not grads[1][0, 0, 0, :63].any() and grads[1][0, 0, 0, 63:].all()
+    assert not grads[7][0, 0, -1, 1:].any() and grads[7][0, 0, -1, 0] == 1
+    assert not grads[5][0, 0, -1, 129:].any() and grads[5][0, 0, -1, :129].all()
 
 
 @needs_kernel
-def test_deberta_trains_the_same_with_and_without_the_kernel(monkeypatch):
-    """A causal DeBERTa bias (c2p + p2c) through the kernel gives the same bias and
-    parameter gradients as the views."""
-    pe = build_encoding("deberta", n_heads=2, head_dim=8, max_len=24, position_buckets=8,
-                        max_relative_positions=16)
-    pos = torch.arange(20)
-    gen = torch.Generator().manual_seed(2)
-    q = torch.randn(2, 20, 2, 8, generator=gen).transpose(1, 2)
-    k = torch.randn(2, 20, 2, 8, generator=gen).transpose(1, 2)
-    seen = torch.ones(20, 20, dtype=torch.bool).tril()
-    grad = torch.randn(2, 2, 20, 20, generator=gen) * seen
+@pytest.mark.parametrize("split", [9, 64, 100])
+def test_blocks_are_written_with_hidden_pairs_masked(split):
+    """write() fills a block of rows with the bias and -inf at hidden pairs, for any first
+    row and key count; grads() takes the gradient as row blocks."""
+    length = 130
+    q, k, hq, hk = _leaves(2, 2, length, seed=4)
+    bias = causal_pair_bias(q, k, hq, hk)
+    want = _views(q, k, hq, hk).detach()
+    seen = torch.ones(length, length, dtype=torch.bool).tril()
+    first = torch.empty(2, 2, split, split + 3)
+    bias.write(first, 0)
+    assert_close(first, want[:, :, :split, :split + 3].masked_fill(
+        ~seen[:split, :split + 3], float("-inf")))
+    rest = torch.empty(2, 2, length - split, length)
+    bias.write(rest, split)
+    assert_close(rest, want[:, :, split:].masked_fill(~seen[split:], float("-inf")))
+    grad = torch.randn(2, 2, length, length) * seen
+    by_blocks = bias.grads([(0, grad[:, :, :split, :split].contiguous()),
+                            (split, grad[:, :, split:].contiguous())])
+    assert all(torch.equal(a, b) for a, b in zip(by_blocks, bias.grads([(0, grad)])))
+    with pytest.raises(ValueError, match="cover the rows in order"):
+        bias.grads([(split, grad[:, :, split:].contiguous())])
 
-    def run():
-        bias = pe.score_bias(q, k, pos, pos, causal=True)
-        return bias[..., seen], torch.autograd.grad(bias, list(pe.parameters()), grad)
 
-    with_kernel = run()
+@needs_kernel
+@pytest.mark.parametrize("length", [40, 130])
+def test_fused_attention_equals_attention_with_the_bias_tensor(length):
+    """Biased attention writing the bias into its logits (row blocks included, from
+    L = 64 on) equals the same attention given the materialized bias: output and the
+    gradients of q, k, v and of both head tables."""
+    q, k, hq, hk = _leaves(2, 2, length, seed=5)
+    v = torch.randn(2, 2, length, 5, requires_grad=True)
+    hidden = torch.ones(length, length, dtype=torch.bool).triu(1)
+    leaves = (q, k, v, hq, hk)
+    fused = biased_attention(q, k, v, causal_pair_bias(q, k, hq, hk), hidden=hidden, scale=0.3)
+    plain = biased_attention(q, k, v, _views(q, k, hq, hk), hidden=hidden, scale=0.3)
+    assert_close(fused, plain)
+    grad = torch.randn_like(fused)
+    for g, w in zip(torch.autograd.grad(fused, leaves, grad),
+                    torch.autograd.grad(plain, leaves, grad)):
+        assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+def test_fused_attention_rejects_another_mask_or_shape():
+    q, k, hq, hk = _leaves(1, 2, 12, seed=6)
+    bias = causal_pair_bias(q, k, hq, hk)
+    with pytest.raises(ValueError, match="masks its own hidden pairs"):
+        biased_attention(q, k, k, bias, hidden=None, scale=1.0)
+    with pytest.raises(ValueError, match="masks its own hidden pairs"):
+        biased_attention(q, k, k, bias, hidden=torch.zeros(12, 12, dtype=torch.bool), scale=1.0)
+    with pytest.raises(ValueError, match="fused bias of shape"):
+        biased_attention(q[:, :, :6], k, k, bias, hidden=bias.hidden, scale=1.0)
+
+
+def test_tables_decline_what_the_kernels_cannot_take(monkeypatch):
+    """float64 tensors and POSENC_NATIVE_KERNELS=0 give None (callers use the views)."""
+    q, k, hq, hk = (t.detach() for t in _leaves(1, 2, 6, seed=7))
+    assert causal_pair_bias(q.double(), k.double(), hq.double(), hk.double()) is None
     monkeypatch.setenv("POSENC_NATIVE_KERNELS", "0")
-    without = run()
-    assert_close(with_kernel[0], without[0])
-    for g, w in zip(with_kernel[1], without[1]):
-        assert_close(g, w)
+    assert causal_pair_bias(q, k, hq, hk) is None
+
+
+def _deberta_layer_grads(seed: int = 2):
+    """Output and every gradient of one causal DeBERTa attention layer in training."""
+    torch.manual_seed(seed)
+    pe = build_encoding("deberta", n_heads=2, head_dim=8, max_len=80, position_buckets=64,
+                        max_relative_positions=128)
+    attn = MultiHeadAttention(16, 2)
+    x = torch.randn(2, 72, 16, requires_grad=True)
+    pos = torch.arange(72) + 5
+    out, _ = attn(x, pos, pe, causal=True)
+    params = [x, *attn.parameters(), *pe.parameters()]
+    return out, torch.autograd.grad(out, params, torch.randn_like(out))
+
+
+@needs_kernel
+def test_deberta_layer_trains_the_same_with_and_without_the_kernels(monkeypatch):
+    """A causal DeBERTa layer (fused attention over row-group tables) gives the output and
+    gradients of the view path (POSENC_NATIVE_KERNELS=0), and takes the fused path."""
+    calls = []
+    original = CausalPairBias.write
+    monkeypatch.setattr(CausalPairBias, "write",
+                        lambda self, *a, **kw: calls.append(a) or original(self, *a, **kw))
+    out, grads = _deberta_layer_grads()
+    assert [c[1] for c in calls] == [0, 36]                # two row blocks
+    monkeypatch.setenv("POSENC_NATIVE_KERNELS", "0")
+    want_out, want_grads = _deberta_layer_grads()
+    assert_close(out, want_out)
+    for g, w in zip(grads, want_grads):
+        assert_close(g, w, rtol=1e-5, atol=1e-5)

@@ -89,7 +89,12 @@ def _needs_grad(*tensors: Tensor) -> bool:
 
 
 def _sdpa(q, k, v, pe, q_pos, k_pos, causal, dropout):
-    bias = pe.score_bias(q, k, q_pos, k_pos, causal)
+    fused = pe.fused_bias(q, k, q_pos, k_pos, causal) if torch.is_grad_enabled() and \
+        fits_biased_attention(q, k, v, dropout) else None
+    if fused is not None and _needs_grad(q, k, v, *fused.inputs):
+        hidden = ~visible(q_pos, k_pos) if causal else None
+        return biased_attention(q, k, v, fused, hidden=hidden, scale=pe.sm_scale())
+    bias = pe.score_bias(q, k, q_pos, k_pos, causal) if fused is None else fused.materialize()
     if bias is None:
         aligned = causal and q.shape[2] == k.shape[2] and torch.equal(q_pos, k_pos)
         mask = visible(q_pos, k_pos) if causal and not aligned else None

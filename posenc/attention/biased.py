@@ -24,9 +24,15 @@ Causal masks hide a whole block: when the first half of the queries sees only th
 only and the second half over all, as two separate products, softmaxes and backward passes.
 That skips a quarter of the logits and of every (B, H, Lq, Lk) product, as a causal
 flash kernel skips its masked tiles (not when the weights are handed out).
+
+The bias may also be a :class:`FusedBias`, which writes itself (with -inf at the pairs it
+hides) into each block of logits and turns the blocks' logit gradients into the gradients
+of its own inputs: no (B, H, Lq, Lk) bias tensor, mask pass or bias gradient tensor.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -50,18 +56,36 @@ def _row_blocks(hidden: Tensor | None, lq: int, lk: int, whole: bool
     return [(0, half, keys), (half, lq, lk)] if 4 * keys <= 3 * lk else full
 
 
+class FusedBias(Protocol):
+    """A (B, H, Lq, Lk) bias that writes itself into blocks of the logits instead of being a
+    tensor (e.g. causal_pairs.CausalPairBias, from distance tables)."""
+
+    shape: tuple[int, int, int, int]
+    inputs: tuple[Tensor, ...]       # the tensors its gradients flow to
+    hidden: Tensor                   # (Lq, Lk) bool: the pairs ``write`` fills with -inf
+
+    def write(self, out: Tensor, first_row: int) -> None:
+        """out (B, H, rows, keys), row-contiguous <- the bias at rows first_row.. and keys
+        0..keys-1, -inf at hidden pairs."""
+
+    def grads(self, blocks: list[tuple[int, Tensor]]) -> tuple[Tensor, ...]:
+        """Gradients of ``inputs`` from the bias gradient in row blocks [(first row, (B, H,
+        rows, keys))] covering every row in order, each with the keys its rows see."""
+
+
 class _BiasedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, bias: Tensor, hidden: Tensor | None,
-                scale: float, with_weights: bool):
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None,
+                fused: FusedBias | None, hidden: Tensor | None, scale: float,
+                with_weights: bool, *fused_inputs: Tensor):
         b, h, lq, d = q.shape
         lk = k.shape[2]
         q3 = q.reshape(b * h, lq, d)
         k3 = k.reshape(b * h, lk, d)
         v3 = v.reshape(b * h, lk, v.shape[-1])
-        full_bias = bias.expand(b, h, lq, lk)
+        full_bias = bias.expand(b, h, lq, lk) if fused is None else None
         mask = None
-        if hidden is not None:             # bias + (0 or -inf): one pass, no masked_fill
+        if hidden is not None and fused is None:   # bias + (0 or -inf): one pass
             mask = torch.zeros(lq, lk, dtype=q.dtype, device=q.device)
             mask.masked_fill_(hidden, float("-inf"))
         blocks = _row_blocks(hidden, lq, lk, whole=with_weights)
@@ -69,7 +93,9 @@ class _BiasedAttention(torch.autograd.Function):
         weights = []
         for r0, r1, keys in blocks:
             logits = q.new_empty(b, h, r1 - r0, keys)
-            if mask is None:
+            if fused is not None:                                     # it masks hidden pairs
+                fused.write(logits, r0)
+            elif mask is None:
                 logits.copy_(full_bias[:, :, r0:r1, :keys])
             else:
                 torch.add(full_bias[:, :, r0:r1, :keys], mask[r0:r1, :keys], out=logits)
@@ -83,8 +109,8 @@ class _BiasedAttention(torch.autograd.Function):
             weights.append(w)
         ctx.save_for_backward(q3, k3, v3, out, *weights)
         ctx.set_materialize_grads(False)   # an unused output's gradient stays None, not zeros
-        ctx.scale, ctx.blocks = scale, blocks
-        ctx.shapes = (q.shape, k.shape, v.shape, bias.shape)
+        ctx.scale, ctx.blocks, ctx.fused = scale, blocks, fused
+        ctx.shapes = (q.shape, k.shape, v.shape, None if bias is None else bias.shape)
         out = out.view(b, h, lq, -1)
         return (out, weights[0].view(b, h, lq, lk)) if with_weights else out
 
@@ -99,8 +125,10 @@ class _BiasedAttention(torch.autograd.Function):
         row = (go * out).sum(dim=-1, keepdim=True)                    # sum_j P dP, from dO
         lq, lk = q_shape[2], k_shape[2]
         need_q, need_k, need_v, need_bias = ctx.needs_input_grad[:4]
+        fused = ctx.fused if any(ctx.needs_input_grad[8:]) else None
         split = len(blocks) > 1
         grad_s = q3.new_empty(q3.shape[0], lq, lk) if split and need_bias else None
+        fused_blocks = []
         grad_q = torch.empty_like(q3) if split and need_q else None
         grad_k = grad_v = None
         # the last block sees every key: its products allocate the key-side gradients, the
@@ -132,6 +160,8 @@ class _BiasedAttention(torch.autograd.Function):
                     grad_q[:, r0:r1] = part
                 else:
                     grad_q = part
+            if fused is not None:
+                fused_blocks.insert(0, (r0, ds.view(*q_shape[:2], r1 - r0, keys)))
             if not split:
                 grad_s = ds
             elif grad_s is not None:
@@ -142,21 +172,33 @@ class _BiasedAttention(torch.autograd.Function):
         grad_v = grad_v.view(v_shape) if need_v else None
         grad_bias = grad_s.view(*q_shape[:3], lk).sum_to_size(bias_shape) if need_bias \
             else None
-        return grad_q, grad_k, grad_v, grad_bias, None, None, None
+        fused_grads = fused.grads(fused_blocks) if fused is not None else \
+            (None,) * (len(ctx.needs_input_grad) - 8)
+        return grad_q, grad_k, grad_v, grad_bias, None, None, None, None, *fused_grads
 
 
-def biased_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, *,
+def biased_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | FusedBias, *,
                      hidden: Tensor | None = None, scale: float,
                      with_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """softmax(scale * q k^T + bias, with ``hidden`` pairs masked) v.
 
     q (B, H, Lq, D), k (B, H, Lk, D), v (B, H, Lk, Dv), bias broadcastable to
-    (B, H, Lq, Lk), hidden (Lq, Lk) bool (True: the key is not visible) or None.
+    (B, H, Lq, Lk) or a :class:`FusedBias` of shape (B, H, Lq, Lk) (``hidden`` must then be
+    the pairs it masks), hidden (Lq, Lk) bool (True: the key is not visible) or None.
     Returns (B, H, Lq, Dv), and with ``with_weights`` also the weights (B, H, Lq, Lk), for a
-    value term computed from them; differentiable in q, k, v and bias, through both outputs.
-    The weights are the buffer the backward keeps: read them, never modify them in place.
+    value term computed from them; differentiable in q, k, v and bias (a fused bias: its
+    ``inputs``), through both outputs. The weights are the buffer the backward keeps: read
+    them, never modify them in place.
     """
-    return _BiasedAttention.apply(q, k, v, bias, hidden, scale, with_weights)
+    if isinstance(bias, Tensor):
+        return _BiasedAttention.apply(q, k, v, bias, None, hidden, scale, with_weights)
+    if tuple(bias.shape) != (*q.shape[:3], k.shape[2]):
+        raise ValueError(f"fused bias of shape {tuple(bias.shape)} for attention logits "
+                         f"{(*q.shape[:3], k.shape[2])}")
+    if hidden is None or not torch.equal(hidden, bias.hidden):
+        raise ValueError("a fused bias masks its own hidden pairs: pass them as hidden")
+    return _BiasedAttention.apply(q, k, v, None, bias, hidden, scale, with_weights,
+                                  *bias.inputs)
 
 
 def fits_biased_attention(q: Tensor, k: Tensor, v: Tensor, dropout: float) -> bool:

@@ -9,6 +9,7 @@ hook               called with                                      returns
 ``embed``          x (B, T, C), pos (T,), ids, state                x with positions mixed in
 ``transform_qk``   q (B, H, Lq, D), k (B, H, Lk, D), q_pos, k_pos   (q, k)
 ``score_bias``     q, k, q_pos (Lq,), k_pos (Lk,), causal           (B|1, H, Lq, Lk) logits term
+``fused_bias``     q, k, q_pos, k_pos, causal                       score_bias, unbuilt
 ``score_mod``      q, k, q_pos, k_pos, causal                       FlexAttention score_mod
 ``value_term``     weights (B, H, Lq, Lk), q_pos, k_pos, causal     (B, H, Lq, D) added to out
 ``attn_scale``     q_pos (Lq,), k_pos (Lk,), causal                 (Lq,) logit multiplier
@@ -27,10 +28,13 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from ..attention.biased import FusedBias
 
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
@@ -100,6 +104,13 @@ class PositionalEncoding(nn.Module):
         may then hold any finite value at those pairs (never read; the attention masks them
         and passes them no gradient), which lets relative tables skip negative distances.
         """
+        return None
+
+    def fused_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
+                   causal: bool = False) -> FusedBias | None:
+        """The ``score_bias`` term as an object fused attention writes straight into its
+        logits blocks (posenc.attention.biased.FusedBias), or None (then ``score_bias``).
+        Optional, for speed: a (B, H, Lq, Lk) tensor the encoding never builds."""
         return None
 
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,

@@ -16,8 +16,11 @@ k Q^r^T (B, H, Lk, 2 span) and the row of each distinct distance (Lq + Lk - 1,),
 FlexAttention score_mod never builds an (H, n, n) tensor. For consecutive positions (training,
 prefill) spanning at most 2 span distances, ``score_bias`` instead builds the tables over the
 distances that occur (0..L-1 for causal training, Lq + Lk - 1 otherwise) and reads them
-through strided views (relative_shift.py): no gathers, no scatter-add backward. The
-softmax scale is folded into the (H, rows, D) tables.
+through strided views (relative_shift.py): no gathers, no scatter-add backward. With both
+terms over a causal square block (training) and the native pair kernels, the tables hold
+only the distances each row group sees, and ``fused_bias`` hands them to fused attention,
+which writes the bias straight into its logits (causal_pairs.py). The softmax scale is
+folded into the (H, rows, D) tables.
 
 Differences from the reference: each layer has its own table P (and its LayerNorm) where
 DeBERTa shares one across layers; no dropout on P. The enhanced mask decoder (EMD) adds
@@ -36,7 +39,15 @@ import torch
 from torch import Tensor, nn
 
 from .absolute import LearnedEncoding
-from .base import PositionalEncoding, ScoreMod, register, require_float_in, require_int_at_least
+from .base import (
+    PositionalEncoding,
+    ScoreMod,
+    register,
+    require_float_in,
+    require_int_at_least,
+)
+from .causal_pairs import CausalPairBias, causal_pair_bias
+from .pair_kernels import pair_kernel_ready
 from .relative_shift import PairLayout, head_table, pair_layout
 
 TERMS = ("c2p", "p2c")
@@ -197,11 +208,32 @@ class DeBERTaEncoding(PositionalEncoding):
     def _shifted_bias(self, q: Tensor, k: Tensor, layout: PairLayout) -> Tensor:
         """The bias for consecutive positions from tables over the distances of ``layout``
         (fewer than the 2 span table rows), read through strided views: no gathers."""
-        c2p, p2c = self.term_tables(q, k, (self.distance_rows(layout.query_distances),
-                                           self.distance_rows(layout.key_distances)))
+        fused = self._causal_pairs(q, k, layout)
+        if fused is not None:
+            return fused.materialize()                                # (B, H, Lq, Lk)
+        c2p, p2c = self.term_tables(q, k, self._layout_rows(layout))
         if c2p is not None and p2c is not None:
             return layout.pair_sum(c2p, p2c)                          # (B, H, Lq, Lk)
         return layout.query_rows(c2p) if c2p is not None else layout.key_rows(p2c)
+
+    def _layout_rows(self, layout: PairLayout) -> tuple[Tensor, Tensor]:
+        return (self.distance_rows(layout.query_distances),
+                self.distance_rows(layout.key_distances))
+
+    def _causal_pairs(self, q: Tensor, k: Tensor, layout: PairLayout
+                      ) -> CausalPairBias | None:
+        """Both terms over a causal square block from row-group tables of the distances
+        each group sees (causal_pairs.py), or None where that path does not apply."""
+        if layout.kind != "causal" or len(self.terms) != 2 or \
+                layout.query_distances.numel() > 2 * self.span or \
+                not pair_kernel_ready(q, k, self.rel_embeddings):
+            return None
+        c2p_heads, p2c_heads = self.position_heads(q.dtype, *self._layout_rows(layout))
+        return causal_pair_bias(q, k, c2p_heads, p2c_heads)
+
+    def fused_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
+                   causal: bool = False) -> CausalPairBias | None:
+        return self._causal_pairs(q, k, pair_layout(q_pos, k_pos, causal))
 
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                   causal: bool = False) -> ScoreMod:

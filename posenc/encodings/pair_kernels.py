@@ -1,23 +1,33 @@
-"""The sum of a query-row and a key-row distance table over a causal square block, in one pass.
+"""Native passes between distance tables and the pairs of a causal square block.
 
-For the ``"causal"`` pair layout (relative_shift.py), a term read from a query-row table is a
-strided view of it, but a term read from a key-row table is a *transposed* strided view: row i
-of the pair matrix walks down a column of the table, L - 1 elements apart. Adding the two
-(DeBERTa's c2p + p2c) with tensor ops streams one table and gathers the other, and the
-backward makes two more such passes over the (B, H, L, L) gradient. Here a small C kernel
-does each in one tiled pass per matrix (32 x 32 tiles of 8 x 8 blocks, each transposed in
-AVX2 registers, so the transposed side is read from cache lines already loaded):
+A query-row table holds, per query i, one value per distance i - j; a key-row table, per key
+j. Over a causal square block (keys and queries at the same positions 0..L-1, pairs j <= i)
+DeBERTa adds the two: bias[i, j] = C(i, j) + P(j, i). Tensor ops read the key-row side as a
+*transposed* strided view (row i of the pairs walks down a column of the table), and the
+backward makes two more such passes. These kernels do each in one tiled pass (32 x 32 tiles
+of 8 x 8 blocks, each transposed in AVX2 registers, so the transposed side is read from cache
+lines already loaded).
 
-    forward:   out[i, j] = qt[i, L - 1 - i + j] + kt[j, i - j]   (j <= i; 0 for j > i)
-    backward:  gqt[i, c] = g[i, c + i - (L - 1)] for c >= L - 1 - i, else 0
-               gkt[j, c] = g[j + c, j]           for c <= L - 1 - j, else 0
+Tables may be split into row groups of different widths (only the distances a group's rows
+see), so rows are addressed through a *row map*: an int64 (3, L) tensor holding, for each row
+r, the byte address of its element "0" in matrix (b, h) = (0, 0), and its batch and head
+strides in elements. The element addresses are shifted so that
 
-with qt, kt, g (B, H, L, L) fp32 on the CPU, each matrix row-contiguous, any leading strides
-(the gradient of each table is laid out like the table). Hidden pairs (j > i) read 0 and get
-no gradient, as the layout's views promise. Matrices are shared among torch's own OpenMP
-workers (the kernel is only built with -fopenmp against the runtime torch already loaded);
-where that is not possible, or for other dtypes, devices, shapes, tracing, vmap or
-``POSENC_NATIVE_KERNELS=0``, :func:`causal_pair_sum` returns None and callers use the views.
+    C(i, j) = query_map row i, element j          P(j, i) = key_map row j, element i
+
+for every visible pair; the elements themselves lie inside the tables. Results are:
+
+    write:  out[b, h, i - r0, j] = C(i, j) + P(j, i) for j <= i, ``fill`` for j > i
+            (rows r0 <= i < r1, keys j < out.shape[-1]; out row-contiguous)
+    split:  gC(i, j) = g(i, j) and gP(j, i) = g(i, j) for every pair j <= i, where the
+            gradient rows g(i, .) come from a row map too (the attention's row blocks), and
+            the rest of each table row is zeroed: ``query_zero[i]`` elements before
+            gC(i, 0), ``key_zero[j]`` elements after gP(j, L - 1).
+
+fp32 on the CPU. Matrices are shared among torch's own OpenMP workers (the kernel is only
+built with -fopenmp against the runtime torch already loaded); :func:`pair_kernel_ready`
+says whether the kernel can run on given tensors (dtype, device, tracing, vmap,
+``POSENC_NATIVE_KERNELS=0``).
 """
 
 from __future__ import annotations
@@ -40,6 +50,15 @@ _KERNEL_SOURCE = r"""
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* a row map: map[r] byte address of row r in matrix (0, 0), map[n + r] batch stride,
+   map[2n + r] head stride (elements) */
+typedef struct { const int64_t *map; int64_t n, b, h; } rows_t;
+
+static inline float *row(rows_t m, int64_t r) {
+  return (float *)(intptr_t)(m.map[r] +
+                             (int64_t)sizeof(float) * (m.b * m.map[m.n + r] + m.h * m.map[2 * m.n + r]));
+}
+
 #if defined(__AVX2__)
 /* r[k] <- column k of the 8 x 8 block whose rows are r[0..7] */
 static inline void transpose8(__m256 r[8]) {
@@ -61,95 +80,108 @@ static inline void transpose8(__m256 r[8]) {
 }
 #endif
 
-/* out[i, j] = qt[i, n-1-i+j] + kt[j, i-j] over the block i0 <= i < i1, j0 <= j < j1, j <= i */
-static void sum_block(const float *restrict qt, const float *restrict kt, float *restrict out,
-                      int64_t n, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+/* out row i (pointer orow(i)) <- C(i, j) + P(j, i) over i0 <= i < i1, j0 <= j < j1, j <= i */
+static void write_block(rows_t c, rows_t p, float *out, int64_t ors, int64_t r0, int64_t i0,
+                        int64_t i1, int64_t j0, int64_t j1) {
 #if defined(__AVX2__)
-  if (i1 - i0 == 8 && j1 - j0 == 8 && j1 <= i0 + 1) {       /* every pair visible */
+  if (i1 - i0 == 8 && j1 - j0 == 8 && j0 + 7 <= i0) {      /* every pair visible */
     __m256 r[8];
-    for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps(kt + (j0 + k) * (n - 1) + i0);
-    transpose8(r);                                           /* r[k]: i = i0 + k, lanes j */
+    for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps(row(p, j0 + k) + i0);
+    transpose8(r);                                          /* r[k]: i = i0 + k, lanes j */
     for (int k = 0; k < 8; k++) {
       const int64_t i = i0 + k;
-      _mm256_storeu_ps(out + i * n + j0,
-                       _mm256_add_ps(_mm256_loadu_ps(qt + i * n + (n - 1 - i) + j0), r[k]));
+      _mm256_storeu_ps(out + (i - r0) * ors + j0,
+                       _mm256_add_ps(_mm256_loadu_ps(row(c, i) + j0), r[k]));
     }
     return;
   }
 #endif
   for (int64_t i = MAX(i0, j0); i < i1; i++) {
-    const int64_t end = MIN(j1, i + 1);
-    for (int64_t j = j0; j < end; j++)
-      out[i * n + j] = qt[i * n + (n - 1 - i) + j] + kt[j * (n - 1) + i];
+    const float *ci = row(c, i);
+    for (int64_t j = j0; j < MIN(j1, i + 1); j++) out[(i - r0) * ors + j] = ci[j] + row(p, j)[i];
   }
 }
 
-/* gkt[j, i-j] = g[i, j] over the block, i >= j */
-static void split_block(const float *restrict g, float *restrict gkt, int64_t n, int64_t i0,
-                        int64_t i1, int64_t j0, int64_t j1) {
+/* gP(j, i) <- g(i, j) over the block, i >= j */
+static void split_block(rows_t g, rows_t gp, int64_t i0, int64_t i1, int64_t j0,
+                        int64_t j1) {
 #if defined(__AVX2__)
-  if (i1 - i0 == 8 && j1 - j0 == 8 && j1 <= i0 + 1) {
+  if (i1 - i0 == 8 && j1 - j0 == 8 && j0 + 7 <= i0) {
     __m256 r[8];
-    for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps(g + (i0 + k) * n + j0);
-    transpose8(r);                                           /* r[k]: j = j0 + k, lanes i */
-    for (int k = 0; k < 8; k++) _mm256_storeu_ps(gkt + (j0 + k) * (n - 1) + i0, r[k]);
+    for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps(row(g, i0 + k) + j0);
+    transpose8(r);                                          /* r[k]: j = j0 + k, lanes i */
+    for (int k = 0; k < 8; k++) _mm256_storeu_ps(row(gp, j0 + k) + i0, r[k]);
     return;
   }
 #endif
-  for (int64_t j = j0; j < j1; j++)
-    for (int64_t i = MAX(i0, j); i < i1; i++) gkt[j * (n - 1) + i] = g[i * n + j];
-}
-
-static void sum_matrix(const float *restrict qt, const float *restrict kt,
-                       float *restrict out, int64_t n) {
-  for (int64_t j0 = 0; j0 < n; j0 += TILE) {             /* kt rows j0.. stream along i */
-    const int64_t j1 = MIN(j0 + TILE, n);
-    for (int64_t i0 = j0; i0 < n; i0 += TILE)
-      for (int64_t b = j0; b < j1; b += 8)
-        for (int64_t a = MAX(i0, b); a < MIN(i0 + TILE, n); a += 8)
-          sum_block(qt, kt, out, n, a, MIN(a + 8, MIN(i0 + TILE, n)), b, MIN(b + 8, j1));
+  for (int64_t j = j0; j < j1; j++) {
+    float *gj = row(gp, j);
+    for (int64_t i = MAX(i0, j); i < i1; i++) gj[i] = row(g, i)[j];
   }
-  for (int64_t i = 0; i < n; i++)
-    memset(out + i * n + i + 1, 0, (size_t)(n - 1 - i) * sizeof(float));
 }
 
-static void split_matrix(const float *restrict g, float *restrict gqt,
-                         float *restrict gkt, int64_t n) {
+static void write_matrix(rows_t c, rows_t p, float *out, int64_t ors, int64_t r0, int64_t r1,
+                         int64_t keys, float fill) {
+  const int64_t seen = MIN(keys, r1);                     /* keys any row of the block sees */
+  for (int64_t j0 = 0; j0 < seen; j0 += TILE) {           /* P rows j0.. stream along i */
+    const int64_t j1 = MIN(j0 + TILE, seen);
+    for (int64_t i0 = r0 + MAX(0, (j0 - r0) / TILE * TILE); i0 < r1; i0 += TILE)
+      for (int64_t b = j0; b < j1; b += 8)
+        for (int64_t a = i0; a < MIN(i0 + TILE, r1); a += 8)
+          if (a + 7 >= b)
+            write_block(c, p, out, ors, r0, a, MIN(a + 8, MIN(i0 + TILE, r1)), b,
+                        MIN(b + 8, j1));
+  }
+  for (int64_t i = r0; i < r1; i++)
+    for (int64_t j = i + 1; j < keys; j++) out[(i - r0) * ors + j] = fill;
+}
+
+static void split_matrix(rows_t g, rows_t gc, const int64_t *czero, rows_t gp,
+                         const int64_t *pzero, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
-    memset(gqt + i * n, 0, (size_t)(n - 1 - i) * sizeof(float));
-    memcpy(gqt + i * n + (n - 1 - i), g + i * n, (size_t)(i + 1) * sizeof(float));
+    float *gi = row(gc, i);
+    memset(gi - czero[i], 0, (size_t)czero[i] * sizeof(float));
+    memcpy(gi, row(g, i), (size_t)(i + 1) * sizeof(float));
   }
   for (int64_t j0 = 0; j0 < n; j0 += TILE)
     for (int64_t i0 = j0; i0 < n; i0 += TILE)
       for (int64_t b = j0; b < MIN(j0 + TILE, n); b += 8)
         for (int64_t a = MAX(i0, b); a < MIN(i0 + TILE, n); a += 8)
-          split_block(g, gkt, n, a, MIN(a + 8, MIN(i0 + TILE, n)), b, MIN(b + 8, n));
-  for (int64_t j = 1; j < n; j++)                        /* columns c > n - 1 - j */
-    memset(gkt + j * n + (n - j), 0, (size_t)j * sizeof(float));
+          split_block(g, gp, a, MIN(a + 8, MIN(i0 + TILE, n)), b, MIN(b + 8, n));
+  for (int64_t j = 0; j < n; j++)
+    memset(row(gp, j) + n, 0, (size_t)pzero[j] * sizeof(float));
 }
 
-/* Matrices m = (a, b) for a < s0, b < s1; each tensor's matrix starts at a * t0 + b * t1
-   (its own leading strides, in elements). forward: x = qt, y = kt, z = out;
-   backward: x = g, y = gqt, z = gkt. Returns 0, or -1 on bad arguments. */
-int posenc_causal_pair(int backward, const float *x, float *y, float *z, int64_t s0,
-                       int64_t s1, int64_t n, int64_t xt0, int64_t xt1, int64_t yt0,
-                       int64_t yt1, int64_t zt0, int64_t zt1, int n_threads) {
-  if (s0 < 1 || s1 < 1 || n < 1 || n_threads < 1) return -1;
-  const int64_t m = s0 * s1;
+/* Matrices (b, h), b < nb, h < nh; out is row-contiguous with row stride ors and leading
+   strides obs, ohs (elements). Returns 0, or -1 on bad arguments. */
+int posenc_pair_write(const int64_t *cmap, const int64_t *pmap, float *out, int64_t obs,
+                      int64_t ohs, int64_t ors, int64_t n, int64_t r0, int64_t r1,
+                      int64_t keys, int64_t nb, int64_t nh, float fill, int n_threads) {
+  if (nb < 1 || nh < 1 || n < 1 || r0 < 0 || r1 > n || r0 >= r1 || keys < 1 || keys > n ||
+      ors < keys || n_threads < 1)
+    return -1;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1)
-  for (int64_t t = 0; t < m; t++) {
-    const int64_t a = t / s1, b = t % s1;
-    const float *xm = x + a * xt0 + b * xt1;
-    float *ym = y + a * yt0 + b * yt1, *zm = z + a * zt0 + b * zt1;
-    if (backward)
-      split_matrix(xm, ym, zm, n);
-    else
-      sum_matrix(xm, ym, zm, n);
+  for (int64_t m = 0; m < nb * nh; m++) {
+    const int64_t b = m / nh, h = m % nh;
+    rows_t c = {cmap, n, b, h}, p = {pmap, n, b, h};
+    write_matrix(c, p, out + b * obs + h * ohs, ors, r0, r1, keys, fill);
+  }
+  return 0;
+}
+
+int posenc_pair_split(const int64_t *gmap, const int64_t *gcmap, const int64_t *czero,
+                      const int64_t *gpmap, const int64_t *pzero, int64_t n, int64_t nb,
+                      int64_t nh, int n_threads) {
+  if (nb < 1 || nh < 1 || n < 1 || n_threads < 1) return -1;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1)
+  for (int64_t m = 0; m < nb * nh; m++) {
+    const int64_t b = m / nh, h = m % nh;
+    rows_t g = {gmap, n, b, h}, gc = {gcmap, n, b, h}, gp = {gpmap, n, b, h};
+    split_matrix(g, gc, czero, gp, pzero, n);
   }
   return 0;
 }
 """
-
 
 
 def native_pair_status() -> str:
@@ -158,66 +190,60 @@ def native_pair_status() -> str:
     return _KERNEL.status()
 
 
-def _eligible(*tables: Tensor) -> bool:
-    if not native_build.plain_eager(*tables):
+def pair_kernel_ready(*tensors: Tensor) -> bool:
+    """Whether the kernels can read and write these tensors: fp32 on the CPU, plain eager
+    tensors, native kernels enabled and built."""
+    if not native_build.plain_eager(*tensors):
         return False
-    n = tables[0].shape[-1]
-    for t in tables:
-        if t.dtype != torch.float32 or t.device.type != "cpu" or t.dim() != 4:
-            return False
-        if t.shape != tables[0].shape or t.shape[-2] != n or t.stride()[-2:] != (n, 1):
-            return False
-    if not native_build.native_enabled():
+    if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in tensors):
         return False
-    return _KERNEL.load() is not None
+    return native_build.native_enabled() and _KERNEL.load() is not None
 
 
-def _run(backward: bool, x: Tensor, y: Tensor, z: Tensor) -> None:
-    s0, s1, n = x.shape[0], x.shape[1], x.shape[-1]
-    threads = max(1, min(torch.get_num_threads(), s0 * s1))
-    code = _KERNEL.state["lib"].posenc_causal_pair(
-        int(backward), x.data_ptr(), y.data_ptr(), z.data_ptr(), s0, s1, n,
-        *x.stride()[:2], *y.stride()[:2], *z.stride()[:2], threads)
+def _threads(matrices: int) -> int:
+    return max(1, min(torch.get_num_threads(), matrices))
+
+
+def _check(code: int) -> None:
     if code != 0:
         raise RuntimeError(f"posenc pair kernel rejected its arguments (code {code})")
 
 
-class _CausalPairSum(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, query_table: Tensor, key_table: Tensor) -> Tensor:
-        out = torch.empty(query_table.shape, dtype=query_table.dtype)
-        _run(False, query_table, key_table, out)
-        ctx.metas = (torch.empty_like(query_table, device="meta"),
-                     torch.empty_like(key_table, device="meta"))
-        return out
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        if grad.stride()[-2:] != (grad.shape[-1], 1):
-            grad = grad.contiguous()
-        grad_query, grad_key = (torch.empty_like(m, device=grad.device) for m in ctx.metas)
-        _run(True, grad, grad_query, grad_key)
-        return grad_query, grad_key
+def write_pairs(query_map: Tensor, key_map: Tensor, out: Tensor, first_row: int,
+                fill: float) -> None:
+    """out (B, H, rows, keys), row-contiguous <- C(i, j) + P(j, i) for rows first_row <= i <
+    first_row + rows, ``fill`` at j > i. query_map, key_map: row maps (3, L) of tables that
+    hold B x H matrices (module docstring)."""
+    nb, nh, rows, keys = out.shape
+    n = query_map.shape[1]
+    if out.stride(-1) != 1 or query_map.shape != (3, n) or key_map.shape != (3, n):
+        raise ValueError("write_pairs needs a row-contiguous out and two (3, L) row maps")
+    _check(_KERNEL.state["lib"].posenc_pair_write(
+        query_map.data_ptr(), key_map.data_ptr(), out.data_ptr(), out.stride(0),
+        out.stride(1), out.stride(2), n, first_row, first_row + rows, keys, nb, nh,
+        ctypes.c_float(fill), _threads(nb * nh)))
 
 
-def causal_pair_sum(query_table: Tensor, key_table: Tensor) -> Tensor | None:
-    """The causal layout's query_rows(query_table) + key_rows(key_table) in one pass, zero at
-    hidden pairs: both (B, H, L, L) -> (B, H, L, L), differentiable. None where the kernel
-    cannot take these tensors (see the module docstring)."""
-    if not _eligible(query_table, key_table):
-        return None
-    return _CausalPairSum.apply(query_table, key_table)
+def split_pairs(grad_map: Tensor, query_grad_map: Tensor, query_zero: Tensor,
+                key_grad_map: Tensor, key_zero: Tensor, batch: int, heads: int) -> None:
+    """The gradients of both tables from the pairs' gradient rows (module docstring): all
+    row maps (3, L), the zero counts (L,) int64."""
+    n = grad_map.shape[1]
+    _check(_KERNEL.state["lib"].posenc_pair_split(
+        grad_map.data_ptr(), query_grad_map.data_ptr(), query_zero.data_ptr(),
+        key_grad_map.data_ptr(), key_zero.data_ptr(), n, batch, heads, _threads(batch * heads)))
 
 
 def _build():
     if not native_build.openmp_runtime_loaded():
         raise RuntimeError("torch does not run on GNU OpenMP in this process")
-    lib = native_build.compile_and_load(_KERNEL_SOURCE, "causal_pair",
-                                        native_build.find_compiler(),
+    lib = native_build.compile_and_load(_KERNEL_SOURCE, "pairs", native_build.find_compiler(),
                                         [*native_build.compiler_flags(), "-fopenmp"])
-    fn = lib.posenc_causal_pair
-    fn.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 9 + [ctypes.c_int]
-    fn.restype = ctypes.c_int
+    lib.posenc_pair_write.argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int64] * 9
+                                      + [ctypes.c_float, ctypes.c_int])
+    lib.posenc_pair_split.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+    for fn in (lib.posenc_pair_write, lib.posenc_pair_split):
+        fn.restype = ctypes.c_int
     return lib
 
 

@@ -29,8 +29,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .pair_kernels import causal_pair_sum
-
 
 def is_range(pos: Tensor) -> bool:
     """True if pos (L,) is p0, p0 + 1, ..., p0 + L - 1."""
@@ -188,12 +186,7 @@ class PairLayout:
                             ).transpose(-2, -1)
 
     def pair_sum(self, query_table: Tensor, key_table: Tensor) -> Tensor:
-        """query_rows(query_table) + key_rows(key_table): (..., Lq, Lk). For the causal layout
-        one tiled pass where the native kernel takes the tables (pair_kernels.py)."""
-        if self.kind == "causal":
-            out = causal_pair_sum(query_table, key_table)
-            if out is not None:
-                return out
+        """query_rows(query_table) + key_rows(key_table): (..., Lq, Lk)."""
         return self.query_rows(query_table) + self.key_rows(key_table)
 
 
