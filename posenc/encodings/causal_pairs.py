@@ -10,7 +10,7 @@ Query i sees distances 0..i and key j distances 0..L-1-j, so full (L, L) distanc
 half unused. Here the rows are split into groups (:func:`row_groups`); a query group
 [a, b) gets a table of its b distances, a key group [a, b) one of its L - a distances: with
 four groups, 5/8 of the table products, gradients and memory of full tables. The native pair
-kernels (pair_kernels.py) address the groups' rows through row maps.
+kernels (pair_kernels.py) address the groups' rows through row specs.
 
 :class:`CausalPairBias` is the resulting (B, H, L, L) term without the (B, H, L, L) tensor:
 fused biased attention (posenc/attention/biased.py) has it write each block of its logits
@@ -26,7 +26,7 @@ import functools
 import torch
 from torch import Tensor
 
-from .pair_kernels import pair_kernel_ready, split_pairs, write_pairs
+from .pair_kernels import pair_kernel_ready, split_pairs, table_groups, write_pairs
 
 #: most row groups, and fewest rows in a group
 MAX_GROUPS, MIN_GROUP_ROWS = 4, 32
@@ -83,10 +83,10 @@ class _GroupTables(torch.autograd.Function):
 
 
 @functools.lru_cache(maxsize=64)
-def _layout(n: int, groups: tuple[tuple[int, int], ...], query_side: bool
-            ) -> tuple[Tensor, Tensor, Tensor]:
-    """Per row: its group, its row within the group, and the shift of its element "0"
-    (module docstring of pair_kernels.py); plus the zero counts of its gradient row."""
+def _table_rows(groups: tuple[tuple[int, int], ...], query_side: bool
+                ) -> tuple[Tensor, Tensor]:
+    """The row spec (3, L) of a query-side or key-side group table set (pair_kernels.py: group,
+    row in the group, shift of element "0") and the zero counts (L,) of its gradient rows."""
     group, local, shift, zero = [], [], [], []
     for g, (a, b) in enumerate(groups):
         r = torch.arange(a, b)
@@ -96,32 +96,20 @@ def _layout(n: int, groups: tuple[tuple[int, int], ...], query_side: bool
         # key row j, width n - a: P(j, i) at column i - j, zeros after column n - 1 - j
         shift.append(b - 1 - r if query_side else -r)
         zero.append(b - 1 - r if query_side else r - a)
-    return tuple(torch.cat(t) for t in (group, local, shift, zero))
+    return torch.stack([torch.cat(t) for t in (group, local, shift)]), torch.cat(zero)
 
 
-def _row_map(pieces, groups, query_side: bool) -> Tensor:
-    """The row map (3, L) of a query-side or key-side group table set (pair_kernels.py)."""
-    n = groups[-1][1]
-    group, local, shift, _ = _layout(n, groups, query_side)
-    strides = torch.tensor([[p.data_ptr(), p.stride(2), p.stride(0), p.stride(1)]
-                            for p in pieces], dtype=torch.int64)[group]  # (L, 4)
-    address = strides[:, 0] + 4 * (local * strides[:, 1] + shift)
-    return torch.stack((address, strides[:, 2], strides[:, 3]))
+@functools.lru_cache(maxsize=64)
+def _block_rows(blocks: tuple[tuple[int, int], ...]) -> Tensor:
+    """The row spec (3, L) of rows held by blocks [(first row, rows)] covering 0..L-1."""
+    return torch.cat([torch.stack((torch.full((rows,), g), torch.arange(rows),
+                                   torch.zeros(rows, dtype=torch.int64)))
+                      for g, (_, rows) in enumerate(blocks)], dim=1)
 
 
-def _block_map(blocks) -> Tensor:
-    """The row map (3, L) of gradient rows held by blocks [(first row, (B, H, rows, keys))]."""
-    maps, end = [], 0
-    for first, g in blocks:
-        rows = g.shape[2]
-        if first != end or g.stride(-1) != 1:
-            raise ValueError("gradient blocks must be row-contiguous and cover the rows in "
-                             "order")
-        address = g.data_ptr() + 4 * g.stride(2) * torch.arange(rows)
-        maps.append(torch.stack((address, torch.full((rows,), g.stride(0)),
-                                 torch.full((rows,), g.stride(1)))))
-        end += rows
-    return torch.cat(maps, dim=1)
+@functools.lru_cache(maxsize=64)
+def _hidden(n: int) -> Tensor:
+    return torch.ones(n, n, dtype=torch.bool).triu(1)
 
 
 class CausalPairBias:
@@ -135,27 +123,33 @@ class CausalPairBias:
         n = groups[-1][1]
         self.groups, self.shape = groups, (bsz, nh, n, n)
         self.inputs = (*query_tables, *key_tables)
-        self.query_map = _row_map(query_tables, groups, True)
-        self.key_map = _row_map(key_tables, groups, False)
-        self.hidden = torch.ones(n, n, dtype=torch.bool).triu(1)
+        self.query = (table_groups(query_tables), _table_rows(groups, True)[0])
+        self.key = (table_groups(key_tables), _table_rows(groups, False)[0])
+        self.hidden = _hidden(n)              # shared: read it, never modify it
 
     def write(self, out: Tensor, first_row: int, fill: float = float("-inf")) -> None:
         """out (B, H, rows, keys), row-contiguous <- the bias at rows first_row.. and keys
         0..keys-1, ``fill`` at hidden pairs."""
-        write_pairs(self.query_map, self.key_map, out, first_row, fill)
+        write_pairs(self.query, self.key, out, first_row, fill)
 
     def grads(self, blocks: list[tuple[int, Tensor]]) -> tuple[Tensor, ...]:
         """The tables' gradients from the bias gradient, given as row blocks [(first row,
         (B, H, rows, keys))] that cover rows 0..L-1 in order, each row's visible keys
         included; hidden pairs are not read."""
+        end = 0
+        for first, g in blocks:
+            if first != end or g.stride(-1) != 1:
+                raise ValueError("gradient blocks must be row-contiguous and cover the rows "
+                                 "in order")
+            end += g.shape[2]
         n_groups = len(self.groups)
         grads = tuple(torch.empty_like(t) for t in self.inputs)
-        query_grads, key_grads = grads[:n_groups], grads[n_groups:]
-        n = self.shape[-1]
-        *_, query_zero = _layout(n, self.groups, True)
-        *_, key_zero = _layout(n, self.groups, False)
-        split_pairs(_block_map(blocks), _row_map(query_grads, self.groups, True), query_zero,
-                    _row_map(key_grads, self.groups, False), key_zero, *self.shape[:2])
+        query_rows, query_zero = _table_rows(self.groups, True)
+        key_rows, key_zero = _table_rows(self.groups, False)
+        rows = _block_rows(tuple((first, g.shape[2]) for first, g in blocks))
+        split_pairs((table_groups([g for _, g in blocks]), rows),
+                    (table_groups(grads[:n_groups]), query_rows), query_zero,
+                    (table_groups(grads[n_groups:]), key_rows), key_zero, *self.shape[:2])
         return grads
 
     def materialize(self) -> Tensor:

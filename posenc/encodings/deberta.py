@@ -123,6 +123,7 @@ class DeBERTaEncoding(PositionalEncoding):
         if absolute_query and self.max_len is None:
             raise ValueError("absolute_query needs max_len (the size of its table), a "
                              "positive int")
+        self._causal_rows: dict[tuple[int, str], tuple[Tensor, tuple[Tensor, ...]]] = {}
         self.absolute = LearnedEncoding(n_heads=self.n_heads, head_dim=self.head_dim,
                                         max_len=self.max_len,
                                         init_std=init_std) if absolute_query else None
@@ -144,28 +145,36 @@ class DeBERTaEncoding(PositionalEncoding):
         rel = torch.arange(lo, int(q_pos.max()) - int(k_pos.min()) + 1, device=q_pos.device)
         return self.distance_rows(rel), lo
 
-    def position_heads(self, dtype: torch.dtype, *rows: Tensor | None
+    @staticmethod
+    def distinct_rows(*rows: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """The distinct table rows among index tensors (R_t,), and where each index sits in
+        them: (used (U,), one (R_t,) index into ``used`` per tensor)."""
+        used, inverse = torch.unique(torch.cat(rows), return_inverse=True)
+        return used, inverse.split([r.numel() for r in rows])
+
+    def position_heads(self, dtype: torch.dtype, *rows: Tensor,
+                       distinct: tuple[Tensor, tuple[Tensor, ...]] | None = None
                        ) -> tuple[Tensor | None, ...]:
         """Projected relative table per head, times the softmax scale, for c2p (K^r) and p2c
         (Q^r): (H, R, D) over all 2 span rows, or per given index tensor of rows (R,) the
         c2p heads at the first and the p2c heads at the second (None for a term not in
-        ``pos_att_type``). Only the distinct rows in use are normalized and projected
-        (both are row-wise), once for both terms."""
-        rel, inverse = self.rel_embeddings, None
-        if rows:
-            used, inverse = torch.unique(torch.cat(rows), return_inverse=True)
-            rel = rel[used]
+        ``pos_att_type``); ``distinct``: ``distinct_rows(*rows)``, if known. Only the
+        distinct rows in use are normalized and projected (both are row-wise), once for
+        both terms."""
+        rel, inverses = self.rel_embeddings, (None, None)
+        if rows or distinct is not None:
+            used, inverses = distinct if distinct is not None else self.distinct_rows(*rows)
+            rel = rel.index_select(0, used)
         if self.rel_norm is not None:
             rel = self.rel_norm(rel)
         out = []
-        for proj, index in zip((self.pos_key_proj, self.pos_query_proj),
-                               inverse.split([r.numel() for r in rows]) if rows else (None,) * 2):
+        for proj, index in zip((self.pos_key_proj, self.pos_query_proj), inverses):
             if proj is None:
                 out.append(None)
                 continue
             heads = proj(rel)                                         # (rows used, H * D)
             if index is not None:
-                heads = heads[index]
+                heads = heads.index_select(0, index)
             heads = (heads * self.sm_scale()).to(dtype)
             out.append(heads.view(-1, self.n_heads, self.head_dim).transpose(0, 1))
         return tuple(out)
@@ -228,7 +237,10 @@ class DeBERTaEncoding(PositionalEncoding):
                 layout.query_distances.numel() > 2 * self.span or \
                 not pair_kernel_ready(q, k, self.rel_embeddings):
             return None
-        c2p_heads, p2c_heads = self.position_heads(q.dtype, *self._layout_rows(layout))
+        key = (layout.query_distances.numel(), str(q.device))
+        if key not in self._causal_rows:                  # depends on L only: computed once
+            self._causal_rows[key] = self.distinct_rows(*self._layout_rows(layout))
+        c2p_heads, p2c_heads = self.position_heads(q.dtype, distinct=self._causal_rows[key])
         return causal_pair_bias(q, k, c2p_heads, p2c_heads)
 
     def fused_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,

@@ -9,18 +9,19 @@ of 8 x 8 blocks, each transposed in AVX2 registers, so the transposed side is re
 lines already loaded).
 
 Tables may be split into row groups of different widths (only the distances a group's rows
-see), so rows are addressed through a *row map*: an int64 (3, L) tensor holding, for each row
-r, the byte address of its element "0" in matrix (b, h) = (0, 0), and its batch and head
-strides in elements. The element addresses are shifted so that
+see), so rows are addressed through a *row spec*: groups (G, 4) int64, per group the byte
+address of its matrix (b, h) = (0, 0) and its row, batch and head strides in elements (from
+the tensors, per call), and rows (3, L) int64, per row its group, its row in the group and the
+shift of its element "0" (fixed for a layout, cached). Shifts are chosen so that
 
-    C(i, j) = query_map row i, element j          P(j, i) = key_map row j, element i
+    C(i, j) = query row i, element j          P(j, i) = key row j, element i
 
 for every visible pair; the elements themselves lie inside the tables. Results are:
 
     write:  out[b, h, i - r0, j] = C(i, j) + P(j, i) for j <= i, ``fill`` for j > i
             (rows r0 <= i < r1, keys j < out.shape[-1]; out row-contiguous)
     split:  gC(i, j) = g(i, j) and gP(j, i) = g(i, j) for every pair j <= i, where the
-            gradient rows g(i, .) come from a row map too (the attention's row blocks), and
+            gradient rows g(i, .) come from a row spec too (the attention's row blocks), and
             the rest of each table row is zeroed: ``query_zero[i]`` elements before
             gC(i, 0), ``key_zero[j]`` elements after gP(j, L - 1).
 
@@ -50,13 +51,16 @@ _KERNEL_SOURCE = r"""
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
-/* a row map: map[r] byte address of row r in matrix (0, 0), map[n + r] batch stride,
-   map[2n + r] head stride (elements) */
-typedef struct { const int64_t *map; int64_t n, b, h; } rows_t;
+/* a table: groups[4 g ..] = byte address of group g's matrix (0, 0), its row, batch and
+   head strides (elements); rows[r] = the group of row r, rows[n + r] its row in the group,
+   rows[2 n + r] the shift of its element "0" */
+typedef struct { const int64_t *groups, *rows; int64_t n, b, h; } rows_t;
 
-static inline float *row(rows_t m, int64_t r) {
-  return (float *)(intptr_t)(m.map[r] +
-                             (int64_t)sizeof(float) * (m.b * m.map[m.n + r] + m.h * m.map[2 * m.n + r]));
+static inline float *row(rows_t t, int64_t r) {
+  const int64_t *g = t.groups + 4 * t.rows[r];
+  return (float *)(intptr_t)(g[0] + (int64_t)sizeof(float) *
+                             (t.rows[t.n + r] * g[1] + t.rows[2 * t.n + r] + t.b * g[2] +
+                              t.h * g[3]));
 }
 
 #if defined(__AVX2__)
@@ -152,31 +156,34 @@ static void split_matrix(rows_t g, rows_t gc, const int64_t *czero, rows_t gp,
     memset(row(gp, j) + n, 0, (size_t)pzero[j] * sizeof(float));
 }
 
-/* Matrices (b, h), b < nb, h < nh; out is row-contiguous with row stride ors and leading
-   strides obs, ohs (elements). Returns 0, or -1 on bad arguments. */
-int posenc_pair_write(const int64_t *cmap, const int64_t *pmap, float *out, int64_t obs,
-                      int64_t ohs, int64_t ors, int64_t n, int64_t r0, int64_t r1,
-                      int64_t keys, int64_t nb, int64_t nh, float fill, int n_threads) {
+/* Matrices (b, h), b < nb, h < nh; each table is (groups, rows) as in rows_t; out is
+   row-contiguous with row stride ors and leading strides obs, ohs (elements). Returns 0, or
+   -1 on bad arguments. */
+int posenc_pair_write(const int64_t *cg, const int64_t *cr, const int64_t *pg,
+                      const int64_t *pr, float *out, int64_t obs, int64_t ohs, int64_t ors,
+                      int64_t n, int64_t r0, int64_t r1, int64_t keys, int64_t nb, int64_t nh,
+                      float fill, int n_threads) {
   if (nb < 1 || nh < 1 || n < 1 || r0 < 0 || r1 > n || r0 >= r1 || keys < 1 || keys > n ||
       ors < keys || n_threads < 1)
     return -1;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1)
   for (int64_t m = 0; m < nb * nh; m++) {
     const int64_t b = m / nh, h = m % nh;
-    rows_t c = {cmap, n, b, h}, p = {pmap, n, b, h};
+    rows_t c = {cg, cr, n, b, h}, p = {pg, pr, n, b, h};
     write_matrix(c, p, out + b * obs + h * ohs, ors, r0, r1, keys, fill);
   }
   return 0;
 }
 
-int posenc_pair_split(const int64_t *gmap, const int64_t *gcmap, const int64_t *czero,
-                      const int64_t *gpmap, const int64_t *pzero, int64_t n, int64_t nb,
+int posenc_pair_split(const int64_t *dg, const int64_t *dr, const int64_t *cg,
+                      const int64_t *cr, const int64_t *czero, const int64_t *pg,
+                      const int64_t *pr, const int64_t *pzero, int64_t n, int64_t nb,
                       int64_t nh, int n_threads) {
   if (nb < 1 || nh < 1 || n < 1 || n_threads < 1) return -1;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1)
   for (int64_t m = 0; m < nb * nh; m++) {
     const int64_t b = m / nh, h = m % nh;
-    rows_t g = {gmap, n, b, h}, gc = {gcmap, n, b, h}, gp = {gpmap, n, b, h};
+    rows_t g = {dg, dr, n, b, h}, gc = {cg, cr, n, b, h}, gp = {pg, pr, n, b, h};
     split_matrix(g, gc, czero, gp, pzero, n);
   }
   return 0;
@@ -209,29 +216,38 @@ def _check(code: int) -> None:
         raise RuntimeError(f"posenc pair kernel rejected its arguments (code {code})")
 
 
-def write_pairs(query_map: Tensor, key_map: Tensor, out: Tensor, first_row: int,
-                fill: float) -> None:
+def table_groups(groups: list[Tensor]) -> Tensor:
+    """The (G, 4) int64 group spec of a table split into row groups, each a (B, H, rows, W)
+    tensor with contiguous rows: address, row, batch and head strides."""
+    return torch.tensor([[t.data_ptr(), t.stride(2), t.stride(0), t.stride(1)] for t in groups],
+                        dtype=torch.int64)
+
+
+def write_pairs(query: tuple[Tensor, Tensor], key: tuple[Tensor, Tensor], out: Tensor,
+                first_row: int, fill: float) -> None:
     """out (B, H, rows, keys), row-contiguous <- C(i, j) + P(j, i) for rows first_row <= i <
-    first_row + rows, ``fill`` at j > i. query_map, key_map: row maps (3, L) of tables that
-    hold B x H matrices (module docstring)."""
+    first_row + rows, ``fill`` at j > i. query, key: (groups (G, 4), rows (3, L)) of tables
+    holding B x H matrices (module docstring)."""
     nb, nh, rows, keys = out.shape
-    n = query_map.shape[1]
-    if out.stride(-1) != 1 or query_map.shape != (3, n) or key_map.shape != (3, n):
-        raise ValueError("write_pairs needs a row-contiguous out and two (3, L) row maps")
+    n = query[1].shape[1]
+    if out.stride(-1) != 1 or query[1].shape != (3, n) or key[1].shape != (3, n):
+        raise ValueError("write_pairs needs a row-contiguous out and (3, L) row specs")
     _check(_KERNEL.state["lib"].posenc_pair_write(
-        query_map.data_ptr(), key_map.data_ptr(), out.data_ptr(), out.stride(0),
-        out.stride(1), out.stride(2), n, first_row, first_row + rows, keys, nb, nh,
-        ctypes.c_float(fill), _threads(nb * nh)))
+        query[0].data_ptr(), query[1].data_ptr(), key[0].data_ptr(), key[1].data_ptr(),
+        out.data_ptr(), out.stride(0), out.stride(1), out.stride(2), n, first_row,
+        first_row + rows, keys, nb, nh, ctypes.c_float(fill), _threads(nb * nh)))
 
 
-def split_pairs(grad_map: Tensor, query_grad_map: Tensor, query_zero: Tensor,
-                key_grad_map: Tensor, key_zero: Tensor, batch: int, heads: int) -> None:
-    """The gradients of both tables from the pairs' gradient rows (module docstring): all
-    row maps (3, L), the zero counts (L,) int64."""
-    n = grad_map.shape[1]
+def split_pairs(grad: tuple[Tensor, Tensor], query_grad: tuple[Tensor, Tensor],
+                query_zero: Tensor, key_grad: tuple[Tensor, Tensor], key_zero: Tensor,
+                batch: int, heads: int) -> None:
+    """The gradients of both tables from the pairs' gradient rows (module docstring): each
+    a (groups (G, 4), rows (3, L)) spec, the zero counts (L,) int64."""
+    n = grad[1].shape[1]
     _check(_KERNEL.state["lib"].posenc_pair_split(
-        grad_map.data_ptr(), query_grad_map.data_ptr(), query_zero.data_ptr(),
-        key_grad_map.data_ptr(), key_zero.data_ptr(), n, batch, heads, _threads(batch * heads)))
+        grad[0].data_ptr(), grad[1].data_ptr(), query_grad[0].data_ptr(),
+        query_grad[1].data_ptr(), query_zero.data_ptr(), key_grad[0].data_ptr(),
+        key_grad[1].data_ptr(), key_zero.data_ptr(), n, batch, heads, _threads(batch * heads)))
 
 
 def _build():
@@ -239,9 +255,9 @@ def _build():
         raise RuntimeError("torch does not run on GNU OpenMP in this process")
     lib = native_build.compile_and_load(_KERNEL_SOURCE, "pairs", native_build.find_compiler(),
                                         [*native_build.compiler_flags(), "-fopenmp"])
-    lib.posenc_pair_write.argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int64] * 9
+    lib.posenc_pair_write.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int64] * 9
                                       + [ctypes.c_float, ctypes.c_int])
-    lib.posenc_pair_split.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+    lib.posenc_pair_split.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 3 + [ctypes.c_int]
     for fn in (lib.posenc_pair_write, lib.posenc_pair_split):
         fn.restype = ctypes.c_int
     return lib
