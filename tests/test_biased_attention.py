@@ -43,7 +43,7 @@ def test_values_and_gradients_match_plain_attention(bias_shape, causal):
     (torch.arange(110, 180), torch.arange(180), False),    # 145 of 180: not worth a split
 ], ids=("square", "offset", "no-split"))
 def test_row_blocks_match_plain_attention(q_pos, k_pos, split):
-    """Long causal blocks run as two row blocks, the first over the keys it sees only:
+    """Long causal blocks run as row blocks, each over the keys its rows see only:
     the same values and gradients, and no bias gradient at hidden pairs."""
     from posenc.attention.biased import _row_blocks
     lq, lk = len(q_pos), len(k_pos)

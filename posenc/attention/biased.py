@@ -19,11 +19,11 @@ Masked pairs have P = 0, so their dS (the bias gradient) is exactly 0: entries o
 masked pairs are never read for the result and get no gradient. fp32 only, no dropout (the
 attention backends use their plain paths otherwise).
 
-Causal masks hide a whole block: when the first half of the queries sees only the first
-``keys`` keys (a causal square block: keys = Lq / 2), those rows attend over that many keys
-only and the second half over all, as two separate products, softmaxes and backward passes.
-That skips a quarter of the logits and of every (B, H, Lq, Lk) product, as a causal
-flash kernel skips its masked tiles (not when the weights are handed out).
+Causal masks hide whole blocks: the queries run in up to four row blocks, each attending
+over the keys its rows see only (a causal square block: 1/4, 2/4, 3/4 and all of them), as
+separate products, softmaxes and backward passes. That skips 3/8 of the logits and of every
+(B, H, Lq, Lk) product, as a causal flash kernel skips its masked tiles (not when the
+weights are handed out).
 
 The bias may also be a :class:`FusedBias`, which writes itself (with -inf at the pairs it
 hides) into each block of logits and turns the blocks' logit gradients into the gradients
@@ -37,23 +37,45 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-#: fewest query rows for which the masked block is skipped
-SPLIT_MIN_ROWS = 64
+#: fewest query rows for which hidden blocks are skipped; most row blocks, fewest rows in one
+SPLIT_MIN_ROWS, MAX_BLOCKS, MIN_BLOCK_ROWS = 64, 4, 32
 
 
 def _row_blocks(hidden: Tensor | None, lq: int, lk: int, whole: bool
                 ) -> list[tuple[int, int, int]]:
     """[(first row, end row, keys)]: the rows of each block attend over the first ``keys``
-    keys only. Two blocks where the first half of the rows sees at most 3/4 of the keys."""
+    keys only (the last key any of them sees). Up to ``MAX_BLOCKS`` blocks of a multiple of
+    8 rows, where they skip at least 1/8 of the (Lq, Lk) pairs; else one block."""
     full = [(0, lq, lk)]
     if whole or hidden is None or lq < SPLIT_MIN_ROWS:
         return full
-    half = lq // 2
-    seen = (~hidden[:half]).any(dim=0).nonzero()
-    if not seen.numel():                     # rows that see nothing keep the plain path
-        return full
-    keys = int(seen[-1]) + 1
-    return [(0, half, keys), (half, lq, lk)] if 4 * keys <= 3 * lk else full
+    size = max(MIN_BLOCK_ROWS, -(-lq // (8 * MAX_BLOCKS)) * 8)
+    keys = torch.arange(1, lk + 1, device=hidden.device)
+    last = torch.where(hidden, 0, keys).amax(dim=1).tolist()         # per row: keys it needs
+    blocks: list[tuple[int, int, int]] = []
+    for a in range(0, lq, size):
+        b = min(a + size, lq)
+        need = max(last[a:b])
+        if need == 0:                        # rows that see nothing keep the plain path
+            return full
+        if blocks and blocks[-1][2] == need:
+            blocks[-1] = (blocks[-1][0], b, need)
+        else:
+            blocks.append((a, b, need))
+    work = sum((b - a) * need for a, b, need in blocks)
+    return blocks if 8 * work <= 7 * lq * lk else full
+
+
+def _add_key_rows(total: Tensor | None, part: Tensor, lk: int) -> Tensor:
+    """Key-side gradient: ``part`` (B * H, keys, D) from a block over the first keys, added
+    into ``total`` (B * H, Lk, D) (allocated by the first block)."""
+    keys = part.shape[1]
+    if total is None:
+        if keys == lk:
+            return part
+        total = part.new_zeros(part.shape[0], lk, part.shape[2])
+    total[:, :keys] += part
+    return total
 
 
 class FusedBias(Protocol):
@@ -131,8 +153,8 @@ class _BiasedAttention(torch.autograd.Function):
         fused_blocks = []
         grad_q = torch.empty_like(q3) if split and need_q else None
         grad_k = grad_v = None
-        # the last block sees every key: its products allocate the key-side gradients, the
-        # first block's (over fewer keys) are added to their first rows
+        # the last block usually sees every key: its products become the key-side gradients,
+        # and the other blocks' (over fewer keys) are added to their first rows
         for (r0, r1, keys), w in reversed(list(zip(blocks, weights))):
             g = go[:, r0:r1]
             ds = torch.bmm(g, v3[:, :keys].transpose(1, 2))           # dP (B * H, rows, keys)
@@ -143,17 +165,9 @@ class _BiasedAttention(torch.autograd.Function):
                 r = r + (grad_w * w).sum(dim=-1, keepdim=True)
             ds.sub_(r).mul_(w)                                        # dS
             if need_v:
-                part = torch.bmm(w.transpose(1, 2), g)                # (B * H, keys, Dv)
-                if grad_v is None:
-                    grad_v = part
-                else:
-                    grad_v[:, :keys] += part
+                grad_v = _add_key_rows(grad_v, torch.bmm(w.transpose(1, 2), g), lk)
             if need_k:
-                part = torch.bmm(ds.transpose(1, 2), q3[:, r0:r1])    # (B * H, keys, D)
-                if grad_k is None:
-                    grad_k = part
-                else:
-                    grad_k[:, :keys] += part
+                grad_k = _add_key_rows(grad_k, torch.bmm(ds.transpose(1, 2), q3[:, r0:r1]), lk)
             if need_q:
                 part = torch.bmm(ds, k3[:, :keys])                    # (B * H, rows, D)
                 if split:
