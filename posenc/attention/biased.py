@@ -12,7 +12,8 @@ gradient G then joins dP):
     dV = P^T dO,  dP = dO V^T + G,  dS = P * (dP - rowsum(P * dP)),  dBias = dS (summed
     over broadcast dims),  dQ = scale dS K,  dK = scale dS^T Q,
 
-with rowsum(P * dO V^T) = rowsum(dO * O). The eager backend uses it for value-term encodings
+with rowsum(P * dO V^T) = rowsum(dO * O) without G (with G, the rowsum of P * dP is taken
+from the dS buffer itself, in place). The eager backend uses it for value-term encodings
 (Shaw) when it trains in fp32 without dropout.
 
 Masked pairs have P = 0, so their dS (the bias gradient) is exactly 0: entries of the bias at
@@ -160,10 +161,10 @@ class _BiasedAttention(torch.autograd.Function):
             ds = torch.bmm(g, v3[:, :keys].transpose(1, 2))           # dP (B * H, rows, keys)
             r = row[:, r0:r1]
             if grad_weights is not None:                              # weights used outside
-                grad_w = grad_weights.reshape(w.shape)
-                ds.add_(grad_w)
-                r = r + (grad_w * w).sum(dim=-1, keepdim=True)
-            ds.sub_(r).mul_(w)                                        # dS
+                ds.add_(grad_weights.reshape(w.shape)).mul_(w)            # P * dP
+                ds.addcmul_(w, ds.sum(dim=-1, keepdim=True), value=-1)    # dS, no temporary
+            else:
+                ds.sub_(r).mul_(w)                                    # dS
             if need_v:
                 grad_v = _add_key_rows(grad_v, torch.bmm(w.transpose(1, 2), g), lk)
             if need_k:
