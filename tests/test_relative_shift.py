@@ -84,33 +84,6 @@ def test_causal_bias_equals_the_full_one_where_visible(name):
             assert_close(g, w, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("clip", [1, 3, 8, 20])
-def test_clipped_spread_and_collect_equal_gather_and_scatter(clip):
-    """A causal square block: spreading a clipped-distance table over the pairs equals the
-    gather at clip(j - i) (visible pairs; zero elsewhere), collecting equals the scatter-add of
-    the visible pairs, and both carry the same gradients."""
-    from posenc.encodings.relative_shift import collect_clipped, spread_clipped
-    n = 9
-    gen = torch.Generator().manual_seed(2)
-    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
-    index = (clip - (i - j).clamp(0, clip)).expand(2, 3, n, n)        # exact where j <= i
-    seen = (j <= i).expand(2, 3, n, n)
-    table = torch.randn(2, 3, n, clip + 1, generator=gen, requires_grad=True)
-    spread = spread_clipped(table, clip)
-    want = torch.where(seen, table.gather(-1, index), 0.0)
-    assert_close(spread, want)
-    grad = torch.randn(2, 3, n, n, generator=gen) * seen
-    assert_close(torch.autograd.grad(spread, table, grad)[0],
-                 torch.autograd.grad(want, table, grad)[0])
-    pairs = (torch.randn(2, 3, n, n, generator=gen) * seen).requires_grad_()
-    collected = collect_clipped(pairs, clip)
-    want = torch.zeros(2, 3, n, clip + 1).scatter_add(-1, index, pairs * seen)
-    assert_close(collected, want)
-    grad = torch.randn(2, 3, n, clip + 1, generator=gen)
-    got_grad, want_grad = (torch.autograd.grad(t, pairs, grad)[0] for t in (collected, want))
-    assert_close(got_grad[seen], want_grad[seen])
-
-
 @pytest.mark.parametrize("clip", [3, 16])
 def test_shaw_causal_value_term_equals_the_scatter(clip):
     pe = sharpen(build_encoding("shaw", n_heads=2, head_dim=8, max_relative_position=clip),

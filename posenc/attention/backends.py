@@ -94,7 +94,7 @@ def _sdpa(q, k, v, pe, q_pos, k_pos, causal, dropout):
     if fused is not None and _needs_grad(q, k, v, *fused.inputs):
         hidden = ~visible(q_pos, k_pos) if causal else None
         return biased_attention(q, k, v, fused, hidden=hidden, scale=pe.sm_scale())
-    bias = pe.score_bias(q, k, q_pos, k_pos, causal) if fused is None else fused.materialize()
+    bias = pe.score_bias(q, k, q_pos, k_pos, causal)
     if bias is None:
         aligned = causal and q.shape[2] == k.shape[2] and torch.equal(q_pos, k_pos)
         mask = visible(q_pos, k_pos) if causal and not aligned else None
@@ -201,15 +201,18 @@ def _flex(q, k, v, pe, q_pos, k_pos, causal):
 
 def _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights):
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    addend = pe.score_bias(q, k, q_pos, k_pos, causal)            # (B|1, H, Lq, Lk) or None
     if not need_weights and pe.overrides("value_term") and fits_biased_attention(
             q, k, v, dropout) and _needs_grad(q, k, v, *pe.parameters()):
-        bias = addend if addend is not None else q.new_zeros(())
+        bias = pe.fused_bias(q, k, q_pos, k_pos, causal)
+        if bias is None:
+            bias = pe.score_bias(q, k, q_pos, k_pos, causal)
+            bias = bias if bias is not None else q.new_zeros(())
         hidden = ~visible(q_pos, k_pos) if causal else None
         out, weights = biased_attention(q, k, v, bias, hidden=hidden, scale=pe.sm_scale(),
                                         with_weights=True)
         extra = pe.value_term(weights, q_pos, k_pos, causal)
         return (out if extra is None else out + extra), None
+    addend = pe.score_bias(q, k, q_pos, k_pos, causal)            # (B|1, H, Lq, Lk) or None
     if addend is not None:
         addend = addend.float()
     if causal:           # an additive -inf mask: no masked_fill forward, nothing backward

@@ -26,7 +26,8 @@ from torch import Tensor, nn
 
 from .base import (PositionalEncoding, ScoreMod, register, require_choice, require_float_in,
                    require_positive_int)
-from .relative_shift import collect_clipped, pair_layout, spread_clipped
+from .clipped_pairs import ClippedPairBias, collect_clipped, spread_clipped
+from .relative_shift import pair_layout
 from .sinusoidal import sinusoidal_at
 
 #: backends that compute the key term alone exactly
@@ -97,6 +98,13 @@ class ShawEncoding(PositionalEncoding):
         table = self.key_scores(q)                                     # (B, H, Lq, 2K+1)
         index = self.clipped_index(q_pos, k_pos)                       # (Lq, Lk)
         return table.gather(-1, index.expand(*table.shape[:2], *index.shape))
+
+    def fused_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
+                   causal: bool = False) -> ClippedPairBias | None:
+        if pair_layout(q_pos, k_pos, causal).kind != "causal":
+            return None
+        clip = self.max_relative_position
+        return ClippedPairBias(self.key_scores(q, clip + 1), clip)    # (B, H, L, K+1)
 
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                   causal: bool = False) -> ScoreMod:
