@@ -46,6 +46,21 @@ def sharpen(model: torch.nn.Module, std: float = 0.3, seed: int = 0) -> torch.nn
     return model
 
 
+def causal_layer_grads(pe: torch.nn.Module, *, d_model: int = 16, length: int = 72,
+                       first_pos: int = 3, seed: int = 2):
+    """One causal attention layer over ``pe`` (sharpened) in training, positions first_pos..:
+    its output (2, length, d_model) and the gradients of the input and every parameter."""
+    from posenc.attention import MultiHeadAttention
+    torch.manual_seed(seed)
+    sharpen(pe, seed=seed)
+    attn = MultiHeadAttention(d_model, pe.n_heads)
+    x = torch.randn(2, length, d_model, requires_grad=True)
+    pos = torch.arange(length) + first_pos
+    out, _ = attn(x, pos, pe, causal=True)
+    params = [x, *attn.parameters(), *pe.parameters()]
+    return out, torch.autograd.grad(out, params, torch.randn_like(out))
+
+
 def context_options(name: str, vocab_size: int = 48) -> dict:
     """Options an encoding needs from its model (e.g. ``vocab_size``) and has no default for."""
     values = {"vocab_size": vocab_size}

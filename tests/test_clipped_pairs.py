@@ -7,11 +7,12 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc.attention import MultiHeadAttention
 from posenc.attention.biased import biased_attention
 from posenc.encodings import build_encoding
 from posenc.encodings.clipped_pairs import ClippedPairBias, collect_clipped, spread_clipped
 from posenc.encodings.shaw import ShawEncoding
+
+from conftest import causal_layer_grads
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -71,16 +72,9 @@ def test_blocks_must_cover_the_rows_in_order():
         bias.grads([(4, torch.zeros(1, 1, 4, 8))])
 
 
-def _shaw_layer_grads(options: dict, seed: int = 3):
-    """Output and every gradient of one causal Shaw attention layer in training."""
-    torch.manual_seed(seed)
-    pe = build_encoding("shaw", n_heads=2, head_dim=8, max_relative_position=5, **options)
-    attn = MultiHeadAttention(16, 2)
-    x = torch.randn(2, 72, 16, requires_grad=True)
-    pos = torch.arange(72) + 3
-    out, _ = attn(x, pos, pe, causal=True)
-    params = [x, *attn.parameters(), *pe.parameters()]
-    return out, torch.autograd.grad(out, params, torch.randn_like(out))
+def _shaw_layer_grads(options: dict):
+    return causal_layer_grads(build_encoding("shaw", n_heads=2, head_dim=8,
+                                             max_relative_position=5, **options))
 
 
 @pytest.mark.parametrize("options", [{}, {"relative_values": False}],

@@ -8,12 +8,13 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc.attention import MultiHeadAttention
 from posenc.attention.biased import biased_attention
 from posenc.encodings import build_encoding
 from posenc.encodings.causal_pairs import CausalPairBias, causal_pair_bias, row_groups
 from posenc.encodings.pair_kernels import native_pair_status
 from posenc.encodings.relative_shift import head_table, pair_layout
+
+from conftest import causal_layer_grads
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 needs_kernel = pytest.mark.skipif(native_pair_status() != "ready",
@@ -146,17 +147,10 @@ def test_tables_decline_what_the_kernels_cannot_take(monkeypatch):
     assert causal_pair_bias(q, k, hq, hk) is None
 
 
-def _deberta_layer_grads(seed: int = 2):
-    """Output and every gradient of one causal DeBERTa attention layer in training."""
-    torch.manual_seed(seed)
-    pe = build_encoding("deberta", n_heads=2, head_dim=8, max_len=80, position_buckets=64,
-                        max_relative_positions=128)
-    attn = MultiHeadAttention(16, 2)
-    x = torch.randn(2, 72, 16, requires_grad=True)
-    pos = torch.arange(72) + 5
-    out, _ = attn(x, pos, pe, causal=True)
-    params = [x, *attn.parameters(), *pe.parameters()]
-    return out, torch.autograd.grad(out, params, torch.randn_like(out))
+def _deberta_layer_grads():
+    return causal_layer_grads(build_encoding(
+        "deberta", n_heads=2, head_dim=8, max_len=80, position_buckets=64,
+        max_relative_positions=128), first_pos=5)
 
 
 @needs_kernel
