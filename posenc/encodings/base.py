@@ -9,7 +9,7 @@ hook               called with                                      returns
 ``embed``          x (B, T, C), pos (T,), ids, state                x with positions mixed in
 ``transform_qk``   q (B, H, Lq, D), k (B, H, Lk, D), q_pos, k_pos   (q, k)
 ``score_bias``     q, k, q_pos (Lq,), k_pos (Lk,), causal           (B|1, H, Lq, Lk) logits term
-``fused_bias``     q, k, q_pos, k_pos, causal                       score_bias, unbuilt
+``fused_bias``     q, k, q_pos, k_pos, causal                       score_bias as a FusedBias
 ``score_mod``      q, k, q_pos, k_pos, causal                       FlexAttention score_mod
 ``value_term``     weights (B, H, Lq, Lk), q_pos, k_pos, causal     (B, H, Lq, D) added to out
 ``attn_scale``     q_pos (Lq,), k_pos (Lk,), causal                 (Lq,) logit multiplier

@@ -39,13 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from .absolute import LearnedEncoding
-from .base import (
-    PositionalEncoding,
-    ScoreMod,
-    register,
-    require_float_in,
-    require_int_at_least,
-)
+from .base import PositionalEncoding, ScoreMod, register, require_float_in, require_int_at_least
 from .causal_pairs import CausalPairBias, causal_pair_bias
 from .pair_kernels import pair_kernel_ready
 from .relative_shift import PairLayout, head_table, pair_layout
