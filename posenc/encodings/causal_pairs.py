@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from .pair_kernels import pair_kernel_ready, split_pairs, table_groups, write_pairs
+from .relative_shift import causal_hidden
 
 #: most row groups, and fewest rows in a group
 MAX_GROUPS, MIN_GROUP_ROWS = 4, 32
@@ -107,11 +108,6 @@ def _block_rows(blocks: tuple[tuple[int, int], ...]) -> Tensor:
                       for g, (_, rows) in enumerate(blocks)], dim=1)
 
 
-@functools.lru_cache(maxsize=64)
-def _hidden(n: int) -> Tensor:
-    return torch.ones(n, n, dtype=torch.bool).triu(1)
-
-
 class CausalPairBias:
     """bias[b, h, i, j] = C(i, j) + P(j, i) over a causal square block, held as row-group
     tables (module docstring). ``inputs`` are the tables, the tensors gradients flow to;
@@ -125,7 +121,7 @@ class CausalPairBias:
         self.inputs = (*query_tables, *key_tables)
         self.query = (table_groups(query_tables), _table_rows(groups, True)[0])
         self.key = (table_groups(key_tables), _table_rows(groups, False)[0])
-        self.hidden = _hidden(n)              # shared: read it, never modify it
+        self.hidden = causal_hidden(n)        # shared: read it, never modify it
 
     def write(self, out: Tensor, first_row: int, fill: float = float("-inf")) -> None:
         """out (B, H, rows, keys), row-contiguous <- the bias at rows first_row.. and keys

@@ -21,6 +21,8 @@ import functools
 import torch
 from torch import Tensor
 
+from .relative_shift import causal_hidden
+
 
 @functools.lru_cache(maxsize=32)
 def _pair_masks(n: int, clip: int, device: torch.device, dtype: torch.dtype
@@ -115,7 +117,7 @@ class ClippedPairBias:
         self.table, self.clip = table, clip
         self.shape = (bsz, heads, n, n)
         self.inputs = (table,)
-        self.hidden = _hidden(n, table.device)
+        self.hidden = causal_hidden(n, table.device)  # shared: read it, never modify it
 
     def write(self, out: Tensor, first_row: int) -> None:
         _spread_rows(self.table, self.clip, out, first_row, masked=True)
@@ -129,8 +131,3 @@ class ClippedPairBias:
             _collect_rows(pairs, self.clip, out, first)
             end += pairs.shape[-2]
         return (out,)
-
-
-@functools.lru_cache(maxsize=32)
-def _hidden(n: int, device: torch.device) -> Tensor:
-    return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)

@@ -24,6 +24,7 @@ Query-row tables (one row per query, e.g. q . K^r) take their columns in
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -35,6 +36,13 @@ def is_range(pos: Tensor) -> bool:
     n = pos.numel()
     return n > 0 and int(pos[-1]) - int(pos[0]) == n - 1 and (
         n == 1 or bool((pos[1:] - pos[:-1] == 1).all()))
+
+
+@functools.lru_cache(maxsize=32)
+def causal_hidden(n: int, device: torch.device | str = "cpu") -> Tensor:
+    """(L, L) bool: the pairs j > i a causal square block hides. Cached and shared: read it,
+    never modify it."""
+    return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
 
 
 def distance_span(q_pos: Tensor, k_pos: Tensor) -> tuple[int, int]:
