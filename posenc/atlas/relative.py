@@ -79,7 +79,8 @@ def relative_clipping_panel(out_dir: Path) -> Panel:
 def logn_panel(out_dir: Path) -> Panel:
     bases = (64, 512, 2048)
     top = 16 * max(bases)
-    keys = torch.unique(torch.round(2.0 ** torch.linspace(0, 15, 600)).long())
+    keys = torch.unique(torch.cat((torch.round(2.0 ** torch.linspace(0, 15, 600)).long(),
+                                   2 ** torch.arange(16))))            # every power of two
     factors = {}
     for base in bases:
         pe = build_encoding("nope", n_heads=1, head_dim=8, logn_base_len=base)
