@@ -74,15 +74,18 @@ def test_scaling_ratios_match_closed_forms():
     yarn = ratio["YaRN"]
     torch.testing.assert_close(yarn[fast], torch.ones_like(yarn[fast]))
     torch.testing.assert_close(yarn[slow], torch.full_like(yarn[slow], 1 / FACTOR))
-    assert bool((yarn[~fast & ~slow] < 1).all()) and bool((yarn[~fast & ~slow] > 1 / FACTOR).all())
+    ramp = yarn[~fast & ~slow]
+    assert bool((ramp < 1).all()) and bool((ramp > 1 / FACTOR).all())
     # NTK-aware: the base grows by s^(d/(d-2)), so the last pair is divided by exactly s
     assert ratio["NTK-aware"][0].item() == pytest.approx(1.0)
     assert ratio["NTK-aware"][-1].item() == pytest.approx(1 / FACTOR, rel=1e-5)
     # Llama 3: wavelengths below L/4 untouched, above L divided by s
     wave = 2 * math.pi / base.double()
     llama = ratio["Llama 3"]
-    torch.testing.assert_close(llama[wave < TRAIN_LEN / 4], torch.ones_like(llama[wave < TRAIN_LEN / 4]))
-    torch.testing.assert_close(llama[wave > TRAIN_LEN], torch.full_like(llama[wave > TRAIN_LEN], 1 / FACTOR))
+    short, long = wave < TRAIN_LEN / 4, wave > TRAIN_LEN
+    assert short.sum() >= 10 and long.sum() >= 10
+    torch.testing.assert_close(llama[short], torch.ones_like(llama[short]))
+    torch.testing.assert_close(llama[long], torch.full_like(llama[long], 1 / FACTOR))
 
 
 def test_scores_at_distance_zero_carry_the_attention_factor():

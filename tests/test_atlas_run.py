@@ -12,16 +12,9 @@ from posenc import LMConfig
 from posenc.atlas.run_extras import attention_maps, load_atlas_run, run_panels
 from posenc.cli import main
 from posenc.train import TrainConfig, train
+from test_train import make_corpus
 
 TRAIN_LEN = 16
-
-
-def make_corpus(folder, n=30):
-    folder.mkdir(parents=True, exist_ok=True)
-    for i in range(n):
-        (folder / f"f{i:02d}.txt").write_text("".join(f"the cat {i} sat on mat {j}.\n"
-                                                      for j in range(20)))
-    return folder
 
 
 def tiny_run(tmp_path, run_dir, pe):

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from ..encodings.base import PositionalEncoding, build_encoding
 from ..encodings.sinusoidal import sinusoidal_table
-from .figure import Panel, colormap, new_figure, save
+from .figure import Panel, colormap, dress, new_figure, save
 
 TABLE_POSITIONS = 256
 TABLE_DIM = 128
@@ -37,22 +37,20 @@ def sinusoidal_panel(out_dir: Path) -> Panel:
     other = sinusoidal_table(far + 1, TABLE_DIM) @ sinusoidal_table(1, TABLE_DIM)[0]
     fig, axes = new_figure(13, 4.6, 1, 2, width_ratios=(1, 1.25))
     left, right = axes[0]
-    image = left.imshow(table, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1,
+    image = left.imshow(table.numpy(), aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1,
                         interpolation="nearest")
     fig.colorbar(image, ax=left, label="PE[p, i]")
     left.set_xlabel("dimension i (even: sin, odd: cos; slower to the right)")
     left.set_ylabel("position p (tokens)")
     left.set_title(f"Sinusoidal table, d = {TABLE_DIM}")
-    right.plot(distance, dots, color="tab:blue", linewidth=1.2, label=f"PE[{centre}] . PE[{centre} + k]")
+    right.plot(distance, dots, color="tab:blue", linewidth=1.2,
+               label=f"PE[{centre}] . PE[{centre} + k]")
     right.plot(torch.arange(far + 1), other, color="tab:orange", linewidth=1.0,
                linestyle="--", label="PE[0] . PE[k]: the same curve")
     right.axhline(0, color="black", linewidth=0.5)
-    right.set_xlabel("offset k between the two positions (tokens)")
-    right.set_ylabel("dot product")
     right.set_xlim(-far, far)
-    right.set_title("Dot product of two position vectors")
-    right.grid(True, alpha=0.3)
-    right.legend(fontsize=9, loc="upper left")
+    dress(right, "offset k between the two positions (tokens)", "dot product",
+          "Dot product of two position vectors", legend="upper left")
     images = [save(fig, out_dir, "sinusoidal.png")]
     caption = (
         "The sinusoidal table of Vaswani et al. (2017) gives each pair of dimensions a sine "

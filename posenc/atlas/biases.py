@@ -57,7 +57,7 @@ def alibi_panel(out_dir: Path) -> Panel:
     image = None
     for j, h in enumerate(shown_heads):
         axm = fig.add_subplot(grid[j + 1])
-        image = axm.imshow(matrices[j], cmap="magma", vmin=low, vmax=0, origin="upper")
+        image = axm.imshow(matrices[j].numpy(), cmap="magma", vmin=low, vmax=0, origin="upper")
         axm.set_title(f"head {h + 1} of 8: m = {float(slopes['8'][h]):.4g}")
         axm.set_xlabel("key position j")
         axm.set_ylabel("query position i")
@@ -69,7 +69,8 @@ def alibi_panel(out_dir: Path) -> Panel:
         "j, with slopes m that halve from head to head in a geometric sequence; for a head "
         "count that is not a power of two the slopes of the next smaller power of two are "
         "taken and the rest are every other slope of twice that count, which is why the "
-        "12-head curve jumps back up at head 9. A steep head (left matrix) looks only at the last few tokens while "
+        "12-head curve jumps back up at head 9. A steep head (left matrix) looks only at the "
+        "last few tokens while "
         "a shallow one sees far back, and since the bias only grows with distance it is "
         "defined at any length.")
     data = {"slopes": slopes, "matrix_heads": [h + 1 for h in shown_heads],

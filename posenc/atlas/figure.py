@@ -48,6 +48,16 @@ def save(fig, out_dir: Path, name: str) -> str:
     return name
 
 
+def dress(ax, xlabel: str, ylabel: str, title: str, legend: str | None = None) -> None:
+    """Label ``ax``, add a light grid and (with ``legend`` a matplotlib location) a legend."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    if legend:
+        ax.legend(fontsize=9, loc=legend)
+
+
 def colormap(name: str):
     import matplotlib
 

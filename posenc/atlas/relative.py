@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from ..encodings.base import build_encoding
-from .figure import Panel, log2_axis, new_figure, save
+from .figure import Panel, dress, log2_axis, new_figure, save
 
 SHAW_CLIP = 16
 DEBERTA_BUCKETS, DEBERTA_MAX = 256, 512
@@ -35,12 +35,10 @@ def relative_clipping_panel(out_dir: Path) -> Panel:
     for sign in (-1, 1):
         left.axvline(sign * SHAW_CLIP, color="tab:red", linestyle=":", linewidth=1.2,
                      label="K: clipping starts" if sign < 0 else None)
-    left.set_xlabel("relative position j - i = key - query (tokens)")
-    left.set_ylabel("distance used (table row - K)")
-    left.set_title(f"Shaw et al.: clipped at K = {SHAW_CLIP}")
     left.set_xlim(-64, 64)
-    left.grid(True, alpha=0.3)
-    left.legend(fontsize=9, loc="upper left")
+    dress(left, "relative position j - i = key - query (tokens)",
+          "distance used (table row - K)", f"Shaw et al.: clipped at K = {SHAW_CLIP}",
+          legend="upper left")
     mid = DEBERTA_BUCKETS // 2
     near = rel_deberta.abs() <= deberta.span
     right.plot(rel_deberta[near], rel_deberta[near], color="lightgrey", linewidth=1,
@@ -52,12 +50,9 @@ def relative_clipping_panel(out_dir: Path) -> Panel:
                       label=f"|delta| = {mid}: log spacing starts" if sign < 0 else None)
         right.axvline(sign * DEBERTA_MAX, color="tab:red", linestyle=":", linewidth=1.2,
                       label=f"max_relative_positions = {DEBERTA_MAX}" if sign < 0 else None)
-    right.set_xlabel("relative position delta = query - key (tokens)")
-    right.set_ylabel("bucket (table row - span)")
-    right.set_title(f"DeBERTa: {DEBERTA_BUCKETS} position buckets")
     right.set_xlim(-2048, 2048)
-    right.grid(True, alpha=0.3)
-    right.legend(fontsize=9, loc="upper left")
+    dress(right, "relative position delta = query - key (tokens)", "bucket (table row - span)",
+          f"DeBERTa: {DEBERTA_BUCKETS} position buckets", legend="upper left")
     images = [save(fig, out_dir, "relative_clipping.png")]
     caption = (
         f"Shaw et al. (2018) learn one key and one value vector per relative position but "
@@ -92,11 +87,8 @@ def logn_panel(out_dir: Path) -> Panel:
                 label=f"trained at L = {base}")
         ax.axvline(base, color=color, linestyle=":", linewidth=1)
     log2_axis(ax, "x", 1, top)
-    ax.set_xlabel("keys a query sees n (tokens)")
-    ax.set_ylabel("logit multiplier max(1, log n / log L)")
-    ax.set_title("Log-n scaling of the attention logits")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=9, loc="upper left")
+    dress(ax, "keys a query sees n (tokens)", "logit multiplier max(1, log n / log L)",
+          "Log-n scaling of the attention logits", legend="upper left")
     images = [save(fig, out_dir, "logn.png")]
     caption = (
         "With more keys to spread over, softmax attention gets flatter, so log-n scaling "

@@ -191,7 +191,7 @@ def attention_panel(loaded: LoadedRun, out_dir: Path, preface: str = "") -> Pane
             pooled = torch.where(pooled > 0, pooled.clamp(min=MAP_FLOOR),
                                  torch.full_like(pooled, float("nan")))   # masked: blank
             block = entry["block"]
-            image = ax.imshow(pooled, cmap="viridis", norm=LogNorm(MAP_FLOOR, 1),
+            image = ax.imshow(pooled.numpy(), cmap="viridis", norm=LogNorm(MAP_FLOOR, 1),
                               extent=(0, n, n, 0), interpolation="nearest")
             ax.set_title(f"layer {col + 1}, {n} tokens ({label})", fontsize=10)
             blocks = f" (mean of {block}x{block} blocks)" if block > 1 else ""
