@@ -8,10 +8,13 @@ import json
 import pytest
 import torch
 
-from posenc import LMConfig
-from posenc.atlas.run_extras import attention_maps, load_atlas_run, run_panels
+from posenc import LMConfig, TransformerLM, list_encodings
+from posenc.atlas.run_extras import (attention_maps, learned_terms_panel, load_atlas_run,
+                                     run_panels)
 from posenc.cli import main
+from posenc.encodings import encoding_class, encoding_options
 from posenc.train import TrainConfig, train
+from posenc.train.checkpoint import LoadedRun
 from test_train import make_corpus
 
 TRAIN_LEN = 16
@@ -101,6 +104,31 @@ def test_rope_run_has_no_learned_terms_but_says_so(tmp_path):
     loaded = load_atlas_run(tiny_run(tmp_path, tmp_path / "run", "rope"))
     panels = run_panels(loaded, tmp_path)
     assert [p.name for p in panels] == ["run_attention"]
-    assert panels[0].caption.startswith("rope has no learned bias")
+    assert "rope has neither" in panels[0].caption
     found = attention_maps(loaded)
     assert set(found["maps"]) == {str(TRAIN_LEN), str(4 * TRAIN_LEN)}
+
+
+@pytest.mark.parametrize("name", list_encodings())
+def test_every_encoding_gets_its_learned_terms_or_none(name, tmp_path):
+    """Untrained tiny models of every encoding: bias encodings give per-layer curves over
+    0..4L-1, encodings with an embed hook give position vectors in 2-D, the rest nothing."""
+    torch.set_num_threads(1)
+    options = {"vocab_size": 64} if "vocab_size" in encoding_options(name) else {}
+    cfg = LMConfig(pe=name, d_model=16, n_layers=2, n_heads=2, max_len=TRAIN_LEN, d_ff=32,
+                   vocab_size=64, pe_options=options)
+    loaded = LoadedRun(model=TransformerLM(cfg).eval(),
+                       train_config=TrainConfig(model=cfg, train_len=TRAIN_LEN),
+                       tokenizer=None, corpus_info={}, steps=0, tokens_per_s=0.0, log=[])
+    panel = learned_terms_panel(loaded, tmp_path)
+    cls = encoding_class(name)
+    if cls.family == "bias":
+        layers = 2 if cls.per_layer else 1
+        assert [tuple(c.shape) for c in panel.data["bias_per_layer"]] == \
+            [(2, 4 * TRAIN_LEN)] * layers
+    elif cls.overrides("embed"):
+        assert panel.data["positions"] in (TRAIN_LEN, 4 * TRAIN_LEN)
+        assert panel.data["coords"].shape == (panel.data["positions"], 2)
+        assert torch.isfinite(panel.data["coords"]).all()
+    else:
+        assert panel is None

@@ -40,7 +40,8 @@ PAGE_FILES = ("atlas.json", "index.html", "index.md")
 def write_atlas(out_dir: str | Path, run_dir: str | Path | None = None,
                 progress: Callable[[str], Any] | None = None) -> dict[str, Any]:
     """Draw the atlas into ``out_dir`` (created if needed; files of an earlier atlas there
-    are replaced, nothing else is touched).
+    are replaced or, for the run figures of an earlier ``--run``, removed; nothing else is
+    touched).
 
     ``run_dir``: a ``posenc train`` run (or ``runs/<encoding>`` inside a ``posenc compare``
     directory) whose learned biases and attention maps are added. ``progress`` is called
@@ -55,6 +56,8 @@ def write_atlas(out_dir: str | Path, run_dir: str | Path | None = None,
         from .run_extras import load_atlas_run
         loaded = load_atlas_run(run_dir)          # fail on a bad run before drawing anything
     out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("run_*.png"):     # a previous atlas's run figures
+        stale.unlink()
     panels = []
     for name, draw in PANELS.items():
         if progress:

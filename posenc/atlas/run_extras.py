@@ -18,7 +18,7 @@ from torch import Tensor
 
 from ..data.batches import prepare_data
 from ..encodings.base import PositionalEncoding
-from ..eval.lengths import encodings_of, unsupported_length
+from ..eval.lengths import encodings_of, na_note, unsupported_length
 from ..train.checkpoint import LoadedRun, load_run
 from .absolute import draw_trajectories, pca_2d, position_vectors
 from .biases import bias_against_distance, draw_head_curves
@@ -90,11 +90,13 @@ def learned_terms_panel(loaded: LoadedRun, out_dir: Path) -> Panel | None:
                 "bias_per_layer": curves}
     elif type(layers[0]).overrides("embed"):
         pe = layers[0]
-        n = 4 * train_len
-        if unsupported_length(loaded.model, n) is not None:
-            n = train_len
         width = cfg.model.d_model
-        vectors = position_vectors(pe, n, width)
+        n = 4 * train_len
+        try:
+            vectors = position_vectors(pe, n, width)
+        except ValueError:                             # a table that stops before 4L
+            n = train_len
+            vectors = position_vectors(pe, n, width)
         coords, explained = pca_2d(vectors, min(train_len, n))
         found = {f"{name} after {loaded.steps} steps": {"positions": n, "coords": coords,
                                                         "explained": explained}}
@@ -154,7 +156,11 @@ def attention_maps(loaded: LoadedRun) -> dict[str, Any]:
         if note is not None:
             maps[str(n)] = {"note": note}
             continue
-        _, weights = loaded.model(window, backend="eager", need_weights=True)
+        try:
+            _, weights = loaded.model(window, backend="eager", need_weights=True)
+        except ValueError as err:                       # positions the model cannot serve
+            maps[str(n)] = {"note": na_note(err)}
+            continue
         layers = []
         block = 1
         for w in weights:                                   # (1, H, n, n) per layer
@@ -228,7 +234,8 @@ def run_panels(loaded: LoadedRun, out_dir: Path,
     if progress:
         progress("run_attention")
     preface = "" if learned is not None else (
-        f"{loaded.train_config.model.pe} has no learned bias or position vectors to draw, so "
-        f"this run adds only its attention maps. ")
+        f"The atlas draws learned position terms that are a bias of the distance or a vector "
+        f"per position, and {loaded.train_config.model.pe} has neither, so this run adds only "
+        f"its attention maps. ")
     panels.append(attention_panel(loaded, out_dir, preface))
     return panels
