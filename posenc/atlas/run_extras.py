@@ -80,12 +80,16 @@ def learned_terms_panel(loaded: LoadedRun, out_dir: Path) -> Panel | None:
         handles, labels = axes[0, 0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 8),
                    fontsize=9)
-        fig.suptitle(f"{name}: learned bias after {loaded.steps} steps")
+        trainable = any(True for pe in layers for _ in pe.parameters())
+        kind = "learned" if trainable else "fixed"
+        fig.suptitle(f"{name}: {kind} bias after {loaded.steps} steps")
+        compare = ("Compare with the same encoding at initialisation in the distance-bias "
+                   "panel above to see what training changed." if trainable else
+                   f"{name} has no parameters, so training leaves this bias as it was.")
         caption = (
             f"The bias this {name} model adds for a key d tokens back, per head and layer, "
             f"after {loaded.steps} training steps at L = {train_len}; distances past the red "
-            f"line never occurred in training. Compare with the same encoding at "
-            f"initialisation in the distance-bias panel above to see what training changed.")
+            f"line never occurred in training. {compare}")
         data = {"encoding": name, "train_len": train_len, "distance": distance,
                 "bias_per_layer": curves}
     elif type(layers[0]).overrides("embed"):
@@ -112,7 +116,7 @@ def learned_terms_panel(loaded: LoadedRun, out_dir: Path) -> Panel | None:
     else:
         return None
     images = [save(fig, out_dir, "run_learned_terms.png")]
-    return Panel("run_learned_terms", f"This run: the learned position terms of {name}",
+    return Panel("run_learned_terms", f"This run: the position terms of {name}",
                  caption, images, data)
 
 
