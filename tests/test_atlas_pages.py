@@ -125,3 +125,14 @@ def test_index_html_renders_in_chromium(atlas, tmp_path):
     last = max(i for i, inked in enumerate(bands) if inked)
     assert last * 300 > 7000
     assert sum(bands[:last + 1]) >= 0.8 * (last + 1)
+
+
+def test_every_caption_is_two_sentences(atlas):
+    out, _, _ = atlas
+    sections = (out / "index.md").read_text().split("\n## ")[1:]
+    assert len(sections) == len(PANELS)
+    for section in sections:
+        caption = [line for line in section.splitlines()[1:]
+                   if line and not line.startswith("![")][0]
+        text = re.sub(r" \(numbers: .*\)$", "", caption).replace("et al.", "et al")
+        assert len(re.findall(r"[.!?](?:\s|$)", text)) == 2, caption
