@@ -12,7 +12,7 @@ import warnings
 import pytest
 import torch
 
-from posenc.atlas import PANELS, write_atlas
+from posenc.atlas import PANELS, atlas_files, write_atlas
 from posenc.cli import main
 from posenc.encodings.alibi import alibi_slopes
 from posenc.encodings.t5 import relative_position_bucket
@@ -81,7 +81,7 @@ def test_index_pages_reference_every_figure_and_stay_offline(atlas):
     assert len(captions) == len(PANELS)
 
 
-def test_cli_writes_and_refuses_to_clobber(atlas, capsys):
+def test_cli_refuses_to_clobber(atlas, capsys, tmp_path):
     out, _, _ = atlas
     assert main(["atlas", "--out", str(out)]) == 2
     err = capsys.readouterr().err
@@ -90,6 +90,13 @@ def test_cli_writes_and_refuses_to_clobber(atlas, capsys):
     assert main(["atlas", "--out", str(out / "missing"), "--run",
                  str(out / "no-such-run")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    mine = tmp_path / "site"
+    mine.mkdir()
+    (mine / "index.html").write_text("someone else's page")
+    assert main(["atlas", "--out", str(mine)]) == 2
+    assert "index.html" in capsys.readouterr().err
+    assert (mine / "index.html").read_text() == "someone else's page"
+    assert {p.name for p in out.iterdir()} <= set(atlas_files())
 
 
 def _browser() -> str | None:

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from posenc import LMConfig, TransformerLM, list_encodings
+from posenc.atlas.atlas import RUN_IMAGES
 from posenc.atlas.run_extras import (attention_maps, learned_terms_panel, load_atlas_run,
                                      run_panels)
 from posenc.cli import main
@@ -60,8 +61,9 @@ def test_bias_run_gives_per_layer_curves_and_attention_at_l_and_4l(t5_in_compare
         torch.testing.assert_close(layer.sum(dim=-1), torch.full((layer.shape[0],),
                                                                  float(entry["block"])))
         assert float(layer.triu(1).abs().max()) == 0.0               # causal: nothing ahead
-    for name in ("run_learned_terms.png", "run_attention.png"):
+    for name in RUN_IMAGES:
         assert (tmp_path / name).stat().st_size > 10_000
+    assert sorted(image for p in panels.values() for image in p.images) == sorted(RUN_IMAGES)
 
 
 def test_cli_takes_a_run_inside_a_compare_dir_and_explains_the_top_dir(t5_in_compare_dir,

@@ -35,6 +35,13 @@ PANELS: dict[str, Callable[[Path], Panel]] = {
 }
 #: what write_atlas writes besides the panels' PNGs
 PAGE_FILES = ("atlas.json", "index.html", "index.md")
+#: the figures of a run (``run_dir``)
+RUN_IMAGES = ("run_learned_terms.png", "run_attention.png")
+
+
+def atlas_files() -> list[str]:
+    """Every file name write_atlas may write (each panel draws ``<panel>.png``)."""
+    return [*PAGE_FILES, *(f"{name}.png" for name in PANELS), *RUN_IMAGES]
 
 
 def write_atlas(out_dir: str | Path, run_dir: str | Path | None = None,
@@ -56,8 +63,8 @@ def write_atlas(out_dir: str | Path, run_dir: str | Path | None = None,
         from .run_extras import load_atlas_run
         loaded = load_atlas_run(run_dir)          # fail on a bad run before drawing anything
     out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in out_dir.glob("run_*.png"):     # a previous atlas's run figures
-        stale.unlink()
+    for stale in RUN_IMAGES:                    # a previous atlas's run figures
+        (out_dir / stale).unlink(missing_ok=True)
     panels = []
     for name, draw in PANELS.items():
         if progress:

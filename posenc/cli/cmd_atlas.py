@@ -17,18 +17,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a `posenc train` run, or runs/<encoding> inside a `posenc compare` "
                         "directory: adds its learned biases and attention maps at L and 4L")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing atlas in --out")
+                   help="replace the files of the same names (an earlier atlas) in --out")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..atlas import write_atlas
+    from ..atlas import atlas_files, write_atlas
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file, not a directory")
-    if (out / "atlas.json").exists() and not args.overwrite:
-        raise ValueError(f"{out} already holds an atlas; pass --overwrite to replace it")
+    taken = [name for name in atlas_files() if (out / name).exists()]
+    if taken and not args.overwrite:
+        shown = ", ".join(taken[:3]) + (", ..." if len(taken) > 3 else "")
+        raise ValueError(f"{out} already holds {shown}; pass --overwrite to replace them")
     start = time.perf_counter()
 
     def progress(name: str) -> None:
