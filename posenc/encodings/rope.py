@@ -5,7 +5,9 @@ Pairs of dimensions of q and k are rotated by the angle ``pos * inv_freq[i]``, s
 
 Layouts: ``"half"`` pairs dimension i with i + d/2 (Hugging Face, GPT-NeoX), ``"interleaved"``
 pairs 2i with 2i+1 (Meta's Llama release, RoFormer). Angles and cos/sin are fp32 whatever the
-model dtype. Scalings come from :mod:`posenc.encodings.rope_scaling` (one module applies any).
+model dtype; for integer positions the angles are exact products of the fp32 frequencies,
+reduced modulo 2 pi (about 1e-6 rad below position 2^31). Scalings come from
+:mod:`posenc.encodings.rope_scaling` (one module applies any).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 from torch import Tensor
 
 from .base import PositionalEncoding, register, require_choice, require_float_in
-from .rotary_kernels import apply_rotary, rotary_angles
+from .rotary_kernels import apply_rotary, frequency_turns, rotary_angles
 from .rope_scaling import (LENGTH_DEPENDENT, REQUIRED, compute_inv_freq, scaling_type,
                            validate_scaling)
 
@@ -64,13 +66,17 @@ class RotaryEncoding(PositionalEncoding):
         self.cache_transformed_keys = not self.length_dependent
         inv_freq, factor = compute_inv_freq(rotary_dim, self.theta, self.scaling)
         self.register_buffer("inv_freq", inv_freq, persistent=False)   # (R/2,) fp32
+        fixed, rest = frequency_turns(inv_freq)                        # float64 on the CPU
+        self.register_buffer("turns_fixed", fixed, persistent=False)   # (R/2,) int64
+        self.register_buffer("turns_rest", rest, persistent=False)     # (R/2,) fp32
         self.attention_factor = factor
 
     def _apply(self, fn, recurse=True):
         # keep the frequencies fp32 when the module is cast (model.to(torch.bfloat16))
-        inv_freq = self.inv_freq
+        kept = {name: getattr(self, name) for name in ("inv_freq", "turns_rest")}
         super()._apply(fn, recurse)
-        self.inv_freq = inv_freq.to(self.inv_freq.device)
+        for name, value in kept.items():
+            setattr(self, name, value.to(getattr(self, name).device))
         return self
 
     def frequencies(self, seq_len: int) -> tuple[Tensor, float]:
@@ -88,9 +94,20 @@ class RotaryEncoding(PositionalEncoding):
         return factor, tuple(inv_freq.tolist())
 
     def cos_sin(self, pos: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
-        """cos and sin (times the attention factor) at positions pos: (L, R/2) fp32 each."""
-        inv_freq, factor = self.frequencies(seq_len)
-        angles = rotary_angles(pos, inv_freq)
+        """cos and sin (times the attention factor) at positions pos: (L, R/2) fp32 each.
+
+        Angles are exact products modulo 2 pi (see ``rotary_angles``), so they stay accurate
+        far past 2^16 positions."""
+        if self.length_dependent:             # frequencies and their split on the CPU
+            inv_freq, factor = compute_inv_freq(self.rotary_dim, self.theta, self.scaling,
+                                                seq_len)
+            turns = frequency_turns(inv_freq)
+        else:
+            inv_freq, factor = self.inv_freq, self.attention_factor
+            turns = (self.turns_fixed, self.turns_rest)
+        angles = rotary_angles(pos, inv_freq, turns)
+        if factor == 1.0:
+            return angles.cos(), angles.sin()
         return angles.cos() * factor, angles.sin() * factor
 
     def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
