@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .base import PositionalEncoding, register, require_choice, require_float_in
+from .base import (PositionalEncoding, check_qk, register, require_choice,
+                   require_float_in)
 from .rotary_kernels import apply_rotary, frequency_turns, rotary_angles
 from .rope_scaling import (LENGTH_DEPENDENT, REQUIRED, compute_inv_freq, scaling_type,
                            validate_scaling)
@@ -112,6 +113,7 @@ class RotaryEncoding(PositionalEncoding):
 
     def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
                      ) -> tuple[Tensor, Tensor]:
+        check_qk(self, q, k, q_pos, k_pos)        # float q/k: integer ones would truncate
         seq_len = 1 + int(torch.maximum(q_pos.max(), k_pos.max())) if self.length_dependent \
             else 0
         k_cos, k_sin = self.cos_sin(k_pos, seq_len)
