@@ -90,24 +90,19 @@ def test_the_range_check_is_skipped_under_compile(monkeypatch):
 
 
 # ---------------------------------------------------------------------- positions
-@pytest.mark.parametrize("pe", list_encodings())
-def test_positions_of_the_wrong_length_name_both_shapes(pe):
-    model = _lm(pe)
-    ids = torch.randint(0, VOCAB, (2, 5))
-    _raises(r"pos must have shape \(5,\), one position per token, got shape \(4,\)", model,
-            ids, pos=torch.arange(4))
-    _raises(r"pos must have shape \(5,\).*got shape \(2, 4\)", model, ids,
-            pos=torch.arange(4).expand(2, 4))
+BAD_POSITIONS = [
+    (torch.arange(4), r"pos must have shape \(5,\), one position per token, got shape \(4,\)"),
+    (torch.arange(4).expand(2, 4), r"pos must have shape \(5,\).*got shape \(2, 4\)"),
+    (torch.arange(5.0), r"pos must be an integer tensor of positions, got dtype torch.float32"),
+    ([0, 1, 2, 3, 4], r"pos must be an integer tensor of positions, got list"),
+]
 
 
 @pytest.mark.parametrize("pe", list_encodings())
-def test_float_positions_are_refused(pe):
-    model = _lm(pe)
-    ids = torch.randint(0, VOCAB, (1, 5))
-    _raises(r"pos must be an integer tensor of positions, got dtype torch.float32", model,
-            ids, pos=torch.arange(5.0))
-    _raises(r"pos must be an integer tensor of positions, got list", model, ids,
-            pos=[0, 1, 2, 3, 4])
+def test_positions_of_the_wrong_shape_or_dtype_are_refused(pe):
+    model, ids = _lm(pe), torch.randint(0, VOCAB, (2, 5))
+    for pos, message in BAD_POSITIONS:
+        _raises(message, model, ids, pos=pos)
 
 
 def test_attention_layer_checks_its_input():
@@ -213,3 +208,9 @@ def test_sampling_arguments_are_checked(kwargs, message):
 def test_generate_checks_max_new_tokens():
     _raises(r"max_new_tokens must be an integer >= 0, got '2'", _lm().generate,
             torch.zeros(1, 2, dtype=torch.long), "2")
+
+
+def test_generate_checks_its_prompt():
+    _raises(r"ids must be \(batch, length\), got list", _lm().generate, [[1, 2]], 2)
+    _raises(r"ids must be \(batch, length\), got shape \(2,\)", _lm().generate,
+            torch.tensor([1, 2]), 2)

@@ -46,13 +46,15 @@ def frequency_turns(inv_freq: Tensor) -> tuple[Tensor, Tensor]:
     """inv_freq (R/2,) as turns per position, split for :func:`rotary_angles`.
 
     Returns ``fixed`` (R/2,) int64 = round(frac(f / 2 pi) * 2^32) and ``rest`` (R/2,) fp32,
-    the remainder in units of 2^-32 turns (|rest| <= 1/2). Computed in float64 on
-    inv_freq's device: precompute it on the CPU for devices without float64.
+    the remainder in units of 2^-32 turns (|rest| <= 1/2). Computed in float64, on the CPU
+    for devices other than CUDA (a copy: precompute it where that matters, as RoPE does).
     """
-    turns = inv_freq.to(torch.float64) / (2.0 * math.pi)
+    device = inv_freq.device
+    work = inv_freq if device.type in ("cpu", "cuda") else inv_freq.cpu()
+    turns = work.to(torch.float64) / (2.0 * math.pi)
     units = (turns - turns.floor()) * 2.0 ** TURN_BITS
     fixed = torch.round(units)
-    return fixed.to(torch.int64), (units - fixed).to(torch.float32)
+    return fixed.to(device, torch.int64), (units - fixed).to(device, torch.float32)
 
 
 def rotary_angles(pos: Tensor, inv_freq: Tensor,

@@ -127,6 +127,12 @@ class TransformerLM(nn.Module):
         return make_caches(self.config.n_layers, batch, self.config.n_heads,
                            self.config.head_dim, capacity, p.dtype, p.device)
 
+    def _check_ids(self, ids: Tensor) -> None:
+        if not isinstance(ids, Tensor) or ids.dim() != 2:
+            got = f"shape {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
+            raise ValueError(f"ids must be (batch, length), got {got}")
+        check_token_ids("ids", ids, self.config.vocab_size)
+
     def forward(self, ids: Tensor, pos: Tensor | None = None,
                 caches: list[KVCache] | None = None, *, backend: str | None = None,
                 need_weights: bool = False) -> Tensor | tuple[Tensor, list[Tensor | None]]:
@@ -135,10 +141,7 @@ class TransformerLM(nn.Module):
         ``pos`` (T,) defaults to 0..T-1, or to continue after the caches' contents.
         With ``need_weights`` also returns each layer's attention weights (B, H, T, Lk).
         """
-        if not isinstance(ids, Tensor) or ids.dim() != 2:
-            got = f"shape {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
-            raise ValueError(f"ids must be (batch, length), got {got}")
-        check_token_ids("ids", ids, self.config.vocab_size)
+        self._check_ids(ids)
         t = ids.shape[1]
         if pos is None:
             start = caches[0].length if caches else 0
@@ -166,6 +169,7 @@ class TransformerLM(nn.Module):
                  top_k: int | None = None, generator: torch.Generator | None = None) -> Tensor:
         """Append ``max_new_tokens`` tokens to ids (B, T) using a KV cache -> (B, T + new)."""
         require_int_at_least("max_new_tokens", max_new_tokens, 0)
+        self._check_ids(ids)
         caches = self.make_caches(ids.shape[0], ids.shape[1] + max_new_tokens)
         logits = self(ids, caches=caches)
         out = [ids]
