@@ -41,7 +41,7 @@ def _error_ratio(got: torch.Tensor, exact: torch.Tensor) -> float:
                                     "original_max_position_embeddings": 8192,
                                     "low_freq_factor": 1.0, "high_freq_factor": 4.0}},
 ], ids=["theta1e4", "theta5e5", "llama3"])
-@pytest.mark.parametrize("position", [70_001, 1_000_000, 16_777_213, 2**31 - 1])
+@pytest.mark.parametrize("position", [32_771, 70_001, 1_000_000, 16_777_213, 2**31 - 1])
 def test_rope_bf16_error_at_long_positions_is_near_the_rounding_floor(options, position):
     pe = build_encoding("rope", n_heads=1, head_dim=HEAD_DIM, **options)
     q = torch.randn(1, N_VECTORS, 1, HEAD_DIM).to(torch.bfloat16)   # one position per vector

@@ -220,22 +220,25 @@ def test_bad_arguments():
 
 
 def test_rotary_angles_are_exact_products_modulo_two_pi():
-    """Integer positions up to 2^31 - 1 (and negative ones): the fp32 angle is the float64
-    product pos * inv_freq reduced modulo 2 pi, to 1e-6 rad (a plain fp32 product is off by
-    up to 0.03 rad at position 1e6, 64 rad at 2^31)."""
-    pos = torch.tensor([0, 1, 6, 65_537, 1_000_000, 123_456_789, 2**31 - 1, -3, -1_000_001])
+    """Integer positions from 2^16 to 2^31 - 1 (and negative ones): the fp32 angle is the
+    float64 product pos * inv_freq reduced modulo 2 pi, to 1e-6 rad (a plain fp32 product is
+    off by up to 0.03 rad at position 1e6, 64 rad at 2^31). Below 2^16 (and for float
+    positions) it is the plain fp32 product, bit for bit, as Hugging Face computes it."""
     inv_freq = torch.tensor([1.0, 0.5, 0.01, 0.7498942, 1e-4, 3.0], dtype=torch.float32)
-    theta = rk.rotary_angles(pos, inv_freq)
-    assert theta.dtype == torch.float32 and theta.shape == (9, 6)
-    want = pos.double()[:, None] * inv_freq.double()[None, :]
+    far = torch.tensor([65_536, 65_537, 1_000_000, 123_456_789, 2**31 - 1, -65_536,
+                        -1_000_001])
+    theta = rk.rotary_angles(far, inv_freq)
+    assert theta.dtype == torch.float32 and theta.shape == (7, 6)
+    want = far.double()[:, None] * inv_freq.double()[None, :]
     gap = torch.remainder(theta.double() - want + math.pi, 2 * math.pi) - math.pi
     assert gap.abs().max() < 1e-6
-    plain = pos.float()[:, None] * inv_freq[None, :]
+    plain = far.float()[:, None] * inv_freq[None, :]
     assert (torch.remainder(plain.double() - want + math.pi, 2 * math.pi) - math.pi
             ).abs().max() > 1e-3                                    # the test can fail
-    floats = torch.arange(7, dtype=torch.float32)               # float positions: fp32 product
-    assert_close(rk.rotary_angles(floats, inv_freq), floats[:, None] * inv_freq[None, :],
-                 **EXACT)
+    for near in (torch.tensor([0, 1, 6, 4097, 65_535, -3, -65_535]),
+                 torch.arange(7, dtype=torch.float32)):
+        assert_close(rk.rotary_angles(near, inv_freq),
+                     near.float()[:, None] * inv_freq[None, :], **EXACT)
 
 
 def test_output_follows_the_input_memory_order(native):

@@ -5,8 +5,9 @@ Pairs of dimensions of q and k are rotated by the angle ``pos * inv_freq[i]``, s
 
 Layouts: ``"half"`` pairs dimension i with i + d/2 (Hugging Face, GPT-NeoX), ``"interleaved"``
 pairs 2i with 2i+1 (Meta's Llama release, RoFormer). Angles and cos/sin are fp32 whatever the
-model dtype; for integer positions the angles are exact products of the fp32 frequencies,
-reduced modulo 2 pi (about 1e-6 rad below position 2^31). Scalings come from
+model dtype. Angles are the fp32 product pos * inv_freq below position 2^16 (as Hugging Face
+computes them) and, for integer positions from there on, exact products of the fp32
+frequencies reduced modulo 2 pi (about 1e-6 rad below 2^31). Scalings come from
 :mod:`posenc.encodings.rope_scaling` (one module applies any).
 """
 
@@ -97,8 +98,7 @@ class RotaryEncoding(PositionalEncoding):
     def cos_sin(self, pos: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
         """cos and sin (times the attention factor) at positions pos: (L, R/2) fp32 each.
 
-        Angles are exact products modulo 2 pi (see ``rotary_angles``), so they stay accurate
-        far past 2^16 positions."""
+        Angles stay accurate far past 2^16 positions (see ``rotary_angles``)."""
         if self.length_dependent:             # frequencies and their split on the CPU
             inv_freq, factor = compute_inv_freq(self.rotary_dim, self.theta, self.scaling,
                                                 seq_len)

@@ -27,8 +27,8 @@ class LMConfig:
     """Shape and options of a :class:`TransformerLM`.
 
     ``pe`` names a registered encoding and ``pe_options`` are its options (see
-    ``posenc list``; None means no options, like {}). ``max_len`` is the training length: the size of a learned table and the
-    default original length for RoPE scalings.
+    ``posenc list``; None means no options, like {}). ``max_len`` is the training length: the
+    size of a learned table and the default original length for RoPE scalings.
     """
 
     vocab_size: int = 256
