@@ -113,7 +113,7 @@ def test_score_mod_equals_score_bias(name, options):
     pe = _randomize(_pe(name, **options))
     q_pos, k_pos = torch.arange(11, 16), torch.arange(3, 16)
     bias = pe.score_bias(None, None, q_pos, k_pos).expand(1, H, 5, 13)
-    mod = pe.score_mod(torch.zeros(1), None, q_pos, k_pos)
+    mod = pe.score_mod(torch.zeros(1, H, 5, 1), None, q_pos, k_pos)
     b, h, qi, ki = torch.meshgrid(torch.arange(1), torch.arange(H), torch.arange(5),
                                   torch.arange(13), indexing="ij")
     assert_close(mod(torch.zeros(b.shape), b, h, qi, ki), bias)

@@ -3,6 +3,8 @@ with partial rotary, strided inputs, bf16 and gradients."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -217,12 +219,26 @@ def test_bad_arguments():
         rk.apply_rotary(torch.randn(4, 6), cos, sin)
 
 
-def test_rotary_angles_are_fp32_products():
-    pos = torch.arange(7)
-    inv_freq = torch.tensor([1.0, 0.5, 0.01], dtype=torch.float64)
-    theta = rk.rotary_angles(pos, inv_freq)
-    assert theta.dtype == torch.float32 and theta.shape == (7, 3)
-    assert_close(theta, pos.float()[:, None] * inv_freq.float()[None, :], **EXACT)
+def test_rotary_angles_are_exact_products_modulo_two_pi():
+    """Integer positions from 2^16 to 2^31 - 1 (and negative ones): the fp32 angle is the
+    float64 product pos * inv_freq reduced modulo 2 pi, to 1e-6 rad (a plain fp32 product is
+    off by up to 0.03 rad at position 1e6, 64 rad at 2^31). Below 2^16 (and for float
+    positions) it is the plain fp32 product, bit for bit, as Hugging Face computes it."""
+    inv_freq = torch.tensor([1.0, 0.5, 0.01, 0.7498942, 1e-4, 3.0], dtype=torch.float32)
+    far = torch.tensor([65_536, 65_537, 1_000_000, 123_456_789, 2**31 - 1, -65_536,
+                        -1_000_001])
+    theta = rk.rotary_angles(far, inv_freq)
+    assert theta.dtype == torch.float32 and theta.shape == (7, 6)
+    want = far.double()[:, None] * inv_freq.double()[None, :]
+    gap = torch.remainder(theta.double() - want + math.pi, 2 * math.pi) - math.pi
+    assert gap.abs().max() < 1e-6
+    plain = far.float()[:, None] * inv_freq[None, :]
+    assert (torch.remainder(plain.double() - want + math.pi, 2 * math.pi) - math.pi
+            ).abs().max() > 1e-3                                    # the test can fail
+    for near in (torch.tensor([0, 1, 6, 4097, 65_535, -3, -65_535]),
+                 torch.arange(7, dtype=torch.float32)):
+        assert_close(rk.rotary_angles(near, inv_freq),
+                     near.float()[:, None] * inv_freq[None, :], **EXACT)
 
 
 def test_output_follows_the_input_memory_order(native):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ..encodings.base import PositionalEncoding
+from ..encodings.base import PositionalEncoding, check_positions
 from .backends import attend
 from .cache import KVCache
 
@@ -46,6 +46,10 @@ class MultiHeadAttention(nn.Module):
         With a cache, new keys/values are appended and attention runs over all cached ones.
         Returns (B, T, C) and optional weights (B, H, T, Lk).
         """
+        if x.dim() != 3 or x.shape[-1] != self.n_heads * self.head_dim:
+            raise ValueError(f"x must be (batch, length, d_model={self.n_heads * self.head_dim})"
+                             f", got shape {tuple(x.shape)}")
+        check_positions("pos", pos, x.shape[1])
         b, t, c = x.shape
         if self.cross:
             q = self.heads(self.q_proj(x))

@@ -3,6 +3,11 @@
 Head h adds ``-m_h * |i - j|`` to its logits. Slopes form a geometric sequence starting at
 2^(-8/n) for n heads (a power of two); for other head counts the paper (and BLOOM) take the
 slopes of the closest smaller power of two, then every other slope of twice that count.
+
+The bias is clipped to [-2^15, 2^15] (``BIAS_LIMIT``): in fp16 (largest finite 65504) the
+raw ``m * (j - i)`` overflows to -inf past 131040 positions for slope 1/2, while a softmax
+weight ``exp(-32768)`` is exactly zero in every float format, so the floor changes no weight
+(the ceiling only touches the causal form's hidden pairs j > i).
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ from torch import Tensor
 
 from .base import register, require_positive_int
 from .relative_bias import DistanceBiasEncoding
+
+#: largest bias magnitude: exact in fp16, with room for the logits it is added to
+BIAS_LIMIT = 2.0 ** 15
 
 
 def _power_of_two_slopes(n: int) -> list[float]:
@@ -51,4 +59,5 @@ class ALiBiEncoding(DistanceBiasEncoding):
     def distance_bias(self, rel: Tensor) -> Tensor:
         dist = rel.to(torch.float32)
         dist = -dist.abs() if self.bidirectional else dist        # j - i <= 0 where causal
-        return self.slopes[:, None] * dist[None, :]               # (H, N)
+        bias = self.slopes[:, None] * dist[None, :]               # (H, N)
+        return bias.clamp(-BIAS_LIMIT, BIAS_LIMIT)

@@ -292,3 +292,77 @@ def require_choice(option: str, value: Any, choices: tuple[str, ...]) -> str:
         raise ValueError(f"{option} must be one of {', '.join(map(repr, choices))}, "
                          f"got {value!r}")
     return value
+
+
+# ------------------------------------------------------------ tensor checks
+def _is_integer(t: Tensor) -> bool:
+    return not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
+
+
+def check_positions(name: str, pos: Any, length: int | None) -> None:
+    """Positions must be an integer tensor of shape (length,) (any length if None), shared
+    by every sequence of the batch. Metadata only (no sync).
+
+    Raises ValueError naming ``name``, the expected and the actual shape or dtype.
+    """
+    if not isinstance(pos, Tensor) or not _is_integer(pos):
+        got = f"dtype {pos.dtype}" if isinstance(pos, Tensor) else type(pos).__name__
+        raise ValueError(f"{name} must be an integer tensor of positions, got {got}")
+    if pos.dim() != 1 or (length is not None and pos.shape[-1] != length):
+        want = "(length,)" if length is None else f"({length},)"
+        raise ValueError(f"{name} must have shape {want}, one position per token, got "
+                         f"shape {tuple(pos.shape)}")
+
+
+def check_qk(encoding: PositionalEncoding, q: Any, k: Any, q_pos: Any, k_pos: Any,
+             *, bias: bool = False) -> None:
+    """Arguments of a hook: floating-point q (B, H, Lq, D) and k (B, H', Lk, D) with
+    integer positions (Lq,) and (Lk,). For a per-head ``bias`` hook, q and k may be None
+    (the term depends on positions only) and a given q must have the encoding's n_heads.
+    Metadata only (no sync)."""
+    for name, x, pos in (("q", q, q_pos), ("k", k, k_pos)):
+        if x is None and bias:
+            check_positions(f"{name}_pos", pos, None)
+            continue
+        if not isinstance(x, Tensor) or x.dim() != 4 or not x.is_floating_point():
+            got = (f"shape {tuple(x.shape)}, dtype {x.dtype}" if isinstance(x, Tensor)
+                   else type(x).__name__)
+            raise ValueError(f"{name} must be a floating-point tensor (batch, heads, length, "
+                             f"head_dim), got {got}")
+        check_positions(f"{name}_pos", pos, x.shape[2])
+    if bias and q is not None and q.shape[1] != encoding.n_heads:
+        raise ValueError(f"q has {q.shape[1]} heads but this {encoding.name or 'encoding'} "
+                         f"was built for n_heads={encoding.n_heads}")
+
+
+def check_token_ids(name: str, ids: Any, vocab_size: int) -> None:
+    """Token ids must be an integer tensor with values in [0, vocab_size).
+
+    The range needs the values: checked eagerly on CPU, with a device-side assert on CUDA
+    (no host synchronisation), skipped on other devices and under torch.compile. Call it
+    once per model forward, not per layer.
+    """
+    if not isinstance(ids, Tensor) or ids.dtype not in (torch.int64, torch.int32):
+        got = f"dtype {ids.dtype}" if isinstance(ids, Tensor) else type(ids).__name__
+        raise ValueError(f"{name} must be a tensor of token ids (int64 or int32), got {got}")
+    if ids.numel() == 0 or torch.compiler.is_compiling():
+        return
+    if ids.device.type == "cpu":
+        lo, hi = torch.aminmax(ids)
+        if lo < 0 or hi >= vocab_size:
+            bad = int(lo) if lo < 0 else int(hi)
+            raise ValueError(f"{name} holds token id {bad}, outside the vocabulary "
+                             f"[0, {vocab_size})")
+    elif ids.device.type == "cuda":
+        torch._assert_async(((ids >= 0) & (ids < vocab_size)).all(),
+                            f"{name} holds a token id outside the vocabulary [0, {vocab_size})")
+
+
+def require_options(option: str, value: Any) -> dict[str, Any]:
+    """An encoding-options dict: None means {} (no options); a copy is returned."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+        raise ValueError(f"{option} must be a dict of encoding options (or None for none), "
+                         f"got {value!r}")
+    return dict(value)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import PositionalEncoding, ScoreMod
+from .base import PositionalEncoding, ScoreMod, check_qk
 
 
 class DistanceBiasEncoding(PositionalEncoding):
@@ -33,12 +33,14 @@ class DistanceBiasEncoding(PositionalEncoding):
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                    causal: bool = False) -> Tensor:
+        check_qk(self, q, k, q_pos, k_pos, bias=True)
         table, lo = self.distance_table(q_pos, k_pos)                # (H, N)
         index = k_pos[None, :] - q_pos[:, None] - lo                 # (Lq, Lk)
         return table[:, index].unsqueeze(0)                          # (1, H, Lq, Lk)
 
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                   causal: bool = False) -> ScoreMod:
+        check_qk(self, q, k, q_pos, k_pos, bias=True)
         table, lo = self.distance_table(q_pos, k_pos)                # (H, N)
         table = table.to(q.dtype)
         q_off, k_off = q_pos + lo, k_pos                             # column = k - (q + lo)

@@ -5,7 +5,10 @@ Pairs of dimensions of q and k are rotated by the angle ``pos * inv_freq[i]``, s
 
 Layouts: ``"half"`` pairs dimension i with i + d/2 (Hugging Face, GPT-NeoX), ``"interleaved"``
 pairs 2i with 2i+1 (Meta's Llama release, RoFormer). Angles and cos/sin are fp32 whatever the
-model dtype. Scalings come from :mod:`posenc.encodings.rope_scaling` (one module applies any).
+model dtype. Angles are the fp32 product pos * inv_freq below position 2^16 (as Hugging Face
+computes them) and, for integer positions from there on, exact products of the fp32
+frequencies reduced modulo 2 pi (about 1e-6 rad below 2^31). Scalings come from
+:mod:`posenc.encodings.rope_scaling` (one module applies any).
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .base import PositionalEncoding, register, require_choice, require_float_in
-from .rotary_kernels import apply_rotary, rotary_angles
+from .base import (PositionalEncoding, check_qk, register, require_choice,
+                   require_float_in)
+from .rotary_kernels import apply_rotary, frequency_turns, rotary_angles
 from .rope_scaling import (LENGTH_DEPENDENT, REQUIRED, compute_inv_freq, scaling_type,
                            validate_scaling)
 
@@ -64,13 +68,17 @@ class RotaryEncoding(PositionalEncoding):
         self.cache_transformed_keys = not self.length_dependent
         inv_freq, factor = compute_inv_freq(rotary_dim, self.theta, self.scaling)
         self.register_buffer("inv_freq", inv_freq, persistent=False)   # (R/2,) fp32
+        fixed, rest = frequency_turns(inv_freq)                        # float64 on the CPU
+        self.register_buffer("turns_fixed", fixed, persistent=False)   # (R/2,) int64
+        self.register_buffer("turns_rest", rest, persistent=False)     # (R/2,) fp32
         self.attention_factor = factor
 
     def _apply(self, fn, recurse=True):
         # keep the frequencies fp32 when the module is cast (model.to(torch.bfloat16))
-        inv_freq = self.inv_freq
+        kept = {name: getattr(self, name) for name in ("inv_freq", "turns_rest")}
         super()._apply(fn, recurse)
-        self.inv_freq = inv_freq.to(self.inv_freq.device)
+        for name, value in kept.items():
+            setattr(self, name, value.to(getattr(self, name).device))
         return self
 
     def frequencies(self, seq_len: int) -> tuple[Tensor, float]:
@@ -88,13 +96,24 @@ class RotaryEncoding(PositionalEncoding):
         return factor, tuple(inv_freq.tolist())
 
     def cos_sin(self, pos: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
-        """cos and sin (times the attention factor) at positions pos: (L, R/2) fp32 each."""
-        inv_freq, factor = self.frequencies(seq_len)
-        angles = rotary_angles(pos, inv_freq)
+        """cos and sin (times the attention factor) at positions pos: (L, R/2) fp32 each.
+
+        Angles stay accurate far past 2^16 positions (see ``rotary_angles``)."""
+        if self.length_dependent:             # frequencies and their split on the CPU
+            inv_freq, factor = compute_inv_freq(self.rotary_dim, self.theta, self.scaling,
+                                                seq_len)
+            turns = frequency_turns(inv_freq)
+        else:
+            inv_freq, factor = self.inv_freq, self.attention_factor
+            turns = (self.turns_fixed, self.turns_rest)
+        angles = rotary_angles(pos, inv_freq, turns)
+        if factor == 1.0:
+            return angles.cos(), angles.sin()
         return angles.cos() * factor, angles.sin() * factor
 
     def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
                      ) -> tuple[Tensor, Tensor]:
+        check_qk(self, q, k, q_pos, k_pos)        # float q/k: integer ones would truncate
         seq_len = 1 + int(torch.maximum(q_pos.max(), k_pos.max())) if self.length_dependent \
             else 0
         k_cos, k_sin = self.cos_sin(k_pos, seq_len)

@@ -24,6 +24,7 @@ Set ``POSENC_NATIVE_KERNELS=0`` to force the reference path.
 from __future__ import annotations
 
 import ctypes
+import math
 
 import torch
 from torch import Tensor
@@ -37,9 +38,50 @@ STREAM_MIN_BYTES = 4 << 20
 _ELEMS_PER_THREAD = 1 << 16
 
 
-def rotary_angles(pos: Tensor, inv_freq: Tensor) -> Tensor:
-    """Angles pos * inv_freq in fp32. pos (L,), inv_freq (R/2,) -> (L, R/2)."""
-    return pos.to(torch.float32)[:, None] * inv_freq.to(pos.device, torch.float32)[None, :]
+#: fixed-point bits of a frequency's turns per position in :func:`rotary_angles`
+TURN_BITS = 32
+#: positions below this get the plain fp32 product, as Hugging Face and Meta's Llama code
+#: compute it (off by at most 2^-9 rad there), so patched models match them bit for bit
+EXACT_FROM = 1 << 16
+
+
+def frequency_turns(inv_freq: Tensor) -> tuple[Tensor, Tensor]:
+    """inv_freq (R/2,) as turns per position, split for :func:`rotary_angles`.
+
+    Returns ``fixed`` (R/2,) int64 = round(frac(f / 2 pi) * 2^32) and ``rest`` (R/2,) fp32,
+    the remainder in units of 2^-32 turns (|rest| <= 1/2). Computed in float64, on the CPU
+    for devices other than CUDA (a copy: precompute it where that matters, as RoPE does).
+    """
+    device = inv_freq.device
+    work = inv_freq if device.type in ("cpu", "cuda") else inv_freq.cpu()
+    turns = work.to(torch.float64) / (2.0 * math.pi)
+    units = (turns - turns.floor()) * 2.0 ** TURN_BITS
+    fixed = torch.round(units)
+    return fixed.to(device, torch.int64), (units - fixed).to(device, torch.float32)
+
+
+def rotary_angles(pos: Tensor, inv_freq: Tensor,
+                  turns: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """Angles pos * inv_freq (modulo 2 pi from EXACT_FROM on), fp32. pos (L,), inv_freq
+    (R/2,) -> (L, R/2).
+
+    Below ``EXACT_FROM`` = 2^16 (and for floating-point positions) this is the plain fp32
+    product. From there on, where that product is off by up to pos * 2^-24 rad (0.03 at
+    position 1e6), integer positions get an exact one: ``pos * fixed`` in int64 keeps the
+    low 32 bits (the fraction of a turn) and ``pos * rest`` adds the remainder, within about
+    1e-6 rad of the exact pos * inv_freq for |pos| < 2^31. ``turns`` is
+    :func:`frequency_turns` (inv_freq) if already computed.
+    """
+    p_float = pos.to(torch.float32)[:, None]                                # (L, 1)
+    plain = p_float * inv_freq.to(pos.device, torch.float32)[None, :]     # (L, R/2)
+    if pos.is_floating_point():
+        return plain
+    fixed, rest = frequency_turns(inv_freq) if turns is None else turns
+    p = pos.to(torch.int64)[:, None]                                        # (L, 1)
+    units = (p * fixed.to(pos.device)).bitwise_and_((1 << TURN_BITS) - 1).to(torch.float32)
+    units.addcmul_(p_float, rest.to(pos.device))                # (L, R/2), 2^-32 turns
+    exact = units.mul_(2.0 * math.pi * 2.0 ** -TURN_BITS)
+    return torch.where(p.abs() < EXACT_FROM, plain, exact)
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Tensor:

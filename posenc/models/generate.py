@@ -5,13 +5,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..encodings.base import require_float_in
+
 
 def select_next(logits: Tensor, temperature: float = 0.0, top_k: int | None = None,
                 generator: torch.Generator | None = None) -> Tensor:
     """Pick the next token from logits (B, V): greedy at temperature 0 -> (B, 1) long."""
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+    require_float_in("temperature", temperature, 0.0, float("inf"), low_open=False)
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
+                              or top_k < 1):
         raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
     if temperature == 0.0:
         return logits.argmax(dim=-1, keepdim=True)

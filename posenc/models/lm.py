@@ -12,11 +12,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import KVCache, make_caches
+from ..attention import BACKENDS, KVCache, make_caches
 from ..attention.cache import replay_if_stale
 from ..encodings import build_encoding
-from ..encodings.base import require_positive_int
-from .blocks import Block, init_weights, make_norm
+from ..encodings.base import (check_positions, check_token_ids, require_choice,
+                              require_float_in, require_int_at_least, require_options,
+                              require_positive_int)
+from .blocks import ACTIVATIONS, NORMS, Block, init_weights, make_norm
 from .generate import select_next
 
 
@@ -25,8 +27,8 @@ class LMConfig:
     """Shape and options of a :class:`TransformerLM`.
 
     ``pe`` names a registered encoding and ``pe_options`` are its options (see
-    ``posenc list``). ``max_len`` is the training length: the size of a learned table and the
-    default original length for RoPE scalings.
+    ``posenc list``; None means no options, like {}). ``max_len`` is the training length: the
+    size of a learned table and the default original length for RoPE scalings.
     """
 
     vocab_size: int = 256
@@ -55,8 +57,18 @@ class LMConfig:
             raise ValueError(f"norm_eps must be a number in (0, 1), got {self.norm_eps!r}")
         if self.d_ff is not None:
             require_positive_int("d_ff", self.d_ff)
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        require_float_in("dropout", self.dropout, 0.0, 1.0, low_open=False)
+        require_choice("activation", self.activation, ACTIVATIONS)
+        require_choice("norm", self.norm, NORMS)
+        require_choice("norm_placement", self.norm_placement, ("pre", "post"))
+        require_choice("attn_backend", self.attn_backend, BACKENDS)
+        for name in ("bias", "tie_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if not isinstance(self.pe, str):
+            raise ValueError(f"pe must be the name of an encoding (posenc list), got "
+                             f"{self.pe!r}")
+        object.__setattr__(self, "pe_options", require_options("pe_options", self.pe_options))
 
     @property
     def head_dim(self) -> int:
@@ -115,6 +127,12 @@ class TransformerLM(nn.Module):
         return make_caches(self.config.n_layers, batch, self.config.n_heads,
                            self.config.head_dim, capacity, p.dtype, p.device)
 
+    def _check_ids(self, ids: Tensor) -> None:
+        if not isinstance(ids, Tensor) or ids.dim() != 2:
+            got = f"shape {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
+            raise ValueError(f"ids must be (batch, length), got {got}")
+        check_token_ids("ids", ids, self.config.vocab_size)
+
     def forward(self, ids: Tensor, pos: Tensor | None = None,
                 caches: list[KVCache] | None = None, *, backend: str | None = None,
                 need_weights: bool = False) -> Tensor | tuple[Tensor, list[Tensor | None]]:
@@ -123,12 +141,13 @@ class TransformerLM(nn.Module):
         ``pos`` (T,) defaults to 0..T-1, or to continue after the caches' contents.
         With ``need_weights`` also returns each layer's attention weights (B, H, T, Lk).
         """
-        if ids.dim() != 2:
-            raise ValueError(f"ids must be (batch, length), got shape {tuple(ids.shape)}")
+        self._check_ids(ids)
         t = ids.shape[1]
         if pos is None:
             start = caches[0].length if caches else 0
             pos = torch.arange(start, start + t, device=ids.device)
+        else:
+            check_positions("pos", pos, t)
         if caches:
             ids, pos = replay_if_stale(self.pe, ids, pos, caches)
         x = self.pe.embed(self.tok(ids), pos, ids=ids,
@@ -149,8 +168,8 @@ class TransformerLM(nn.Module):
     def generate(self, ids: Tensor, max_new_tokens: int, temperature: float = 0.0,
                  top_k: int | None = None, generator: torch.Generator | None = None) -> Tensor:
         """Append ``max_new_tokens`` tokens to ids (B, T) using a KV cache -> (B, T + new)."""
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        require_int_at_least("max_new_tokens", max_new_tokens, 0)
+        self._check_ids(ids)
         caches = self.make_caches(ids.shape[0], ids.shape[1] + max_new_tokens)
         logits = self(ids, caches=caches)
         out = [ids]

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from ..attention import KVCache, make_caches
 from ..attention.cache import replay_if_stale
 from ..encodings import PositionalEncoding, build_encoding
+from ..encodings.base import check_token_ids
 from .blocks import Block, init_weights, make_norm
 from .generate import select_next
 from .seq2seq_config import Seq2SeqConfig
@@ -79,14 +80,15 @@ class Seq2SeqTransformer(nn.Module):
 
     # -------------------------------------------------------------- running
     @staticmethod
-    def _check_ids(name: str, ids: Tensor) -> None:
-        if ids.dim() != 2 or ids.shape[1] == 0:
-            raise ValueError(f"{name} must be (batch, length) with length >= 1, got shape "
-                             f"{tuple(ids.shape)}")
+    def _check_ids(name: str, ids: Tensor, vocab_size: int) -> None:
+        if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.shape[1] == 0:
+            got = f"shape {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
+            raise ValueError(f"{name} must be (batch, length) with length >= 1, got {got}")
+        check_token_ids(name, ids, vocab_size)
 
     def encode(self, src: Tensor) -> Tensor:
         """src (B, S) -> encoder output (B, S, C)."""
-        self._check_ids("src", src)
+        self._check_ids("src", src, self.config.source_vocab_size)
         pos = torch.arange(src.shape[1], device=src.device)
         x = self.drop(self.encoder_pe.embed(self.src_tok(src), pos, ids=src))   # (B, S, C)
         backend = self.config.attn_backend
@@ -101,7 +103,7 @@ class Seq2SeqTransformer(nn.Module):
         With caches, positions continue after the self-attention caches' contents and the
         cross-attention caches keep the encoder keys/values after their first use.
         """
-        self._check_ids("tgt_in", tgt_in)
+        self._check_ids("tgt_in", tgt_in, self.config.vocab_size)
         if memory.dim() != 3 or memory.shape[0] != tgt_in.shape[0]:
             raise ValueError(f"memory must be (batch, source length, d_model) with the batch "
                              f"of tgt_in ({tgt_in.shape[0]}), got {tuple(memory.shape)}")
@@ -154,7 +156,8 @@ class Seq2SeqTransformer(nn.Module):
                 or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
         for name, token in (("bos_id", bos_id), ("eos_id", eos_id)):
-            if token is not None and not 0 <= token < self.config.vocab_size:
+            if token is not None and (isinstance(token, bool) or not isinstance(token, int)
+                                      or not 0 <= token < self.config.vocab_size):
                 raise ValueError(f"{name} must be in [0, {self.config.vocab_size}), "
                                  f"got {token}")
         memory = self.encode(src)

@@ -7,7 +7,8 @@ from typing import Any
 
 from ..attention import BACKENDS
 from ..encodings import encoding_class, encoding_options
-from ..encodings.base import require_choice, require_float_in, require_positive_int
+from ..encodings.base import (require_choice, require_float_in, require_options,
+                              require_positive_int)
 from .blocks import ACTIVATIONS, NORMS
 
 
@@ -18,7 +19,8 @@ class Seq2SeqConfig:
     ``encoder_pe`` / ``decoder_pe`` name registered encodings for the encoder's and the
     decoder's self-attention (``posenc list``); cross-attention has no positional encoding.
     ``decoder_pe=None`` reuses the encoder's encoding, and ``decoder_pe_options=None`` then
-    reuses its options too ({} when the decoder names its own encoding). An encoder encoding
+    reuses its options too ({} when the decoder names its own encoding);
+    ``encoder_pe_options=None`` means no options, like {}. An encoder encoding
     with a ``bidirectional`` option gets ``bidirectional=True`` unless the options set it;
     other encoder-only choices (e.g. ``conv``'s ``padding="centered"``) go in
     ``encoder_pe_options``, with ``decoder_pe_options={}`` so the decoder keeps its defaults.
@@ -60,8 +62,7 @@ class Seq2SeqConfig:
                 require_positive_int(name, getattr(self, name))
         if self.d_model % self.n_heads:
             raise ValueError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        require_float_in("dropout", self.dropout, 0.0, 1.0, low_open=False)
         require_choice("activation", self.activation, ACTIVATIONS)
         require_choice("norm", self.norm, NORMS)
         require_float_in("norm_eps", self.norm_eps, 0.0, 1.0)
@@ -74,8 +75,18 @@ class Seq2SeqConfig:
             raise ValueError(
                 f"share_embeddings=True needs src_vocab_size == vocab_size, got "
                 f"{self.src_vocab_size} and {self.vocab_size}; set share_embeddings=False")
+        for name in ("encoder_pe", "decoder_pe"):
+            value = getattr(self, name)
+            if not isinstance(value, str) and not (name == "decoder_pe" and value is None):
+                raise ValueError(f"{name} must be the name of an encoding (posenc list), got "
+                                 f"{value!r}")
         encoding_class(self.encoder_pe)                         # unknown name -> ValueError
         encoding_class(self.decoder_pe_name)
+        object.__setattr__(self, "encoder_pe_options",
+                           require_options("encoder_pe_options", self.encoder_pe_options))
+        if self.decoder_pe_options is not None:
+            object.__setattr__(self, "decoder_pe_options",
+                               require_options("decoder_pe_options", self.decoder_pe_options))
 
     @property
     def head_dim(self) -> int:

@@ -1,0 +1,107 @@
+"""Numerics at long range: RoPE angles past 2^16 positions, ALiBi in fp16 at 131072 positions.
+
+RoPE measurement: q (bf16) rotated at one position, against a float64 reference that rotates
+the same bf16 values by the float64 angle ``pos * inv_freq`` (the encoding's own fp32
+frequencies, as in Hugging Face). The "bf16 rounding floor" is the error of rounding that
+exact float64 result to bf16, the least any bf16 output can have; the ratio is the RMS error
+over the RMS floor.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from posenc import build_encoding
+from posenc.encodings.rotary_kernels import apply_rotary
+
+HEAD_DIM = 128
+N_VECTORS = 2048
+LONG = 131072
+
+
+def _exact_rotation(x: torch.Tensor, pos: int, inv_freq: torch.Tensor) -> torch.Tensor:
+    """x (..., D) rotated at position ``pos`` in float64, "half" layout."""
+    angles = float(pos) * inv_freq.double()                              # (D/2,)
+    a, b = x.double().chunk(2, dim=-1)
+    return torch.cat((a * angles.cos() - b * angles.sin(),
+                      b * angles.cos() + a * angles.sin()), dim=-1)
+
+
+def _error_ratio(got: torch.Tensor, exact: torch.Tensor) -> float:
+    """RMS error of ``got`` over the RMS error of rounding ``exact`` to got's dtype."""
+    floor = exact.to(got.dtype).double() - exact
+    return ((got.double() - exact).pow(2).mean().sqrt() / floor.pow(2).mean().sqrt()).item()
+
+
+@pytest.mark.parametrize("options", [
+    {"theta": 10000.0},
+    {"theta": 500000.0},
+    {"theta": 500000.0, "scaling": {"rope_type": "llama3", "factor": 8.0,
+                                    "original_max_position_embeddings": 8192,
+                                    "low_freq_factor": 1.0, "high_freq_factor": 4.0}},
+], ids=["theta1e4", "theta5e5", "llama3"])
+@pytest.mark.parametrize("position", [32_771, 70_001, 1_000_000, 16_777_213, 2**31 - 1])
+def test_rope_bf16_error_at_long_positions_is_near_the_rounding_floor(options, position):
+    pe = build_encoding("rope", n_heads=1, head_dim=HEAD_DIM, **options)
+    q = torch.randn(1, N_VECTORS, 1, HEAD_DIM).to(torch.bfloat16)   # one position per vector
+    pos = torch.tensor([position])
+    got, _ = pe.transform_qk(q, q, pos, pos)
+    exact = _exact_rotation(q, position, pe.inv_freq)
+    assert _error_ratio(got, exact) <= 2.0
+    # the check can fail: angles as a plain fp32 product are too coarse from 1e6 on
+    plain = pos.float()[:, None] * pe.inv_freq[None, :]
+    coarse = apply_rotary(q, plain.cos(), plain.sin())
+    if position >= 1_000_000:
+        assert _error_ratio(coarse, exact) > 2.0
+
+
+def test_rope_fp32_angles_error_at_a_million_is_tiny():
+    """fp32 outputs: the rotation error is fp32 rounding, not angle error (< 1e-5 relative)."""
+    pe = build_encoding("rope", n_heads=1, head_dim=HEAD_DIM)
+    q = torch.randn(1, 64, 1, HEAD_DIM)
+    pos = torch.tensor([1_000_000])
+    got, _ = pe.transform_qk(q, q, pos, pos)
+    exact = _exact_rotation(q, 1_000_000, pe.inv_freq)
+    assert (got.double() - exact).abs().max() < 1e-5 * exact.abs().max()
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("n_heads", [8, 12])
+def test_alibi_fp16_bias_stays_finite_at_131072_positions(n_heads, bidirectional):
+    """Every bias ALiBi hands attention in fp16 is finite: the sdpa term (the last query
+    against all keys, and the first query against all keys for the causal form's hidden
+    pairs), the (H, N) distance table and the flex score_mod."""
+    pe = build_encoding("alibi", n_heads=n_heads, head_dim=32, bidirectional=bidirectional)
+    pos = torch.arange(LONG)
+    q = torch.zeros(1, n_heads, 1, 32, dtype=torch.float16)
+    k = q.expand(1, n_heads, LONG, 32)                          # a view: no memory
+    for q_pos in (pos[-1:], pos[:1]):
+        bias = pe.score_bias(q, k, q_pos, pos, causal=not bidirectional).to(torch.float16)
+        assert bias.shape == (1, n_heads, 1, LONG)
+        assert torch.isfinite(bias).all()
+        if q_pos.item() == LONG - 1:             # the farthest key keeps a large penalty
+            assert (bias[..., 0] <= -500).all()
+    table, _ = pe.distance_table(pos, pos)
+    assert torch.isfinite(table.to(torch.float16)).all()
+    raw = pe.slopes[:, None] * torch.arange(-LONG + 1, LONG).float()[None, :]
+    assert not torch.isfinite(raw.to(torch.float16)).all()             # the check can fail
+    score_mod = pe.score_mod(k, k, pos, pos, causal=not bidirectional)
+    heads, keys = torch.arange(n_heads)[:, None], pos[None, :]
+    for q_idx in (torch.tensor(LONG - 1), torch.tensor(0)):
+        score = score_mod(torch.zeros((), dtype=torch.float16), 0, heads, q_idx, keys)
+        assert score.dtype == torch.float16 and torch.isfinite(score).all()
+
+
+def test_alibi_clip_changes_no_attention_weight():
+    """Clipping the bias at -2^15 changes nothing a softmax can see: the far keys' weights
+    are exactly zero either way (fp32)."""
+    pe = build_encoding("alibi", n_heads=8, head_dim=8)
+    k_pos = torch.arange(LONG)
+    q_pos = k_pos[-1:]
+    q = torch.zeros(1, 8, 1, 8)
+    bias = pe.score_bias(q, q.expand(1, 8, LONG, 8), q_pos, k_pos, causal=True)[0, :, 0]
+    raw = pe.slopes[:, None] * (k_pos - q_pos).float()[None, :]
+    assert (bias != raw).any()
+    logits = 5.0 * torch.randn(8, LONG)
+    assert torch.equal((logits + bias).softmax(-1), (logits + raw).softmax(-1))
