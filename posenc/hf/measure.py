@@ -58,13 +58,8 @@ def token_stream(tokenizer: Any, texts: Sequence[str], n_tokens: int) -> Tensor:
 # ---------------------------------------------------------------- memory
 def available_memory() -> int:
     """Bytes the kernel says a new allocation can get (MemAvailable), else physical RAM."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    from ..train.memory import available_memory as free
+    return free("cpu")
 
 
 def forward_bytes(config: Any, length: int, dtype: torch.dtype = torch.float32,
