@@ -4,6 +4,7 @@ fine-tune and the ``posenc extend`` command (every code path the SmolLM2 run use
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import re
@@ -391,6 +392,42 @@ def test_cli_extend_end_to_end(tiny_dir, tmp_path, capsys):
     assert loaded.config.rope_parameters["rope_type"] == "linear"
 
 
+def test_cli_extend_interrupted_then_resumed_reuses_finished_rows(tiny_dir, tmp_path, capsys,
+                                                                  monkeypatch):
+    """Killed while measuring the second method, ``--resume`` measures only what is missing
+    and keeps the first row exactly as it was written."""
+    from posenc.hf import study
+    out, data = tmp_path / "run", tiny_dir.parent / "data.txt"
+    argv = ["extend", str(tiny_dir), "--methods", "none,yarn,ntk", "--lengths", "128,192",
+            "--windows", "1", "--data", str(data), "--out", str(out), "--no-progress",
+            "--device", "cpu", "--dtype", "float32"]
+    measured, real = [], study._measure
+
+    def measure(model, *args, **kwargs):
+        measured.append(current_extension(model).name)
+        if len(measured) == 2 and stop[0]:
+            raise KeyboardInterrupt                        # stands in for a kill
+        return real(model, *args, **kwargs)
+
+    stop = [True]
+    monkeypatch.setattr(study, "_measure", measure)
+    assert main(argv) == 130
+    first = json.loads((out / "measurements.json").read_text())
+    assert list(first["methods"]) == ["none"] and not (out / "results.json").exists()
+    capsys.readouterr()
+    assert main(argv) == 2                                 # neither --resume nor --force
+    assert "pass --resume" in capsys.readouterr().err
+    assert main([*argv[:5], "128", *argv[6:], "--resume"]) == 2       # other lengths
+    assert "other settings" in capsys.readouterr().err
+    stop[0], measured[:] = False, []
+    assert main([*argv, "--resume"]) == 0
+    assert measured == ["yarn", "ntk"]                     # "none" was not measured again
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["methods"]) == ["none", "yarn", "ntk"]
+    assert results["methods"]["none"] == first["methods"]["none"]    # memory figures too
+    assert not (out / ".posenc.lock").exists()
+
+
 @pytest.fixture(scope="module")
 def bad_inputs(tmp_path_factory):
     """A folder with a non-GGUF .gguf, a truncated GGUF, a GPT-2 model and a full run dir."""
@@ -415,6 +452,11 @@ def bad_inputs(tmp_path_factory):
     (lambda d, t: [str(d), "--method", "yarn+logn", "--save", str(t / "s")],
      "cannot be saved for plain transformers"),
     (lambda d, t: [str(d), "--out", str(t / "full")], "is not empty"),
+    (lambda d, t: [str(d), "--out", str(t / "full"), "--resume"], "no posenc extend study"),
+    (lambda d, t: [str(d), "--device-map", "auto", "--no-gguf-cache"]
+     if importlib.util.find_spec("accelerate") is None else [str(d), "--device", "cuda"]
+     if not torch.cuda.is_available() else [str(d), "--force", "--resume"],
+     "needs accelerate|sees no GPU|not both"),
     (lambda d, t: [str(d), "--method", "yarn", "--methods", "none"], "not both"),
     (lambda d, t: [str(d), "--lengths", "128,1"], "lengths must be integers >= 2"),
     (lambda d, t: [str(d), "--finetune-steps", "0", "--lengths", "128"],
@@ -429,7 +471,7 @@ def test_cli_errors_are_one_line(tiny_dir, bad_inputs, tmp_path, capsys, make_ar
     capsys.readouterr()
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("posenc extend: error:") and message in err
+    assert err.startswith("posenc extend: error:") and re.search(message, err), err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert (bad_inputs / "full" / "results.json").read_text() == "{}"
     assert not (bad_inputs / "s").exists() and not (tmp_path / "out").exists()

@@ -56,10 +56,10 @@ def token_stream(tokenizer: Any, texts: Sequence[str], n_tokens: int) -> Tensor:
 
 
 # ---------------------------------------------------------------- memory
-def available_memory() -> int:
-    """Bytes the kernel says a new allocation can get (MemAvailable), else physical RAM."""
+def available_memory(device: torch.device | str = "cpu") -> int:
+    """Free bytes on ``device``: the GPU's free memory, or the kernel's MemAvailable."""
     from ..train.memory import available_memory as free
-    return free("cpu")
+    return free(device)
 
 
 def forward_bytes(config: Any, length: int, dtype: torch.dtype = torch.float32,
@@ -82,10 +82,11 @@ def forward_bytes(config: Any, length: int, dtype: torch.dtype = torch.float32,
 
 
 def check_memory(config: Any, length: int, dtype: torch.dtype = torch.float32,
-                 limit: int | None = None) -> int:
-    """Raise ValueError if a forward of ``length`` tokens would not fit; return the estimate."""
+                 limit: int | None = None, device: torch.device | str = "cpu") -> int:
+    """Raise ValueError if a forward of ``length`` tokens would not fit on ``device``; return
+    the estimate."""
     need = forward_bytes(config, length, dtype)
-    limit = available_memory() if limit is None else limit
+    limit = available_memory(device) if limit is None else limit
     if need > limit:
         raise ValueError(f"length {length} needs about {need / GIB:.1f} GiB for one forward "
                          f"but {limit / GIB:.1f} GiB are available; use shorter lengths")
@@ -189,7 +190,8 @@ def perplexity_vs_length(model: nn.Module, tokens: Tensor, lengths: Sequence[int
     fn = logits_fn(model)
     points = []
     for length in lengths:
-        check_memory(model.config, length, next(model.parameters()).dtype, memory_limit)
+        check_memory(model.config, length, next(model.parameters()).dtype, memory_limit,
+                     next(model.parameters()).device)
         step = stride if stride is not None else max(1, length // 2)
         if step > length:
             raise ValueError(f"stride {step} is longer than the window length {length}")

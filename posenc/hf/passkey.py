@@ -111,7 +111,8 @@ def passkey_grid(model: nn.Module, tokenizer: Any, lengths: Sequence[int],
     if trials < 1:
         raise ValueError(f"passkey trials must be >= 1, got {trials}")
     for length in lengths:
-        check_memory(model.config, length, next(model.parameters()).dtype, memory_limit)
+        check_memory(model.config, length, next(model.parameters()).dtype, memory_limit,
+                     next(model.parameters()).device)
     acc = []
     for i, depth in enumerate(depths):
         row = []

@@ -3,6 +3,8 @@
 For each method the model is extended (:func:`posenc.hf.extend`), measured, optionally
 fine-tuned at the extended length and measured again, and restored (weights too), so every
 method starts from the same pretrained model. Every argument is checked before any forward.
+Each finished row is handed to ``on_row`` as soon as it is measured (the CLI writes it to
+disk), and rows given in ``done`` are reused instead of measured again (``--resume``).
 """
 
 from __future__ import annotations
@@ -78,9 +80,9 @@ def validate_study(model: nn.Module, config: StudyConfig, tokenizer: Any = None)
         if min(config.passkey_lengths) < shortest:
             raise ValueError(f"passkey length {min(config.passkey_lengths)} is shorter than "
                              f"the passkey prompt without filler ({shortest} tokens)")
-    dtype = next(model.parameters()).dtype
-    check_memory(model.config, max(config.lengths + config.passkey_lengths), dtype,
-                 config.memory_limit)
+    param = next(model.parameters())
+    check_memory(model.config, max(config.lengths + config.passkey_lengths), param.dtype,
+                 config.memory_limit, param.device)
 
 
 def work_units(config: StudyConfig, n_tokens: int) -> int:
@@ -95,20 +97,40 @@ def work_units(config: StudyConfig, n_tokens: int) -> int:
     return total
 
 
+RowCallback = Callable[[str, dict[str, Any]], None]
+
+
 def run_study(model: nn.Module, tokenizer: Any, tokens: Tensor, config: StudyConfig,
-              progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Measure every method; return a JSON-ready dict (see :mod:`posenc.hf.report`)."""
+              progress: Callable[[int], None] | None = None,
+              done: dict[str, Any] | None = None,
+              on_row: RowCallback | None = None) -> dict[str, Any]:
+    """Measure every method; return a JSON-ready dict (see :mod:`posenc.hf.report`).
+
+    ``done`` maps row names (``yarn``, ``yarn+ft``) to rows measured before, which are kept
+    as they are; ``on_row(name, row)`` is called after each row is measured.
+    """
     validate_study(model, config, tokenizer)
+    done = dict(done or {})
     rows: dict[str, Any] = {}
     saved = None
     if config.finetune is not None:
         saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    per_row = work_units(config, int(tokens.numel())) // max(1, _n_rows(config))
     for method in config.methods:
+        names = _row_names(model, config, method)
+        if all(n in done for n in names):
+            rows.update((n, done[n]) for n in names)
+            if progress is not None:
+                progress(per_row * len(names) + (config.finetune.steps if len(names) > 1
+                                                 else 0))
+            continue
         ext = extend(model, method, config.factor_for(method), config.original,
                      **config.options_for(method))
         try:
             rows[ext.name] = _measure(model, tokenizer, tokens, config, progress,
                                       extension=ext.as_dict())
+            if on_row is not None:
+                on_row(ext.name, rows[ext.name])
             if config.finetune is not None and ext.method != "none":
                 losses = finetune(model, tokens, config.finetune, progress)
                 rows[ext.name + "+ft"] = _measure(model, tokenizer, tokens, config, progress,
@@ -116,9 +138,23 @@ def run_study(model: nn.Module, tokenizer: Any, tokens: Tensor, config: StudyCon
                                                   finetune={**asdict(config.finetune),
                                                             "losses": losses})
                 model.load_state_dict(saved)
+                if on_row is not None:
+                    on_row(ext.name + "+ft", rows[ext.name + "+ft"])
         finally:
             restore(model)
-    return {"methods": rows, "config": _config_dict(config), "n_tokens": int(tokens.numel())}
+    return {"methods": rows, "config": config_dict(config), "n_tokens": int(tokens.numel())}
+
+
+def _row_names(model: nn.Module, config: StudyConfig, method: str) -> list[str]:
+    ext = make_extension(model.config, method, config.factor_for(method), config.original,
+                         **config.options_for(method))
+    tuned = config.finetune is not None and ext.method != "none"
+    return [ext.name] + ([ext.name + "+ft"] if tuned else [])
+
+
+def _n_rows(config: StudyConfig) -> int:
+    tuned = sum(parse_method(m)[0] != "none" for m in config.methods)
+    return len(config.methods) + (tuned if config.finetune is not None else 0)
 
 
 def _measure(model: nn.Module, tokenizer: Any, tokens: Tensor, config: StudyConfig,
@@ -136,7 +172,7 @@ def _measure(model: nn.Module, tokenizer: Any, tokens: Tensor, config: StudyConf
             "peak_rss_bytes": mem.peak, "rss_before_bytes": mem.start}
 
 
-def _config_dict(config: StudyConfig) -> dict[str, Any]:
+def config_dict(config: StudyConfig) -> dict[str, Any]:
     out = asdict(config)
     out["finetune"] = None if config.finetune is None else asdict(config.finetune)
     return out
