@@ -9,6 +9,8 @@ import torch
 from ..encodings import encoding_options, list_encodings
 from ..models import LMConfig, TransformerLM
 
+from .devices import add_device_arguments, resolve_device
+
 NAME = "demo-generate"
 HELP = "generate a few tokens with a tiny random model for each encoding (cached = full)"
 
@@ -16,13 +18,10 @@ HELP = "generate a few tokens with a tiny random model for each encoding (cached
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", type=int, default=16, help="new tokens per encoding")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                   help="where the models run (auto: the GPU when there is one)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    add_device_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    from .cmd_eval import resolve_device
     device = resolve_device(args.device)
     prompt = torch.tensor([list(b"positions ")], device=device)
     for name in list_encodings():

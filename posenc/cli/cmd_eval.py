@@ -13,6 +13,8 @@ import json
 import math
 from pathlib import Path
 
+from .devices import add_device_arguments, resolve_device
+
 NAME = "eval"
 HELP = ("evaluate a trained run at several lengths on held-out data (optionally with RoPE "
         "inference-time scaling, attention entropy, synthetic-task accuracy)")
@@ -44,21 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", help="also measure accuracy on a synthetic task "
                    "(copy, reverse, addition, passkey)")
     p.add_argument("--task-examples", type=int, default=64)
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                   help="where the model runs (auto: the GPU when there is one)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                   help="the model's weights and activations (default float32)")
+    add_device_arguments(p)
     p.add_argument("--json", action="store_true", help="print the JSON written to RUN")
-
-
-def resolve_device(name: str) -> str:
-    """``auto`` -> the GPU when there is one, else the CPU; ``cuda`` without one: ValueError."""
-    import torch
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was asked for but torch sees no GPU")
-    return name
 
 
 def load_checked_run(path: str, device: str = "auto"):

@@ -17,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+from .devices import add_device_arguments, resolve_device
+
 NAME = "extend"
 MEASUREMENTS = "measurements.json"
 HELP = "extend the context of a Hugging Face model (PI, NTK, dynamic, YaRN, ...) and measure it"
@@ -64,10 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--passkey-trials", type=int, default=2, help="keys per cell (default 2)")
     m.add_argument("--memory-limit-gb", type=float, help="refuse lengths whose forward would "
                    "need more (default: the memory available now)")
-    m.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
-                   help="the model's weights and activations (default float32)")
-    m.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                   help="where the model runs (auto: the GPU when there is one)")
+    add_device_arguments(m)
     m.add_argument("--device-map", choices=("auto",), help="spread a model larger than one "
                    "device over the GPUs and the CPU (accelerate's device_map='auto')")
     m.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice; "
@@ -171,15 +170,6 @@ def _check_out(out: Path, force: bool, resume: bool) -> None:
     prepare_out_dir(out, force or resume, create=False)
 
 
-def _device(name: str) -> str:
-    import torch
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was asked for but torch sees no GPU")
-    return name
-
-
 def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         return _run(args, stack)
@@ -229,7 +219,7 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     out = Path(args.out or f"runs/extend-{Path(source.name).stem}")
     _lock(out, stack)
     _check_out(out, args.force, args.resume)
-    device = _device(args.device)
+    device = resolve_device(args.device)
     scaled = [m for m in methods if parse_method(m)[0] != "none"]
     if args.save:
         if args.finetune_steps or len(scaled) != 1:
