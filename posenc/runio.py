@@ -109,6 +109,13 @@ def remove_stale_temporaries(folder: str | Path) -> list[Path]:
     return removed
 
 
+def has_content(folder: str | Path) -> bool:
+    """Whether ``folder`` holds anything besides its lock file and crash temporaries."""
+    return any(p.name != LOCK_FILE and not (p.name.startswith(".") and
+                                             p.name.endswith(TMP_SUFFIX))
+               for p in Path(folder).iterdir())
+
+
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     """Hex sha256 of a file's bytes."""
     h = hashlib.sha256()

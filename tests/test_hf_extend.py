@@ -392,28 +392,31 @@ def test_cli_extend_end_to_end(tiny_dir, tmp_path, capsys):
     assert loaded.config.rope_parameters["rope_type"] == "linear"
 
 
-def test_cli_extend_interrupted_then_resumed_reuses_finished_rows(tiny_dir, tmp_path, capsys,
-                                                                  monkeypatch):
-    """Killed while measuring the second method, ``--resume`` measures only what is missing
-    and keeps the first row exactly as it was written."""
-    from posenc.hf import study
+def test_cli_extend_interrupted_then_resumed_reuses_finished_measurements(
+        tiny_dir, tmp_path, capsys, monkeypatch):
+    """Interrupted while measuring the second length of the first method, ``--resume``
+    measures only what is missing and keeps what was written exactly as it was."""
+    from posenc.hf import measure
     out, data = tmp_path / "run", tiny_dir.parent / "data.txt"
-    argv = ["extend", str(tiny_dir), "--methods", "none,yarn,ntk", "--lengths", "128,192",
+    out.mkdir()                                            # an empty folder is fine
+    argv = ["extend", str(tiny_dir), "--methods", "none,yarn", "--lengths", "128,192",
             "--windows", "1", "--data", str(data), "--out", str(out), "--no-progress",
-            "--device", "cpu", "--dtype", "float32"]
-    measured, real = [], study._measure
+            "--device", "cpu", "--dtype", "float32", "--passkey", "--passkey-lengths", "256",
+            "--passkey-depths", "0", "--passkey-trials", "1"]
+    measured, real = [], measure.perplexity
 
-    def measure(model, *args, **kwargs):
-        measured.append(current_extension(model).name)
+    def perplexity(fn, tokens, length, **kwargs):
+        measured.append(length)
         if len(measured) == 2 and stop[0]:
             raise KeyboardInterrupt                        # stands in for a kill
-        return real(model, *args, **kwargs)
+        return real(fn, tokens, length, **kwargs)
 
     stop = [True]
-    monkeypatch.setattr(study, "_measure", measure)
+    monkeypatch.setattr(measure, "perplexity", perplexity)
     assert main(argv) == 130
     first = json.loads((out / "measurements.json").read_text())
-    assert list(first["methods"]) == ["none"] and not (out / "results.json").exists()
+    assert first["methods"] == {} and list(first["partial"]["none"]["ppl"]) == ["128"]
+    assert not (out / "results.json").exists()
     capsys.readouterr()
     assert main(argv) == 2                                 # neither --resume nor --force
     assert "pass --resume" in capsys.readouterr().err
@@ -421,10 +424,13 @@ def test_cli_extend_interrupted_then_resumed_reuses_finished_rows(tiny_dir, tmp_
     assert "other settings" in capsys.readouterr().err
     stop[0], measured[:] = False, []
     assert main([*argv, "--resume"]) == 0
-    assert measured == ["yarn", "ntk"]                     # "none" was not measured again
+    assert measured == [192, 128, 192]                     # none@128 was not measured again
     results = json.loads((out / "results.json").read_text())
-    assert list(results["methods"]) == ["none", "yarn", "ntk"]
-    assert results["methods"]["none"] == first["methods"]["none"]    # memory figures too
+    assert list(results["methods"]) == ["none", "yarn"]
+    assert results["methods"]["none"]["ppl"][0] == first["partial"]["none"]["ppl"]["128"]
+    assert results["methods"]["yarn"]["passkey"]["accuracy"] in ([[0.0]], [[1.0]])
+    saved = json.loads((out / "measurements.json").read_text())
+    assert saved["partial"] == {} and list(saved["methods"]) == ["none", "yarn"]
     assert not (out / ".posenc.lock").exists()
 
 

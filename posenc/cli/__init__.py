@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..train.loop import TrainingDiverged
+    from ..train import TrainingDiverged
     args = build_parser().parse_args(argv)
     try:
         code = int(args._run(args) or 0)

@@ -4,8 +4,9 @@ Example: ``posenc extend smollm2 --method yarn --factor 2 --lengths 4096,8192,12
 --passkey`` compares the unscaled model with YaRN x2 by perplexity (sliding windows) and
 passkey retrieval, and writes results.json, report.md and PNG plots to ``--out``.
 
-Each method's row is written to ``--out``/measurements.json as soon as it is measured; after an
-interruption, the same command with ``--resume`` measures only what is missing. The output
+Each finished measurement (a perplexity point, a passkey cell, a method's row) is written to
+``--out``/measurements.json as soon as it is done; after an interruption, the same command
+with ``--resume`` measures only what is missing. The output
 folder is locked while the command writes into it.
 """
 
@@ -141,28 +142,31 @@ def _study_config(args: argparse.Namespace, methods: tuple[str, ...], options: d
                        seed=args.seed, method_options=options)
 
 
-def _measurements(out: Path, resume: bool, setting: dict) -> dict:
-    """Rows finished by an earlier run of the same study in ``out`` (``--resume``), or {}."""
+def _measurements(out: Path, resume: bool, setting: dict) -> tuple[dict, dict]:
+    """(finished rows, unfinished rows' points) of an earlier run of the same study in
+    ``out`` (``--resume``), or empty."""
     path = out / MEASUREMENTS
     if not resume or not path.is_file():
-        return {}
+        return {}, {}
     try:
         doc = json.loads(path.read_text())
         rows = _revive(dict(doc["methods"]))
+        partial = _revive(dict(doc.get("partial", {})))
     except (ValueError, KeyError, TypeError):
         raise ValueError(f"{path} is corrupt; start again with --force") from None
     if doc.get("setting") != setting:
         raise ValueError(f"{out} holds a study with other settings (model, data, methods, "
                          "lengths ...); resume with the same arguments, or choose another "
                          "--out or --force")
-    return rows
+    return rows, partial
 
 
 def _check_out(out: Path, force: bool, resume: bool) -> None:
     from ..hf.report import prepare_out_dir
     if force and resume:
         raise ValueError("give --force or --resume, not both")
-    if resume and out.is_dir() and not (out / MEASUREMENTS).is_file() and any(out.iterdir()):
+    from ..runio import has_content
+    if resume and out.is_dir() and not (out / MEASUREMENTS).is_file() and has_content(out):
         raise FileExistsError(f"{out} holds no posenc extend study to resume")
     if not (force or resume) and (out / MEASUREMENTS).is_file():
         raise FileExistsError(f"{out} holds a posenc extend study; pass --resume to continue "
@@ -247,21 +251,31 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     tokens = token_stream(tok, texts, need)
     setting = json_clean({"model": args.model, "data": data_info, "dtype": args.dtype,
                       "config": config_dict(config), "n_tokens": int(tokens.numel())})
-    done = _measurements(out, args.resume, setting)
+    done, partial = _measurements(out, args.resume, setting)
     if args.force:
         prepare_out_dir(out, True)
     out.mkdir(parents=True, exist_ok=True)
     _lock(out, stack)
-    rows = dict(done)
+    rows, unfinished = dict(done), dict(partial)
 
-    def keep(name: str, row: dict) -> None:       # every finished row reaches the disk
+    def save() -> None:                            # every finished measurement reaches disk
+        doc = {"setting": setting, "methods": rows, "partial": unfinished}
+        atomic_write(out / MEASUREMENTS, (json.dumps(json_clean(doc), indent=2) + "\n")
+                     .encode())
+
+    def keep_row(name: str, row: dict) -> None:
         rows[name] = row
-        atomic_write(out / MEASUREMENTS, (json.dumps(
-            {"setting": setting, "methods": json_clean(rows)}, indent=2) + "\n").encode())
+        unfinished.pop(name, None)
+        save()
+
+    def keep_point(name: str, state: dict) -> None:
+        unfinished[name] = state
+        save()
 
     with tqdm(total=work_units(config, need), desc="posenc extend", unit="step",
               disable=args.no_progress, file=sys.stderr) as bar:
-        results = run_study(model, tok, tokens, config, bar.update, done=done, on_row=keep)
+        results = run_study(model, tok, tokens, config, bar.update, done=done,
+                            partial=partial, on_row=keep_row, on_partial=keep_point)
     results.update(model=args.model, native_context=native, data=data_info,
                    source={"kind": loaded.source.kind, "location": loaded.source.location,
                            "gguf_file": loaded.source.gguf_file})

@@ -139,10 +139,12 @@ def load_model(name: str, dtype: torch.dtype = torch.float32,
                                             None, dtype, attn_implementation, **placement)
     else:
         what = {"gguf": "GGUF file", "dir": "model directory", "hub": "hub model"}[source.kind]
+        first = torch.float32 if cached is not None else dtype   # the cache keeps fp32
         model, tokenizer = _from_pretrained(name, what, source.location, source.gguf_file,
-                                            dtype, attn_implementation, **placement)
+                                            first, attn_implementation, **placement)
         if cached is not None:
             _write_cache(model, tokenizer, cached)
+            model.to(dtype)
     if device_map is None:
         model.to(device)
     model.eval()
@@ -178,10 +180,7 @@ def _cache_dir(root: str | os.PathLike | None, source: ModelSource) -> Path | No
 
 def _write_cache(model: nn.Module, tokenizer: Any, path: Path) -> None:
     """Save a dequantized GGUF model as fp32 safetensors (written aside, then renamed)."""
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    dtype = next(model.parameters()).dtype
-    if dtype != torch.float32:
-        return                      # only the exact fp32 conversion is worth keeping
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     save_extended(model, tmp, tokenizer, overwrite=True)
     try:
         tmp.rename(path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -182,10 +182,13 @@ class PplPoint:
 def perplexity_vs_length(model: nn.Module, tokens: Tensor, lengths: Sequence[int],
                          stride: int | None = None, max_windows: int | None = None,
                          progress: Callable[[int], None] | None = None,
-                         memory_limit: int | None = None) -> list[PplPoint]:
+                         memory_limit: int | None = None,
+                         done: Mapping[int, PplPoint] | None = None,
+                         on_point: Callable[[PplPoint], None] | None = None) -> list[PplPoint]:
     """Sliding-window perplexity at each length (stride: ``stride`` or length // 2).
 
-    ``progress`` is called with 1 after each window.
+    ``progress`` is called with 1 after each window; ``on_point`` with each finished point.
+    Lengths in ``done`` (measured before an interruption) are taken from it, not measured.
     """
     fn = logits_fn(model)
     points = []
@@ -195,11 +198,18 @@ def perplexity_vs_length(model: nn.Module, tokens: Tensor, lengths: Sequence[int
         step = stride if stride is not None else max(1, length // 2)
         if step > length:
             raise ValueError(f"stride {step} is longer than the window length {length}")
+        if done and length in done:
+            points.append(done[length])
+            if progress is not None:
+                progress(done[length].n_windows)
+            continue
         start = time.perf_counter()
         res = perplexity(fn, tokens, length, stride=step, max_windows=max_windows,
                          progress=None if progress is None else (lambda _n: progress(1)))
         points.append(PplPoint(length, res.ppl, res.nll, res.n_tokens, res.n_windows,
                                time.perf_counter() - start))
+        if on_point is not None:
+            on_point(points[-1])
     return points
 
 

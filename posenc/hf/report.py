@@ -14,7 +14,7 @@ from typing import Any
 
 import matplotlib
 
-from ..runio import atomic_write
+from ..runio import atomic_write, has_content
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -28,7 +28,7 @@ def prepare_out_dir(path: str | Path, force: bool = False, create: bool = True) 
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"output path {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
+    if out.is_dir() and has_content(out) and not force:
         raise FileExistsError(f"output directory {out} is not empty; choose another --out or "
                               "pass --force to overwrite")
     if create:

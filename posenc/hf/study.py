@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from .extend import extend, make_extension, parse_method, restore
 from .finetune import FinetuneConfig, finetune
-from .measure import PeakMemory, check_memory, n_windows, perplexity_vs_length
+from .measure import PeakMemory, PplPoint, check_memory, n_windows, perplexity_vs_length
 from .passkey import min_length, passkey_grid
 
 DEFAULT_METHODS = ("none", "linear", "ntk", "dynamic", "yarn")
@@ -102,15 +102,19 @@ RowCallback = Callable[[str, dict[str, Any]], None]
 
 def run_study(model: nn.Module, tokenizer: Any, tokens: Tensor, config: StudyConfig,
               progress: Callable[[int], None] | None = None,
-              done: dict[str, Any] | None = None,
-              on_row: RowCallback | None = None) -> dict[str, Any]:
+              done: dict[str, Any] | None = None, partial: dict[str, Any] | None = None,
+              on_row: RowCallback | None = None,
+              on_partial: RowCallback | None = None) -> dict[str, Any]:
     """Measure every method; return a JSON-ready dict (see :mod:`posenc.hf.report`).
 
-    ``done`` maps row names (``yarn``, ``yarn+ft``) to rows measured before, which are kept
-    as they are; ``on_row(name, row)`` is called after each row is measured.
+    Resuming: ``done`` maps row names (``yarn``, ``yarn+ft``) to rows measured before, kept as
+    they are; ``partial`` maps a row name to the points and passkey cells of an unfinished
+    row (``{"ppl": {length: point}, "passkey": {"i:j": accuracy}}``), which are not measured
+    again. ``on_partial(name, partial)`` is called after each point or cell of a row and
+    ``on_row(name, row)`` when the row is finished.
     """
     validate_study(model, config, tokenizer)
-    done = dict(done or {})
+    done, partial = dict(done or {}), dict(partial or {})
     rows: dict[str, Any] = {}
     saved = None
     if config.finetune is not None:
@@ -127,10 +131,16 @@ def run_study(model: nn.Module, tokenizer: Any, tokens: Tensor, config: StudyCon
         ext = extend(model, method, config.factor_for(method), config.original,
                      **config.options_for(method))
         try:
-            rows[ext.name] = _measure(model, tokenizer, tokens, config, progress,
-                                      extension=ext.as_dict())
-            if on_row is not None:
-                on_row(ext.name, rows[ext.name])
+            if ext.name in done:
+                rows[ext.name] = done[ext.name]
+                if progress is not None:
+                    progress(per_row)
+            else:
+                rows[ext.name] = _measure(model, tokenizer, tokens, config, progress,
+                                          partial.get(ext.name), _bind(on_partial, ext.name),
+                                          extension=ext.as_dict())
+                if on_row is not None:
+                    on_row(ext.name, rows[ext.name])
             if config.finetune is not None and ext.method != "none":
                 losses = finetune(model, tokens, config.finetune, progress)
                 rows[ext.name + "+ft"] = _measure(model, tokenizer, tokens, config, progress,
@@ -143,6 +153,10 @@ def run_study(model: nn.Module, tokenizer: Any, tokens: Tensor, config: StudyCon
         finally:
             restore(model)
     return {"methods": rows, "config": config_dict(config), "n_tokens": int(tokens.numel())}
+
+
+def _bind(callback: RowCallback | None, name: str) -> Callable[[dict], None] | None:
+    return None if callback is None else (lambda state: callback(name, state))
 
 
 def _row_names(model: nn.Module, config: StudyConfig, method: str) -> list[str]:
@@ -158,15 +172,33 @@ def _n_rows(config: StudyConfig) -> int:
 
 
 def _measure(model: nn.Module, tokenizer: Any, tokens: Tensor, config: StudyConfig,
-             progress: Callable[[int], None] | None, **extra: Any) -> dict[str, Any]:
+             progress: Callable[[int], None] | None,
+             partial: dict[str, Any] | None = None,
+             on_partial: Callable[[dict], None] | None = None, **extra: Any) -> dict[str, Any]:
+    """One row. The peak memory of a resumed row covers only what was measured this time."""
+    state = {"ppl": dict((partial or {}).get("ppl", {})),
+             "passkey": dict((partial or {}).get("passkey", {}))}
+
+    def point(p: PplPoint) -> None:
+        state["ppl"][str(p.length)] = asdict(p)
+        if on_partial is not None:
+            on_partial(state)
+
+    def cell(key: str, accuracy: float) -> None:
+        state["passkey"][key] = accuracy
+        if on_partial is not None:
+            on_partial(state)
+
     with PeakMemory() as mem:
         ppl = perplexity_vs_length(model, tokens, config.lengths, config.stride,
-                                   config.max_windows, progress, config.memory_limit)
+                                   config.max_windows, progress, config.memory_limit,
+                                   {int(n): PplPoint(**p) for n, p in state["ppl"].items()},
+                                   point)
         grid = None
         if config.passkey:
             grid = passkey_grid(model, tokenizer, config.passkey_lengths,
                                 config.passkey_depths, config.passkey_trials, config.seed,
-                                progress, config.memory_limit)
+                                progress, config.memory_limit, state["passkey"], cell)
     return {**extra, "ppl": [asdict(p) for p in ppl],
             "passkey": None if grid is None else asdict(grid),
             "peak_rss_bytes": mem.peak, "rss_before_bytes": mem.start}

@@ -33,7 +33,7 @@ from ..data.cache import default_cache_dir
 from ..data.synthetic import IGNORE
 from ..data.tokenizer import load_tokenizer
 from ..models.lm import TransformerLM
-from ..runio import LOCK_FILE, TMP_SUFFIX, DirectoryLock
+from ..runio import DirectoryLock, has_content
 from . import checkpoint as ckpt
 from . import distributed as dist
 from .config import TrainConfig
@@ -97,8 +97,7 @@ def check_run_dir(run_dir: Path, cfg: TrainConfig, resume: bool, overwrite: bool
     """"fresh", "overwrite" or "resume"; ValueError when the folder holds another run."""
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"run directory {run_dir} exists and is not a directory")
-    if not run_dir.exists() or not any(p.name != LOCK_FILE and not p.name.endswith(TMP_SUFFIX)
-                                       for p in run_dir.iterdir()):
+    if not run_dir.exists() or not has_content(run_dir):
         return "fresh"
     if not (run_dir / ckpt.CONFIG_FILE).is_file():
         if overwrite:
@@ -284,11 +283,12 @@ def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, resume: bool,
             if not finite:
                 bad_steps += 1
                 if bad_steps > cfg.skip_bad_steps:
+                    kept = f"the last good checkpoint (step {committed}) is kept" \
+                        if committed else "no checkpoint was written"
                     raise TrainingDiverged(
                         f"training diverged at step {done}: loss {loss_value}, gradient norm "
-                        f"{float(grad_norm)}; the last good checkpoint (step {committed}) is "
-                        f"kept; lower --lr or allow a few skipped steps with "
-                        f"--skip-bad-steps")
+                        f"{float(grad_norm)}; {kept}; lower --lr or allow a few skipped "
+                        f"steps with --skip-bad-steps")
             else:
                 optimizer.step()
             scheduler.step()
