@@ -114,16 +114,20 @@ def straight(data, tmp_path_factory):
     return root / "run"
 
 
-def kill_chain(cfg, run_dir, kills, rng, startup):
+def kill_chain(cfg, run_dir, kills, rng, startup, landed=None):
     """Kill up to ``kills`` children of a chain (timed or placed), then let one finish;
     returns the number of kills."""
     done = 0
     while done < kills:
         if rng.random() < 0.3:        # timed: anywhere, imports and data loading included
+            where = "timed"
             code = child(cfg, run_dir, kill_after=rng.uniform(0.5, 1.5) * startup)
         else:                         # placed inside a checkpoint write
-            code = child(cfg, run_dir, rng.choice(KILL_POINTS), rng.randint(1, 12),
-                         rng.choice(("before", "after")))
+            point, when = rng.choice(KILL_POINTS), rng.choice(("before", "after"))
+            where = f"{when} {point}"
+            code = child(cfg, run_dir, point, rng.randint(1, 12), when)
+        if code != 0 and landed is not None:
+            landed.append(where)
         if code == 0:                 # the kill came too late: the run finished
             progress = read_progress(run_dir)
             assert progress["complete"] and progress["step"] == STEPS
@@ -173,10 +177,13 @@ def test_sigkill_anywhere_resumes_to_the_same_curve(data, straight, tmp_path):
 def test_thirty_random_sigkills(data, straight, tmp_path):
     rng = random.Random(1)
     startup = startup_seconds(data, tmp_path)
-    total, chains = 0, 0
+    total, chains, landed = 0, 0, []
     while total < 30:
         chains += 1
         run = tmp_path / f"run{chains}"
-        total += kill_chain(config(data, tmp_path / "cache"), run, 30 - total, rng, startup)
+        total += kill_chain(config(data, tmp_path / "cache"), run, 30 - total, rng, startup,
+                            landed)
         assert_same_run(straight, run)
-    print(f"{total} SIGKILLs in {chains} chain(s), every run resumed to the same curve")
+    counts = {w: landed.count(w) for w in sorted(set(landed))}
+    print(f"{total} SIGKILLs in {chains} chain(s), every run resumed to the same curve; "
+          f"kills: {counts}")
