@@ -7,7 +7,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import re
+import signal
+import subprocess
+import sys
+import textwrap
 import types
 from pathlib import Path
 
@@ -394,7 +399,7 @@ def test_cli_extend_end_to_end(tiny_dir, tmp_path, capsys):
 
 def test_cli_extend_interrupted_then_resumed_reuses_finished_measurements(
         tiny_dir, tmp_path, capsys, monkeypatch):
-    """Interrupted while measuring the second length of the first method, ``--resume``
+    """Killed (SIGKILL) while measuring the second length of the first method, ``--resume``
     measures only what is missing and keeps what was written exactly as it was."""
     from posenc.hf import measure
     out, data = tmp_path / "run", tiny_dir.parent / "data.txt"
@@ -403,17 +408,33 @@ def test_cli_extend_interrupted_then_resumed_reuses_finished_measurements(
             "--windows", "1", "--data", str(data), "--out", str(out), "--no-progress",
             "--device", "cpu", "--dtype", "float32", "--passkey", "--passkey-lengths", "256",
             "--passkey-depths", "0", "--passkey-trials", "1"]
+    killer = textwrap.dedent("""
+        import os, signal, sys
+        from posenc.cli import main
+        from posenc.hf import measure
+        real, calls = measure.perplexity, []
+
+        def perplexity(fn, tokens, length, **kwargs):
+            calls.append(length)
+            if len(calls) == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real(fn, tokens, length, **kwargs)
+
+        measure.perplexity = perplexity
+        main(sys.argv[1:])
+    """)
+    proc = subprocess.run([sys.executable, "-c", killer, *argv], capture_output=True,
+                          text=True, timeout=600, check=False,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+                               "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
     measured, real = [], measure.perplexity
 
     def perplexity(fn, tokens, length, **kwargs):
         measured.append(length)
-        if len(measured) == 2 and stop[0]:
-            raise KeyboardInterrupt                        # stands in for a kill
         return real(fn, tokens, length, **kwargs)
 
-    stop = [True]
     monkeypatch.setattr(measure, "perplexity", perplexity)
-    assert main(argv) == 130
     first = json.loads((out / "measurements.json").read_text())
     assert first["methods"] == {} and list(first["partial"]["none"]["ppl"]) == ["128"]
     assert not (out / "results.json").exists()
@@ -422,7 +443,6 @@ def test_cli_extend_interrupted_then_resumed_reuses_finished_measurements(
     assert "pass --resume" in capsys.readouterr().err
     assert main([*argv[:5], "128", *argv[6:], "--resume"]) == 2       # other lengths
     assert "other settings" in capsys.readouterr().err
-    stop[0], measured[:] = False, []
     assert main([*argv, "--resume"]) == 0
     assert measured == [192, 128, 192]                     # none@128 was not measured again
     results = json.loads((out / "results.json").read_text())
