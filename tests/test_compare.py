@@ -10,6 +10,7 @@ from posenc.cli import main
 from posenc.lab import compare as compare_mod
 from posenc.lab.compare import run_compare
 from posenc.lab.presets import PRESETS
+from posenc.train.checkpoint import committed_file
 
 RUN_KEYS = {"encoding", "options", "train_len", "steps", "train_tokens_per_s", "ppl",
             "inference_scaling"}
@@ -176,7 +177,7 @@ def test_cli_eval_prints_a_table_and_writes_json(finished, capsys):
                         "--rope-scaling", "yarn:4", "--entropy", "--task", "copy",
                         "--task-examples", "4")
     assert code == 0 and "perplexity" in text and "exact match" in text
-    saved = json.loads((out / "runs/rope/eval-yarn4.json").read_text())
+    saved = json.loads(next((out / "runs/rope").glob("eval-yarn4-*.json")).read_text())
     assert saved["inference_scaling"] == "yarn:4" and set(saved["ppl"]) == {"16", "32"}
     assert set(saved["task_accuracy"]) == {"16", "32"}
 
@@ -197,8 +198,8 @@ def test_cli_eval_bad_input_is_one_line(finished, tmp_path, capsys, case):
     elif case == "corrupt":
         broken = tmp_path / "broken"
         shutil.copytree(run, broken)
-        data = (broken / "model.safetensors").read_bytes()
-        (broken / "model.safetensors").write_bytes(data[: len(data) // 2])
+        weights = committed_file(broken)
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
         argv[1] = str(broken)
     elif case == "past_table":
         argv[3] = "16,64"

@@ -150,7 +150,8 @@ def test_token_stream_is_cached_memmap_and_not_retokenized(tmp_path, monkeypatch
     expected = b"".join(t.encode() + b"\0" for t in c.texts("train"))
     np.testing.assert_array_equal(first, np.frombuffer(expected, dtype=np.uint8))
     files = sorted(p.name for p in (tmp_path / "cache" / "tokens").iterdir())
-    assert files == [f"{c.sha256[:16]}-byte-train.npy"]           # no temporary file left
+    name = f"{c.sha256[:16]}-byte-train.npy"
+    assert files == [name, name + ".sha256"]                       # no temporary file left
 
     def boom(*a, **k):
         raise AssertionError("re-tokenized")

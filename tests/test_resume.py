@@ -13,7 +13,7 @@ import torch
 
 from posenc.models import LMConfig
 from posenc.train import TrainConfig, load_run, train
-from posenc.train.checkpoint import read_progress
+from posenc.train.checkpoint import committed_file, read_progress
 
 STEPS = 8
 
@@ -110,9 +110,9 @@ def test_resume_after_sigkill_of_a_real_process(data, straight, tmp_path):
 
 def test_resume_rules(data, straight, tmp_path):
     cfg = config(data, tmp_path / "cache")
-    before = (straight / "model.safetensors").read_bytes()
+    before = committed_file(straight).read_bytes()
     again = train(cfg, straight, resume=True, progress=False)      # complete: nothing to do
-    assert again.steps == STEPS and (straight / "model.safetensors").read_bytes() == before
+    assert again.steps == STEPS and committed_file(straight).read_bytes() == before
     with pytest.raises(ValueError, match=r"holds a different run \(differs in model.pe\)"):
         train(config(data, tmp_path / "cache").with_model(pe="alibi"), straight, resume=True,
               progress=False)
@@ -124,7 +124,7 @@ def test_resume_rules(data, straight, tmp_path):
     assert fresh.steps == 2 and load_run(tmp_path / "new").steps == 2
 
 
-def test_interrupted_save_is_reported(data, tmp_path):
+def test_changed_checkpoint_file_is_named(data, tmp_path):
     cfg = config(data, tmp_path / "cache")
 
     def stop(step, record, model):
@@ -133,7 +133,10 @@ def test_interrupted_save_is_reported(data, tmp_path):
 
     with pytest.raises(Killed):
         train(cfg, tmp_path / "run", progress=False, on_step=stop)
-    progress = json.loads((tmp_path / "run" / "state.json").read_text())
-    (tmp_path / "run" / "state.json").write_text(json.dumps({**progress, "step": 2}))
-    with pytest.raises(ValueError, match="disagree .* a save was interrupted"):
+    state = committed_file(tmp_path / "run", "state.pt")
+    state.write_bytes(bytes(range(256)) * 8)                       # random bytes
+    before = sorted(str(p) for p in (tmp_path / "run").rglob("*"))
+    with pytest.raises(ValueError, match=r"^corrupt checkpoint .*state\.pt: sha256 ") as err:
         train(cfg, tmp_path / "run", resume=True, progress=False)
+    assert "\n" not in str(err.value) and "weights_only" not in str(err.value)
+    assert sorted(str(p) for p in (tmp_path / "run").rglob("*")) == before

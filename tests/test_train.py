@@ -13,6 +13,7 @@ from posenc.cli import main
 from posenc.data.corpora import load_corpus
 from posenc.models import LMConfig
 from posenc.train import TrainConfig, load_run, train
+from posenc.train.checkpoint import committed_file
 from posenc.train.config import parse_options, parse_value
 from posenc.train.loop import lr_factor
 
@@ -60,10 +61,14 @@ def test_train_writes_a_run_that_load_run_restores(tmp_path):
     result = train(cfg, tmp_path / "run", progress=False,
                    on_step=lambda s, r, m: final.update(m.state_dict()) if s == 6 else None)
     run = tmp_path / "run"
-    assert {p.name for p in run.iterdir()} >= {"config.json", "model.safetensors", "state.pt",
+    assert {p.name for p in committed_file(run).parent.iterdir()} == {
+        "model.safetensors", "state.pt", "manifest.json"}
+    assert {p.name for p in run.iterdir()} >= {"config.json", "checkpoints",
                                                 "state.json", "log.jsonl", "log.csv",
                                                 "tokenizer"}
-    assert not [p for p in run.iterdir() if p.name.endswith(".tmp")]
+    assert not [p for p in run.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(
+        ".posenc")]
+    assert len(list((run / "checkpoints").iterdir())) == 1         # older ones were removed
     assert result.steps == 6 and result.tokens_per_s > 0 and math.isfinite(result.final_loss)
     loaded = load_run(run)
     assert not loaded.model.training and loaded.steps == 6 and loaded.complete
@@ -74,7 +79,7 @@ def test_train_writes_a_run_that_load_run_restores(tmp_path):
     for name, value in loaded.model.state_dict().items():
         torch.testing.assert_close(value, final[name], rtol=0, atol=0)
     assert loaded.model.head.weight is loaded.model.tok.weight          # still tied
-    with safe_open(str(run / "model.safetensors"), "pt") as f:          # stored once
+    with safe_open(str(committed_file(run)), "pt") as f:          # stored once
         keys = set(f.keys())
         assert f.metadata()["step"] == "6"
     assert ("head.weight" in keys) != ("tok.weight" in keys)
@@ -217,7 +222,7 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path, capsys):
     out = tmp_path / "run"
     data = make_corpus(tmp_path / "data")
     assert main(cli_args(tmp_path, out, "--data", str(data))) == 0
-    model_file = out / "model.safetensors"
+    model_file = committed_file(out)
     good = model_file.read_bytes()
     model_file.write_bytes(good[:len(good) // 2])
     with pytest.raises(ValueError, match=r"^corrupt checkpoint .*model\.safetensors: ") as err:

@@ -2,18 +2,23 @@
 
 Each subcommand lives in a module ``cmd_<name>.py`` of this package that defines ``NAME``,
 ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``; they are found automatically.
-Errors a user can fix (ValueError, FileNotFoundError, ...) print one line and exit 2.
+Errors a user can fix (ValueError, FileNotFoundError, ...) print one line and exit 2; a
+training run that diverges prints one line and exits 3; output cut short by a closed pipe
+(``posenc list | head``) ends quietly.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
-               PermissionError, KeyError)
+               IsADirectoryError, PermissionError, KeyError)
+EXIT_USER_ERROR = 2
+EXIT_DIVERGED = 3
 
 
 def command_modules() -> list:
@@ -24,8 +29,10 @@ def command_modules() -> list:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
     parser = argparse.ArgumentParser(
         prog="posenc", description="Positional encodings for Transformers.")
+    parser.add_argument("--version", action="version", version=f"posenc {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for mod in command_modules():
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
@@ -35,13 +42,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ..train import TrainingDiverged
     args = build_parser().parse_args(argv)
     try:
-        return int(args._run(args) or 0)
+        code = int(args._run(args) or 0)
+        sys.stdout.flush()
+        return code
     except USER_ERRORS as err:
         msg = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"posenc {args.command}: error: {msg}", file=sys.stderr)
-        return 2
+        return EXIT_USER_ERROR
+    except TrainingDiverged as err:
+        print(f"posenc {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_DIVERGED
+    except BrokenPipeError:
+        # the reader went away (``posenc list | head``): point stdout at /dev/null so the
+        # interpreter's final flush does not fail again, and end as a closed pipe does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         print(f"posenc {args.command}: interrupted", file=sys.stderr)
         return 130

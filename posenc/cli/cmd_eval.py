@@ -1,12 +1,19 @@
-"""``posenc eval RUN``: perplexity (and entropy, task accuracy) of a trained run against length."""
+"""``posenc eval RUN``: perplexity (and entropy, task accuracy) of a trained run against length.
+
+Each evaluation setting (lengths, stride, split, scaling, ...) writes its own file,
+``eval[-<scaling>]-<digest of the setting>.json``, so evaluating again with other settings
+never replaces an earlier result. The run folder is locked while it is evaluated.
+"""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
-import os
 from pathlib import Path
+
+from .devices import add_device_arguments, resolve_device
 
 NAME = "eval"
 HELP = ("evaluate a trained run at several lengths on held-out data (optionally with RoPE "
@@ -39,12 +46,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", help="also measure accuracy on a synthetic task "
                    "(copy, reverse, addition, passkey)")
     p.add_argument("--task-examples", type=int, default=64)
+    add_device_arguments(p)
     p.add_argument("--json", action="store_true", help="print the JSON written to RUN")
 
 
-def load_checked_run(path: str):
+def load_checked_run(path: str, device: str = "auto"):
     """load_run with one-line errors for a missing directory or a directory without a run."""
-    from ..eval.lengths import eval_device
     from ..train.checkpoint import load_run
     run_dir = Path(path)
     if not run_dir.exists():
@@ -54,13 +61,15 @@ def load_checked_run(path: str):
     if not (run_dir / "config.json").exists():
         raise ValueError(f"{run_dir} holds no run (no config.json); give a directory written "
                          "by `posenc train` or one of `posenc compare`'s runs/<encoding>")
-    return run_dir, load_run(run_dir, eval_device())
+    return run_dir, load_run(run_dir, resolve_device(device))
 
 
-def _eval_name(label: str | None) -> str:
-    if not label:
-        return "eval.json"
-    return "eval-" + "".join(c if c.isalnum() else "-" for c in label.replace(":", "")) + ".json"
+def eval_file_name(label: str | None, setting: dict) -> str:
+    """``eval[-<label>]-<8 hex digits of the setting>.json``."""
+    digest = hashlib.sha256(json.dumps(setting, sort_keys=True).encode()).hexdigest()[:8]
+    tag = "".join(c if c.isalnum() else "-" for c in label.replace(":", "")) + "-" \
+        if label else ""
+    return f"eval-{tag}{digest}.json"
 
 
 def _fmt(x) -> str:
@@ -74,14 +83,27 @@ def _fmt(x) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..runio import DirectoryLock
+    run_dir = Path(args.run)
+    if not run_dir.is_dir():
+        return _evaluate(args)                       # reports the missing folder
+    with DirectoryLock(run_dir, "posenc eval"):
+        return _evaluate(args)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    import torch
+
     from ..eval.entropy import entropy_at_lengths
     from ..eval.inference_scaling import InferenceScaling, apply_inference_scaling
     from ..eval.lengths import perplexity_at_lengths, unsupported_length, validate_lengths
     from ..eval.tasks import task_accuracy_at_lengths
-    run_dir, loaded = load_checked_run(args.run)
+    from ..runio import atomic_write
+    run_dir, loaded = load_checked_run(args.run, args.device)
     tcfg = loaded.train_config
     scaling = InferenceScaling(args.rope_scaling, args.logn)
     model = apply_inference_scaling(loaded.model, scaling, tcfg.train_len)
+    model = model.to(getattr(torch, args.dtype))
     lengths = validate_lengths(list(args.lengths or [tcfg.train_len * m
                                                      for m in (1, 2, 4, 8, 16)]), args.stride)
     for n in lengths:
@@ -93,10 +115,17 @@ def run(args: argparse.Namespace) -> int:
                              f"{model.config.max_len}")
     if args.max_tokens is not None and args.max_tokens < 0:
         raise ValueError(f"--max-tokens must be >= 0, got {args.max_tokens}")
+    setting = {"steps": loaded.steps, "inference_scaling": scaling.label, "split": args.split,
+               "stride": args.stride, "lengths": lengths, "max_tokens": args.max_tokens,
+               "entropy": args.entropy, "task": args.task, "task_examples": args.task_examples,
+               "dtype": args.dtype}
+    path = run_dir / eval_file_name(scaling.label, setting)
+    if path.exists() and not path.is_file():
+        raise IsADirectoryError(f"cannot write {path}: it exists and is not a file")
     report = {"run": str(run_dir), "encoding": tcfg.model.pe,
               "options": dict(tcfg.model.pe_options), "train_len": tcfg.train_len,
               "steps": loaded.steps, "inference_scaling": scaling.label, "split": args.split,
-              "stride": args.stride, "lengths": lengths}
+              "stride": args.stride, "lengths": lengths, "setting": setting}
     rows = {n: {} for n in lengths}
     if tcfg.task is None:
         from ..data.cache import token_stream
@@ -128,10 +157,7 @@ def run(args: argparse.Namespace) -> int:
         report["task_accuracy"] = {str(a.length): a.to_dict() for a in acc}
         for a in acc:
             rows[a.length].update(token_acc=a.token_accuracy, exact=a.exact_match)
-    path = run_dir / _eval_name(scaling.label)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, (json.dumps(report, indent=2) + "\n").encode())
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

@@ -3,17 +3,25 @@
 Example: ``posenc extend smollm2 --method yarn --factor 2 --lengths 4096,8192,12288,16384
 --passkey`` compares the unscaled model with YaRN x2 by perplexity (sliding windows) and
 passkey retrieval, and writes results.json, report.md and PNG plots to ``--out``.
+
+Each finished measurement (a perplexity point, a passkey cell, a method's row) is written to
+``--out``/measurements.json as soon as it is done; after an interruption, the same command
+with ``--resume`` measures only what is missing. The output
+folder is locked while the command writes into it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
 import sys
 from pathlib import Path
 
+from .devices import add_device_arguments, resolve_device
+
 NAME = "extend"
+MEASUREMENTS = "measurements.json"
 HELP = "extend the context of a Hugging Face model (PI, NTK, dynamic, YaRN, ...) and measure it"
 
 
@@ -59,12 +67,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--passkey-trials", type=int, default=2, help="keys per cell (default 2)")
     m.add_argument("--memory-limit-gb", type=float, help="refuse lengths whose forward would "
                    "need more (default: the memory available now)")
-    m.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    add_device_arguments(m)
+    m.add_argument("--device-map", choices=("auto",), help="spread a model larger than one "
+                   "device over the GPUs and the CPU (accelerate's device_map='auto')")
     m.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice; "
                    "1 is often faster on a busy machine)")
-    m.add_argument("--gguf-cache", default=os.environ.get("POSENC_GGUF_CACHE"),
-                   help="folder keeping the dequantized GGUF model so later runs load fast "
-                   "(default: $POSENC_GGUF_CACHE, else none)")
+    m.add_argument("--gguf-cache", help="folder keeping the dequantized GGUF model so later "
+                   "runs load fast (default: $POSENC_GGUF_CACHE, else ~/.cache/posenc/gguf)")
+    m.add_argument("--no-gguf-cache", action="store_true", help="do not keep the conversion")
     m.add_argument("--seed", type=int, default=0)
     f = p.add_argument_group("fine-tuning (optional; on a real model meant for a GPU)")
     f.add_argument("--finetune-steps", type=int, help="steps at --finetune-len per method")
@@ -74,6 +84,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--out", help="output directory (default: runs/extend-<model>)")
     o.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
+    o.add_argument("--resume", action="store_true", help="continue an interrupted study in "
+                   "--out, reusing the measurements it finished")
     o.add_argument("--save", help="also save the extended model (one method, no fine-tune) "
                    "as a directory plain transformers loads")
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -130,15 +142,70 @@ def _study_config(args: argparse.Namespace, methods: tuple[str, ...], options: d
                        seed=args.seed, method_options=options)
 
 
+def _measurements(out: Path, resume: bool, setting: dict) -> tuple[dict, dict]:
+    """(finished rows, unfinished rows' points) of an earlier run of the same study in
+    ``out`` (``--resume``), or empty."""
+    path = out / MEASUREMENTS
+    if not resume or not path.is_file():
+        return {}, {}
+    try:
+        doc = json.loads(path.read_text())
+        rows = _revive(dict(doc["methods"]))
+        partial = _revive(dict(doc.get("partial", {})))
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(f"{path} is corrupt; start again with --force") from None
+    if doc.get("setting") != setting:
+        raise ValueError(f"{out} holds a study with other settings (model, data, methods, "
+                         "lengths ...); resume with the same arguments, or choose another "
+                         "--out or --force")
+    return rows, partial
+
+
+def _check_out(out: Path, force: bool, resume: bool) -> None:
+    from ..hf.report import prepare_out_dir
+    if force and resume:
+        raise ValueError("give --force or --resume, not both")
+    from ..runio import has_content
+    if resume and out.is_dir() and not (out / MEASUREMENTS).is_file() and has_content(out):
+        raise FileExistsError(f"{out} holds no posenc extend study to resume")
+    if not (force or resume) and (out / MEASUREMENTS).is_file():
+        raise FileExistsError(f"{out} holds a posenc extend study; pass --resume to continue "
+                              "it or --force to start again")
+    prepare_out_dir(out, force or resume, create=False)
+
+
 def run(args: argparse.Namespace) -> int:
+    with contextlib.ExitStack() as stack:
+        return _run(args, stack)
+
+
+def _lock(out: Path, stack: contextlib.ExitStack) -> None:
+    """Hold ``out``'s lock until the command ends (from the first look while it exists)."""
+    from ..runio import DirectoryLock
+    if out.is_dir() and not getattr(stack, "locked", False):
+        stack.enter_context(DirectoryLock(out, "posenc extend"))
+        stack.locked = True
+
+
+def _revive(obj):
+    """Floats the JSON file holds as "inf"/"nan" strings, back as floats."""
+    if isinstance(obj, dict):
+        return {k: _revive(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_revive(v) for v in obj]
+    return float(obj) if obj in ("inf", "-inf", "nan") else obj
+
+
+def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     import torch
     from tqdm import tqdm
 
     from ..hf.extend import extend, hf_rope_parameters, make_extension, parse_method
-    from ..hf.load import load_model, resolve_model, save_extended
+    from ..hf.load import default_gguf_cache, load_model, resolve_model, save_extended
     from ..hf.measure import corpus_texts, token_stream, tokens_needed
-    from ..hf.report import prepare_out_dir, write_report
-    from ..hf.study import default_lengths, run_study, validate_study, work_units
+    from ..hf.report import json_clean, prepare_out_dir, write_report
+    from ..hf.study import config_dict, default_lengths, run_study, validate_study, work_units
+    from ..runio import atomic_write
 
     if args.no_progress:
         from transformers.utils import logging as hf_logging
@@ -154,7 +221,9 @@ def run(args: argparse.Namespace) -> int:
         _study_config(args, methods, options, args.lengths)
     source = resolve_model(args.model)                    # fails fast on a bad path or GGUF
     out = Path(args.out or f"runs/extend-{Path(source.name).stem}")
-    prepare_out_dir(out, args.force, create=False)
+    _lock(out, stack)
+    _check_out(out, args.force, args.resume)
+    device = resolve_device(args.device)
     scaled = [m for m in methods if parse_method(m)[0] != "none"]
     if args.save:
         if args.finetune_steps or len(scaled) != 1:
@@ -165,8 +234,9 @@ def run(args: argparse.Namespace) -> int:
     texts, data_info = corpus_texts(args.data)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    loaded = load_model(args.model, dtype=getattr(torch, args.dtype),
-                        gguf_cache=args.gguf_cache)
+    cache = None if args.no_gguf_cache else (args.gguf_cache or default_gguf_cache())
+    loaded = load_model(args.model, dtype=getattr(torch, args.dtype), gguf_cache=cache,
+                        device=device, device_map=args.device_map)
     model, tok = loaded.model, loaded.tokenizer
     native = loaded.native_context
     lengths = tuple(args.lengths or default_lengths(args.original_length or native))
@@ -179,13 +249,37 @@ def run(args: argparse.Namespace) -> int:
     if config.finetune is not None:
         need = max(need, config.finetune.length)
     tokens = token_stream(tok, texts, need)
+    setting = json_clean({"model": args.model, "data": data_info, "dtype": args.dtype,
+                      "config": config_dict(config), "n_tokens": int(tokens.numel())})
+    done, partial = _measurements(out, args.resume, setting)
+    if args.force:
+        prepare_out_dir(out, True)
+    out.mkdir(parents=True, exist_ok=True)
+    _lock(out, stack)
+    rows, unfinished = dict(done), dict(partial)
+
+    def save() -> None:                            # every finished measurement reaches disk
+        doc = {"setting": setting, "methods": rows, "partial": unfinished}
+        atomic_write(out / MEASUREMENTS, (json.dumps(json_clean(doc), indent=2) + "\n")
+                     .encode())
+
+    def keep_row(name: str, row: dict) -> None:
+        rows[name] = row
+        unfinished.pop(name, None)
+        save()
+
+    def keep_point(name: str, state: dict) -> None:
+        unfinished[name] = state
+        save()
+
     with tqdm(total=work_units(config, need), desc="posenc extend", unit="step",
               disable=args.no_progress, file=sys.stderr) as bar:
-        results = run_study(model, tok, tokens, config, bar.update)
+        results = run_study(model, tok, tokens, config, bar.update, done=done,
+                            partial=partial, on_row=keep_row, on_partial=keep_point)
     results.update(model=args.model, native_context=native, data=data_info,
                    source={"kind": loaded.source.kind, "location": loaded.source.location,
                            "gguf_file": loaded.source.gguf_file})
-    paths = write_report(results, prepare_out_dir(out, args.force))
+    paths = write_report(results, out)
     if args.save:
         extend(model, scaled[0], args.factor, args.original_length, **options)
         save_extended(model, args.save, tok)

@@ -21,7 +21,8 @@ MODEL_FLAGS = {"d_model": int, "n_layers": int, "n_heads": int, "d_ff": int, "dr
                "norm": str, "activation": str, "vocab_size": int}
 TRAIN_FLAGS = {"batch_size": int, "steps": int, "lr": float, "warmup_steps": int,
                "weight_decay": float, "grad_clip": float, "seed": int, "eval_every": int,
-               "eval_windows": int, "checkpoint_every": int, "min_lr_ratio": float}
+               "eval_windows": int, "checkpoint_every": int, "min_lr_ratio": float,
+               "skip_bad_steps": int}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,7 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", help="token cache (default $POSENC_CACHE or ~/.cache/posenc)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--overwrite", action="store_true", help="replace the run in --out")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (= --dtype "
+                   "bfloat16)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="compute dtype: bfloat16 autocasts, weights stay float32")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--backend", default="auto", help="attention backend while training")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's "
@@ -55,6 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("optimization")
     for name, kind in TRAIN_FLAGS.items():
         hint = "steps // 10" if name == "warmup_steps" else train_defaults[name]
+        if name == "skip_bad_steps":
+            hint = "0: a non-finite loss or gradient stops the run (exit 3)"
         g.add_argument("--" + name.replace("_", "-"), type=kind, default=None,
                        help=f"default: {hint}")
 
@@ -67,7 +73,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     opts = {k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None}
     cfg = TrainConfig(model=model, data=args.data, tokenizer=args.tokenizer,
                       train_len=args.train_len, task=args.task, cache_dir=args.cache_dir,
-                      device=args.device, bf16=args.bf16, **opts)
+                      device=args.device, bf16=args.bf16 or args.dtype == "bfloat16", **opts)
     return cfg if args.vocab_size is not None else resolve_vocab(cfg)
 
 

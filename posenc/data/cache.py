@@ -4,7 +4,9 @@ A split of a corpus, tokenized, is one 1-D ``.npy`` array of ids (``uint16`` whe
 vocabulary fits, else ``uint32``) with the tokenizer's separator after every document. Its
 file name holds the corpus hash, the tokenizer's fingerprint and the split, so a second run
 maps the file instead of tokenizing again. Files are written to a temporary name and renamed,
-so an interrupted run never leaves a half-written array under the final name.
+so an interrupted run never leaves a half-written array under the final name; the array's
+sha256 is kept next to it (``<name>.npy.sha256``) and checked on every load, so a file damaged
+in place is reported (ValueError naming it), never used.
 
 The cache directory is ``$POSENC_CACHE`` if set, else ``~/.cache/posenc``.
 """
@@ -12,25 +14,20 @@ The cache directory is ``$POSENC_CACHE`` if set, else ``~/.cache/posenc``.
 from __future__ import annotations
 
 import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from ..runio import FILE_MODE, atomic_write, atomic_write_with, sha256_file
 
 if TYPE_CHECKING:
     from .corpora import Corpus
     from .tokenizer import Tokenizer
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-FILE_MODE = 0o666 & ~_umask()
+__all__ = ["FILE_MODE", "atomic_write", "atomic_write_with", "default_cache_dir",
+           "encode_documents", "stream_path", "token_stream"]
 
 
 def default_cache_dir() -> Path:
@@ -44,14 +41,21 @@ def token_stream(corpus: Corpus, tokenizer: Tokenizer, split: str,
     """The token ids of ``split`` as a read-only 1-D memory-mapped array (cached on disk)."""
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     path = stream_path(corpus, tokenizer, split, cache_dir)
-    if path.is_file():
+    digest = path.with_name(path.name + ".sha256")
+    if path.is_file() and digest.is_file():
+        expected = digest.read_text().strip()
+        if sha256_file(path) != expected:
+            raise ValueError(f"token cache {path} is corrupt (its sha256 differs from the one "
+                             f"recorded when it was written); delete it to rebuild it")
         try:
             return np.load(path, mmap_mode="r")
-        except (OSError, ValueError):
-            path.unlink(missing_ok=True)            # unreadable cache entry: build it again
-    ids = encode_documents(tokenizer, corpus.texts(split))
-    path.parent.mkdir(parents=True, exist_ok=True)
+        except (OSError, ValueError) as err:
+            raise ValueError(f"token cache {path} is unreadable ({err}); delete it to rebuild "
+                             f"it") from None
+    ids = encode_documents(tokenizer, corpus.texts(split))   # absent, or written by a crash
+    path.parent.mkdir(parents=True, exist_ok=True)           # before its checksum: rebuild
     atomic_write_with(path, lambda f: np.save(f, ids))
+    atomic_write(digest, (sha256_file(path) + "\n").encode())
     return np.load(path, mmap_mode="r")
 
 
@@ -70,24 +74,3 @@ def encode_documents(tokenizer: Tokenizer, texts: list[str]) -> np.ndarray:
         for ids in tokenizer.encode_batch(texts[start:start + 256]):
             parts.append(np.asarray(ids + [tokenizer.sep_id], dtype=dtype))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
-
-
-def atomic_write(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and a rename."""
-    atomic_write_with(Path(path), lambda f: f.write(data))
-
-
-def atomic_write_with(path: str | Path, write: Callable) -> None:
-    """Call ``write(file)`` on a temporary file next to ``path``, then rename it into place."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -105,35 +105,55 @@ def _check_gguf_magic(path: Path) -> None:
                          "number)")
 
 
+def default_gguf_cache() -> Path:
+    """``$POSENC_GGUF_CACHE``, else ``gguf/`` in posenc's cache folder."""
+    from ..data.cache import default_cache_dir
+    env = os.environ.get("POSENC_GGUF_CACHE")
+    return Path(env).expanduser() if env else default_cache_dir() / "gguf"
+
+
 def load_model(name: str, dtype: torch.dtype = torch.float32,
                attn_implementation: str = "sdpa",
-               gguf_cache: str | os.PathLike | None = None) -> LoadedModel:
-    """Load a causal LM and its tokenizer, in eval mode on the CPU.
+               gguf_cache: str | os.PathLike | None = None, device: str = "cpu",
+               device_map: str | None = None) -> LoadedModel:
+    """Load a causal LM and its tokenizer, in eval mode on ``device``.
+
+    ``device_map="auto"`` instead spreads a model too large for one device over the GPUs
+    and the CPU through accelerate (``device`` is then ignored).
 
     ``attn_implementation="sdpa"`` without a padding mask lets PyTorch's fused causal kernel
     run (``is_causal``), so a long forward never holds a (T, T) score matrix.
 
     Converting a GGUF file takes a minute or more (its metadata is parsed three times); with
     ``gguf_cache`` (a folder) the dequantized fp32 model is saved there once, keyed by the
-    file's name, size and modification time, and later loads read that copy.
+    file's name, size and modification time, and later loads read that copy (the CLI uses
+    :func:`default_gguf_cache` unless told otherwise).
     """
     source = resolve_model(name)
+    if device_map is not None and importlib.util.find_spec("accelerate") is None:
+        raise ValueError(f"device_map={device_map!r} needs accelerate: pip install accelerate")
     cached = _cache_dir(gguf_cache, source)
+    placement = {"device_map": device_map} if device_map is not None else {}
     if cached is not None and (cached / "config.json").is_file():
         model, tokenizer = _from_pretrained(name, "cached GGUF conversion", str(cached),
-                                            None, dtype, attn_implementation)
+                                            None, dtype, attn_implementation, **placement)
     else:
         what = {"gguf": "GGUF file", "dir": "model directory", "hub": "hub model"}[source.kind]
+        first = torch.float32 if cached is not None else dtype   # the cache keeps fp32
         model, tokenizer = _from_pretrained(name, what, source.location, source.gguf_file,
-                                            dtype, attn_implementation)
+                                            first, attn_implementation, **placement)
         if cached is not None:
             _write_cache(model, tokenizer, cached)
+            model.to(dtype)
+    if device_map is None:
+        model.to(device)
     model.eval()
     return LoadedModel(model, tokenizer, source)
 
 
 def _from_pretrained(name: str, what: str, location: str, gguf_file: str | None,
-                     dtype: torch.dtype, attn_implementation: str) -> tuple[nn.Module, Any]:
+                     dtype: torch.dtype, attn_implementation: str,
+                     **placement: Any) -> tuple[nn.Module, Any]:
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
@@ -142,7 +162,8 @@ def _from_pretrained(name: str, what: str, location: str, gguf_file: str | None,
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, **extra)
         model = AutoModelForCausalLM.from_pretrained(
-            location, dtype=dtype, attn_implementation=attn_implementation, **extra)
+            location, dtype=dtype, attn_implementation=attn_implementation, **extra,
+            **placement)
     except (ValueError, OSError, KeyError, RuntimeError, TypeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f"could not load {what} {name}: {first}") from None
@@ -159,10 +180,7 @@ def _cache_dir(root: str | os.PathLike | None, source: ModelSource) -> Path | No
 
 def _write_cache(model: nn.Module, tokenizer: Any, path: Path) -> None:
     """Save a dequantized GGUF model as fp32 safetensors (written aside, then renamed)."""
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    dtype = next(model.parameters()).dtype
-    if dtype != torch.float32:
-        return                      # only the exact fp32 conversion is worth keeping
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     save_extended(model, tmp, tokenizer, overwrite=True)
     try:
         tmp.rename(path)

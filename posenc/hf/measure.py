@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,15 +56,10 @@ def token_stream(tokenizer: Any, texts: Sequence[str], n_tokens: int) -> Tensor:
 
 
 # ---------------------------------------------------------------- memory
-def available_memory() -> int:
-    """Bytes the kernel says a new allocation can get (MemAvailable), else physical RAM."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+def available_memory(device: torch.device | str = "cpu") -> int:
+    """Free bytes on ``device``: the GPU's free memory, or the kernel's MemAvailable."""
+    from ..train.memory import available_memory as free
+    return free(device)
 
 
 def forward_bytes(config: Any, length: int, dtype: torch.dtype = torch.float32,
@@ -87,10 +82,11 @@ def forward_bytes(config: Any, length: int, dtype: torch.dtype = torch.float32,
 
 
 def check_memory(config: Any, length: int, dtype: torch.dtype = torch.float32,
-                 limit: int | None = None) -> int:
-    """Raise ValueError if a forward of ``length`` tokens would not fit; return the estimate."""
+                 limit: int | None = None, device: torch.device | str = "cpu") -> int:
+    """Raise ValueError if a forward of ``length`` tokens would not fit on ``device``; return
+    the estimate."""
     need = forward_bytes(config, length, dtype)
-    limit = available_memory() if limit is None else limit
+    limit = available_memory(device) if limit is None else limit
     if need > limit:
         raise ValueError(f"length {length} needs about {need / GIB:.1f} GiB for one forward "
                          f"but {limit / GIB:.1f} GiB are available; use shorter lengths")
@@ -186,23 +182,34 @@ class PplPoint:
 def perplexity_vs_length(model: nn.Module, tokens: Tensor, lengths: Sequence[int],
                          stride: int | None = None, max_windows: int | None = None,
                          progress: Callable[[int], None] | None = None,
-                         memory_limit: int | None = None) -> list[PplPoint]:
+                         memory_limit: int | None = None,
+                         done: Mapping[int, PplPoint] | None = None,
+                         on_point: Callable[[PplPoint], None] | None = None) -> list[PplPoint]:
     """Sliding-window perplexity at each length (stride: ``stride`` or length // 2).
 
-    ``progress`` is called with 1 after each window.
+    ``progress`` is called with 1 after each window; ``on_point`` with each finished point.
+    Lengths in ``done`` (measured before an interruption) are taken from it, not measured.
     """
     fn = logits_fn(model)
     points = []
     for length in lengths:
-        check_memory(model.config, length, next(model.parameters()).dtype, memory_limit)
+        check_memory(model.config, length, next(model.parameters()).dtype, memory_limit,
+                     next(model.parameters()).device)
         step = stride if stride is not None else max(1, length // 2)
         if step > length:
             raise ValueError(f"stride {step} is longer than the window length {length}")
+        if done and length in done:
+            points.append(done[length])
+            if progress is not None:
+                progress(done[length].n_windows)
+            continue
         start = time.perf_counter()
         res = perplexity(fn, tokens, length, stride=step, max_windows=max_windows,
                          progress=None if progress is None else (lambda _n: progress(1)))
         points.append(PplPoint(length, res.ppl, res.nll, res.n_tokens, res.n_windows,
                                time.perf_counter() - start))
+        if on_point is not None:
+            on_point(points[-1])
     return points
 
 

@@ -10,7 +10,7 @@ decoding of the answer without generating.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,20 +102,29 @@ class PasskeyGrid:
 def passkey_grid(model: nn.Module, tokenizer: Any, lengths: Sequence[int],
                  depths: Sequence[float], trials: int = 3, seed: int = 0,
                  progress: Callable[[int], None] | None = None,
-                 memory_limit: int | None = None) -> PasskeyGrid:
+                 memory_limit: int | None = None,
+                 done: Mapping[str, float] | None = None,
+                 on_cell: Callable[[str, float], None] | None = None) -> PasskeyGrid:
     """Passkey accuracy on a grid of lengths x depths, ``trials`` random 5-digit keys per cell.
 
     The keys depend only on ``seed``, the cell and the trial number, so every method sees the
-    same prompts. ``progress`` is called with 1 after each trial.
+    same prompts. ``progress`` is called with 1 after each trial, ``on_cell("i:j", accuracy)``
+    after each cell (depth i, length j); cells in ``done`` are taken from it, not measured.
     """
     if trials < 1:
         raise ValueError(f"passkey trials must be >= 1, got {trials}")
     for length in lengths:
-        check_memory(model.config, length, next(model.parameters()).dtype, memory_limit)
+        check_memory(model.config, length, next(model.parameters()).dtype, memory_limit,
+                     next(model.parameters()).device)
     acc = []
     for i, depth in enumerate(depths):
         row = []
         for j, length in enumerate(lengths):
+            if done and f"{i}:{j}" in done:
+                row.append(float(done[f"{i}:{j}"]))
+                if progress is not None:
+                    progress(trials)
+                continue
             hits = 0
             for t in range(trials):
                 rng = random.Random(f"{seed}:{i}:{j}:{t}")
@@ -124,5 +133,7 @@ def passkey_grid(model: nn.Module, tokenizer: Any, lengths: Sequence[int],
                 if progress is not None:
                     progress(1)
             row.append(hits / trials)
+            if on_cell is not None:
+                on_cell(f"{i}:{j}", row[-1])
         acc.append(tuple(row))
     return PasskeyGrid(tuple(lengths), tuple(float(d) for d in depths), trials, tuple(acc))

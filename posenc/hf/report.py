@@ -14,6 +14,8 @@ from typing import Any
 
 import matplotlib
 
+from ..runio import atomic_write, has_content
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
@@ -26,7 +28,7 @@ def prepare_out_dir(path: str | Path, force: bool = False, create: bool = True) 
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"output path {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
+    if out.is_dir() and has_content(out) and not force:
         raise FileExistsError(f"output directory {out} is not empty; choose another --out or "
                               "pass --force to overwrite")
     if create:
@@ -151,8 +153,9 @@ def write_report(results: dict[str, Any], out: Path) -> list[Path]:
                 str(n): sum(r[j] for r in grid["accuracy"]) / len(grid["depths"])
                 for j, n in enumerate(grid["lengths"])}
     paths = [out / "results.json", out / "report.md"]
-    paths[0].write_text(json.dumps(_clean(results), indent=2, allow_nan=False) + "\n")
-    paths[1].write_text(report_markdown(results))
+    atomic_write(paths[0], (json.dumps(json_clean(results), indent=2, allow_nan=False)
+                            + "\n").encode())
+    atomic_write(paths[1], report_markdown(results).encode())
     paths.append(plot_ppl(results, out / "ppl.png"))
     for name, row in results["methods"].items():
         if row.get("passkey") is not None:
@@ -160,12 +163,12 @@ def write_report(results: dict[str, Any], out: Path) -> list[Path]:
     return paths
 
 
-def _clean(obj: Any) -> Any:
+def json_clean(obj: Any) -> Any:
     """JSON-safe copy: tuples to lists, non-finite floats to strings ("inf", "nan")."""
     if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
+        return {str(k): json_clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [json_clean(v) for v in obj]
     if isinstance(obj, float) and not math.isfinite(obj):
         return str(obj)
     if obj is None or isinstance(obj, (bool, int, float, str)):

@@ -2,7 +2,7 @@
 
 from .checkpoint import LoadedRun, load_run
 from .config import TrainConfig, parse_options
-from .loop import TrainResult, resolve_vocab, train
+from .loop import TrainingDiverged, TrainResult, resolve_vocab, train
 
-__all__ = ["LoadedRun", "TrainConfig", "TrainResult", "load_run", "parse_options",
-           "resolve_vocab", "train"]
+__all__ = ["LoadedRun", "TrainConfig", "TrainResult", "TrainingDiverged", "load_run",
+           "parse_options", "resolve_vocab", "train"]

@@ -1,25 +1,29 @@
-"""A run directory on disk: config, weights, optimizer state, progress; and loading it back.
+"""A run directory on disk: config, checkpoints, progress; and loading it back.
 
-======================  ===================================================================
-``config.json``         the TrainConfig, the corpus it saw (name, Python version, sha256)
-                        and the tokenizer spec; written once when the run starts
-``model.safetensors``   the weights (tied tensors stored once), metadata ``step``
-``state.pt``            optimizer, scheduler and RNG states and the step (``torch.save``)
-``state.json``          progress: step, steps, complete, final_loss, tokens_per_s, ...;
-                        written last, so it names the step of a complete checkpoint
-``tokenizer/``          the run's own tokenizer
-``log.jsonl/.csv``      the training curve (see :mod:`posenc.train.logging`)
-======================  ===================================================================
+===========================  ================================================================
+``config.json``              the TrainConfig, the corpus it saw (name, Python version, sha256)
+                             and the tokenizer spec; written once when the run starts
+``checkpoints/step-N/``      one checkpoint: ``model.safetensors`` (the weights, tied tensors
+                             stored once, metadata ``step``), ``state.pt`` (optimizer,
+                             scheduler and RNG states, ``torch.save``) and ``manifest.json``
+``state.json``               the commit record: step, the checkpoint folder, the sha256 of each
+                             of its files and the progress (steps, complete, final_loss, ...)
+``tokenizer/``               the run's own tokenizer
+``log.jsonl/.csv``           the training curve (see :mod:`posenc.train.logging`)
+===========================  ================================================================
 
-Every file is written to a temporary name and renamed into place. Loading checks that the
-weights, the optimizer state and ``state.json`` name the same step (a save interrupted
-between two files is reported, never silently mixed).
+A checkpoint is all of its files or nothing: they are written into a temporary folder, made
+durable, and the folder is renamed to ``step-N`` (one atomic rename); then ``state.json`` is
+replaced atomically to point at it, and only then are older checkpoints deleted. A crash at any
+moment leaves the previous complete checkpoint in place; :func:`recover` (run by ``train``
+under the run's lock) removes temporaries a crash left and adopts a ``step-N`` folder that was
+renamed but not yet recorded. Loading checks every file against its recorded sha256 and
+reports a mismatch naming the file.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import platform
 import shutil
 import tempfile
@@ -32,9 +36,17 @@ from safetensors import safe_open
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from ..data.cache import FILE_MODE, atomic_write, atomic_write_with
 from ..data.tokenizer import Tokenizer, load_tokenizer
 from ..models.lm import TransformerLM
+from ..runio import (
+    TMP_SUFFIX,
+    atomic_write,
+    atomic_write_with,
+    fsync_dir,
+    fsync_file,
+    remove_stale_temporaries,
+    sha256_file,
+)
 from .config import TrainConfig
 from .logging import LOG_CSV, LOG_JSONL, TB_DIR, read_log
 
@@ -44,9 +56,11 @@ CONFIG_FILE = "config.json"
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "state.pt"
 PROGRESS_FILE = "state.json"
+MANIFEST_FILE = "manifest.json"
+CHECKPOINTS_DIR = "checkpoints"
 TOKENIZER_DIR = "tokenizer"
 RUN_FILES = (CONFIG_FILE, MODEL_FILE, STATE_FILE, PROGRESS_FILE, LOG_JSONL, LOG_CSV)
-RUN_DIRS = (TOKENIZER_DIR, TB_DIR)
+RUN_DIRS = (TOKENIZER_DIR, TB_DIR, CHECKPOINTS_DIR)
 
 
 @dataclass(frozen=True)
@@ -123,26 +137,103 @@ def remove_run_files(run_dir: Path) -> None:
 
 
 # ------------------------------------------------------------- checkpoint
+def checkpoint_dir(run_dir: str | Path, progress: dict[str, Any]) -> Path:
+    """The folder holding the files of the checkpoint ``state.json`` names (the run folder
+    itself for runs written before checkpoints had their own folders)."""
+    name = progress.get("checkpoint")
+    return Path(run_dir) / name if name else Path(run_dir)
+
+
+def committed_file(run_dir: str | Path, name: str = MODEL_FILE) -> Path:
+    """The path of file ``name`` of the run's committed checkpoint (ValueError if none)."""
+    progress = read_progress(run_dir)
+    if progress is None:
+        raise ValueError(f"run {run_dir} has no checkpoint yet ({PROGRESS_FILE} is missing)")
+    return checkpoint_dir(run_dir, progress) / name
+
+
 def save_checkpoint(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
                     scheduler: Any, step: int, progress: dict[str, Any]) -> None:
-    """Write weights, optimizer state and then ``state.json`` (the commit record)."""
+    """Write one checkpoint folder, commit it in ``state.json``, delete the older ones."""
     state = {"step": step, "optimizer": optimizer.state_dict(),
              "scheduler": scheduler.state_dict(), "rng_torch": torch.get_rng_state(),
              "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
              "train_time_s": float(progress["train_time_s"]),
              "tokens_seen": int(progress["tokens_seen"])}
-    atomic_write_with(run_dir / STATE_FILE, lambda f: torch.save(state, f))
-    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=f".{MODEL_FILE}.", suffix=".tmp")
-    os.close(fd)
+    root = run_dir / CHECKPOINTS_DIR
+    root.mkdir(exist_ok=True)
+    name = f"step-{step:08d}"
+    final = root / name
+    if final.exists():
+        raise FileExistsError(f"checkpoint {final} exists already")
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}.", suffix=TMP_SUFFIX))
     try:
-        save_model(model, tmp, metadata={"format": FORMAT, "step": str(step)})
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, run_dir / MODEL_FILE)
+        atomic_write_with(tmp / STATE_FILE, lambda f: torch.save(state, f))
+        save_model(model, str(tmp / MODEL_FILE), metadata={"format": FORMAT, "step": str(step)})
+        fsync_file(tmp / MODEL_FILE)
+        record = {"step": step, **progress, "checkpoint": f"{CHECKPOINTS_DIR}/{name}",
+                  "files": {n: sha256_file(tmp / n) for n in (MODEL_FILE, STATE_FILE)}}
+        atomic_write(tmp / MANIFEST_FILE, _json_bytes(record))
+        tmp.rename(final)                                 # the checkpoint now exists whole
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
-    atomic_write(run_dir / PROGRESS_FILE,
-                 (json.dumps({"step": step, **progress}, indent=2) + "\n").encode())
+    fsync_dir(root)
+    atomic_write(run_dir / PROGRESS_FILE, _json_bytes(record))        # ... and is committed
+    _prune(root, keep=name)
+
+
+def _json_bytes(doc: dict[str, Any]) -> bytes:
+    return (json.dumps(doc, indent=2) + "\n").encode()
+
+
+def _prune(root: Path, keep: str) -> None:
+    for p in root.iterdir():
+        if p.is_dir() and p.name.startswith("step-") and p.name != keep:
+            shutil.rmtree(p, ignore_errors=True)
+    fsync_dir(root)
+
+
+def recover(run_dir: str | Path) -> int | None:
+    """Tidy a run folder after a crash (call it holding the run's lock): delete temporary
+    files, adopt a complete checkpoint folder newer than ``state.json`` and delete the others.
+    Returns the committed step, or None when there is no checkpoint."""
+    run_dir = Path(run_dir)
+    root = run_dir / CHECKPOINTS_DIR
+    remove_stale_temporaries(run_dir)
+    remove_stale_temporaries(root)
+    progress = read_progress(run_dir)
+    if not root.is_dir():
+        return None if progress is None else int(progress["step"])
+    newest = None
+    for p in sorted(root.glob("step-*"), reverse=True):
+        try:
+            newest = json.loads((p / MANIFEST_FILE).read_text())
+            int(newest["step"])
+            break
+        except (OSError, ValueError, KeyError, TypeError):
+            continue                                  # not a checkpoint written by posenc
+    if newest is not None and (progress is None or int(newest["step"]) > int(progress["step"])):
+        atomic_write(run_dir / PROGRESS_FILE, _json_bytes(newest))
+        progress = newest
+    if progress is not None and progress.get("checkpoint"):
+        _prune(root, keep=Path(progress["checkpoint"]).name)
+    return None if progress is None else int(progress["step"])
+
+
+def verify_file(folder: Path, name: str, progress: dict[str, Any]) -> Path:
+    """``folder/name``, checked against the sha256 ``state.json`` recorded (ValueError)."""
+    path = folder / name
+    expected = (progress.get("files") or {}).get(name)
+    if not path.is_file():
+        raise ValueError(f"corrupt checkpoint {path}: the file is missing")
+    if expected is not None:
+        actual = sha256_file(path)
+        if actual != expected:
+            raise ValueError(f"corrupt checkpoint {path}: sha256 {actual[:12]}... differs from "
+                             f"the recorded {expected[:12]}... (the file changed after it was "
+                             f"written)")
+    return path
 
 
 def _weights_step(path: Path) -> int:
@@ -154,61 +245,74 @@ def _weights_step(path: Path) -> int:
         raise ValueError(f"corrupt checkpoint {path}: {_one_line(err)}") from None
 
 
-def load_weights(model: nn.Module, run_dir: Path, device: str | torch.device = "cpu") -> int:
-    """Load ``model.safetensors`` into ``model``; returns its step. ValueError if corrupt."""
-    path = run_dir / MODEL_FILE
-    if not path.is_file():
-        raise ValueError(f"run {run_dir} has no checkpoint yet: {MODEL_FILE} is missing")
+def load_weights(model: nn.Module, run_dir: Path, device: str | torch.device = "cpu",
+                 progress: dict[str, Any] | None = None) -> int:
+    """Load the committed weights into ``model``; returns their step. ValueError if corrupt."""
+    progress = read_progress(run_dir) if progress is None else progress
+    if progress is None:
+        raise ValueError(f"run {run_dir} has no checkpoint yet ({PROGRESS_FILE} is missing)")
+    path = verify_file(checkpoint_dir(run_dir, progress), MODEL_FILE, progress)
     step = _weights_step(path)
     try:
         load_model(model, path, strict=True, device=str(device))
     except Exception as err:  # noqa: BLE001 - shape/key mismatch or a damaged file
         raise ValueError(f"corrupt checkpoint {path}: {_one_line(err)}") from None
+    if step != int(progress["step"]):
+        raise ValueError(f"checkpoint files in {run_dir} disagree (weights at step {step}, "
+                         f"{PROGRESS_FILE} at step {progress['step']})")
     return step
 
 
 def load_training_state(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
                         scheduler: Any, device: torch.device) -> dict[str, Any]:
-    """Restore a checkpoint for ``--resume``; returns ``state.json`` (with the step)."""
+    """Restore the committed checkpoint for ``--resume``; returns ``state.json``."""
     progress = read_progress(run_dir)
     if progress is None:
         raise ValueError(f"run {run_dir} has no checkpoint to resume from")
-    weights_step = load_weights(model, run_dir, device)
+    weights_step = load_weights(model, run_dir, device, progress)
+    path = verify_file(checkpoint_dir(run_dir, progress), STATE_FILE, progress)
     try:
-        state = torch.load(run_dir / STATE_FILE, map_location=device, weights_only=True)
+        state = torch.load(path, map_location=device, weights_only=True)
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng_torch"].cpu())
         if state["rng_cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all([s.cpu() for s in state["rng_cuda"]])
+        state_step = int(state["step"])
     except Exception as err:  # noqa: BLE001 - unreadable or mismatched optimizer state
-        raise ValueError(f"corrupt checkpoint {run_dir / STATE_FILE}: {_one_line(err)}"
-                         ) from None
-    steps = {int(progress["step"]), weights_step, int(state["step"])}
-    if len(steps) != 1:
+        raise ValueError(f"corrupt checkpoint {path}: not a posenc optimizer state "
+                         f"({type(err).__name__})") from None
+    if state_step != weights_step:
         raise ValueError(f"checkpoint files in {run_dir} disagree (state.json step "
                          f"{progress['step']}, weights step {weights_step}, optimizer step "
-                         f"{state['step']}): a save was interrupted; start again with "
+                         f"{state_step}): a save was interrupted; start again with "
                          f"--overwrite")
     return progress
 
 
 # ------------------------------------------------------------------ load
 def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
-    """Load a trained run for evaluation. Missing or corrupt files raise one-line ValueError."""
+    """Load a trained run for evaluation. Missing or corrupt files raise one-line ValueError.
+
+    A run still training may commit a newer checkpoint (and delete this one) while it is
+    read: the newest committed checkpoint is then read again."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ValueError(f"run directory {run_dir} does not exist")
     doc = read_config(run_dir)
     cfg: TrainConfig = doc["train"]
-    progress = read_progress(run_dir)
-    if progress is None:
-        raise ValueError(f"run {run_dir} has no checkpoint yet ({PROGRESS_FILE} is missing)")
-    model = TransformerLM(cfg.model)
-    step = load_weights(model, run_dir, device)
-    if step != int(progress["step"]):
-        raise ValueError(f"checkpoint files in {run_dir} disagree (weights at step {step}, "
-                         f"{PROGRESS_FILE} at step {progress['step']})")
+    for attempt in range(3):
+        progress = read_progress(run_dir)
+        if progress is None:
+            raise ValueError(f"run {run_dir} has no checkpoint yet ({PROGRESS_FILE} is "
+                             f"missing)")
+        model = TransformerLM(cfg.model)
+        try:
+            step = load_weights(model, run_dir, device, progress)
+            break
+        except ValueError:
+            if attempt == 2 or read_progress(run_dir) == progress:
+                raise
     tokenizer = load_tokenizer(run_dir / TOKENIZER_DIR)
     return LoadedRun(model=model.to(device).eval(), train_config=cfg, tokenizer=tokenizer,
                      corpus_info=doc["corpus"], steps=step,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from ..data.synthetic import TASKS
@@ -29,6 +30,8 @@ class TrainConfig:
     ``data``. ``batch_size`` is per process; under DDP the global batch is
     ``batch_size * world_size``. ``eval_every`` / ``checkpoint_every`` 0 mean "at the end
     only". ``cache_dir`` None means ``$POSENC_CACHE`` or ``~/.cache/posenc``.
+    ``skip_bad_steps`` is how many steps with a non-finite loss or gradient may be skipped
+    (no update) before the run stops as diverged (0: the first one stops it).
     """
 
     model: LMConfig = field(default_factory=LMConfig)
@@ -51,13 +54,14 @@ class TrainConfig:
     task: str | None = None
     cache_dir: str | None = None
     device: str = "auto"
+    skip_bad_steps: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, LMConfig):
             raise ValueError(f"model must be an LMConfig, got {type(self.model).__name__}")
         for name in ("train_len", "batch_size", "steps", "eval_windows"):
             require_positive_int(name, getattr(self, name))
-        for name in ("eval_every", "checkpoint_every", "seed"):
+        for name in ("eval_every", "checkpoint_every", "seed", "skip_bad_steps"):
             require_int_at_least(name, getattr(self, name), 0)
         if self.warmup_steps is not None:
             require_int_at_least("warmup_steps", self.warmup_steps, 0)
@@ -121,6 +125,17 @@ class TrainConfig:
         if "betas" in data:
             data["betas"] = tuple(data["betas"])
         return cls(**data)
+
+    def resolved(self) -> TrainConfig:
+        """A copy whose local ``data`` and ``cache_dir`` paths are absolute, so the run can be
+        evaluated or resumed from any working directory (``hf:`` names stay as they are)."""
+        changes: dict[str, Any] = {}
+        if self.data is not None and not self.data.startswith("hf:") \
+                and Path(self.data).expanduser().exists():
+            changes["data"] = str(Path(self.data).expanduser().resolve())
+        if self.cache_dir is not None:
+            changes["cache_dir"] = str(Path(self.cache_dir).expanduser().resolve())
+        return replace(self, **changes) if changes else self
 
     def with_model(self, **changes: Any) -> TrainConfig:
         """A copy with ``model`` fields replaced (e.g. ``vocab_size`` from a tokenizer)."""

@@ -6,7 +6,8 @@ for training steps (``tokens`` and ``elapsed_s`` count the whole run: all proces
 training seconds without evaluations and checkpoints) and ``{"step", "val_loss"}`` for
 evaluations. When a run resumes from a
 checkpoint at step k, records after step k (written before the interruption) are dropped, so
-the log reads as if the run had never stopped.
+the log reads as if the run had never stopped. A crash while a record is appended leaves a
+torn final line: readers skip it (a bad line anywhere else is reported as corruption).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-from ..data.cache import atomic_write
+from ..runio import atomic_write
 
 LOG_JSONL = "log.jsonl"
 LOG_CSV = "log.csv"
@@ -32,12 +34,15 @@ def read_log(run_dir: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     records = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
+    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+    for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:
+            if i == len(lines):
+                break                                 # torn by a crash while appending
             raise ValueError(f"corrupt training log {path}: line {i} is not JSON") from None
     return records
 
@@ -73,9 +78,13 @@ class RunLog:
                     self._tb.add_scalar(f"train/{key}" if key != "val_loss" else "val/loss",
                                         value, record["step"])
 
-    def flush(self) -> None:
+    def flush(self, durable: bool = False) -> None:
+        """Hand the records to the OS (``durable``: and to the disk, before a checkpoint)."""
         self._jsonl.flush()
         self._csv_file.flush()
+        if durable:
+            os.fsync(self._jsonl.fileno())
+            os.fsync(self._csv_file.fileno())
         if self._tb is not None:
             self._tb.flush()
 

@@ -5,6 +5,12 @@ Step ``s`` (0-based) trains on a batch drawn from ``(seed, s)`` (see
 with the weights, optimizer, scheduler and RNG restored its loss curve is the same. Under
 ``torchrun`` the model is wrapped in DistributedDataParallel, each process trains on its
 shard of the global batch, and rank 0 alone writes files and draws the progress bar.
+
+Rank 0 holds the run folder's lock (:class:`posenc.runio.DirectoryLock`) from before it
+looks at the folder until the run ends, so a second writer is refused and ``overwrite`` never
+deletes the files of a live run. A step with a non-finite loss or gradient norm stops the run
+with :class:`TrainingDiverged` (after ``skip_bad_steps`` skipped ones): the last checkpoint,
+written while every value was finite, stays the committed one.
 """
 
 from __future__ import annotations
@@ -27,13 +33,20 @@ from ..data.cache import default_cache_dir
 from ..data.synthetic import IGNORE
 from ..data.tokenizer import load_tokenizer
 from ..models.lm import TransformerLM
+from ..runio import DirectoryLock, has_content
 from . import checkpoint as ckpt
 from . import distributed as dist
 from .config import TrainConfig
 from .logging import RunLog
+from .memory import check_train_memory
 
 #: config fields that may change when resuming (they do not change the loss curve)
-RESUMABLE_CHANGES = ("cache_dir", "device", "checkpoint_every", "model.attn_backend")
+RESUMABLE_CHANGES = ("cache_dir", "device", "checkpoint_every", "model.attn_backend",
+                     "skip_bad_steps")
+
+
+class TrainingDiverged(RuntimeError):
+    """A step gave a non-finite loss or gradient norm (and no skips were left)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +97,7 @@ def check_run_dir(run_dir: Path, cfg: TrainConfig, resume: bool, overwrite: bool
     """"fresh", "overwrite" or "resume"; ValueError when the folder holds another run."""
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"run directory {run_dir} exists and is not a directory")
-    if not run_dir.exists() or not any(run_dir.iterdir()):
+    if not run_dir.exists() or not has_content(run_dir):
         return "fresh"
     if not (run_dir / ckpt.CONFIG_FILE).is_file():
         if overwrite:
@@ -196,37 +209,49 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     if resume and overwrite:
         raise ValueError("pass either resume or overwrite, not both")
     run_dir = Path(run_dir)
+    cfg = cfg.resolved()
     info = dist.setup(cfg.device)
+    lock = DirectoryLock(run_dir, "posenc train")
     try:
-        return _train(cfg, run_dir, info, resume, overwrite, progress, on_step)
+        if info.is_main and run_dir.is_dir():
+            lock.acquire()                  # before looking: nobody changes it meanwhile
+        return _train(cfg, run_dir, info, resume, overwrite, progress, on_step, lock)
     finally:
+        lock.release()
         dist.teardown(info)
 
 
 def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, resume: bool,
-           overwrite: bool, show_progress: bool, on_step: StepCallback | None) -> TrainResult:
+           overwrite: bool, show_progress: bool, on_step: StepCallback | None,
+           lock: DirectoryLock) -> TrainResult:
     mode = check_run_dir(run_dir, cfg, resume, overwrite)
-    data = _load_data_rank0_first(cfg, run_dir, mode, info)
     dev = info.device
+    check_train_memory(cfg, dev)
+    data = _load_data_rank0_first(cfg, run_dir, mode, info)
     autocast = _autocast(cfg, dev)
     torch.manual_seed(cfg.seed)
     model = TransformerLM(cfg.model).to(dev).train()   # bad model options raise here
     dist.barrier(info)                                  # every rank checked before writing
     if info.is_main:
+        if not lock.held:                   # the folder did not exist: make it, lock it and
+            run_dir.mkdir(parents=True, exist_ok=True)    # look again (another process
+            lock.acquire()                                # may have been quicker)
+            if check_run_dir(run_dir, cfg, resume, overwrite) != mode:
+                raise ValueError(f"{run_dir} was written by another process meanwhile")
         if mode == "overwrite":
             ckpt.remove_run_files(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
+        ckpt.recover(run_dir)               # temporaries a crash left; see its docstring
         if mode != "resume":
             ckpt.write_config(run_dir, cfg, data.corpus_info, data.tokenizer)
     dist.barrier(info)
 
     optimizer = make_optimizer(model, cfg)
     scheduler = make_scheduler(optimizer, cfg)
-    start, train_time, tokens_seen = 0, 0.0, 0
+    start, train_time, tokens_seen, bad_steps = 0, 0.0, 0, 0
     if mode == "resume" and ckpt.read_progress(run_dir) is not None:
         state = ckpt.load_training_state(run_dir, model, optimizer, scheduler, dev)
         start, train_time = int(state["step"]), float(state["train_time_s"])
-        tokens_seen = int(state["tokens_seen"])
+        tokens_seen, bad_steps = int(state["tokens_seen"]), int(state.get("bad_steps", 0))
         if start >= cfg.steps:
             return TrainResult(run_dir, start, float(state.get("final_loss", math.nan)),
                                float(state.get("tokens_per_s", 0.0)), state.get("val_loss"))
@@ -238,7 +263,7 @@ def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, resume: bool,
     bar = tqdm(total=cfg.steps, initial=start, unit="step", dynamic_ncols=True,
                disable=not (show_progress and info.is_main), desc=f"train {cfg.model.pe}")
     global_tokens = cfg.tokens_per_step * info.world_size
-    loss_value, val_loss = math.nan, None
+    loss_value, val_loss, committed = math.nan, None, start
     try:
         for step in range(start, cfg.steps):
             t0 = time.perf_counter()
@@ -252,16 +277,29 @@ def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, resume: bool,
             grad_norm = nn.utils.clip_grad_norm_(
                 model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
             lr = optimizer.param_groups[0]["lr"]
-            optimizer.step()
+            loss_value = dist.mean(info, loss.item())      # the same on every rank
+            done = step + 1
+            finite = math.isfinite(loss_value) and math.isfinite(float(grad_norm))
+            if not finite:
+                bad_steps += 1
+                if bad_steps > cfg.skip_bad_steps:
+                    kept = f"the last good checkpoint (step {committed}) is kept" \
+                        if committed else "no checkpoint was written"
+                    raise TrainingDiverged(
+                        f"training diverged at step {done}: loss {loss_value}, gradient norm "
+                        f"{float(grad_norm)}; {kept}; lower --lr or allow a few skipped "
+                        f"steps with --skip-bad-steps")
+            else:
+                optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
-            loss_value = dist.mean(info, loss.item())
             train_time += time.perf_counter() - t0
             tokens_seen += global_tokens
-            done = step + 1
             record = {"step": done, "loss": loss_value, "lr": lr,
                       "grad_norm": float(grad_norm), "tokens": tokens_seen,
                       "tokens_per_s": tokens_seen / train_time, "elapsed_s": train_time}
+            if not finite:
+                record["skipped"] = True
             last = done == cfg.steps
             if log is not None:
                 log.write(record)
@@ -273,11 +311,13 @@ def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, resume: bool,
                 log.write({"step": done, "val_loss": val_loss})
             if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or last:
                 if info.is_main:
-                    log.flush()
+                    log.flush(durable=True)
                     ckpt.save_checkpoint(run_dir, model, optimizer, scheduler, done, {
                         "steps": cfg.steps, "complete": last, "final_loss": loss_value,
                         "val_loss": val_loss, "tokens_per_s": tokens_seen / train_time,
-                        "train_time_s": train_time, "tokens_seen": tokens_seen})
+                        "train_time_s": train_time, "tokens_seen": tokens_seen,
+                        "bad_steps": bad_steps})
+                committed = done
                 dist.barrier(info)
             if on_step is not None:
                 on_step(done, record, model)

@@ -1,0 +1,54 @@
+"""How much memory a training step needs at least, and how much there is: a batch that cannot
+fit is refused with a one-line error before any allocation, not by the kernel's OOM killer."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from .config import TrainConfig
+
+GIB = 2**30
+
+
+def available_memory(device: torch.device | str = "cpu") -> int:
+    """Free bytes on ``device``: the GPU's free memory, or the kernel's MemAvailable (else the
+    physical RAM) for the CPU."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def train_step_bytes(cfg: TrainConfig) -> int:
+    """A lower bound of one training step's memory in bytes (fp32): the weights, gradients
+    and AdamW's two moments, the logits and their gradient (B, T, V), and per layer the
+    residual stream, q/k/v and the MLP's hidden activations kept for the backward."""
+    m = cfg.model
+    d, d_ff, v, layers = m.d_model, m.d_ff or 4 * m.d_model, m.vocab_size, m.n_layers
+    params = v * d + layers * (4 * d * d + 2 * d * d_ff)
+    tokens = cfg.batch_size * cfg.train_len
+    per_token = 2 * v + layers * (6 * d + 2 * d_ff)
+    return 4 * (4 * params + tokens * per_token) + 16 * tokens       # + int64 ids, targets
+
+
+def check_train_memory(cfg: TrainConfig, device: torch.device | str = "cpu",
+                       limit: int | None = None) -> int:
+    """ValueError if a step of ``cfg`` cannot fit in ``limit`` bytes (default: what
+    :func:`available_memory` says); returns the estimate."""
+    need = train_step_bytes(cfg)
+    limit = available_memory(device) if limit is None else limit
+    if need > limit:
+        raise ValueError(f"batch_size={cfg.batch_size} x train_len={cfg.train_len} needs at "
+                         f"least {need / GIB:,.1f} GiB per training step but "
+                         f"{limit / GIB:,.1f} GiB are free on {torch.device(device).type}; "
+                         f"lower --batch-size or --train-len")
+    return need

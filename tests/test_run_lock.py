@@ -1,0 +1,82 @@
+"""One writer per run folder: while a process holds a run's lock, train (with --overwrite too)
+and eval are refused with one line naming its pid, and no file changes; the lock dies with
+its process (SIGKILL included)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from posenc.cli import main
+from posenc.runio import LOCK_FILE, DirectoryInUse, DirectoryLock
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+TINY = ["--pe", "alibi", "--train-len", "16", "--d-model", "16", "--n-layers", "1",
+        "--n-heads", "2", "--batch-size", "2", "--eval-windows", "2", "--no-progress",
+        "--device", "cpu", "--steps", "2", "--task", "copy"]
+
+
+def hold_lock(folder):
+    """A child process that holds ``folder``'s lock until killed."""
+    code = textwrap.dedent(f"""
+        import sys, time
+        from posenc.runio import DirectoryLock
+        lock = DirectoryLock({str(folder)!r}, "posenc train").acquire()
+        print("held", flush=True)
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def files(folder):
+    return {str(p): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_second_writer_is_refused_while_the_first_lives(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "--out", str(run), *TINY]) == 0
+    assert not (run / LOCK_FILE).exists()                      # released at the end
+    holder = hold_lock(run)
+    try:
+        before = files(run)
+        for argv in (["train", "--out", str(run), *TINY, "--overwrite"],
+                     ["train", "--out", str(run), *TINY, "--resume"],
+                     ["eval", str(run), "--lengths", "16"]):
+            assert main(argv) == 2
+            err = capsys.readouterr().err
+            assert f"in use by another process (pid {holder.pid}, posenc train)" in err, err
+            assert len(err.strip().splitlines()) == 1
+            assert files(run) == before                        # --overwrite deleted nothing
+        with pytest.raises(DirectoryInUse, match=f"pid {holder.pid}"):
+            DirectoryLock(run, "test").acquire()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with DirectoryLock(run, "test") as lock:                   # the kernel dropped it
+        assert lock.held
+    assert main(["eval", str(run), "--lengths", "16"]) == 0
+
+
+def test_locked_empty_folder_and_a_stale_lock_file(tmp_path, capsys):
+    """An empty folder another process locked is refused; its lock file left by a SIGKILL
+    does not count as content afterwards."""
+    run = tmp_path / "fresh"
+    run.mkdir()
+    holder = hold_lock(run)
+    try:
+        assert main(["train", "--out", str(run), *TINY]) == 2
+        assert f"pid {holder.pid}" in capsys.readouterr().err
+        assert sorted(p.name for p in run.iterdir()) == [LOCK_FILE]
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert main(["train", "--out", str(run), *TINY]) == 0      # stale lock file: not a run
