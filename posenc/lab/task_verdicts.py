@@ -1,0 +1,185 @@
+"""Noise-aware summaries and verdicts of a task study.
+
+A run is one (part, task, encoding, seed); its numbers are exact-match rates at each length.
+Over seeds a number is reported as mean ± spread, where the spread is the sample standard
+deviation across seeds, or with a single seed the binomial standard error of the rate over
+the test examples (evaluation noise only). Two encodings differ only when their means are
+further apart than the sum of their spreads; otherwise the comparison is inconclusive.
+
+An encoding's length generalisation on a task is its mean exact match over the lengths
+longer than the training length. A comparison between encodings is decided only when both
+learned the task at the training length (exact match at least :data:`LEARNED_AT`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: exact match at the training length below which an encoding gets no verdict
+LEARNED_AT = 0.5
+SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
+#: Kazemnejad et al. (2023), "The Impact of Positional Encoding on Length Generalization in
+#: Transformers": on their synthetic tasks NoPE and T5's relative bias generalise best,
+#: ALiBi, RoPE and absolute encodings worse. Each pair reads "the first beats the second".
+PAPER = "Kazemnejad et al. (2023)"
+PAPER_PAIRS = (("nope", "rope"), ("nope", "alibi"), ("nope", "sinusoidal"),
+               ("t5", "rope"), ("t5", "alibi"), ("t5", "sinusoidal"))
+
+
+@dataclass(frozen=True)
+class Score:
+    """Mean ± spread of one number over seeds; ``values`` holds each seed's number."""
+
+    mean: float
+    spread: float
+    spread_kind: str            # "seed std" | "binomial s.e."
+    values: tuple[float, ...]
+
+    def to_dict(self) -> dict:
+        return {"mean": self.mean, "spread": self.spread, "spread_kind": self.spread_kind,
+                "values": list(self.values)}
+
+    def text(self, digits: int = 2) -> str:
+        return f"{self.mean:.{digits}f} ± {self.spread:.{digits}f}"
+
+
+def score(values: list[float], n_examples: int) -> Score:
+    """Mean and spread of per-seed rates, each measured on ``n_examples`` examples."""
+    if not values:
+        raise ValueError("score needs at least one value")
+    mean = sum(values) / len(values)
+    if len(values) >= 2:
+        var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+        return Score(mean, math.sqrt(var), "seed std", tuple(values))
+    return Score(mean, math.sqrt(max(mean * (1 - mean), 0.0) / max(n_examples, 1)),
+                 "binomial s.e.", tuple(values))
+
+
+def decide(a: Score, b: Score) -> int:
+    """+1 if ``a`` is higher beyond the noise, -1 if ``b`` is, 0 when within the noise."""
+    gap = a.mean - b.mean
+    if abs(gap) <= a.spread + b.spread:
+        return 0
+    return 1 if gap > 0 else -1
+
+
+# ------------------------------------------------------------ reading results
+def runs_of(results: dict, part: str, task: str, encoding: str) -> list[dict]:
+    return sorted((r for r in results["runs"] if r["part"] == part and r["task"] == task
+                   and r["encoding"] == encoding), key=lambda r: r["seed"])
+
+
+def exact_at(run: dict, length: int) -> float | None:
+    entry = run["lengths"].get(str(length))
+    return None if entry is None else entry.get("exact_match")
+
+
+def length_score(results: dict, part: str, task: str, encoding: str, length: int
+                 ) -> Score | None:
+    """Exact match at ``length`` over the seeds (None when no run could be scored there)."""
+    runs = runs_of(results, part, task, encoding)
+    values = [exact_at(r, length) for r in runs]
+    if not runs or any(v is None for v in values):
+        return None
+    return score(values, runs[0]["lengths"][str(length)]["n_examples"])
+
+
+def generalisation_score(results: dict, part: str, task: str, encoding: str
+                         ) -> Score | None:
+    """Mean exact match over the lengths past training, over the seeds."""
+    runs = runs_of(results, part, task, encoding)
+    if not runs:
+        return None
+    base = runs[0]["train_len"]
+    longer = [int(n) for n in runs[0]["lengths"] if int(n) > base]
+    per_seed = []
+    for run in runs:
+        values = [exact_at(run, n) for n in longer]
+        values = [v for v in values if v is not None]
+        if not values:
+            return None
+        per_seed.append(sum(values) / len(values))
+    n = runs[0]["lengths"][str(longer[0])]["n_examples"] * len(longer)
+    return score(per_seed, n)
+
+
+def learned(results: dict, part: str, task: str, encoding: str) -> Score | None:
+    """Exact match at the training length (the in-length score)."""
+    runs = runs_of(results, part, task, encoding)
+    return length_score(results, part, task, encoding, runs[0]["train_len"]) if runs else None
+
+
+# ------------------------------------------------------------ rankings and claims
+@dataclass(frozen=True)
+class Ranked:
+    """One row of a ranking; ``tied`` means within noise of the row above."""
+
+    encoding: str
+    score: Score | None
+    in_length: Score | None
+    tied: bool
+    note: str | None = None
+
+
+def ranking(results: dict, part: str, task: str, encodings: list[str]) -> list[Ranked]:
+    """Encodings by generalisation score, best first; a row within noise of the one above
+    is marked tied; encodings that did not learn the task come last, unranked."""
+    rows, unlearned = [], []
+    for enc in encodings:
+        gen, inside = (generalisation_score(results, part, task, enc),
+                       learned(results, part, task, enc))
+        if gen is None or inside is None:
+            continue
+        if inside.mean < LEARNED_AT:
+            unlearned.append(Ranked(enc, gen, inside, False,
+                                    f"did not learn at L (exact {inside.text()})"))
+        else:
+            rows.append((enc, gen, inside))
+    rows.sort(key=lambda r: -r[1].mean)
+    out = [Ranked(enc, gen, inside, i > 0 and decide(rows[i - 1][1], gen) == 0)
+           for i, (enc, gen, inside) in enumerate(rows)]
+    return out + unlearned
+
+
+@dataclass(frozen=True)
+class Verdict:
+    claim: str
+    source: str
+    verdict: str
+    evidence: str
+
+
+def pair_verdict(results: dict, part: str, task: str, better: str, worse: str,
+                 source: str = PAPER) -> Verdict | None:
+    """Does ``better`` generalise better than ``worse`` on ``task``? None if either is
+    missing from the results."""
+    claim = f"{task}: {better} generalises better than {worse}"
+    scores = {e: (generalisation_score(results, part, task, e),
+                  learned(results, part, task, e)) for e in (better, worse)}
+    if any(g is None or i is None for g, i in scores.values()):
+        return None
+    weak = [f"{e} (exact match at L {i.text()})" for e, (_, i) in scores.items()
+            if i.mean < LEARNED_AT]
+    (g_better, _), (g_worse, _) = scores[better], scores[worse]
+    evidence = f"past L: {better} {g_better.text()} vs {worse} {g_worse.text()}"
+    if weak:
+        return Verdict(claim, source, INCONCLUSIVE,
+                       f"{evidence}; did not learn the task at L: {', '.join(weak)}")
+    outcome = decide(g_better, g_worse)
+    if outcome == 0:
+        return Verdict(claim, source, INCONCLUSIVE,
+                       f"{evidence}; the difference is within the spread "
+                       f"({g_better.spread_kind})")
+    return Verdict(claim, source, SUPPORTED if outcome > 0 else NOT_SUPPORTED, evidence)
+
+
+def paper_verdicts(results: dict) -> list[Verdict]:
+    """The published ordering's pairwise claims, for every decoder-only task studied."""
+    out = []
+    for task in results["config"]["lm_tasks"]:
+        for better, worse in PAPER_PAIRS:
+            v = pair_verdict(results, "lm", task, better, worse)
+            if v is not None:
+                out.append(v)
+    return out

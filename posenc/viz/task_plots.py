@@ -1,0 +1,90 @@
+"""The task study's figure: exact match against test length, one panel per part and task.
+
+Each line is an encoding's mean exact match over seeds, with error bars of ± the spread
+(:mod:`posenc.lab.task_verdicts`); lines are nudged sideways by a few percent of a length
+step so that encodings with equal values (often all at 0 far past the training length)
+stay distinguishable, and each has its own marker. The training length is marked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+TITLES = {"lm": "decoder-only", "seq2seq": "encoder-decoder"}
+
+
+def panel_series(results: dict, part: str, task: str) -> dict[str, list[tuple]]:
+    """{encoding: [(length, mean, spread), ...]} for one panel, from results["summary"]."""
+    table = results.get("summary", {}).get(part, {}).get(task, {})
+    return {enc: sorted((int(n), s["mean"], s["spread"])
+                        for n, s in entry["exact_match"].items())
+            for enc, entry in table.items() if entry["exact_match"]}
+
+
+def _panels(results: dict) -> list[tuple[str, str]]:
+    return [(part, task) for part, tasks in results.get("summary", {}).items()
+            for task in tasks if panel_series(results, part, task)]
+
+
+def _train_len(results: dict, part: str) -> int:
+    cfg = results["config"]
+    return cfg["train_len"] if part == "lm" else cfg["seq2seq_len"]
+
+
+def _draw(ax, results: dict, part: str, task: str, colors: dict[str, tuple]) -> None:
+    series = panel_series(results, part, task)
+    base = _train_len(results, part)
+    lengths = sorted({n for pts in series.values() for n, _, _ in pts})
+    k = len(series)
+    for i, (enc, pts) in enumerate(series.items()):
+        nudge = 1.0 + 0.025 * (i - (k - 1) / 2)          # multiplicative: log x axis
+        ax.errorbar([n * nudge for n, _, _ in pts], [m for _, m, _ in pts],
+                    yerr=[s for _, _, s in pts], label=enc, color=colors[enc],
+                    marker=MARKERS[list(colors).index(enc) % len(MARKERS)], markersize=6,
+                    linewidth=1.8, capsize=3)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(lengths))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([f"{n}\n(L)" if n == base else f"{n}\n({n / base:g}L)"
+                        for n in lengths])
+    ax.set_xlim(lengths[0] / 1.15, lengths[-1] * 1.15)
+    ax.axvline(base, color="grey", linestyle=":", linewidth=1)
+    ax.set_ylim(-0.05, 1.05)
+    ax.yaxis.set_major_locator(FixedLocator([0, 0.2, 0.4, 0.6, 0.8, 1.0]))
+    ax.set_xlabel("test length (source letters)" if part == "seq2seq"
+                  else "test length (tokens)")
+    ax.set_ylabel("exact match")
+    ax.set_title(f"{TITLES[part]}: {task}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right")
+
+
+def plot_task_accuracy(results: dict, path: Path) -> Path:
+    """Write the figure to ``path`` (one panel per part and task) and return ``path``."""
+    panels = _panels(results)
+    if not panels:
+        raise ValueError("the results hold no scored runs to plot")
+    encodings = list(dict.fromkeys(enc for part, task in panels
+                                   for enc in panel_series(results, part, task)))
+    palette = plt.get_cmap("tab10").colors
+    colors = {enc: palette[i % len(palette)] for i, enc in enumerate(encodings)}
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    for ax, (part, task) in zip(axes[0], panels):
+        _draw(ax, results, part, task, colors)
+    n_seeds = len(results["config"]["seeds"])
+    bars = "± std over seeds" if n_seeds >= 2 else "± binomial s.e. (one seed)"
+    fig.suptitle(f"Exact match against test length: mean of {n_seeds} seed"
+                 f"{'s' if n_seeds != 1 else ''}, bars {bars}; dotted line = training "
+                 "length L", fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
