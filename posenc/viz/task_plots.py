@@ -66,8 +66,8 @@ def _draw(ax, results: dict, part: str, task: str, colors: dict[str, tuple]) -> 
     ax.legend(fontsize=8, loc="upper right")
 
 
-def plot_task_accuracy(results: dict, path: Path) -> Path:
-    """Write the figure to ``path`` (one panel per part and task) and return ``path``."""
+def task_figure(results: dict):
+    """The figure (a matplotlib Figure, one panel per part and task); the caller closes it."""
     panels = _panels(results)
     if not panels:
         raise ValueError("the results hold no scored runs to plot")
@@ -84,7 +84,15 @@ def plot_task_accuracy(results: dict, path: Path) -> Path:
                  f"{'s' if n_seeds != 1 else ''}, bars {bars}; dotted line = training "
                  "length L", fontsize=10)
     fig.tight_layout()
+    return fig
+
+
+def plot_task_accuracy(results: dict, path: Path) -> Path:
+    """Write :func:`task_figure` to ``path`` and return ``path``."""
+    fig = task_figure(results)
     path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
     return path
