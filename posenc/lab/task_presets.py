@@ -50,14 +50,14 @@ class TaskStudyConfig:
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 4
-    steps: int = 1500
+    steps: int = 2000
     batch_size: int = 32
     lr: float = 3e-3
     seq2seq_task: str | None = "reverse"
     seq2seq_len: int = 8
     seq2seq_min_len: int = 4
     seq2seq_layers: int = 1
-    seq2seq_steps: int = 1000
+    seq2seq_steps: int = 1500
     seq2seq_lr: float = 5e-3
     eval_examples: int = 200
     eval_seed: int = 1_000_003

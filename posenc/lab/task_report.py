@@ -121,9 +121,10 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
             f"{cfg['seq2seq_min_len']}..{cfg['seq2seq_len']} letters; tested by greedy "
             "decoding, exact match of the whole output (answer and end token).", ""]
     if "seconds" in results:
-        lines += [f"Wall time of the runs: {results['seconds']:.0f} s "
-                  "(training and evaluation, summed over every call that grew this study).",
-                  ""]
+        cpu = sum(r["seconds"].get("cpu", 0.0) for r in results["runs"])
+        lines += [f"Wall time of the runs: {results['seconds']:.0f} s, CPU time {cpu:.0f} s "
+                  "(training and evaluation on one thread, summed over every call that grew "
+                  "this study; on a busy machine the wall time exceeds the CPU time).", ""]
     for part, task, encodings in studied(results):
         lines += [f"## {PART_TITLES[part]}: {task}", ""]
         lines += accuracy_table(results, part, task, encodings)

@@ -14,7 +14,9 @@ and writes ``results.json`` (every run's numbers and the mean ± spread over see
 ``report.md`` (tables, rankings with ties, the published ordering checked with verdicts that
 respect the spread; :mod:`posenc.lab.task_report`) and ``task_accuracy.png``.
 
-Runs are seconds each and are not checkpointed: results.json is rewritten after every run,
+Each run trains on one CPU thread (tiny models gain nothing from more, and on a busy machine
+threads contend), and records its wall and CPU seconds. Runs are seconds each and are not
+checkpointed: results.json is rewritten after every run,
 and a second call skips the (part, task, encoding, seed) runs it already holds, so adding
 encodings or seeds trains only what is missing. A directory holding a study with another
 setting (budget, model, lengths) is refused with the fields that differ.
@@ -98,6 +100,7 @@ def run_one(cfg: TaskStudyConfig, part: str, task: str, encoding: str, seed: int
     from ..train.task_loop import train_lm_task
     tcfg = train_config(cfg, part, task, seed)
     device = eval_device()
+    cpu_start = time.process_time()
     torch.manual_seed(seed)
     if part == "lm":
         model = build_model(cfg, part, encoding, cfg.train_len).to(device)
@@ -123,7 +126,8 @@ def run_one(cfg: TaskStudyConfig, part: str, task: str, encoding: str, seed: int
         "curve": _curve(fitted.losses),
         "params": sum(p.numel() for p in model.parameters()),
         "seconds": {"train": round(fitted.seconds, 2),
-                    "eval": round(time.perf_counter() - start, 2)},
+                    "eval": round(time.perf_counter() - start, 2),
+                    "cpu": round(time.process_time() - cpu_start, 2)},
     }
 
 
@@ -229,6 +233,8 @@ def run_task_study(out_dir: str | Path, preset: str | TaskStudyConfig = "tasks",
     bar = tqdm(total=sum(steps[k[0]] for k in todo), disable=not progress, desc="tasks",
                dynamic_ncols=True)
     started = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)        # tiny models: more threads only contend on a busy CPU
     try:
         for part, task, encoding, seed in todo:
             bar.set_postfix_str(f"{part} {task} {encoding} seed {seed}", refresh=True)
@@ -240,6 +246,7 @@ def run_task_study(out_dir: str | Path, preset: str | TaskStudyConfig = "tasks",
             write_outputs(out_dir, results, figure=False)
         write_outputs(out_dir, results)
     finally:
+        torch.set_num_threads(threads)
         bar.close()
     results["trained"] = [list(k) for k in todo]
     return results
