@@ -84,6 +84,9 @@ def test_a_rerun_skips_finished_runs_and_more_seeds_train_only_the_new_ones(
     assert grown["config"]["encodings"] == ["nope", "alibi", "t5"]
     assert grown["config"]["seq2seq_encodings"] == ["rope", "nope", "t5"]
     assert grown["config"]["seeds"] == [0, 1, 2] and len(grown["runs"]) == 16
+    fresh = run_task_study(tmp_path, TINY, progress=False, overwrite=True)
+    assert len(calls) == 6 + 10 + 6 and len(fresh["runs"]) == 6
+    assert json.loads((tmp_path / "results.json").read_text())["config"] == TINY.to_dict()
 
 
 def test_another_setting_or_a_foreign_directory_is_refused(tmp_path, monkeypatch):

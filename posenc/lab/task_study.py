@@ -38,6 +38,7 @@ from .task_presets import TaskStudyConfig, task_preset
 RESULTS = "results.json"
 REPORT = "report.md"
 FIGURE = "task_accuracy.png"
+OUTPUTS = (RESULTS, REPORT, FIGURE)
 CURVE_POINTS = 50
 KIND = "posenc task study"
 
@@ -146,15 +147,19 @@ def read_results(out_dir: Path) -> dict | None:
     return data
 
 
-def check_out_dir(cfg: TaskStudyConfig, out_dir: Path) -> dict | None:
+def check_out_dir(cfg: TaskStudyConfig, out_dir: Path, overwrite: bool = False
+                  ) -> dict | None:
     """Existing results to grow, or None for a new study; ValueError when ``out_dir``
-    holds something else or a study with another setting. Writes nothing."""
+    holds something else or a study with another setting. Writes nothing. With
+    ``overwrite`` a study already there is ignored (other files still refuse)."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise NotADirectoryError(f"--out {out_dir} exists and is not a directory")
     existing = read_results(out_dir)
+    if overwrite and existing is not None:
+        return None
     if existing is None:
-        if out_dir.exists() and any(out_dir.iterdir()):
+        if out_dir.exists() and any(p.name not in OUTPUTS for p in out_dir.iterdir()):
             raise ValueError(f"{out_dir} is not empty and holds no task study ({RESULTS}); "
                              "choose a new or empty directory")
         return None
@@ -213,20 +218,24 @@ def resolve_config(preset: str | TaskStudyConfig, seeds: int | list[int] | None,
 
 def run_task_study(out_dir: str | Path, preset: str | TaskStudyConfig = "tasks",
                    seeds: int | list[int] | None = None, encodings: list[str] | None = None,
-                   progress: bool = True) -> dict:
+                   progress: bool = True, overwrite: bool = False) -> dict:
     """Run (or grow) a task study into ``out_dir`` and return its results (see the module
     docstring). ``seeds``: a count N (seeds 0..N-1) or a list; ``encodings`` replaces both
-    parts' encodings. Bad input raises ValueError before anything is written."""
+    parts' encodings; ``overwrite`` starts over instead of growing a study already there.
+    Bad input raises ValueError before anything is written."""
     from tqdm.auto import tqdm
     out_dir = Path(out_dir)
     cfg = resolve_config(preset, seeds, encodings)
-    existing = check_out_dir(cfg, out_dir)
+    existing = check_out_dir(cfg, out_dir, overwrite)
     for part, _, encoding, _ in {(p, "", e, 0) for p, _, e, _ in planned_runs(cfg)}:
         build_model(cfg, part, encoding, 8)          # bad encoding options raise here
     full = _merged_config(cfg, existing)
     out_dir.mkdir(parents=True, exist_ok=True)
+    for name in OUTPUTS if existing is None else ():
+        (out_dir / name).unlink(missing_ok=True)
     results = existing or {"kind": KIND, "config": full.to_dict(), "runs": []}
     results["config"] = full.to_dict()
+    save_results(out_dir, results)
     done = {run_key(r) for r in results["runs"]}
     todo = [k for k in planned_runs(cfg) if k not in done]
     steps = {"lm": cfg.steps, "seq2seq": cfg.seq2seq_steps}
