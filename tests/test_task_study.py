@@ -23,6 +23,11 @@ TINY = TaskStudyConfig(
     batch_size=4, seq2seq_len=3, seq2seq_min_len=2, seq2seq_steps=3, eval_examples=5)
 
 
+def _pair(value) -> tuple[float, float]:
+    """(exact match, token accuracy): a float stands for both."""
+    return value if isinstance(value, tuple) else (value, value)
+
+
 def fake_runs(monkeypatch, table: dict[tuple[str, int], dict[int, float]] | None = None):
     """Replace training by a lookup: exact match ``table[(encoding, seed)][length]``
     (default 0.5); returns the list of runs "trained"."""
@@ -36,8 +41,8 @@ def fake_runs(monkeypatch, table: dict[tuple[str, int], dict[int, float]] | None
         return {"part": part, "task": task, "encoding": encoding, "seed": seed,
                 "options": {}, "train_len": base, "final_loss": 1.0, "curve": [[1, 1.0]],
                 "params": 1, "seconds": {"train": 0.0, "eval": 0.0},
-                "lengths": {str(n): {"exact_match": values.get(n, 0.5),
-                                     "token_accuracy": values.get(n, 0.5),
+                "lengths": {str(n): {"exact_match": _pair(values.get(n, 0.5))[0],
+                                     "token_accuracy": _pair(values.get(n, 0.5))[1],
                                      "n_examples": cfg.eval_examples, "note": None}
                             for n in lengths}}
     monkeypatch.setattr(task_study, "run_one", run_one)
@@ -125,9 +130,21 @@ def test_a_verdict_flips_to_inconclusive_when_the_spread_grows(tmp_path, monkeyp
     wide = _results(tmp_path / "wide", monkeypatch, [0.20, 0.62, 1.0], [0.0, 0.31, 0.59])
     v = pair_verdict(wide, "lm", "copy", "nope", "rope")
     assert v.verdict == INCONCLUSIVE and "within the spread (seed std)" in v.evidence
-    assert "| copy: nope generalises better than rope | inconclusive |" in render_report(wide)
+    assert "| copy: nope generalises better than rope | **inconclusive** |" \
+        in render_report(wide)
     assert [r.tied for r in ranking(wide, "lm", "copy", ["nope", "rope"])] == [False, True]
     assert [r.tied for r in ranking(tight, "lm", "copy", ["rope", "nope"])] == [False, False]
+
+
+def test_token_accuracy_still_separates_encodings_when_exact_match_is_zero(
+        tmp_path, monkeypatch):
+    res = _results(tmp_path, monkeypatch, [(0.0, 0.60), (0.0, 0.62)], [(0.0, 0.20), (0.0, 0.22)])
+    assert pair_verdict(res, "lm", "copy", "nope", "rope").verdict == INCONCLUSIVE
+    by_tokens = pair_verdict(res, "lm", "copy", "nope", "rope", metric="token_accuracy")
+    assert by_tokens.verdict == SUPPORTED and "nope 0.61 ± 0.01" in by_tokens.evidence
+    report = render_report(res)
+    assert "| copy: nope generalises better than rope | **inconclusive** |" in report
+    assert "| supported | past L: nope 0.61 ± 0.01 vs rope 0.21 ± 0.01 |" in report
 
 
 def test_no_verdict_for_an_encoding_that_did_not_learn_the_task(tmp_path, monkeypatch):

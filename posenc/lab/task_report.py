@@ -51,7 +51,8 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
             + ["| " + " | ".join(r) + " |" for r in rows] + [""])
 
 
-def accuracy_table(results: dict, part: str, task: str, encodings: list[str]) -> list[str]:
+def accuracy_table(results: dict, part: str, task: str, encodings: list[str],
+                   metric: str = "exact_match") -> list[str]:
     lengths = lengths_of(results, part, task, encodings)
     base = runs_of(results, part, task, encodings[0])[0]["train_len"]
     header = ["encoding", "seeds"] + [f"{n}" + (" (L)" if n == base else f" ({n / base:g}L)")
@@ -61,7 +62,7 @@ def accuracy_table(results: dict, part: str, task: str, encodings: list[str]) ->
         runs = runs_of(results, part, task, enc)
         cells = []
         for n in lengths:
-            s = length_score(results, part, task, enc, n)
+            s = length_score(results, part, task, enc, n, metric)
             note = runs[0]["lengths"].get(str(n), {}).get("note")
             cells.append(s.text() if s is not None else (note or "–"))
         loss = sum(r["final_loss"] for r in runs) / len(runs)
@@ -69,8 +70,10 @@ def accuracy_table(results: dict, part: str, task: str, encodings: list[str]) ->
     return _table(header, rows)
 
 
-def ranking_lines(results: dict, part: str, task: str, encodings: list[str]) -> list[str]:
-    rows = ranking(results, part, task, encodings)
+def ranking_lines(results: dict, part: str, task: str, encodings: list[str],
+                  metric: str = "exact_match") -> list[str]:
+    rows = ranking(results, part, task, encodings, metric)
+    what = "exact match" if metric == "exact_match" else "token accuracy"
     lines, place = [], 0
     for i, row in enumerate(rows):
         if row.note is not None:
@@ -79,17 +82,19 @@ def ranking_lines(results: dict, part: str, task: str, encodings: list[str]) -> 
         if not row.tied:
             place = i + 1
         tie = " (tied with the row above: within noise)" if row.tied else ""
-        lines.append(f"{place}. **{row.encoding}**: {row.score.text()} exact match past L, "
-                     f"{row.in_length.text()} at L{tie}")
+        lines.append(f"{place}. **{row.encoding}**: {row.score.text()} {what} past L "
+                     f"(exact match at L {row.in_length.text()}){tie}")
     return lines + [""]
 
 
 def verdict_lines(results: dict) -> list[str]:
-    verdicts = paper_verdicts(results)
-    if not verdicts:
+    exact, tokens = (paper_verdicts(results, m) for m in ("exact_match", "token_accuracy"))
+    if not exact:
         return ["No pair of encodings that the paper orders was trained here.", ""]
-    rows = [[v.claim, v.verdict, v.evidence] for v in verdicts]
-    return _table(["claim", "verdict", "evidence (mean ± spread)"], rows)
+    rows = [[e.claim, f"**{e.verdict}**", e.evidence, t.verdict, t.evidence]
+            for e, t in zip(exact, tokens)]
+    return _table(["claim", "verdict (exact match)", "evidence (mean ± spread)",
+                   "token accuracy", "evidence"], rows)
 
 
 def render_report(results: dict, plots: list[str] | None = None) -> str:
@@ -130,13 +135,18 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
         lines += accuracy_table(results, part, task, encodings)
         lines += ["Ranking by mean exact match past L:", ""]
         lines += ranking_lines(results, part, task, encodings)
+        lines += ["Token accuracy (share of answer tokens right), mean ± spread:", ""]
+        lines += accuracy_table(results, part, task, encodings, "token_accuracy")
+        lines += ["Ranking by mean token accuracy past L:", ""]
+        lines += ranking_lines(results, part, task, encodings, "token_accuracy")
     lines += [
         f"## Compared with {PAPER}", "",
         f"{PAPER}, *The Impact of Positional Encoding on Length Generalization in "
         "Transformers* (NeurIPS 2023), train decoder-only models on synthetic tasks and "
         "find NoPE and T5's relative bias generalising best, ALiBi, RoPE and absolute "
         "encodings worst. Each of their pairwise orderings, checked on each decoder-only "
-        "task here:", ""]
+        "task here by exact match past L (the verdict) and, as secondary evidence, by "
+        "token accuracy past L:", ""]
     lines += verdict_lines(results)
     lines += ["Their models are far larger (T5-base size) and trained far longer; these tiny "
               "CPU models test whether the ordering already shows at this scale.", ""]

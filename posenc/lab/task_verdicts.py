@@ -7,7 +7,10 @@ the test examples (evaluation noise only). Two encodings differ only when their 
 further apart than the sum of their spreads; otherwise the comparison is inconclusive.
 
 An encoding's length generalisation on a task is its mean exact match over the lengths
-longer than the training length. A comparison between encodings is decided only when both
+longer than the training length; the same mean of token accuracy (the share of answer
+tokens right) is a secondary measure that still separates encodings once every exact match
+has fallen to zero. Its single-seed spread counts examples, not tokens (tokens of one
+example are not independent), so it is conservative. A comparison between encodings is decided only when both
 learned the task at the training length (exact match at least :data:`LEARNED_AT`).
 """
 
@@ -70,24 +73,27 @@ def runs_of(results: dict, part: str, task: str, encoding: str) -> list[dict]:
                    and r["encoding"] == encoding), key=lambda r: r["seed"])
 
 
-def exact_at(run: dict, length: int) -> float | None:
+METRICS = ("exact_match", "token_accuracy")
+
+
+def value_at(run: dict, length: int, metric: str = "exact_match") -> float | None:
     entry = run["lengths"].get(str(length))
-    return None if entry is None else entry.get("exact_match")
+    return None if entry is None else entry.get(metric)
 
 
-def length_score(results: dict, part: str, task: str, encoding: str, length: int
-                 ) -> Score | None:
-    """Exact match at ``length`` over the seeds (None when no run could be scored there)."""
+def length_score(results: dict, part: str, task: str, encoding: str, length: int,
+                 metric: str = "exact_match") -> Score | None:
+    """``metric`` at ``length`` over the seeds (None when no run could be scored there)."""
     runs = runs_of(results, part, task, encoding)
-    values = [exact_at(r, length) for r in runs]
+    values = [value_at(r, length, metric) for r in runs]
     if not runs or any(v is None for v in values):
         return None
     return score(values, runs[0]["lengths"][str(length)]["n_examples"])
 
 
-def generalisation_score(results: dict, part: str, task: str, encoding: str
-                         ) -> Score | None:
-    """Mean exact match over the lengths past training, over the seeds."""
+def generalisation_score(results: dict, part: str, task: str, encoding: str,
+                         metric: str = "exact_match") -> Score | None:
+    """Mean ``metric`` over the lengths past training, over the seeds."""
     runs = runs_of(results, part, task, encoding)
     if not runs:
         return None
@@ -95,7 +101,7 @@ def generalisation_score(results: dict, part: str, task: str, encoding: str
     longer = [int(n) for n in runs[0]["lengths"] if int(n) > base]
     per_seed = []
     for run in runs:
-        values = [exact_at(run, n) for n in longer]
+        values = [value_at(run, n, metric) for n in longer]
         values = [v for v in values if v is not None]
         if not values:
             return None
@@ -122,12 +128,13 @@ class Ranked:
     note: str | None = None
 
 
-def ranking(results: dict, part: str, task: str, encodings: list[str]) -> list[Ranked]:
+def ranking(results: dict, part: str, task: str, encodings: list[str],
+            metric: str = "exact_match") -> list[Ranked]:
     """Encodings by generalisation score, best first; a row within noise of the one above
     is marked tied; encodings that did not learn the task come last, unranked."""
     rows, unlearned = [], []
     for enc in encodings:
-        gen, inside = (generalisation_score(results, part, task, enc),
+        gen, inside = (generalisation_score(results, part, task, enc, metric),
                        learned(results, part, task, enc))
         if gen is None or inside is None:
             continue
@@ -151,11 +158,11 @@ class Verdict:
 
 
 def pair_verdict(results: dict, part: str, task: str, better: str, worse: str,
-                 source: str = PAPER) -> Verdict | None:
-    """Does ``better`` generalise better than ``worse`` on ``task``? None if either is
-    missing from the results."""
+                 source: str = PAPER, metric: str = "exact_match") -> Verdict | None:
+    """Does ``better`` generalise better than ``worse`` on ``task`` by ``metric``? None if
+    either is missing from the results."""
     claim = f"{task}: {better} generalises better than {worse}"
-    scores = {e: (generalisation_score(results, part, task, e),
+    scores = {e: (generalisation_score(results, part, task, e, metric),
                   learned(results, part, task, e)) for e in (better, worse)}
     if any(g is None or i is None for g, i in scores.values()):
         return None
@@ -174,12 +181,12 @@ def pair_verdict(results: dict, part: str, task: str, better: str, worse: str,
     return Verdict(claim, source, SUPPORTED if outcome > 0 else NOT_SUPPORTED, evidence)
 
 
-def paper_verdicts(results: dict) -> list[Verdict]:
+def paper_verdicts(results: dict, metric: str = "exact_match") -> list[Verdict]:
     """The published ordering's pairwise claims, for every decoder-only task studied."""
     out = []
     for task in results["config"]["lm_tasks"]:
         for better, worse in PAPER_PAIRS:
-            v = pair_verdict(results, "lm", task, better, worse)
+            v = pair_verdict(results, "lm", task, better, worse, metric=metric)
             if v is not None:
                 out.append(v)
     return out
