@@ -134,6 +134,8 @@ def test_a_verdict_flips_to_inconclusive_when_the_spread_grows(tmp_path, monkeyp
         in render_report(wide)
     assert [r.tied for r in ranking(wide, "lm", "copy", ["nope", "rope"])] == [False, True]
     assert [r.tied for r in ranking(tight, "lm", "copy", ["rope", "nope"])] == [False, False]
+    assert "- copy, exact match past L: nope > rope\n" in render_report(tight)
+    assert "- copy, exact match past L: nope = rope\n" in render_report(wide)
 
 
 def test_token_accuracy_still_separates_encodings_when_exact_match_is_zero(
@@ -153,6 +155,7 @@ def test_no_verdict_for_an_encoding_that_did_not_learn_the_task(tmp_path, monkey
     assert v.verdict == INCONCLUSIVE and "did not learn the task at L" in v.evidence
     rows = ranking(res, "lm", "copy", ["nope", "rope"])
     assert all(r.note and r.note.startswith("did not learn") for r in rows)
+    assert "past L: none; did not learn at L: nope, rope" in render_report(res)
 
 
 def test_one_seed_uses_the_binomial_error_of_the_test_examples():
