@@ -113,7 +113,8 @@ def test_another_setting_or_a_foreign_directory_is_refused(tmp_path, monkeypatch
 def _results(tmp_path, monkeypatch, a: list[float], b: list[float], at_l: float = 0.9):
     """A study where nope (a) and rope (b) score the given exact match past L per seed."""
     cfg = TaskStudyConfig.from_dict({**TINY.to_dict(), "encodings": ["nope", "rope"],
-                                     "seeds": list(range(len(a))), "seq2seq_task": None})
+                                     "seeds": list(range(len(a))), "seq2seq_task": None,
+                                     "eval_examples": 1000})
     table = {}
     for enc, values in (("nope", a), ("rope", b)):
         for seed, v in enumerate(values):
@@ -160,10 +161,18 @@ def test_no_verdict_for_an_encoding_that_did_not_learn_the_task(tmp_path, monkey
 
 def test_one_seed_uses_the_binomial_error_of_the_test_examples():
     one = score([0.5], n_examples=100)
-    assert one.spread_kind == "binomial s.e." and one.spread == pytest.approx(0.05)
-    assert score([0.0], 100).spread == 0.0
+    assert one.spread_kind == "eval s.e." and one.spread == pytest.approx(0.05)
+    zero = score([0.0], 100).spread                    # (0 + 1) / 102 smoothed: not 0
+    assert zero == pytest.approx(math.sqrt(1 / 102 * 101 / 102 / 100))
     several = score([0.2, 0.4], 100)
     assert several.spread_kind == "seed std" and several.spread == pytest.approx(0.1414, 1e-3)
+    # seeds that agree by chance still carry the evaluation noise of their examples
+    agree = score([0.10, 0.10, 0.10], 100)
+    assert agree.spread_kind == "eval s.e." and agree.spread > 0.017
+    assert decide(agree, score([0.07, 0.07, 0.07], 100)) == 0        # 0.03 < 0.017 + 0.015
+    assert decide(agree, score([0.0, 0.0, 0.0], 100)) == 1
+    # a precisely measured but tiny difference is a tie
+    assert decide(score([0.01] * 3, 10_000), score([0.0] * 3, 10_000)) == 0
     assert decide(score([0.7], 100), score([0.5], 100)) == 1          # 0.2 > 0.046 + 0.05
     assert decide(score([0.55], 100), score([0.5], 100)) == 0
     assert decide(score([0.0, 0.0], 9), score([0.0, 0.0], 9)) == 0    # equal zeros: a tie
@@ -185,8 +194,8 @@ def test_the_figure_draws_the_means_and_spreads_of_the_summary(tmp_path, monkeyp
     assert [t.get_text().split("\n")[0] for t in ax.get_xticklabels()] == ["8", "16"]
     heights = {c.get_label(): [seg[1][1] - seg[0][1] for seg in c.lines[2][0].get_segments()]
                for c in ax.containers}                              # error bars: 2 x spread
-    assert heights["nope"] == pytest.approx([0.0, 2 * 0.1414], abs=1e-3)
-    assert heights["rope"] == pytest.approx([0.0, 0.0])
+    assert heights["nope"] == pytest.approx([0.0, 2 * 0.1414], abs=0.015)
+    assert heights["rope"] == pytest.approx([0.0, 0.0], abs=0.015)   # eval s.e. only
     import matplotlib.pyplot as plt
     plt.close(fig)
 

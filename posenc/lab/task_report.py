@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .task_verdicts import (LEARNED_AT, PAPER, length_score, paper_verdicts, ranking, runs_of,
+from .task_verdicts import (LEARNED_AT, MIN_EFFECT, PAPER, length_score, paper_verdicts, ranking, runs_of,
                             score)
 
 PART_TITLES = {"lm": "Decoder-only models", "seq2seq": "Encoder-decoder models"}
@@ -111,9 +111,12 @@ def verdict_lines(results: dict) -> list[str]:
 def render_report(results: dict, plots: list[str] | None = None) -> str:
     cfg = results["config"]
     n_seeds = len(cfg["seeds"])
-    spread = ("the sample standard deviation across seeds" if n_seeds >= 2 else
-              "the binomial standard error over the test examples (one seed: evaluation "
-              "noise only, not training noise)")
+    spread = ("the sample standard deviation across seeds or, when larger, the binomial "
+              "standard error of the mean over all seeds' test examples (the rate smoothed "
+              "as (k + 1) / (n + 2), so a run of zeros still has the resolution of its "
+              "examples)" if n_seeds >= 2 else
+              "the binomial standard error over the test examples, the rate smoothed as "
+              "(k + 1) / (n + 2) (one seed: evaluation noise only, not training noise)")
     lines = [
         "# Length generalisation on synthetic tasks", "",
         f"Preset `{cfg['preset']}`, seeds {', '.join(map(str, cfg['seeds']))} (each seed sets "
@@ -121,7 +124,8 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
         "and is tested on longer ones; a cell is the exact-match rate (every answer token "
         f"right) on {cfg['eval_examples']} test examples, as mean ± spread, where the "
         f"spread is {spread}. Two encodings differ only when their means are further apart "
-        "than the sum of their spreads; otherwise the comparison is *inconclusive*. "
+        f"than the sum of their spreads and than {MIN_EFFECT:g}; otherwise the comparison "
+        "is *inconclusive*. "
         f"An encoding whose exact match at L is below {LEARNED_AT:g} did not learn the task "
         "and gets no verdict.", "",
         f"Decoder-only: d_model {cfg['d_model']}, {cfg['n_layers']} layers, {cfg['n_heads']} "

@@ -2,9 +2,10 @@
 
 A run is one (part, task, encoding, seed); its numbers are exact-match rates at each length.
 Over seeds a number is reported as mean ± spread, where the spread is the sample standard
-deviation across seeds, or with a single seed the binomial standard error of the rate over
-the test examples (evaluation noise only). Two encodings differ only when their means are
-further apart than the sum of their spreads; otherwise the comparison is inconclusive.
+deviation across seeds or, when larger (always with a single seed), the binomial standard
+error of the mean rate over the test examples (:func:`eval_error`). Two encodings differ only when their means are
+further apart than the sum of their spreads (and than :data:`MIN_EFFECT`); otherwise the
+comparison is inconclusive.
 
 An encoding's length generalisation on a task is its mean exact match over the lengths
 longer than the training length; the same mean of token accuracy (the share of answer
@@ -21,6 +22,9 @@ from dataclasses import dataclass
 
 #: exact match at the training length below which an encoding gets no verdict
 LEARNED_AT = 0.5
+#: rate differences this small are ties however precisely measured (a few examples in a
+#: thousand right is not length generalisation)
+MIN_EFFECT = 0.02
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
 #: Kazemnejad et al. (2023), "The Impact of Positional Encoding on Length Generalization in
 #: Transformers": on their synthetic tasks NoPE and T5's relative bias generalise best,
@@ -36,7 +40,7 @@ class Score:
 
     mean: float
     spread: float
-    spread_kind: str            # "seed std" | "binomial s.e."
+    spread_kind: str            # "seed std" | "eval s.e."
     values: tuple[float, ...]
 
     def to_dict(self) -> dict:
@@ -47,22 +51,36 @@ class Score:
         return f"{self.mean:.{digits}f} ± {self.spread:.{digits}f}"
 
 
+def eval_error(rate: float, n: int) -> float:
+    """Standard error of a rate measured on ``n`` examples, with the rate smoothed as
+    (k + 1) / (n + 2) so that 0 of n or n of n still carries the resolution of n examples."""
+    smoothed = (rate * n + 1) / (n + 2)
+    return math.sqrt(smoothed * (1 - smoothed) / max(n, 1))
+
+
 def score(values: list[float], n_examples: int) -> Score:
-    """Mean and spread of per-seed rates, each measured on ``n_examples`` examples."""
+    """Mean and spread of per-seed rates, each measured on ``n_examples`` examples.
+
+    The spread is the larger of the sample standard deviation across seeds and the
+    evaluation standard error of the mean (:func:`eval_error` over all seeds' examples);
+    with one seed only the latter exists.
+    """
     if not values:
         raise ValueError("score needs at least one value")
     mean = sum(values) / len(values)
+    error = eval_error(mean, n_examples * len(values))
     if len(values) >= 2:
-        var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-        return Score(mean, math.sqrt(var), "seed std", tuple(values))
-    return Score(mean, math.sqrt(max(mean * (1 - mean), 0.0) / max(n_examples, 1)),
-                 "binomial s.e.", tuple(values))
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        if std >= error:
+            return Score(mean, std, "seed std", tuple(values))
+    return Score(mean, error, "eval s.e.", tuple(values))
 
 
 def decide(a: Score, b: Score) -> int:
-    """+1 if ``a`` is higher beyond the noise, -1 if ``b`` is, 0 when within the noise."""
+    """+1 if ``a`` is higher beyond the noise, -1 if ``b`` is, 0 when within the noise
+    (or under :data:`MIN_EFFECT`)."""
     gap = a.mean - b.mean
-    if abs(gap) <= a.spread + b.spread:
+    if abs(gap) <= max(a.spread + b.spread, MIN_EFFECT):
         return 0
     return 1 if gap > 0 else -1
 

@@ -79,7 +79,8 @@ def task_figure(results: dict):
     for ax, (part, task) in zip(axes[0], panels):
         _draw(ax, results, part, task, colors)
     n_seeds = len(results["config"]["seeds"])
-    bars = "± std over seeds" if n_seeds >= 2 else "± binomial s.e. (one seed)"
+    bars = ("± spread (std over seeds, or eval s.e. if larger)" if n_seeds >= 2
+            else "± eval s.e. (one seed)")
     fig.suptitle(f"Exact match against test length: mean of {n_seeds} seed"
                  f"{'s' if n_seeds != 1 else ''}, bars {bars}; dotted line = training "
                  "length L", fontsize=10)
