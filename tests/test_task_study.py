@@ -130,7 +130,7 @@ def test_a_verdict_flips_to_inconclusive_when_the_spread_grows(tmp_path, monkeyp
     # same means, seeds now scattered: the gap of 0.31 is within the summed spreads
     wide = _results(tmp_path / "wide", monkeypatch, [0.20, 0.62, 1.0], [0.0, 0.31, 0.59])
     v = pair_verdict(wide, "lm", "copy", "nope", "rope")
-    assert v.verdict == INCONCLUSIVE and "within the spread (seed std)" in v.evidence
+    assert v.verdict == INCONCLUSIVE and "within the summed spreads (nope: seed std, rope: seed std)" in v.evidence
     assert "| copy: nope generalises better than rope | **inconclusive** |" \
         in render_report(wide)
     assert [r.tied for r in ranking(wide, "lm", "copy", ["nope", "rope"])] == [False, True]
@@ -179,11 +179,14 @@ def test_one_seed_uses_the_binomial_error_of_the_test_examples():
 
 
 def test_the_figure_draws_the_means_and_spreads_of_the_summary(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
     from posenc.viz.task_plots import task_figure
     res = _results(tmp_path, monkeypatch, [0.6, 0.8], [0.0, 0.0])
     res["summary"] = summarize(res)
     fig = task_figure(res)
-    (ax,) = fig.axes
+    ax, tokens = fig.axes                              # exact match above token accuracy
+    assert "exact match" in ax.get_title() and "token accuracy" in tokens.get_title()
     lines = {c.get_label(): c.lines[0] for c in ax.containers}      # errorbar: data line
     assert set(lines) == {"nope", "rope"}
     assert list(lines["nope"].get_ydata()) == pytest.approx([0.9, 0.7])
@@ -196,7 +199,12 @@ def test_the_figure_draws_the_means_and_spreads_of_the_summary(tmp_path, monkeyp
                for c in ax.containers}                              # error bars: 2 x spread
     assert heights["nope"] == pytest.approx([0.0, 2 * 0.1414], abs=0.015)
     assert heights["rope"] == pytest.approx([0.0, 0.0], abs=0.015)   # eval s.e. only
-    import matplotlib.pyplot as plt
+    assert [t.get_text() for t in ax.texts] == ["all encodings equal at 8"]   # both 0.9
+    res = _results(tmp_path / "zeros", monkeypatch, [0.0, 0.0], [0.0, 0.0])
+    res["summary"] = summarize(res)
+    fig2 = task_figure(res)
+    assert [t.get_text() for t in fig2.axes[0].texts] == ["all encodings equal at 8, 16"]
+    plt.close(fig2)
     plt.close(fig)
 
 

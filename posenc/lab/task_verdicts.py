@@ -194,8 +194,9 @@ def pair_verdict(results: dict, part: str, task: str, better: str, worse: str,
     outcome = decide(g_better, g_worse)
     if outcome == 0:
         return Verdict(claim, source, INCONCLUSIVE,
-                       f"{evidence}; the difference is within the spread "
-                       f"({g_better.spread_kind})")
+                       f"{evidence}; the difference is within the summed spreads "
+                       f"({better}: {g_better.spread_kind}, {worse}: {g_worse.spread_kind}) "
+                       f"or under {MIN_EFFECT:g}")
     return Verdict(claim, source, SUPPORTED if outcome > 0 else NOT_SUPPORTED, evidence)
 
 
