@@ -73,6 +73,8 @@ def test_training_arguments_are_checked():
         train_lm_task(lm, "recall", TaskTrainConfig(steps=1, min_len=2, max_len=8))
     with pytest.raises(ValueError, match="min_len=5 must be <= max_len=4"):
         TaskTrainConfig(min_len=5, max_len=4)
+    with pytest.raises(ValueError, match=r"betas\[1\]"):
+        TaskTrainConfig(betas=(0.9, 1.0))
 
 
 class _Echo(torch.nn.Module):

@@ -51,6 +51,12 @@ class TaskTrainConfig:
         require_float_in("lr", self.lr, 0.0, math.inf)
         require_float_in("weight_decay", self.weight_decay, 0.0, math.inf, low_open=False)
         require_float_in("grad_clip", self.grad_clip, 0.0, math.inf, low_open=False)
+        require_float_in("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0, low_open=False,
+                         high_open=False)
+        if len(self.betas) != 2:
+            raise ValueError(f"betas must be two floats in [0, 1), got {self.betas!r}")
+        for i, b in enumerate(self.betas):
+            require_float_in(f"betas[{i}]", b, 0.0, 1.0, low_open=False)
 
     @property
     def warmup(self) -> int:
