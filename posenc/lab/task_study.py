@@ -227,7 +227,7 @@ def run_task_study(out_dir: str | Path, preset: str | TaskStudyConfig = "tasks",
     out_dir = Path(out_dir)
     cfg = resolve_config(preset, seeds, encodings)
     existing = check_out_dir(cfg, out_dir, overwrite)
-    for part, _, encoding, _ in {(p, "", e, 0) for p, _, e, _ in planned_runs(cfg)}:
+    for part, encoding in dict.fromkeys((p, e) for p, _, e, _ in planned_runs(cfg)):
         build_model(cfg, part, encoding, 8)          # bad encoding options raise here
     full = _merged_config(cfg, existing)
     out_dir.mkdir(parents=True, exist_ok=True)
