@@ -33,7 +33,9 @@ import torch
 
 from ..eval.lengths import eval_device
 from .compare import save_results
-from .task_presets import TaskStudyConfig, task_preset
+from .task_presets import TASK_PRESETS, TaskStudyConfig, task_preset
+
+__all__ = ["OUTPUTS", "TASK_PRESETS", "TaskStudyConfig", "run_task_study", "task_preset"]
 
 RESULTS = "results.json"
 REPORT = "report.md"
