@@ -65,7 +65,8 @@ def _draw(ax, results: dict, part: str, task: str, colors: dict[str, tuple],
     for i, (enc, pts) in enumerate(series.items()):
         nudge = 1.0 + 0.04 * (i - (k - 1) / 2)           # multiplicative: log x axis
         ax.errorbar([n * nudge for n, _, _ in pts], [m for _, m, _ in pts],
-                    yerr=[s for _, _, s in pts], label=enc, color=colors[enc],
+                    yerr=[[min(s, m) for _, m, s in pts],          # bars kept in [0, 1]
+                          [min(s, 1 - m) for _, m, s in pts]], label=enc, color=colors[enc],
                     marker=MARKERS[list(colors).index(enc) % len(MARKERS)], markersize=6,
                     linewidth=1.8, capsize=3, alpha=0.9)
     ax.set_xscale("log", base=2)
