@@ -69,7 +69,7 @@ def test_a_real_tiny_study_writes_results_report_and_figure(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "## Decoder-only models: copy" in report and "## Encoder-decoder models: reverse" \
         in report and "Kazemnejad et al. (2023)" in report
-    assert "![exact match against length](task_accuracy.png)" in report
+    assert "![accuracy against length](task_accuracy.png)" in report
     assert (tmp_path / "task_accuracy.png").stat().st_size > 10_000
     assert results["trained"] == [list(k) for k in task_study.planned_runs(TINY)]
 

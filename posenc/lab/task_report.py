@@ -82,7 +82,7 @@ def ranking_lines(results: dict, part: str, task: str, encodings: list[str],
         if not row.tied:
             place = i + 1
         tie = " (tied with the row above: within noise)" if row.tied else ""
-        lines.append(f"{place}. **{row.encoding}**: {row.score.text()} {what} past L "
+        lines.append(f"- rank {place}: **{row.encoding}**, {row.score.text()} {what} past L "
                      f"(exact match at L {row.in_length.text()}){tie}")
     return lines + [""]
 
@@ -175,8 +175,9 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
     lines += ["Their models are far larger (T5-base size) and trained far longer; these tiny "
               "CPU models test whether the ordering already shows at this scale.", ""]
     for name in plots or []:
-        lines += [f"![exact match against length]({name})", "",
-                  "Exact match against test length (log scale), mean over seeds with error "
+        lines += [f"![accuracy against length]({name})", "",
+                  "Exact match (top row) and token accuracy (bottom row) against test length "
+                  "(log scale), one column per model and task: mean over seeds with error "
                   "bars of ± the spread; the dotted line marks the training length L.", ""]
     return "\n".join(lines)
 
