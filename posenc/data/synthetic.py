@@ -14,9 +14,15 @@ reverse    ``#qwerty=ytrewq``                          the reversal after ``=``
 addition   ``##123+989=1112``  (answer has d+1 digits) the sum after ``=``
 passkey    filler, ``The pass key is 48213. ...``      the key's digits at the end
            at a chosen depth, filler, question
+recall     ``#c4a7c4x1=a7``  (key-value pairs, then    the value after the query key
+           a query key)
 =========  ==========================================  ==================================
 
-Copy and reverse use ``T // 2`` letters, addition ``(T - 2) // 3`` digits per operand;
+Copy and reverse use ``T // 2`` letters, addition ``(T - 2) // 3`` digits per operand,
+recall ``(T - 2) // 2`` key-value pairs (associative recall, Ba et al. 2016; Arora et al.
+2023): each example draws a mapping from letters to digits and lists pairs of it, keys
+repeating with the same value once the pairs outnumber the letters, then asks for the value
+of one listed key;
 passkey fills the rest of the length with repeated filler sentences and hides the key at
 ``depth`` (0 = start, 1 = just before the question; random per example when None).
 """
@@ -29,7 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-TASKS = ("copy", "reverse", "addition", "passkey")
+TASKS = ("copy", "reverse", "addition", "passkey", "recall")
 IGNORE = -100
 VOCAB_SIZE = 256
 PAD, SEP = ord("#"), ord("=")
@@ -64,6 +70,8 @@ def min_length(name: str, key_digits: int = 5) -> int:
     """The shortest length ``make_task`` accepts for task ``name``."""
     if name in ("copy", "reverse"):
         return 2
+    if name == "recall":
+        return 4
     if name == "addition":
         return 5
     if name == "passkey":
@@ -97,6 +105,8 @@ def make_task(name: str, n_examples: int, length: int, seed: int | tuple[int, ..
         seqs, start = _copy(rng, n_examples, length, reverse=name == "reverse")
     elif name == "addition":
         seqs, start = _addition(rng, n_examples, length)
+    elif name == "recall":
+        seqs, start = _recall(rng, n_examples, length)
     else:
         seqs, start, depths = _passkey(rng, n_examples, length, depth, key_digits)
     s = torch.from_numpy(seqs.astype(np.int64))                  # (N, T + 1)
@@ -132,6 +142,21 @@ def _addition(rng: np.random.Generator, n: int, length: int):
     return seqs, length + 1 - (d + 1)
 
 
+def _recall(rng: np.random.Generator, n: int, length: int):
+    k = (length - 2) // 2                              # 2k pairs + SEP + query + value
+    values = rng.integers(ord("0"), ord("9") + 1, size=(n, 26))     # letter -> digit
+    keys = rng.integers(0, 26, size=(n, k))
+    if k <= 26:                                        # distinct keys while they last
+        keys = np.argsort(rng.random((n, 26)), axis=1)[:, :k]
+    pairs = np.stack([keys + ord("a"), np.take_along_axis(values, keys, 1)], axis=2)
+    query = keys[np.arange(n), rng.integers(0, k, size=n)]
+    pad = np.full((n, length - 2 - 2 * k), PAD)
+    seqs = np.concatenate([pad, pairs.reshape(n, 2 * k), np.full((n, 1), SEP),
+                           (query + ord("a"))[:, None], values[np.arange(n), query][:, None]],
+                          axis=1)
+    return seqs, length
+
+
 def _passkey(rng: np.random.Generator, n: int, length: int, depth: float | None,
              key_digits: int):
     rows, depths = [], np.empty(n, dtype=np.float32)
@@ -146,3 +171,43 @@ def _passkey(rng: np.random.Generator, n: int, length: int, depth: float | None,
         rows.append(np.frombuffer(text.encode("ascii"), dtype=np.uint8))
         depths[i] = cut / max(n_filler, 1)
     return np.stack(rows).astype(np.int64), length + 1 - key_digits, depths
+
+
+# ------------------------------------------------------------ sequence-to-sequence tasks
+SEQ2SEQ_TASKS = ("reverse", "sort")
+BOS, EOS = ord("^"), ord("$")
+
+
+@dataclass(frozen=True)
+class Seq2SeqBatch:
+    """``n`` source/target pairs: ``src`` (N, S) letters, ``tgt`` (N, S + 2) = BOS, the
+    answer (the source reversed or sorted), EOS; teacher forcing predicts ``tgt[:, 1:]``
+    from ``tgt[:, :-1]``."""
+
+    name: str
+    src: Tensor
+    tgt: Tensor
+
+    @property
+    def length(self) -> int:
+        return self.src.shape[1]
+
+
+def make_seq2seq_task(name: str, n_examples: int, length: int,
+                      seed: int | tuple[int, ...]) -> Seq2SeqBatch:
+    """``n_examples`` sources of ``length`` random lowercase letters (byte ids) and their
+    targets: ``reverse`` flips the source, ``sort`` sorts it (ties kept)."""
+    if name not in SEQ2SEQ_TASKS:
+        raise ValueError(f"unknown sequence-to-sequence task {name!r}; valid tasks: "
+                         f"{', '.join(SEQ2SEQ_TASKS)}")
+    for what, value in (("n_examples", n_examples), ("length", length)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{what} must be a positive int, got {value!r}")
+    seeds = (seed,) if isinstance(seed, int) else tuple(seed)
+    rng = np.random.default_rng([len(TASKS) + SEQ2SEQ_TASKS.index(name), *seeds])
+    src = rng.integers(ord("a"), ord("z") + 1, size=(n_examples, length))
+    answer = src[:, ::-1] if name == "reverse" else np.sort(src, axis=1)
+    tgt = np.concatenate([np.full((n_examples, 1), BOS), answer,
+                          np.full((n_examples, 1), EOS)], axis=1)
+    return Seq2SeqBatch(name, torch.from_numpy(src.astype(np.int64)),
+                        torch.from_numpy(tgt.astype(np.int64)))

@@ -4,6 +4,10 @@ Each task (copy, reverse, addition, passkey; :mod:`posenc.data.synthetic`) gives
 (N, T) and targets (N, T) with -100 where a position is not scored; the model is right at a
 scored position when its argmax equals the target. Two numbers per length: token accuracy
 over scored positions and exact match (every scored position of an example right).
+
+An encoder-decoder is scored on the sequence-to-sequence tasks (reverse, sort;
+:func:`~posenc.data.synthetic.make_seq2seq_task`) by greedy decoding: exact match when its
+output equals the whole target (answer and EOS), token accuracy over the target's positions.
 """
 
 from __future__ import annotations
@@ -80,6 +84,44 @@ def task_accuracy_at_lengths(model: nn.Module, task: str, lengths: Sequence[int]
                 right, total, exact = right + r, total + t, exact + e
             out.append(TaskResult(task, length, right / total if total else None,
                                   exact / inputs.shape[0], int(inputs.shape[0])))
+    finally:
+        model.train(was_training)
+    return out
+
+
+@torch.no_grad()
+def seq2seq_accuracy_at_lengths(model: nn.Module, task: str, lengths: Sequence[int], *,
+                                n_examples: int = 64, seed: int = 0,
+                                batch_size: int = 64) -> list[TaskResult]:
+    """Greedy-decoding token accuracy and exact match of an encoder-decoder on ``task``
+    (``reverse`` or ``sort``) for sources of each length; the target is BOS, answer, EOS."""
+    from ..data.synthetic import BOS, EOS, make_seq2seq_task
+    for name, value in (("n_examples", n_examples), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out = []
+    try:
+        for length in sorted(set(lengths)):
+            note = unsupported_length(model, length + 1)     # the target runs to length + 1
+            if note is not None:
+                out.append(TaskResult(task, length, None, None, 0, note))
+                continue
+            batch = make_seq2seq_task(task, n_examples, length, seed)
+            right = exact = 0
+            for i in range(0, n_examples, batch_size):
+                src, tgt = batch.src[i:i + batch_size], batch.tgt[i:i + batch_size, 1:]
+                gen = model.generate(src.to(device), length + 1, bos_id=BOS,
+                                     eos_id=EOS).cpu()[:, 1:]          # (B, <= length + 1)
+                pred = torch.full_like(tgt, EOS)
+                pred[:, :gen.shape[1]] = gen
+                hit = pred == tgt                                       # (B, length + 1)
+                right += int(hit.sum())
+                exact += int(hit.all(dim=1).sum())
+            out.append(TaskResult(task, length, right / (n_examples * (length + 1)),
+                                  exact / n_examples, n_examples))
     finally:
         model.train(was_training)
     return out
