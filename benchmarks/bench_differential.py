@@ -39,6 +39,7 @@ from posenc.data.cache import default_cache_dir, token_stream
 from posenc.data.corpora import load_corpus
 from posenc.eval.perplexity import perplexity
 from posenc.lab.presets import DEFAULT_PE_OPTIONS
+from posenc.models.blocks import embedding_init_std
 from posenc.models.lm import LMConfig, TransformerLM
 from posenc.train.loop import lm_loss, lr_factor
 from posenc.train.optim import param_groups
@@ -73,6 +74,7 @@ class Setup:
     min_lr_ratio: float = 0.1
     grad_clip: float = 1.0
     eval_tokens: int = 32768
+    t5_max_distance: int = 128                  # T5's default
 
     @property
     def head_dim(self) -> int:
@@ -92,10 +94,17 @@ def peer_switches(encoding: str, head_dim: int) -> tuple[dict, dict]:
     }[encoding]
 
 
+def peer_options(encoding: str, s: Setup) -> tuple[dict, dict]:
+    wrapper_kw, decoder_kw = peer_switches(encoding, s.head_dim)
+    if encoding == "t5":
+        decoder_kw = {**decoder_kw, "rel_pos_max_distance": s.t5_max_distance}
+    return wrapper_kw, decoder_kw
+
+
 def build_peer(encoding: str, s: Setup, max_len: int) -> nn.Module:
     """An x-transformers decoder LM of the shape ``s``: ids (B, T) -> logits (B, T, V)."""
     xt = require_peer()
-    wrapper_kw, decoder_kw = peer_switches(encoding, s.head_dim)
+    wrapper_kw, decoder_kw = peer_options(encoding, s)
     return xt.TransformerWrapper(
         num_tokens=256, max_seq_len=max_len, **wrapper_kw,
         attn_layers=xt.Decoder(dim=s.d_model, depth=s.n_layers, heads=s.n_heads,
@@ -105,8 +114,20 @@ def build_peer(encoding: str, s: Setup, max_len: int) -> nn.Module:
 def build_posenc(encoding: str, s: Setup) -> nn.Module:
     cfg = LMConfig(vocab_size=256, d_model=s.d_model, n_layers=s.n_layers, n_heads=s.n_heads,
                    max_len=s.train_len, pe=encoding,
-                   pe_options=dict(DEFAULT_PE_OPTIONS.get(encoding, {})))
+                   pe_options=posenc_options(encoding, s))
     return TransformerLM(cfg)
+
+
+def posenc_options(encoding: str, s: Setup) -> dict:
+    """Options of ``encoding``: T5's ``max_distance`` as set; the sinusoidal table scaled to
+    the token embeddings' std (Vaswani et al. add the table to embeddings of comparable size:
+    theirs are multiplied by sqrt(d_model), which is the same ratio)."""
+    options = dict(DEFAULT_PE_OPTIONS.get(encoding, {}))
+    if encoding == "t5":
+        options["max_distance"] = s.t5_max_distance
+    if encoding == "sinusoidal":
+        options["scale"] = embedding_init_std(s.d_model)
+    return options
 
 
 def peer_param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -215,6 +236,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--eval-tokens", type=int, default=32768)
+    p.add_argument("--t5-max-distance", type=int, default=128,
+                   help="T5's max_distance in both implementations (128, T5's default)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1)")
     p.add_argument("--results", help="JSON-lines file: each run is appended to it and the "
@@ -228,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     s = Setup(d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
               train_len=args.train_len, batch_size=args.batch_size, steps=args.steps,
-              lr=args.lr, eval_tokens=args.eval_tokens)
+              lr=args.lr, eval_tokens=args.eval_tokens, t5_max_distance=args.t5_max_distance)
     setup_key = json.dumps(asdict(s), sort_keys=True)
     if args.table_only:
         if not args.results:
