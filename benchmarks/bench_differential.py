@@ -201,7 +201,7 @@ def table(rows: list[dict], s: Setup) -> str:
             return f"{m:.3f}"
         return f"{m:.3f} ± {(max(values) - min(values)) / 2:.3f}"
 
-    for enc in dict.fromkeys(r["encoding"] for r in rows):
+    for enc in [e for e in SHARED_ENCODINGS if any(r["encoding"] == e for r in rows)]:
         peer = [r for r in rows if r["encoding"] == enc and r["impl"] == "x-transformers"]
         ours = [r for r in rows if r["encoding"] == enc and r["impl"] == "posenc"]
         if not peer or not ours:
