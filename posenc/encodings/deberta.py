@@ -114,6 +114,10 @@ class DeBERTaEncoding(PositionalEncoding):
         self.rel_norm = nn.LayerNorm(width, eps=LAYER_NORM_EPS) if rel_layer_norm else None
         self.pos_key_proj = nn.Linear(width, width) if "c2p" in terms else None
         self.pos_query_proj = nn.Linear(width, width) if "p2c" in terms else None
+        for proj in (self.pos_key_proj, self.pos_query_proj):
+            if proj is not None:            # BERT's initializer_range, as DeBERTa's release
+                nn.init.normal_(proj.weight, std=0.02)
+                nn.init.zeros_(proj.bias)
         if absolute_query and self.max_len is None:
             raise ValueError("absolute_query needs max_len (the size of its table), a "
                              "positive int")

@@ -2,6 +2,16 @@
 
 Distances up to ``max_exact = num_buckets/2`` (halved again when bidirectional) get their own
 bucket; larger ones share log-spaced buckets up to ``max_distance``, beyond which they clip.
+
+Training rate of the table. The table holds logits (added to ``q.k * sm_scale``), so it keeps
+the meaning of T5's checkpoints. With Adam each entry moves by about ``lr`` per step whatever
+its role: at lr 2e-3 a few hundred steps move a bias by about one logit, while the recency a
+language model wants is several logits (ALiBi's steepest head gives -16 at distance 64). T5
+itself trained with Adafactor (Shazeer & Stern, 2018), whose steps are relative to each
+parameter's scale, so the paper fixes no absolute rate. The table therefore declares
+``lr_scale = sqrt(head_dim)``, which :func:`posenc.train.optim.param_groups` applies: the
+rate in logit units that x-transformers (Wang) gets by storing the table divided by
+sqrt(head_dim). It is initialised N(0, 0.02), like the token embeddings.
 """
 
 from __future__ import annotations
@@ -49,6 +59,11 @@ class T5Encoding(DistanceBiasEncoding):
     """
 
     extrapolates = "yes (distances past max_distance share one bucket)"
+
+    @property
+    def lr_scale(self) -> float:
+        """Learning-rate multiplier of the table (see the module docstring)."""
+        return math.sqrt(self.head_dim)
 
     def __init__(self, *, bidirectional: bool = False, num_buckets: int = 32,
                  max_distance: int = 128, **kw) -> None:

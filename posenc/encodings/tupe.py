@@ -54,6 +54,8 @@ class TUPEEncoding(T5Encoding):
                                         max_len=self.max_len)
         self.pos_norm = nn.LayerNorm(width)
         self.pos_proj = nn.Linear(width, 2 * width)                   # [U_Q | U_K]
+        nn.init.normal_(self.pos_proj.weight, std=0.02)               # BERT's init, as TUPE
+        nn.init.zeros_(self.pos_proj.bias)
 
     def sm_scale(self) -> float:
         return 1.0 / math.sqrt(2 * self.head_dim)

@@ -105,7 +105,7 @@ class TransformerLM(nn.Module):
                      else nn.Identity())
         self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.drop = nn.Dropout(c.dropout)
-        self.apply(init_weights)
+        init_weights(self, 2 * c.n_layers)           # two residual branches per block
         if c.tie_embeddings:
             self.head.weight = self.tok.weight
 

@@ -47,7 +47,8 @@ class Seq2SeqTransformer(nn.Module):
         self.encoder_norm, self.decoder_norm = final_norm(), final_norm()
         self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.drop = nn.Dropout(c.dropout)
-        self.apply(init_weights)
+        # residual branches: 2 per encoder layer, 3 (self, cross, MLP) per decoder layer
+        init_weights(self, max(2 * c.n_encoder_layers, 3 * c.n_decoder_layers))
         if c.tie_embeddings:
             self.head.weight = self.tgt_tok.weight
 

@@ -39,6 +39,7 @@ from . import distributed as dist
 from .config import TrainConfig
 from .logging import RunLog
 from .memory import check_train_memory
+from .optim import param_groups
 
 #: config fields that may change when resuming (they do not change the loss curve)
 RESUMABLE_CHANGES = ("cache_dir", "device", "checkpoint_every", "model.attn_backend",
@@ -74,12 +75,10 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int, min_ratio: float) 
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices (dim >= 2) only, not on norms and biases."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, betas=cfg.betas)
+    """AdamW over :func:`~posenc.train.optim.param_groups` (no decay on norms, biases and
+    positional-encoding parameters; an encoding may scale its parameters' lr)."""
+    return torch.optim.AdamW(param_groups(model, cfg.weight_decay, cfg.lr), lr=cfg.lr,
+                             betas=cfg.betas)
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig):
