@@ -1,0 +1,112 @@
+"""Noise in a comparison: mean and spread over seeds, bootstrap over evaluation windows, and
+the one rule every verdict, ranking and table uses to decide whether a difference is real.
+
+A measured quantity is a set of *samples*: one value per seed when a comparison has two or
+more seeds, else bootstrap replicates of the one seed's value, resampling its evaluation
+windows with replacement (Efron and Tibshirani, 1993). Its spread is the sample standard
+deviation of those samples. Two quantities differ *beyond noise* when their intervals
+``mean ± spread`` do not overlap; a quantity is beyond a threshold when the threshold lies
+outside ``mean ± spread``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: bootstrap replicates per quantity, and the fixed seed that makes them deterministic
+BOOTSTRAP_REPLICATES = 400
+BOOTSTRAP_SEED = 0
+#: how a spread was measured (stored in results.json and named in the report)
+SEEDS, BOOTSTRAP = "seeds", "bootstrap"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A quantity's mean over its samples and its spread (sample std, 0 for one sample)."""
+
+    mean: float
+    spread: float
+    kind: str = SEEDS          # SEEDS or BOOTSTRAP
+    n: int = 1                 # seeds, or bootstrap replicates
+
+    @classmethod
+    def of(cls, samples: Sequence[float] | np.ndarray, kind: str = SEEDS) -> Estimate:
+        """Mean and spread of finite samples (NaN mean if none are finite)."""
+        arr = np.asarray(samples, dtype=float)
+        arr = arr[np.isfinite(arr)]
+        if arr.size == 0:
+            return cls(math.nan, math.nan, kind, 0)
+        spread = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+        return cls(float(arr.mean()), spread, kind, int(arr.size))
+
+    @property
+    def low(self) -> float:
+        return self.mean - self.spread
+
+    @property
+    def high(self) -> float:
+        return self.mean + self.spread
+
+
+def mean_spread(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """(mean, sample std) of the finite values; (None, None) if there are none."""
+    est = Estimate.of([v for v in values if isinstance(v, (int, float))])
+    if est.n == 0:
+        return None, None
+    return est.mean, est.spread
+
+
+def bootstrap_ppl(window_nll: Sequence[float], window_tokens: Sequence[int],
+                  replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED
+                  ) -> np.ndarray:
+    """Perplexity replicates (replicates,) from resampled windows.
+
+    ``window_nll[i]`` is window i's mean negative log-likelihood (nats/token) over
+    ``window_tokens[i]`` scored tokens; each replicate draws as many windows with replacement
+    and returns exp(total nll / total tokens).
+    """
+    nll = np.asarray(window_nll, dtype=float)
+    tok = np.asarray(window_tokens, dtype=float)
+    if nll.size == 0 or nll.shape != tok.shape:
+        raise ValueError(f"need one token count per window, got {nll.size} windows and "
+                         f"{tok.size} counts")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, nll.size, size=(replicates, nll.size))
+    total = (nll * tok)[idx].sum(axis=1) / tok[idx].sum(axis=1)
+    with np.errstate(over="ignore"):
+        return np.exp(total)
+
+
+def separated(a: Estimate, b: Estimate) -> bool:
+    """True when ``a`` and ``b`` differ beyond noise: their mean ± spread intervals do not
+    overlap (and both are measured)."""
+    if not (math.isfinite(a.mean) and math.isfinite(b.mean)):
+        return math.isfinite(a.mean) != math.isfinite(b.mean) or a.mean != b.mean
+    return a.high < b.low or b.high < a.low
+
+
+def beyond(a: Estimate, threshold: float) -> bool:
+    """True when ``threshold`` lies outside ``a``'s mean ± spread interval."""
+    if not math.isfinite(a.mean):
+        return True
+    return threshold < a.low or threshold > a.high
+
+
+def tie_groups(estimates: Sequence[Estimate]) -> list[int]:
+    """For estimates sorted best (lowest) first: the group number of each, where a new group
+    starts only when an estimate is separated from every member of the current group."""
+    groups: list[int] = []
+    members: list[Estimate] = []
+    for est in estimates:
+        if members and all(separated(est, m) for m in members):
+            members = []
+        if not members:
+            groups.append((groups[-1] + 1) if groups else 1)
+        else:
+            groups.append(groups[-1])
+        members.append(est)
+    return groups
