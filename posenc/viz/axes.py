@@ -90,6 +90,22 @@ def length_axis(ax, lengths: list[int], train_len: int | None) -> None:
     ax.grid(True, which="major", alpha=0.3)
 
 
-def integer_x(ax) -> None:
-    """Integer ticks on the x axis (training steps)."""
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=8))
+def integer_x(ax, low: int, high: int) -> None:
+    """Integer ticks on an x axis that spans exactly [low, high] (training steps)."""
+    ax.set_xlim(low, high)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=6, steps=[1, 2, 5, 10]))
+
+
+def coinciding(series: dict[str, list[float]], rel: float = 0.005) -> dict[str, str]:
+    """For lines drawn on the same x values: label -> the earlier label it coincides with
+    (every point within ``rel`` relative difference), so a legend can say so."""
+    out: dict[str, str] = {}
+    labels = list(series)
+    for i, label in enumerate(labels):
+        for other in labels[:i]:
+            a, b = series[label], series[other]
+            if other not in out and len(a) == len(b) and a and all(
+                    abs(x - y) <= rel * max(abs(x), abs(y), 1e-12) for x, y in zip(a, b)):
+                out[label] = other
+                break
+    return out

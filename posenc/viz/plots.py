@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .axes import integer_x, length_axis, log_x, log_y, panel_styles, plt
+from .axes import coinciding, integer_x, length_axis, log_x, log_y, panel_styles, plt
 
 FAMILY_TITLES = {"absolute": "absolute positions", "rotary": "rotary", "bias": "distance biases",
                  "relative": "relative (content-position)", "none": "no positions"}
@@ -113,6 +113,7 @@ def _styles(panel_runs: list[dict]) -> dict[str, dict]:
 def _ppl_panel(ax, panel_runs: list[dict], lengths: list[int], train_len, top, ylim,
                title: str) -> None:
     styles = _styles(panel_runs)
+    same = coinciding({_label(r): [p[1] for p in ppl_points(r)] for r in panel_runs})
     for run in panel_runs:
         pts = ppl_points(run)
         if not pts:
@@ -123,7 +124,9 @@ def _ppl_panel(ax, panel_runs: list[dict], lengths: list[int], train_len, top, y
                      if isinstance(v, str) and v.startswith("n/a"))
         xs = [p[0] for p in pts]
         ys = [min(p[1], top) if top else p[1] for p in pts]
-        ax.plot(xs, ys, label=label + (f" (n/a from {cut[0]})" if cut else ""), **style)
+        legend = label + (f" (n/a from {cut[0]})" if cut else "") + (
+            f" (same as {same[label]})" if label in same else "")
+        ax.plot(xs, ys, label=legend, **style)
         lo = [max(p[1] - p[2], 1e-9) for p in pts]
         hi = [p[1] + p[2] for p in pts]
         if top:
@@ -266,18 +269,25 @@ def draw_training_curves(results: dict):
               for t, m in panels(trained)]
     fig, axes = _grid(max(1, len(groups)), width=5.6, height=4.0)
     values = [v for r in trained for v in curve_band(r)[1]]
+    all_steps = [s for r in trained for s in curve_band(r)[0]]
     for ax, (title, members) in zip(axes, groups):
         styles = _styles(members)
-        for run in members:
+        same = coinciding({r["encoding"]: curve_band(r)[1] for r in members})
+        for i, run in enumerate(members):
             steps, mean, lo, hi = curve_band(run)
             if not steps:
                 continue
-            style = {**styles[_label(run)], "marker": None}
-            ax.plot(steps, mean, label=run["encoding"], **style)
+            every = max(1, len(steps) // 8)          # staggered markers: coinciding lines
+            style = {**styles[_label(run)], "markevery": ((i * every) // max(1, len(
+                members)), every)}                    # stay distinguishable
+            ax.plot(steps, mean, label=run["encoding"] + (
+                f" (same as {same[run['encoding']]})" if run["encoding"] in same else ""),
+                **style)
             ax.fill_between(steps, lo, hi, color=style["color"], alpha=0.2, linewidth=0)
         ax.set_xlabel("training step")
         ax.set_ylabel("training loss (nats/token)")
-        integer_x(ax)
+        if all_steps:
+            integer_x(ax, min(all_steps), max(all_steps))
         if values:
             tail = sorted(values)[: max(1, len(values) // 2)]
             ax.set_ylim(min(values) * 0.97, max(tail[-1] * 1.6, min(values) * 1.2))
