@@ -260,7 +260,7 @@ def add_seed(results: dict, cfg: CompareConfig, head: dict, entry: dict) -> None
     runs = results["runs"]
     old = next((r for r in runs if label_of(r) == label), None)
     seeds = [s for s in (old or {}).get("seeds", []) if s["seed"] != entry["seed"]] + [entry]
-    run = aggregate(json_safe(seeds), head)
+    run = aggregate(json_safe(seeds), head, blocked=cfg.stride is None)
     if old is None:
         runs.append(run)
     else:

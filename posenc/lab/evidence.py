@@ -18,8 +18,8 @@ import math
 import numpy as np
 
 from .baseline import has_learned
-from .results import label_of
-from .stats import BOOTSTRAP, SEEDS, Estimate, beyond, bootstrap_ppl, separated
+from .results import bootstrap_samples, label_of
+from .stats import BOOTSTRAP, SEEDS, Estimate, beyond, separated
 
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, NOT_TESTED = (
     "supported", "not supported", "inconclusive", "not tested")
@@ -73,9 +73,10 @@ class Runs:
         values = [s.get("ppl", {}).get(key) for s in seeds]
         if len(seeds) >= 2 and all(isinstance(v, (int, float)) for v in values):
             return np.asarray(values, dtype=float), SEEDS
-        if len(seeds) == 1 and (seeds[0].get("window_nll") or {}).get(key):
-            return bootstrap_ppl(seeds[0]["window_nll"][key],
-                                 seeds[0]["window_tokens"][key]), BOOTSTRAP
+        if len(seeds) == 1:
+            boot = bootstrap_samples(seeds[0], key, blocked=not self.config.get("stride"))
+            if boot is not None:
+                return boot, BOOTSTRAP
         return np.asarray([self.ppl(label, length)]), "none"
 
     def ppl_est(self, label: str, length: int) -> Estimate | None:

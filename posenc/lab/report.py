@@ -49,9 +49,10 @@ def noise_text(results: dict) -> str:
     if seeds >= 2:
         return (f"± is the standard deviation over {seeds} seeds (each seed sets data order "
                 "and initialisation)")
-    return ("one seed: ± is the standard deviation of a bootstrap over evaluation windows "
-            f"({BOOTSTRAP_REPLICATES} resamples), evaluation noise only, not seed-to-seed "
-            "variation")
+    return ("one seed: ± is the standard deviation of a bootstrap over the evaluation text "
+            f"({BOOTSTRAP_REPLICATES} resamples of blocks of the longest length, the same "
+            "blocks at every length, so ratios are paired), evaluation noise only, not "
+            "seed-to-seed variation")
 
 
 def _ppl_cell(r: Runs, label: str, n: int) -> str:

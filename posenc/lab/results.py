@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .stats import BOOTSTRAP, SEEDS, Estimate, bootstrap_ppl
+from .stats import BOOTSTRAP, SEEDS, Estimate, block_bootstrap_ppl, bootstrap_ppl
 
 RESULTS = "results.json"
 
@@ -84,19 +84,37 @@ def _mean(values: list) -> float | None:
     return sum(numbers) / len(numbers) if numbers and len(numbers) == len(values) else None
 
 
-def ppl_estimate(seeds: list[dict], length: str) -> Estimate | None:
+def bootstrap_samples(seed: dict, length: str, blocked: bool = True):
+    """Bootstrap perplexity replicates of one seed entry at ``length`` (None without window
+    losses). ``blocked`` (non-overlapping windows from the stream's start): resample blocks
+    of text the size of the longest window, the same blocks at every length and for every
+    run (a paired bootstrap); else resample the windows of this length independently."""
+    nll = (seed.get("window_nll") or {}).get(length)
+    tokens = (seed.get("window_tokens") or {}).get(length)
+    if not nll:
+        return None
+    if not blocked:
+        return bootstrap_ppl(nll, tokens)
+    counts = {int(n): len(w) for n, w in (seed.get("window_nll") or {}).items() if w}
+    longest = max(int(n) for n in seed.get("ppl", {}))
+    n_blocks = max(-(-c * n // longest) for n, c in counts.items())
+    n = int(length)
+    return block_bootstrap_ppl(nll, tokens, [(i * n) // longest for i in range(len(nll))],
+                               n_blocks)
+
+
+def ppl_estimate(seeds: list[dict], length: str, blocked: bool = True) -> Estimate | None:
     """Mean and spread of one length's perplexity over seed entries (bootstrap with one)."""
     values = [_number(s.get("ppl", {}).get(length)) for s in seeds]
     if not values or any(v is None for v in values):
         return None
     if len(seeds) >= 2:
         return Estimate.of(values, SEEDS)
-    nll = (seeds[0].get("window_nll") or {}).get(length)
-    tokens = (seeds[0].get("window_tokens") or {}).get(length)
-    if not nll or not math.isfinite(values[0]):
+    boot = bootstrap_samples(seeds[0], length, blocked)
+    if boot is None or not math.isfinite(values[0]):
         return Estimate(values[0], 0.0 if math.isfinite(values[0]) else math.nan, BOOTSTRAP, 0)
-    boot = Estimate.of(bootstrap_ppl(nll, tokens), BOOTSTRAP)
-    return Estimate(values[0], boot.spread, BOOTSTRAP, boot.n)
+    est = Estimate.of(boot, BOOTSTRAP)
+    return Estimate(values[0], est.spread, BOOTSTRAP, est.n)
 
 
 def _mean_curve(curves: list[list]) -> list[list[float]]:
@@ -125,14 +143,15 @@ def _mean_entropy(entries: list[dict | None]) -> dict | None:
     return out
 
 
-def aggregate(seeds: list[dict], head: dict) -> dict:
+def aggregate(seeds: list[dict], head: dict, blocked: bool = True) -> dict:
     """One run's results.json entry: ``head`` (encoding, scaling, options, ...) plus the
-    mean and spread over its ``seeds`` entries (sorted by seed)."""
+    mean and spread over its ``seeds`` entries (sorted by seed); ``blocked`` as in
+    :func:`bootstrap_samples`."""
     seeds = sorted(seeds, key=lambda s: s["seed"])
     lengths = list(seeds[0].get("ppl", {}))
     ppl, spread = {}, {}
     for n in lengths:
-        est = ppl_estimate(seeds, n)
+        est = ppl_estimate(seeds, n, blocked)
         if est is None:       # a note (n/a) or nan in some seed: keep the first such value
             ppl[n] = next(s["ppl"][n] for s in seeds if _number(s["ppl"].get(n)) is None)
             spread[n] = None

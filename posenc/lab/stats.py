@@ -81,6 +81,31 @@ def bootstrap_ppl(window_nll: Sequence[float], window_tokens: Sequence[int],
         return np.exp(total)
 
 
+def block_bootstrap_ppl(window_nll: Sequence[float], window_tokens: Sequence[int],
+                        block_of: Sequence[int], n_blocks: int,
+                        replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED
+                        ) -> np.ndarray:
+    """Perplexity replicates (replicates,) resampling blocks of text rather than windows.
+
+    ``block_of[i]`` is the block (a stretch of the held-out stream, e.g. one window of the
+    longest length) that window i lies in. Every call with the same ``n_blocks`` and seed
+    draws the same blocks, so replicates at different lengths (and of different runs) see the
+    same text: a ratio ppl(n) / ppl(L) of two such replicate arrays is a paired bootstrap in
+    which the difficulty of the text cancels.
+    """
+    nll = np.asarray(window_nll, dtype=float) * np.asarray(window_tokens, dtype=float)
+    blocks = np.asarray(block_of, dtype=int)
+    if nll.size == 0 or blocks.shape != nll.shape or n_blocks < 1 or blocks.max() >= n_blocks:
+        raise ValueError(f"need one block index in [0, {n_blocks}) per window")
+    block_nll = np.bincount(blocks, weights=nll, minlength=n_blocks)
+    block_tok = np.bincount(blocks, weights=np.asarray(window_tokens, dtype=float),
+                            minlength=n_blocks)
+    idx = np.random.default_rng(seed).integers(0, n_blocks, size=(replicates, n_blocks))
+    tok = block_tok[idx].sum(axis=1)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        return np.exp(block_nll[idx].sum(axis=1) / tok)
+
+
 def separated(a: Estimate, b: Estimate) -> bool:
     """True when ``a`` and ``b`` differ beyond noise: their mean ± spread intervals do not
     overlap (and both are measured)."""
