@@ -14,8 +14,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", help="output directory of `posenc compare` or `posenc extend`")
 
 
+def _floats(obj):
+    """``obj`` with the strings results.json uses for non-finite numbers made floats again."""
+    if isinstance(obj, dict):
+        return {k: _floats(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_floats(v) for v in obj]
+    return float(obj) if obj in ("inf", "-inf", "nan") else obj
+
+
 def _redraw_extension(results: dict, out: Path) -> list[Path]:
+    """ppl.png and passkey_<method>.png of a `posenc extend` directory, drawn by hf.report."""
     from ..hf.report import _safe, plot_passkey, plot_ppl
+    results = _floats(results)
     paths = [plot_ppl(results, out / "ppl.png")]
     for name, row in results["methods"].items():
         if row.get("passkey") is not None:

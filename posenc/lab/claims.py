@@ -254,7 +254,8 @@ CLAIMS: tuple[tuple[str, str, str, ClaimFn], ...] = (
      "step time of alibi and sinusoidal < that of rope and t5 (interleaved timing)",
      alibi_sinusoidal_fastest),
     ("YaRN and dynamic NTK soften RoPE's degradation without fine-tuning",
-     f"{PENG}, Section 3 (dynamic scaling, YaRN)", "rope+yarn and rope+dynamic ppl(P) < rope ppl(P)",
+     f"{PENG}, Section 3 (dynamic scaling, YaRN)",
+     "rope+yarn and rope+dynamic ppl(P) < rope ppl(P)",
      scalings_soften_rope),
 )
 

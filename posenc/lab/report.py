@@ -18,7 +18,7 @@ from .baseline import LEARNED_FRACTION
 from .claims import PRESS, TOLERANCE, check_claims
 from .evidence import Runs, fmt, fmt_est
 from .results import label_of
-from .stats import BOOTSTRAP_REPLICATES, Estimate, tie_groups
+from .stats import BOOTSTRAP_REPLICATES, tie_groups
 
 #: best-extrapolating first, as in the ALiBi paper (Press et al., 2022), Fig. 1 / Table 2
 ALIBI_PAPER_ORDER = ("alibi", "t5", "rope", "sinusoidal")
@@ -156,9 +156,9 @@ def claims_section(results: dict, r: Runs) -> list[str]:
     out = ["## Published claims, checked on this run", "",
            f"P = {r.probe} (8L if evaluated, else the longest length), L = {r.train_len}; "
            f"\"near\" = within {round((TOLERANCE - 1) * 100)} % of the training-length "
-           f"perplexity. A claim is decided (supported / not supported) only when the numbers "
-           f"differ beyond noise: their mean ± spread intervals do not overlap ({noise_text(results)}); "
-           "otherwise it is inconclusive. Speed claims use interleaved step timing. Small "
+           "perplexity. A claim is decided (supported / not supported) only when the numbers "
+           "differ beyond noise: their mean ± spread intervals do not overlap "
+           f"({noise_text(results)}); otherwise it is inconclusive. Speed claims use interleaved step timing. Small "
            "models: a verdict says what THIS comparison shows, not what is true in general.",
            ""]
     verdicts = check_claims(results)

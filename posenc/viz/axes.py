@@ -54,24 +54,16 @@ def tick_label(value: float) -> str:
     return f"{value:.3g}"
 
 
-def log_y(ax, low: float, high: float) -> None:
-    """Log y axis over [low, high] with several labelled ticks and no minor tick labels."""
-    ax.set_yscale("log")
-    ax.set_ylim(low, high)
+def log_axis(ax, which: str, low: float, high: float) -> None:
+    """Log ``which`` ("x" or "y") axis over [low, high] with several labelled ticks and no
+    minor tick labels."""
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    getattr(ax, f"set_{which}scale")("log")
+    getattr(ax, f"set_{which}lim")(low, high)
     ticks = nice_log_ticks(low, high)
-    ax.yaxis.set_major_locator(FixedLocator(ticks))
-    ax.yaxis.set_minor_locator(NullLocator())
-    ax.set_yticks(ticks, [tick_label(t) for t in ticks])
-
-
-def log_x(ax, low: float, high: float) -> None:
-    """Log x axis over [low, high] with several labelled ticks and no minor tick labels."""
-    ax.set_xscale("log")
-    ax.set_xlim(low, high)
-    ticks = nice_log_ticks(low, high)
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xticks(ticks, [tick_label(t) for t in ticks])
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_minor_locator(NullLocator())
+    getattr(ax, f"set_{which}ticks")(ticks, [tick_label(t) for t in ticks])
 
 
 def length_axis(ax, lengths: list[int], train_len: int | None) -> None:

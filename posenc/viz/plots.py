@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .axes import coinciding, integer_x, length_axis, log_x, log_y, panel_styles, plt
+from .axes import coinciding, integer_x, length_axis, log_axis, panel_styles, plt
 
 FAMILY_TITLES = {"absolute": "absolute positions", "rotary": "rotary", "bias": "distance biases",
                  "relative": "relative (content-position)", "none": "no positions"}
@@ -141,7 +141,7 @@ def _ppl_panel(ax, panel_runs: list[dict], lengths: list[int], train_len, top, y
                 ax.annotate(f"{y:,.0f}", (x, top), textcoords="offset points", xytext=(0, -15),
                             ha="center", fontsize=8, color=style["color"])
     if ylim:
-        log_y(ax, *ylim)
+        log_axis(ax, "y", *ylim)
     length_axis(ax, lengths, train_len)
     ax.set_ylabel("perplexity (log scale, lower is better)")
     ax.set_title(title, fontsize=11)
@@ -227,7 +227,7 @@ def draw_ppl_ratio(results: dict):
     if measured:
         lo = min(min(p[1] - p[2] for p in measured), 1.0) / 1.15
         hi = max(max(p[1] + p[2] for p in measured), 1.1) * 1.15
-        log_x(ax, max(lo, 1e-3), hi)
+        log_axis(ax, "x", max(lo, 1e-3), hi)
     ax.axvline(1.0, color="black", linewidth=1)
     ax.axvline(1.1, color="grey", linestyle=":", linewidth=1)
     ax.set_ylim(-0.7, len(pts) - 0.3)
