@@ -145,7 +145,7 @@ def _ppl_panel(ax, panel_runs: list[dict], lengths: list[int], train_len, top, y
     length_axis(ax, lengths, train_len)
     ax.set_ylabel("perplexity (log scale, lower is better)")
     ax.set_title(title, fontsize=11)
-    ax.legend(loc="upper left", fontsize=8, frameon=True, framealpha=0.85)
+    ax.legend(loc="best", fontsize=8, frameon=True, framealpha=0.85)
 
 
 def draw_ppl_vs_length(results: dict):
@@ -336,7 +336,7 @@ def draw_entropy_vs_length(results: dict):
         length_axis(ax, sorted(lengths), train_len)
         ax.set_ylabel("tail attention entropy (nats)")
         ax.set_title(title, fontsize=11)
-        ax.legend(loc="upper left", fontsize=8, frameon=True, framealpha=0.85)
+        ax.legend(loc="best", fontsize=8, frameon=True, framealpha=0.85)
     fig.suptitle("Attention entropy against length (higher = more diffuse attention)",
                  fontsize=13)
     fig.tight_layout()
