@@ -18,8 +18,11 @@ LENGTHS = (64, 128, 256, 512, 1024)
 WINDOW_NOISE = 0.02
 
 
-def seed_entry(seed, ppl, noise=WINDOW_NOISE, tps=20000.0, entropy=None, curve=True):
-    """One seed's entry; each length's 8 windows scatter +-noise around log(ppl)."""
+def seed_entry(seed, ppl, noise=WINDOW_NOISE, tps=20000.0, entropy=None, curve=True,
+               text=0):
+    """One seed's entry; window losses scatter by ``noise`` around log(ppl), in a pattern
+    fixed by the length and ``text`` (equal ``text``: the same text, equally hard for every
+    run)."""
     entry = {"seed": seed, "train_tokens_per_s": tps, "ppl": {}, "window_nll": {},
              "window_tokens": {}, "final_loss": 3.0, "seconds": {"train": 10.0, "eval": 1.0},
              "run_dir": f"runs/x/seed{seed}"}
@@ -27,7 +30,7 @@ def seed_entry(seed, ppl, noise=WINDOW_NOISE, tps=20000.0, entropy=None, curve=T
         entry["ppl"][str(n)] = v
         if isinstance(v, (int, float)):         # 8 x 1024 tokens, as evaluation windows
             count = 8 * LENGTHS[-1] // n
-            jitter = np.random.default_rng(n).normal(size=count)
+            jitter = np.random.default_rng([n, text]).normal(size=count)
             jitter = noise * (jitter - jitter.mean()) / jitter.std()
             entry["window_nll"][str(n)] = (math.log(v) + jitter).tolist()
             entry["window_tokens"][str(n)] = [n - 1] * count
@@ -40,12 +43,14 @@ def seed_entry(seed, ppl, noise=WINDOW_NOISE, tps=20000.0, entropy=None, curve=T
     return entry
 
 
-def run(encoding, ppl, scaling=None, seeds=(0,), spread=0.0, noise=WINDOW_NOISE, **kw):
+def run(encoding, ppl, scaling=None, seeds=(0,), spread=0.0, noise=WINDOW_NOISE, text=0,
+        **kw):
     """A run entry; with several seeds, their perplexities are scaled by factors
     1 + k * spread, k symmetric around 0 (so the mean stays ``ppl``)."""
     mid = (len(seeds) - 1) / 2
     entries = [seed_entry(s, [v * (1 + (i - mid) * spread) if isinstance(v, float) else v
-                              for v in ppl], noise, curve=scaling is None, **kw)
+                              for v in ppl], noise, curve=scaling is None, text=text + s,
+                          **kw)
                for i, s in enumerate(seeds)]
     head = {"encoding": encoding, "inference_scaling": scaling,
             "label": encoding + (f"+{scaling}" if scaling else ""), "options": {},
@@ -137,12 +142,26 @@ def test_a_verdict_becomes_inconclusive_when_seed_spread_grows():
     assert tight["Attention entropy grows with length"].verdict == "supported"
 
 
-def test_a_verdict_becomes_inconclusive_when_window_noise_grows():
-    claim = "log n scaling helps"
-    assert verdicts(results())[claim].verdict == "supported"
-    assert verdicts(results(**{}) | {"runs": [
+def _renoised(noise, shared_text):
+    """results() with window losses of spread ``noise``: on one shared text (paired, as in a
+    real comparison) or as if each run had read different text."""
+    return results() | {"runs": [
         run(r["encoding"], [r["ppl"][str(n)] for n in LENGTHS], r["inference_scaling"],
-            noise=0.4) for r in results()["runs"]]})[claim].verdict == "inconclusive"
+            noise=noise, text=0 if shared_text else i)
+        for i, r in enumerate(results()["runs"])]}
+
+
+def test_a_verdict_becomes_inconclusive_when_window_noise_grows():
+    claim = "log n scaling helps"                 # 13.0 vs 14.0 at 8L
+    assert verdicts(results())[claim].verdict == "supported"
+    assert verdicts(_renoised(0.4, shared_text=False))[claim].verdict == "inconclusive"
+
+
+def test_noise_of_the_shared_text_cancels_in_paired_comparisons():
+    claim = "log n scaling helps"
+    v = verdicts(_renoised(0.4, shared_text=True))[claim]
+    assert v.verdict == "supported"
+    assert "± 1." in v.evidence or "± 2." in v.evidence     # each run alone is noisy
 
 
 def test_a_run_that_did_not_learn_gets_no_verdict():

@@ -125,7 +125,8 @@ def interpolation_poor(r: Runs) -> tuple[str, str]:
     miss = _missing((f"{label}@{n}", lin), (f"rope@{r.train_len}", base))
     if miss:
         return NOT_TESTED, miss
-    bar = Estimate(TOLERANCE * base.mean, TOLERANCE * base.spread, base.kind, base.n)
+    bar = Estimate(TOLERANCE * base.mean, TOLERANCE * base.spread, base.kind, base.n,
+                   None if base.samples is None else TOLERANCE * base.samples)
     text = (f"{label} at {n} (the length it stretches to): ppl {fmt_est(lin)} vs 1.10 x rope "
             f"at {r.train_len}: {fmt_est(bar)}; plain rope at {n}: {fmt(r.ppl('rope', n))}")
     guard = _guard(r, "rope")

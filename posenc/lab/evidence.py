@@ -130,8 +130,9 @@ def _estimate(samples: np.ndarray, kind: str, point: float | None = None) -> Est
     est = Estimate.of(samples, kind)
     if kind == "none":
         return Estimate(est.mean, math.nan, kind, est.n)
-    if kind == BOOTSTRAP and point is not None:
-        return Estimate(point, est.spread, kind, est.n)
+    if kind == BOOTSTRAP:
+        return Estimate(est.mean if point is None else point, est.spread, kind, est.n,
+                        np.asarray(samples, dtype=float))
     return est
 
 

@@ -51,8 +51,9 @@ def noise_text(results: dict) -> str:
                 "and initialisation)")
     return ("one seed: ± is the standard deviation of a bootstrap over the evaluation text "
             f"({BOOTSTRAP_REPLICATES} resamples of blocks of the longest length, the same "
-            "blocks at every length, so ratios are paired), evaluation noise only, not "
-            "seed-to-seed variation")
+            "blocks at every length and for every run, so ratios and differences between "
+            "runs are paired: two runs differ when their difference exceeds the spread of "
+            "the paired differences), evaluation noise only, not seed-to-seed variation")
 
 
 def _ppl_cell(r: Runs, label: str, n: int) -> str:
@@ -145,8 +146,8 @@ def ranking_section(r: Runs, runs: list[dict]) -> list[str]:
                      + ("" if r.learned(label) is not False else " (not learned)")])
     out = ["## Ranking", "",
            f"By perplexity at the longest length ({longest}); runs that cannot run there come "
-           f"last. A rank with `=` is shared by runs whose mean ± spread intervals at {longest} "
-           "overlap with another run of the group: a tie within noise. Mean ratio = mean of "
+           f"last. A rank with `=` is shared by runs that do not differ beyond noise at "
+           f"{longest} from some other run of the group: a tie. Mean ratio = mean of "
            f"ppl(n)/ppl({r.train_len}) over n > {r.train_len}.", ""]
     return out + _table(["rank", "run", f"ppl@{longest}", f"ratio@{longest}", "mean ratio",
                          f"ppl@{r.train_len}"], rows)
@@ -157,8 +158,8 @@ def claims_section(results: dict, r: Runs) -> list[str]:
            f"P = {r.probe} (8L if evaluated, else the longest length), L = {r.train_len}; "
            f"\"near\" = within {round((TOLERANCE - 1) * 100)} % of the training-length "
            "perplexity. A claim is decided (supported / not supported) only when the numbers "
-           "differ beyond noise: their mean ± spread intervals do not overlap "
-           f"({noise_text(results)}); otherwise it is inconclusive. Speed claims use interleaved step timing. Small "
+           "differ beyond noise, else it is inconclusive. With seeds: their mean ± spread "
+           f"intervals do not overlap. Here {noise_text(results)}. Speed claims use interleaved step timing. Small "
            "models: a verdict says what THIS comparison shows, not what is true in general.",
            ""]
     verdicts = check_claims(results)

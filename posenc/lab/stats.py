@@ -6,14 +6,16 @@ more seeds, else bootstrap replicates of the one seed's value, resampling its ev
 windows with replacement (Efron and Tibshirani, 1993). Its spread is the sample standard
 deviation of those samples. Two quantities differ *beyond noise* when their intervals
 ``mean ± spread`` do not overlap; a quantity is beyond a threshold when the threshold lies
-outside ``mean ± spread``.
+outside ``mean ± spread``. Bootstrap estimates of two runs resample the same blocks of the
+same held-out text, so their difference is judged against the spread of the paired
+differences (text difficulty, shared by both, cancels).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -32,6 +34,8 @@ class Estimate:
     spread: float
     kind: str = SEEDS          # SEEDS or BOOTSTRAP
     n: int = 1                 # seeds, or bootstrap replicates
+    #: bootstrap replicates, kept so two estimates drawn on the same blocks can be paired
+    samples: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, samples: Sequence[float] | np.ndarray, kind: str = SEEDS) -> Estimate:
@@ -106,11 +110,23 @@ def block_bootstrap_ppl(window_nll: Sequence[float], window_tokens: Sequence[int
         return np.exp(block_nll[idx].sum(axis=1) / tok)
 
 
+def paired(a: Estimate, b: Estimate) -> bool:
+    """Whether ``a`` and ``b`` are bootstrap replicates on the same resampled text blocks."""
+    return (a.kind == b.kind == BOOTSTRAP and a.samples is not None and b.samples is not None
+            and a.samples.shape == b.samples.shape)
+
+
 def separated(a: Estimate, b: Estimate) -> bool:
     """True when ``a`` and ``b`` differ beyond noise: their mean ± spread intervals do not
-    overlap (and both are measured)."""
+    overlap; for paired bootstrap estimates (the same text blocks resampled), when their
+    difference exceeds the standard deviation of the replicates' differences."""
     if not (math.isfinite(a.mean) and math.isfinite(b.mean)):
         return math.isfinite(a.mean) != math.isfinite(b.mean) or a.mean != b.mean
+    if paired(a, b):
+        diff = a.samples - b.samples
+        diff = diff[np.isfinite(diff)]
+        if diff.size > 1:
+            return abs(a.mean - b.mean) > float(diff.std(ddof=1))
     return a.high < b.low or b.high < a.low
 
 
