@@ -139,3 +139,13 @@ def test_plot_all_writes_pngs(tmp_path):
                                        "training_curves.png", "entropy_vs_length.png"}
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_one_seed_ratio_error_bars_are_the_paired_bootstrap():
+    res = results()
+    rope = next(r for r in res["runs"] if r["label"] == "rope")
+    point = next(p for p in ratio_points(res) if p[0] == "rope")
+    assert point[2] == rope["ratio_spread"]["512"] > 0
+    unpaired = point[1] * math.hypot(rope["ppl_spread"]["512"] / rope["ppl"]["512"],
+                                     rope["ppl_spread"]["64"] / rope["ppl"]["64"])
+    assert point[2] < unpaired            # the shared text's difficulty cancels

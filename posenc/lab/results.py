@@ -6,7 +6,8 @@ Layout::
      "baseline": {"unigram_ppl", "tokens", "learned_fraction"},
      "timing": {"rounds", "step_seconds": {enc: [s, ...]}, "relative_to_median": {...}},
      "runs": [{"encoding", "inference_scaling", "label", "options", "train_len", "steps",
-               "params", "ppl": {n: mean}, "ppl_spread": {n: spread}, "spread_kind",
+               "params", "ppl": {n: mean}, "ppl_spread": {n: spread},
+               "ratio_spread": {n: spread of ppl(n) / ppl(L)}, "spread_kind",
                "train_tokens_per_s", "final_loss", "curve", "entropy", "run_dir",
                "seeds": [{"seed", "ppl", "ppl_tokens", "window_nll", "window_tokens",
                           "train_tokens_per_s", "final_loss", "curve", "entropy",
@@ -143,6 +144,24 @@ def _mean_entropy(entries: list[dict | None]) -> dict | None:
     return out
 
 
+def _ratio_spreads(seeds: list[dict], lengths: list[str], base: str, blocked: bool
+                   ) -> dict[str, float | None]:
+    """Spread of ppl(n) / ppl(L) per length: over seeds, or by the paired bootstrap."""
+    out: dict[str, float | None] = {}
+    for n in lengths:
+        if len(seeds) >= 2:
+            values = [_number(s["ppl"].get(n)) for s in seeds]
+            bases = [_number(s["ppl"].get(base)) for s in seeds]
+            ok = all(v is not None for v in values + bases) and all(bases)
+            out[n] = Estimate.of([v / b for v, b in zip(values, bases)]).spread if ok else None
+            continue
+        top, bottom = (bootstrap_samples(seeds[0], n, blocked),
+                       bootstrap_samples(seeds[0], base, blocked))
+        out[n] = (Estimate.of(top / bottom).spread if top is not None and bottom is not None
+                  and top.shape == bottom.shape else None)
+    return out
+
+
 def aggregate(seeds: list[dict], head: dict, blocked: bool = True) -> dict:
     """One run's results.json entry: ``head`` (encoding, scaling, options, ...) plus the
     mean and spread over its ``seeds`` entries (sorted by seed); ``blocked`` as in
@@ -158,6 +177,7 @@ def aggregate(seeds: list[dict], head: dict, blocked: bool = True) -> dict:
         else:
             ppl[n], spread[n] = est.mean, est.spread
     return {**head, "ppl": ppl, "ppl_spread": spread,
+            "ratio_spread": _ratio_spreads(seeds, lengths, str(head.get("train_len")), blocked),
             "spread_kind": SEEDS if len(seeds) >= 2 else BOOTSTRAP,
             "train_tokens_per_s": _mean([s.get("train_tokens_per_s") for s in seeds]),
             "final_loss": _mean([s.get("final_loss") for s in seeds]),

@@ -1,8 +1,9 @@
 """PNG plots of a comparison (matplotlib, Agg backend: no display needed).
 
 Runs are drawn in small multiples, one panel per encoding family (absolute, rotary, bias,
-relative; NoPE, the no-position reference, in every panel as a grey line) plus one panel for
-RoPE with its inference-time scalings, so no panel holds more than about eight lines.
+relative; NoPE, the no-position reference, in every family panel as a grey line) plus one
+panel per rotary encoding with its inference-time scalings, so no panel holds more than
+about nine lines.
 Shaded bands are mean ± spread (seed-to-seed standard deviation, or with one seed the
 bootstrap over evaluation windows).
 
@@ -29,9 +30,10 @@ REFERENCE = "nope"
 PPL_AXIS_CAP = 30.0
 CAPTIONS = {
     "ppl_vs_length.png": "Perplexity on held-out text against evaluation length, one panel "
-    "per encoding family (NoPE in grey in each) and one for RoPE with inference-time "
-    "scalings; shaded: mean ± spread; x: the last length a learned table serves; arrows: "
-    "values above the axis.",
+    "per encoding family (NoPE in grey in each) and one per rotary encoding with its "
+    "inference-time scalings; shaded: mean ± spread (one seed: bootstrap over the text, "
+    "which every run shares, so the report compares runs by paired differences); x: the "
+    "last length a learned table serves; arrows: values above the axis.",
     "ppl_ratio.png": "How much each run degrades at the probe length: ppl(P)/ppl(L), error "
     "bars mean ± spread; 1 = no loss, dotted line = 10 % worse.",
     "training_curves.png": "Training loss against step per encoding family; bold: moving "
@@ -64,10 +66,10 @@ def panels(runs: list[dict]) -> list[tuple[str, list[dict]]]:
         if members:
             out.append((FAMILY_TITLES[family], ref + members))
     scaled = [r for r in runs if r.get("inference_scaling")]
-    if scaled:
-        bases = sorted({r["encoding"] for r in scaled})
-        out.append((f"{', '.join(bases)} + inference-time scaling (no retraining)",
-                    ref + [r for r in trained if r["encoding"] in bases] + scaled))
+    for base in dict.fromkeys(r["encoding"] for r in scaled):    # one panel per base
+        out.append((f"{base} + inference-time scaling (no retraining)",
+                    [r for r in trained if r["encoding"] == base]
+                    + [r for r in scaled if r["encoding"] == base]))
     if not out and trained:
         out.append(("each encoding", trained))
     return out
@@ -174,8 +176,9 @@ def draw_ppl_vs_length(results: dict):
 def ratio_points(results: dict) -> list[tuple[str, float | None, float, str | None]]:
     """(label, ppl(P)/ppl(L), spread, n/a note) per run, best first; P = 8L or the longest.
 
-    The spread is the std of per-seed ratios with two or more seeds, else propagated from the
-    two perplexities' spreads (relative errors added in quadrature)."""
+    The spread is the std of per-seed ratios with two or more seeds, else the run's
+    ``ratio_spread`` (paired bootstrap), else propagated from the two perplexities' spreads
+    (relative errors added in quadrature)."""
     c = results.get("config", {})
     train_len = int(c.get("train_len", 0))
     lengths = sorted({int(n) for r in results.get("runs", []) for n in r.get("ppl", {})})
@@ -198,6 +201,8 @@ def ratio_points(results: dict) -> list[tuple[str, float | None, float, str | No
         if len(per_seed) >= 2:
             ratio = sum(per_seed) / len(per_seed)
             spread = math.sqrt(sum((x - ratio) ** 2 for x in per_seed) / (len(per_seed) - 1))
+        elif _number((run.get("ratio_spread") or {}).get(str(probe))) is not None:
+            spread = run["ratio_spread"][str(probe)]
         else:
             sp = run.get("ppl_spread") or {}
             sa, sb = _number(sp.get(str(probe))) or 0.0, _number(sp.get(str(train_len))) or 0.0
@@ -233,7 +238,7 @@ def draw_ppl_ratio(results: dict):
     ax.set_ylim(-0.7, len(pts) - 0.3)
     ax.set_xlabel(f"ppl({probe}) / ppl({train_len})  (log scale, lower is better)")
     ax.set_title(f"Degradation at {probe} tokens, trained at L = {train_len} "
-                 "(blue: trained encodings, orange: RoPE + inference-time scaling)",
+                 "(blue: trained encodings, orange: rotary + inference-time scaling)",
                  fontsize=10)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
