@@ -240,3 +240,13 @@ def test_compare_config_validates(bad):
     value = {"train_len": 1, "encodings": ("warp",), "seeds": 0}[bad]
     with pytest.raises(ValueError, match=bad):
         CompareConfig(**{bad: value})
+
+
+def test_index_links_registered_pages_that_exist(tmp_path, monkeypatch):
+    import posenc.lab.report as report_mod
+    monkeypatch.setattr(report_mod, "INDEX_LINKS", (("Atlas", "atlas/index.html"),
+                                                    ("Other", "other.html")))
+    (tmp_path / "atlas").mkdir()
+    (tmp_path / "atlas/index.html").write_text("<html></html>")
+    page = report_mod.write_index(results(), tmp_path, []).read_text()
+    assert '<a href="atlas/index.html">Atlas</a>' in page and "other.html" not in page

@@ -296,6 +296,11 @@ def write_report(results: dict, out_dir: Path, plots: list[str] | None = None) -
     return _atomic_write(Path(out_dir) / "report.md", render_report(results, plots))
 
 
+#: other pages of a comparison directory linked from its index.html: (title, relative href),
+#: shown only when the target exists (an atlas written next to the report belongs here)
+INDEX_LINKS: tuple[tuple[str, str], ...] = ()
+
+
 def render_index(results: dict, plots: list[str], links: tuple[tuple[str, str], ...] = ()
                  ) -> str:
     """A self-contained index.html: the report, each figure with its caption, and ``links``
@@ -319,6 +324,9 @@ def render_index(results: dict, plots: list[str], links: tuple[tuple[str, str], 
 
 
 def write_index(results: dict, out_dir: Path, plots: list[str],
-                links: tuple[tuple[str, str], ...] = ()) -> Path:
-    """Write ``out_dir/index.html`` atomically and return its path."""
+                links: tuple[tuple[str, str], ...] | None = None) -> Path:
+    """Write ``out_dir/index.html`` atomically and return its path; ``links`` None: those of
+    ``INDEX_LINKS`` whose target exists in ``out_dir``."""
+    if links is None:
+        links = tuple((t, h) for t, h in INDEX_LINKS if (Path(out_dir) / h).exists())
     return _atomic_write(Path(out_dir) / "index.html", render_index(results, plots, links))
