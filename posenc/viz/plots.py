@@ -236,6 +236,10 @@ def draw_ppl_ratio(results: dict):
     ax.axvline(1.0, color="black", linewidth=1)
     ax.axvline(1.1, color="grey", linestyle=":", linewidth=1)
     ax.set_ylim(-0.7, len(pts) - 0.3)
+    ax.annotate("no loss", (1.0, len(pts) - 0.3), xytext=(-3, -10), textcoords="offset points",
+                ha="right", fontsize=8)
+    ax.annotate("10 % worse", (1.1, len(pts) - 0.3), xytext=(3, -10),
+                textcoords="offset points", ha="left", fontsize=8, color="0.35")
     ax.set_xlabel(f"ppl({probe}) / ppl({train_len})  (log scale, lower is better)")
     ax.set_title(f"Degradation at {probe} tokens, trained at L = {train_len} "
                  "(blue: trained encodings, orange: rotary + inference-time scaling)",
