@@ -1,6 +1,8 @@
-"""posenc compare end to end on a tiny preset, resuming after crashes, and bad input via the CLI."""
+"""posenc compare end to end on a tiny preset: seeds, growing, resuming after crashes, bad input
+via the CLI, and posenc plot."""
 
 import json
+import math
 import shutil
 from dataclasses import replace
 
@@ -13,7 +15,9 @@ from posenc.lab.presets import PRESETS
 from posenc.train.checkpoint import committed_file
 
 RUN_KEYS = {"encoding", "options", "train_len", "steps", "train_tokens_per_s", "ppl",
-            "inference_scaling"}
+            "inference_scaling", "ppl_spread", "spread_kind", "seeds", "label"}
+SEED_KEYS = {"seed", "ppl", "ppl_tokens", "window_nll", "window_tokens", "train_tokens_per_s",
+             "final_loss", "curve", "entropy", "seconds", "run_dir"}
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +44,7 @@ def tiny_config(corpus_dir, **changes):
     cfg = replace(PRESETS["smoke"], encodings=("learned", "rope"), train_len=16, steps=6,
                   batch_size=4, d_model=32, n_layers=1, n_heads=2, data=str(corpus_dir),
                   scalings=("yarn:4", "logn"), eval_tokens=256, entropy_max_len=32,
-                  lengths=(16, 32, 64))
+                  lengths=(16, 32, 64), timing_rounds=2)
     return replace(cfg, **changes)
 
 
@@ -54,8 +58,11 @@ def finished(corpus_dir, tmp_path_factory):
 def test_results_json_has_the_exact_layout(finished):
     out, outcome = finished
     res = json.loads((out / "results.json").read_text())
-    assert set(res) == {"config", "corpus", "runs"}
+    assert set(res) == {"config", "corpus", "runs", "baseline", "timing"}
     assert set(res["corpus"]) == {"name", "python_version", "sha256"}
+    assert res["baseline"]["unigram_ppl"] > 1 and res["baseline"]["tokens"] == 256
+    assert set(res["timing"]["step_seconds"]) == {"learned", "rope"}
+    assert all(len(v) == 2 and min(v) > 0 for v in res["timing"]["step_seconds"].values())
     assert res["config"]["lengths"] == [16, 32, 64] and res["config"]["steps"] == 6
     assert [(r["encoding"], r["inference_scaling"]) for r in res["runs"]] == [
         ("learned", None), ("rope", None), ("rope", "yarn:4"), ("rope", "logn")]
@@ -64,22 +71,35 @@ def test_results_json_has_the_exact_layout(finished):
         assert run["train_len"] == 16 and run["steps"] == 6
         assert run["train_tokens_per_s"] > 0 and isinstance(run["options"], dict)
         assert list(run["ppl"]) == ["16", "32", "64"]
+        assert run["spread_kind"] == "bootstrap" and len(run["seeds"]) == 1
+        seed = run["seeds"][0]
+        assert SEED_KEYS <= set(seed) and seed["seed"] == 0
+        assert seed["run_dir"] == f"runs/{run['encoding']}/seed0"
+        for n, value in run["ppl"].items():         # the mean of one seed is that seed
+            assert value == seed["ppl"][n]
     learned, rope = res["runs"][0], res["runs"][1]
     assert isinstance(learned["ppl"]["16"], float)
     assert learned["ppl"]["32"] == learned["ppl"]["64"] == "n/a (past learned table of 16)"
     assert all(isinstance(v, float) for v in rope["ppl"].values())
+    nll, tok = rope["seeds"][0]["window_nll"]["32"], rope["seeds"][0]["window_tokens"]["32"]
+    assert len(nll) == 256 // 32 and tok == [31] * len(nll)      # non-overlapping windows
+    assert rope["ppl"]["32"] == pytest.approx(math.exp(sum(nll) / len(nll)), rel=1e-4)
+    assert all(s > 0 for s in rope["ppl_spread"].values())          # bootstrap spread
     assert res["runs"][2]["ppl"]["64"] != rope["ppl"]["64"]       # scaling changes numbers
     assert res["runs"][3]["ppl"]["16"] == pytest.approx(rope["ppl"]["16"])  # logn: 1 at L
-    assert outcome.trained == ("learned", "rope")
+    assert outcome.trained == ("learned/seed0", "rope/seed0")
 
 
 def test_report_and_plots_are_written(finished):
     out, _ = finished
     report = (out / "report.md").read_text()
-    assert "## The seed notes' claims, checked on this run" in report
+    assert "## Published claims, checked on this run" in report
     assert "ALiBi extrapolates better than RoPE" in report and "not tested" in report
     assert "n/a (past learned table of 16)" in report
-    for name in ("ppl_vs_length.png", "training_curves.png", "entropy_vs_length.png"):
+    assert "## Did every model learn?" in report and "Unigram baseline" in report
+    assert '<a href="report.md">' in (out / "index.html").read_text()
+    for name in ("ppl_vs_length.png", "ppl_ratio.png", "training_curves.png",
+                 "entropy_vs_length.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
         assert f"({name})" in report
 
@@ -88,7 +108,7 @@ def test_rerun_resumes_without_training(finished, corpus_dir):
     out, first = finished
     before = (out / "results.json").read_text()
     again = run_compare(tiny_config(corpus_dir), out, progress=False)
-    assert again.trained == () and set(again.reused) == {"learned", "rope"}
+    assert again.trained == () and set(again.reused) == {"learned/seed0", "rope/seed0"}
     assert json.loads(before)["runs"] == again.results["runs"]
 
 
@@ -130,11 +150,12 @@ def test_resume_after_a_crash_in_training(corpus_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(loop, "train", crash_at_step_3)
     with pytest.raises(RuntimeError, match="simulated"):
         run_compare(cfg, out, progress=False)
-    assert json.loads((out / "runs/rope/state.json").read_text())["step"] == 3
+    assert json.loads((out / "runs/rope/seed0/state.json").read_text())["step"] == 3
     monkeypatch.setattr(loop, "train", real)
     outcome = run_compare(cfg, out, progress=False)
-    assert outcome.trained == ("rope",)
-    log = [json.loads(line) for line in (out / "runs/rope/log.jsonl").read_text().splitlines()]
+    assert outcome.trained == ("rope/seed0",)
+    log = [json.loads(line) for line in
+           (out / "runs/rope/seed0/log.jsonl").read_text().splitlines()]
     steps = [r["step"] for r in log if "loss" in r]
     assert steps == [1, 2, 3, 4, 5, 6]              # resumed at 4, not restarted
 
@@ -173,11 +194,11 @@ def test_cli_compare_refuses_bad_output_dirs(finished, tmp_path, capsys, corpus_
 
 def test_cli_eval_prints_a_table_and_writes_json(finished, capsys):
     out, _ = finished
-    code, text, _ = cli(capsys, "eval", str(out / "runs/rope"), "--lengths", "16,32",
+    code, text, _ = cli(capsys, "eval", str(out / "runs/rope/seed0"), "--lengths", "16,32",
                         "--rope-scaling", "yarn:4", "--entropy", "--task", "copy",
                         "--task-examples", "4")
     assert code == 0 and "perplexity" in text and "exact match" in text
-    saved = json.loads(next((out / "runs/rope").glob("eval-yarn4-*.json")).read_text())
+    saved = json.loads(next((out / "runs/rope/seed0").glob("eval-yarn4-*.json")).read_text())
     assert saved["inference_scaling"] == "yarn:4" and set(saved["ppl"]) == {"16", "32"}
     assert set(saved["task_accuracy"]) == {"16", "32"}
 
@@ -186,7 +207,7 @@ def test_cli_eval_prints_a_table_and_writes_json(finished, capsys):
                                   "rope_scaling_on_learned"])
 def test_cli_eval_bad_input_is_one_line(finished, tmp_path, capsys, case):
     out, _ = finished
-    run = out / "runs/learned"
+    run = out / "runs/learned/seed0"
     argv = ["eval", str(run), "--lengths", "16"]
     expected = {"missing": "does not exist", "not_a_run": "holds no run",
                 "corrupt": "corrupt checkpoint", "past_table": "past the learned position",
@@ -210,3 +231,100 @@ def test_cli_eval_bad_input_is_one_line(finished, tmp_path, capsys, case):
     assert code == 2, err
     assert expected in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert sorted(p.name for p in run.iterdir()) == before           # nothing written
+
+
+def _trained_runs(out):
+    return sorted(str(p.parent.relative_to(out / "runs")) for p in
+                  (out / "runs").glob("*/seed*/state.json"))
+
+
+def test_seeds_are_kept_with_mean_and_spread(corpus_dir, tmp_path):
+    out = tmp_path / "out"
+    cfg = tiny_config(corpus_dir, encodings=("rope",), scalings=(), seeds=2,
+                      entropy_max_len=0, timing_rounds=0)
+    outcome = run_compare(cfg, out, progress=False)
+    assert outcome.trained == ("rope/seed0", "rope/seed1")
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    assert [s["seed"] for s in run["seeds"]] == [0, 1] and run["spread_kind"] == "seeds"
+    for n in ("16", "32", "64"):
+        a, b = (s["ppl"][n] for s in run["seeds"])
+        assert a != b                                   # seeds change data order and init
+        assert run["ppl"][n] == pytest.approx((a + b) / 2)
+        assert run["ppl_spread"][n] == pytest.approx(abs(a - b) / math.sqrt(2))
+    report = (out / "report.md").read_text()
+    assert "standard deviation over 2 seeds" in report and " ± " in report
+
+
+def test_growing_trains_only_what_is_missing(corpus_dir, tmp_path):
+    out = tmp_path / "out"
+    base = tiny_config(corpus_dir, encodings=("rope",), scalings=("logn",),
+                       entropy_max_len=0, timing_rounds=0)
+    run_compare(base, out, progress=False)
+    first = json.loads((out / "results.json").read_text())["runs"]
+    grown = run_compare(replace(base, encodings=("alibi",), seeds=2), out, progress=False)
+    assert grown.trained == ("alibi/seed0", "rope/seed1", "alibi/seed1")
+    assert _trained_runs(out) == ["alibi/seed0", "alibi/seed1", "rope/seed0", "rope/seed1"]
+    res = json.loads((out / "results.json").read_text())
+    assert res["config"]["encodings"] == ["rope", "alibi"] and res["config"]["seeds"] == 2
+    assert [r["label"] for r in res["runs"]] == ["rope", "rope+logn", "alibi"]
+    assert res["runs"][0]["seeds"][0] == first[0]["seeds"][0]       # seed 0 reused as is
+    again = run_compare(replace(base, encodings=("rope", "alibi"), seeds=2), out,
+                        progress=False)
+    assert again.trained == ()
+
+
+def test_an_incomparable_change_is_refused_with_the_reason(corpus_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    base = tiny_config(corpus_dir, encodings=("rope",), scalings=(), entropy_max_len=0,
+                       timing_rounds=0)
+    run_compare(base, out, progress=False)
+    before = (out / "results.json").read_bytes()
+    with pytest.raises(ValueError, match="lr is 0.003 there but 0.001 now"):
+        run_compare(replace(base, lr=1e-3, encodings=("alibi",)), out, progress=False)
+    with pytest.raises(ValueError, match="options of rope"):
+        run_compare(replace(base, pe_options={"rope": {"theta": 500.0}}), out,
+                    progress=False)
+    assert (out / "results.json").read_bytes() == before
+    assert _trained_runs(out) == ["rope/seed0"]
+
+
+def test_cli_plot_redraws_a_comparison(finished, capsys):
+    out, _ = finished
+    png = out / "ppl_vs_length.png"
+    png.unlink()
+    (out / "report.md").write_text("stale")
+    results_before = (out / "results.json").read_bytes()
+    code, text, err = cli(capsys, "plot", str(out))
+    assert code == 0, err
+    assert png.read_bytes()[:4] == b"\x89PNG" and "wrote" in text
+    assert "## Ranking" in (out / "report.md").read_text()
+    assert (out / "results.json").read_bytes() == results_before
+
+
+@pytest.mark.parametrize("case", ["missing", "no_results", "foreign"])
+def test_cli_plot_bad_input_is_one_line(tmp_path, capsys, case):
+    target = tmp_path / "d"
+    if case != "missing":
+        target.mkdir()
+    if case == "foreign":
+        (target / "results.json").write_text(json.dumps({"hello": 1}))
+    code, _, err = cli(capsys, "plot", str(target))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert {"missing": "not a directory", "no_results": "holds no results.json",
+            "foreign": "neither"}[case] in err
+
+
+def test_cli_plot_redraws_an_extension_study(tmp_path, capsys):
+    results = {"model": "tiny", "native_context": 64,
+               "config": {"lengths": [64, 128], "factor": 2.0},
+               "methods": {"none": {"ppl": [{"length": 64, "ppl": 5.0},
+                                            {"length": 128, "ppl": "inf"}]},
+                           "yarn": {"ppl": [{"length": 64, "ppl": 5.1},
+                                            {"length": 128, "ppl": 5.6}],
+                                    "passkey": {"lengths": [64, 128], "depths": [0.0, 0.5],
+                                                "accuracy": [[1.0, 0.5], [1.0, 0.0]]}}}}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    code, text, err = cli(capsys, "plot", str(tmp_path))
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["passkey_yarn.png", "ppl.png"]
+    assert json.loads((tmp_path / "results.json").read_text()) == results

@@ -6,8 +6,12 @@ import argparse
 import time
 
 NAME = "compare"
-HELP = ("train every encoding with the same data, budget and seed, evaluate at L..16L "
+HELP = ("train every encoding with the same data, budget and seeds, evaluate at L..8L "
         "(plus RoPE inference-time scalings), write results.json, report.md and PNG plots")
+
+#: presets run by another function than the perplexity comparison: name -> (help, run(args)).
+#: They share --out, --seeds and --no-progress; e.g. a synthetic-task study registers here.
+OTHER_PRESETS: dict[str, tuple[str, object]] = {}
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -31,9 +35,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..lab.presets import PRESETS
     p.add_argument("--out", required=True, help="output directory (resumed if it holds the "
                    "same comparison)")
-    p.add_argument("--preset", default="default", choices=sorted(PRESETS),
-                   help="default: ~10 min on a 2-core CPU; paper: larger, for a GPU; "
-                        "smoke: seconds")
+    p.add_argument("--preset", default="default", choices=sorted(PRESETS) + sorted(
+                   OTHER_PRESETS), help="default: every encoding, one seed, ~7 min on a 2-core "
+                   "CPU; seeds3: the same with 3 seeds (for conclusions); paper: larger, for "
+                   "a GPU; smoke: seconds" + "".join(f"; {k}: {h}" for k, (h, _) in
+                                                     OTHER_PRESETS.items()))
     p.add_argument("--encodings", type=_name_list, help="comma-separated encodings, e.g. "
                    "nope,learned,sinusoidal,rope,alibi,t5 (see `posenc list`)")
     p.add_argument("--steps", type=int, help="training steps per encoding")
@@ -51,7 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(repeatable; replaces the preset's value)")
     p.add_argument("--data", help="text file or folder (default: the Python standard library)")
     p.add_argument("--tokenizer", help="byte or bpe:N")
-    p.add_argument("--seed", type=int)
+    p.add_argument("--seed", type=int, help="first seed (default 0)")
+    p.add_argument("--seeds", type=int, help="seeds per encoding (seed, seed+1, ...); an "
+                   "existing comparison grows: only missing runs are trained")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a different comparison in --out instead of refusing")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's "
@@ -83,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         import torch
         torch.set_num_threads(args.threads)
+    if args.preset in OTHER_PRESETS:
+        return OTHER_PRESETS[args.preset][1](args)
     scalings = args.scalings
     if scalings is not None and [s.lower() for s in scalings] == ["none"]:
         scalings = ()
@@ -90,13 +100,14 @@ def run(args: argparse.Namespace) -> int:
                  encodings=args.encodings, steps=args.steps,
                  train_len=args.train_len, lengths=args.lengths, scalings=scalings,
                  eval_tokens=args.eval_tokens, stride=args.stride, data=args.data,
-                 tokenizer=args.tokenizer, seed=args.seed)
+                 tokenizer=args.tokenizer, seed=args.seed, seeds=args.seeds)
     start = time.perf_counter()
     outcome = run_compare(cfg, args.out, overwrite=args.overwrite,
                           progress=not args.no_progress)
     minutes = (time.perf_counter() - start) / 60
     print(f"{len(outcome.results['runs'])} runs ({len(outcome.trained)} trained now, "
           f"{len(outcome.reused)} reused) in {minutes:.1f} min")
+    print(f"index:   {outcome.out_dir / 'index.html'}")
     print(f"results: {outcome.out_dir / 'results.json'}")
     print(f"report:  {outcome.report}")
     for path in outcome.plots:

@@ -1,21 +1,21 @@
 """``posenc compare``: train every encoding short, test it long, write results, report, plots.
 
-For each encoding of a :class:`~posenc.lab.presets.CompareConfig`, with the same data,
-budget and seed: train into ``OUT/runs/<encoding>`` (:func:`posenc.train.loop.train`),
-evaluate perplexity at every length (and attention entropy at modest ones) on the held-out
-test split, and for RoPE also evaluate each inference-time scaling on the same weights.
+For each encoding of a :class:`~posenc.lab.presets.CompareConfig` and each of its seeds, with
+the same data and budget: train into ``OUT/runs/<encoding>/seed<k>``
+(:func:`posenc.train.loop.train`), evaluate perplexity at every length on the held-out test
+split keeping every window's loss (for the bootstrap), attention entropy at modest lengths,
+and for RoPE each inference-time scaling on the same weights. Then the unigram baseline, the
+interleaved timing of a training step per encoding, and the report and plots.
 
-Nothing is lost on a crash: ``results.json`` is rewritten atomically after every run (with
-report.md and the PNGs), and a second call with the same configuration resumes: finished
-runs are kept, an interrupted training resumes from its checkpoint. An output directory
-that holds a different comparison (or other files) is refused unless ``overwrite``.
+Nothing is lost on a crash: ``results.json`` is rewritten atomically after every evaluation,
+and a second call resumes: finished (encoding, seed) runs are kept, an interrupted training
+resumes from its checkpoint. A call that adds encodings, seeds or scalings to a directory
+trains only what is missing; one whose settings make the old runs incomparable is refused
+with the reason, unless ``overwrite``.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -26,22 +26,25 @@ from ..encodings import encoding_options
 from ..eval.entropy import entropy_at_lengths
 from ..eval.inference_scaling import (InferenceScaling, accepts_rope_scaling,
                                       apply_inference_scaling)
-from ..eval.lengths import eval_device, perplexity_at_lengths
+from ..eval.lengths import eval_device
 from ..viz.plots import plot_all
-from .claims import label_of
-from .presets import CompareConfig
-from .report import write_report
+from .baseline import baseline_entry
+from .presets import CompareConfig, incomparable_reason, merged
+from .report import write_index, write_report
+from .results import (RESULTS, aggregate, json_safe, label_of, read_results,  # noqa: F401
+                      save_results)
+from .timing import time_training_steps
+from .window_eval import window_losses
 
-RESULTS = "results.json"
-OUTPUTS = ("results.json", "report.md", "ppl_vs_length.png", "training_curves.png",
-           "entropy_vs_length.png")
+OUTPUTS = ("results.json", "report.md", "index.html", "ppl_vs_length.png",
+           "ppl_ratio.png", "training_curves.png", "entropy_vs_length.png")
 #: most points of a training curve kept in results.json
 CURVE_POINTS = 200
 
 
 @dataclass(frozen=True)
 class CompareOutcome:
-    """What a comparison wrote and which runs it trained now or reused."""
+    """What a comparison wrote and which (encoding, seed) runs it trained now or reused."""
 
     out_dir: Path
     results: dict
@@ -52,22 +55,6 @@ class CompareOutcome:
 
 
 # ------------------------------------------------------------------ output directory
-def read_results(out_dir: Path) -> dict | None:
-    """The results.json in ``out_dir``, None if absent; ValueError if unreadable."""
-    path = Path(out_dir) / RESULTS
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is not valid JSON ({err.msg if hasattr(err, 'msg') else err})"
-                         "; pass --overwrite to start the comparison over") from None
-    if not isinstance(data, dict) or not {"config", "corpus", "runs"} <= set(data):
-        raise ValueError(f"{path} is not a posenc comparison (needs config, corpus and runs); "
-                         "pass --overwrite to replace it")
-    return data
-
-
 def check_out_dir(cfg: CompareConfig, out_dir: Path, overwrite: bool) -> dict | None:
     """Refuse an output directory holding something else; return resumable results or None.
 
@@ -80,12 +67,11 @@ def check_out_dir(cfg: CompareConfig, out_dir: Path, overwrite: bool) -> dict | 
         return None
     existing = read_results(out_dir)
     if existing is not None:
-        theirs, ours = existing["config"], cfg.to_dict()
-        if theirs != ours:
-            diff = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
-            raise ValueError(f"{out_dir} holds a different comparison (differs in "
-                             f"{', '.join(diff)}); pass --overwrite to replace it or choose "
-                             "another --out")
+        reason = incomparable_reason(existing["config"], cfg)
+        if reason:
+            raise ValueError(f"{out_dir} holds a different comparison whose runs are not "
+                             f"comparable ({reason}); pass --overwrite to replace it or "
+                             "choose another --out")
         return existing
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ValueError(f"{out_dir} is not empty and holds no comparison ({RESULTS}); choose "
@@ -102,33 +88,15 @@ def clear_outputs(out_dir: Path) -> None:
         (out_dir / name).unlink(missing_ok=True)
 
 
-def json_safe(obj: Any) -> Any:
-    """``obj`` with non-finite floats written as the strings "inf", "-inf" or "nan"."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    return obj
-
-
-def save_results(out_dir: Path, results: dict) -> Path:
-    """Write results.json atomically (temp file + rename)."""
-    path = Path(out_dir) / RESULTS
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(json_safe(results), indent=2, allow_nan=False) + "\n",
-                   encoding="utf-8")
-    os.replace(tmp, path)
-    return path
-
-
 def write_outputs(out_dir: Path, results: dict, plots: bool = True
                   ) -> tuple[Path, list[Path]]:
-    """results.json, then (if ``plots``) the PNGs, then report.md, all from the results."""
+    """results.json, then (if ``plots``) the PNGs, then report.md and index.html."""
     save_results(out_dir, results)
     paths = plot_all(results, out_dir) if plots and results["runs"] else []
-    return write_report(results, out_dir, [p.name for p in paths]), paths
+    names = [p.name for p in paths]
+    report = write_report(results, out_dir, names)
+    write_index(results, out_dir, names)
+    return report, paths
 
 
 # ------------------------------------------------------------------ the plan
@@ -142,8 +110,13 @@ def planned_runs(cfg: CompareConfig) -> list[tuple[str, str | None]]:
     return plan
 
 
-def train_config(cfg: CompareConfig, encoding: str, vocab_size: int):
-    """The TrainConfig of one encoding: identical for all but ``model.pe``."""
+def run_dir_of(encoding: str, seed: int) -> str:
+    """Where one (encoding, seed) run lives, relative to the comparison directory."""
+    return f"runs/{encoding}/seed{seed}"
+
+
+def train_config(cfg: CompareConfig, encoding: str, vocab_size: int, seed: int | None = None):
+    """The TrainConfig of one encoding and seed: identical for all but ``model.pe``."""
     from ..models import LMConfig
     from ..train.config import TrainConfig
     options = cfg.options_for(encoding)
@@ -156,8 +129,9 @@ def train_config(cfg: CompareConfig, encoding: str, vocab_size: int):
     return TrainConfig(model=model, data=cfg.data, tokenizer=cfg.tokenizer,
                        train_len=cfg.train_len, batch_size=cfg.batch_size, steps=cfg.steps,
                        lr=cfg.lr, warmup_steps=cfg.warmup_steps,
-                       weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip, seed=cfg.seed,
-                       bf16=cfg.bf16, eval_every=0, checkpoint_every=max(1, cfg.steps // 4))
+                       weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
+                       seed=cfg.seed if seed is None else seed, bf16=cfg.bf16, eval_every=0,
+                       checkpoint_every=max(1, cfg.steps // 4))
 
 
 def _check_encoding(cfg: CompareConfig, encoding: str) -> None:
@@ -174,9 +148,10 @@ class _Progress:
     def __init__(self, cfg: CompareConfig, enabled: bool) -> None:
         from tqdm.auto import tqdm
         self.eval_unit = max(1, round(cfg.eval_tokens / (3 * cfg.batch_size * cfg.train_len)))
-        n_eval = len(planned_runs(cfg)) * len(cfg.eval_lengths)
-        self.bar = tqdm(total=len(cfg.encodings) * cfg.steps + n_eval * self.eval_unit,
-                        disable=not enabled, desc="compare", dynamic_ncols=True,
+        per_seed = len(cfg.encodings) * cfg.steps + len(planned_runs(cfg)) * len(
+            cfg.eval_lengths) * self.eval_unit
+        self.bar = tqdm(total=per_seed * cfg.seeds, disable=not enabled, desc="compare",
+                        dynamic_ncols=True,
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}"
                                    " {postfix}")
 
@@ -203,7 +178,7 @@ def _finished(run_dir: Path, steps: int):
 
 
 def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, vocab_size: int,
-                   progress: _Progress) -> tuple[Any, bool]:
+                   progress: _Progress, seed: int | None = None) -> tuple[Any, bool]:
     """Train, resume or reuse one encoding's run; return (LoadedRun, trained now)."""
     from ..train.checkpoint import load_run
     from ..train.loop import train
@@ -217,7 +192,7 @@ def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, vocab_size:
         progress.update(step - counted[0])     # the first call also counts resumed steps
         counted[0] = step
 
-    train(train_config(cfg, encoding, vocab_size), run_dir, resume=True, progress=False,
+    train(train_config(cfg, encoding, vocab_size, seed), run_dir, resume=True, progress=False,
           on_step=on_step)
     progress.update(max(0, cfg.steps - counted[0]))
     return load_run(run_dir, eval_device()), True
@@ -234,38 +209,36 @@ def _curve(log: list[dict]) -> list[list[float]]:
 
 
 def evaluate_run(cfg: CompareConfig, loaded, test_tokens, encoding: str, scaling: str | None,
-                 progress: _Progress) -> dict:
-    """One results.json run entry: perplexity (and entropy) against length."""
+                 progress: _Progress, run_dir: str | None = None) -> dict:
+    """One seed's entry of a run: perplexity per length with every window's loss, entropy."""
     model = loaded.model
     tokens_per_step = cfg.batch_size * cfg.train_len
     if scaling is not None:
         model = apply_inference_scaling(model, InferenceScaling.parse(scaling), cfg.train_len)
     start = time.perf_counter()
-    ppl = perplexity_at_lengths(model, test_tokens, cfg.eval_lengths, stride=cfg.stride,
-                                max_tokens=cfg.eval_tokens, errors="note",
-                                progress=lambda n: progress.update(n * progress.eval_unit))
+    scored = window_losses(model, test_tokens, cfg.eval_lengths, stride=cfg.stride,
+                           max_tokens=cfg.eval_tokens,
+                           progress=lambda n: progress.update(n * progress.eval_unit))
     entropy = None
     if cfg.entropy_lengths:
         entropy = {str(e.length): e.to_dict() if e.note is None else e.note
                    for e in entropy_at_lengths(model, test_tokens, cfg.entropy_lengths,
                                                n_windows=cfg.entropy_windows, errors="note")}
     return {
-        "encoding": encoding,
-        "options": dict(loaded.train_config.model.pe_options),
-        "train_len": cfg.train_len,
+        "seed": loaded.train_config.seed,
         "steps": loaded.steps,
         "train_tokens_per_s": loaded.tokens_per_s,
-        "ppl": {str(r.length): r.value for r in ppl},
-        "inference_scaling": scaling,
-        "label": encoding + (f"+{scaling}" if scaling else ""),
+        "ppl": {str(w.length): w.ppl for w in scored},
+        "ppl_tokens": {str(w.length): w.n_tokens for w in scored},
+        "window_nll": {str(w.length): [round(x, 5) for x in w.nll] for w in scored},
+        "window_tokens": {str(w.length): list(w.tokens) for w in scored},
         "final_loss": _final_loss(loaded.log),
-        "params": sum(p.numel() for p in loaded.model.parameters()),
-        "ppl_tokens": {str(r.length): r.n_tokens for r in ppl},
+        "curve": _curve(loaded.log) if scaling is None else None,
         "entropy": entropy,
         "seconds": {"eval": round(time.perf_counter() - start, 2),
                     "train": round(loaded.steps * tokens_per_step / loaded.tokens_per_s, 2)
                     if loaded.tokens_per_s else None},
-        "run_dir": f"runs/{encoding}",
+        "run_dir": run_dir or f"runs/{encoding}",
     }
 
 
@@ -274,15 +247,57 @@ def _final_loss(log: list[dict]) -> float | None:
     return curve[-1][1] if curve else None
 
 
+def _head(cfg: CompareConfig, loaded, encoding: str, scaling: str | None) -> dict:
+    return {"encoding": encoding, "inference_scaling": scaling,
+            "label": encoding + (f"+{scaling}" if scaling else ""),
+            "options": dict(loaded.train_config.model.pe_options), "train_len": cfg.train_len,
+            "steps": loaded.steps, "params": sum(p.numel() for p in loaded.model.parameters())}
+
+
+def add_seed(results: dict, cfg: CompareConfig, head: dict, entry: dict) -> None:
+    """Put one seed's entry into its run (created if new), re-aggregate, keep plan order."""
+    label = head["label"]
+    runs = results["runs"]
+    old = next((r for r in runs if label_of(r) == label), None)
+    seeds = [s for s in (old or {}).get("seeds", []) if s["seed"] != entry["seed"]] + [entry]
+    run = aggregate(json_safe(seeds), head, blocked=cfg.stride is None)
+    if old is None:
+        runs.append(run)
+    else:
+        runs[runs.index(old)] = run
+    order = {enc + (f"+{s}" if s else ""): i for i, (enc, s) in enumerate(planned_runs(cfg))}
+    runs.sort(key=lambda r: order.get(label_of(r), len(order)))
+
+
+def _done(results: dict) -> set[tuple[str, int]]:
+    return {(label_of(r), s["seed"]) for r in results["runs"] for s in r.get("seeds", [])}
+
+
+def _measure_timing(cfg: CompareConfig, results: dict, vocab_size: int,
+                    bar: _Progress) -> None:
+    """Interleaved step timing of every encoding, unless results hold it for these ones."""
+    timing = results.get("timing") or {}
+    if not cfg.timing_rounds or (set(timing.get("step_seconds", {})) == set(cfg.encodings)
+                                 and timing.get("rounds") == cfg.timing_rounds):
+        return
+    from ..models import TransformerLM
+    bar.stage("timing a training step per encoding")
+    results["timing"] = time_training_steps(
+        lambda enc: TransformerLM(train_config(cfg, enc, vocab_size).model),
+        cfg.encodings, cfg.batch_size, cfg.train_len, vocab_size, cfg.timing_rounds)
+
+
 # ------------------------------------------------------------------ the job
 def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
                 progress: bool = True) -> CompareOutcome:
-    """Run (or resume) the comparison ``cfg`` into ``out_dir``; see the module docstring."""
+    """Run, resume or grow the comparison ``cfg`` in ``out_dir``; see the module docstring."""
     from ..data.cache import default_cache_dir, token_stream
     from ..data.corpora import load_corpus
     from ..data.tokenizer import build_tokenizer
     out_dir = Path(out_dir)
     existing = check_out_dir(cfg, out_dir, overwrite)
+    if existing is not None:
+        cfg = merged(existing["config"], cfg)
     for encoding in cfg.encodings:            # every run's config is valid before we start
         _check_encoding(cfg, encoding)
     corpus = load_corpus(cfg.data)
@@ -303,32 +318,39 @@ def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
         clear_outputs(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = existing or {"config": cfg.to_dict(), "corpus": corpus.info(), "runs": []}
-    done = {label_of(r) for r in results["runs"]}
+    results["config"] = cfg.to_dict()
+    if "baseline" not in results:
+        results["baseline"] = baseline_entry(token_stream(corpus, tokenizer, "train", cache_dir),
+                                             test_tokens, tokenizer.vocab_size,
+                                             cfg.eval_tokens)
+    done = _done(results)
     save_results(out_dir, results)
     bar = _Progress(cfg, progress)
     trained, reused = [], []
     try:
-        for encoding in cfg.encodings:
-            plan = [s for e, s in planned_runs(cfg) if e == encoding]
-            todo = [s for s in plan if label_of({"encoding": encoding,
-                                                 "inference_scaling": s}) not in done]
-            if not todo:
-                bar.update(cfg.steps + len(plan) * len(cfg.eval_lengths) * bar.eval_unit)
-                reused.append(encoding)
-                continue
-            bar.update((len(plan) - len(todo)) * len(cfg.eval_lengths) * bar.eval_unit)
-            bar.stage(f"train {encoding}")
-            loaded, did_train = ensure_trained(cfg, encoding, out_dir / "runs" / encoding,
-                                               tokenizer.vocab_size, bar)
-            (trained if did_train else reused).append(encoding)
-            for scaling in todo:
-                label = encoding + (f"+{scaling}" if scaling else "")
-                bar.stage(f"eval {label}")
-                entry = evaluate_run(cfg, loaded, test_tokens, encoding, scaling, bar)
-                if scaling is None:
-                    entry["curve"] = _curve(loaded.log)
-                results["runs"].append(entry)
-                write_outputs(out_dir, results, plots=False)   # plots once, at the end
+        for seed in cfg.seed_list:
+            for encoding in cfg.encodings:
+                plan = [s for e, s in planned_runs(cfg) if e == encoding]
+                todo = [s for s in plan if (encoding + (f"+{s}" if s else ""), seed) not in done]
+                name = f"{encoding}/seed{seed}"
+                if not todo:
+                    bar.update(cfg.steps + len(plan) * len(cfg.eval_lengths) * bar.eval_unit)
+                    reused.append(name)
+                    continue
+                bar.update((len(plan) - len(todo)) * len(cfg.eval_lengths) * bar.eval_unit)
+                bar.stage(f"train {name}")
+                where = run_dir_of(encoding, seed)
+                loaded, did_train = ensure_trained(cfg, encoding, out_dir / where,
+                                                   tokenizer.vocab_size, bar, seed)
+                (trained if did_train else reused).append(name)
+                for scaling in todo:
+                    bar.stage(f"eval {encoding + (f'+{scaling}' if scaling else '')} "
+                              f"seed {seed}")
+                    entry = evaluate_run(cfg, loaded, test_tokens, encoding, scaling, bar,
+                                         run_dir=where)
+                    add_seed(results, cfg, _head(cfg, loaded, encoding, scaling), entry)
+                    write_outputs(out_dir, results, plots=False)   # plots once, at the end
+        _measure_timing(cfg, results, tokenizer.vocab_size, bar)
         report, plots = write_outputs(out_dir, results)
     finally:
         bar.close()

@@ -1,18 +1,24 @@
-"""report.md for a comparison: perplexity tables, the ranking, the seed notes' claims checked
-against this run's numbers, and a qualitative comparison with the ALiBi paper.
+"""report.md and index.html for a comparison: whether each model learned, perplexity tables
+(mean ± spread), the ranking with ties, published claims checked against this run's numbers,
+a comparison with the ALiBi paper, entropy, and training cost.
 
 Everything is computed from the ``results.json`` dict, so a report can be rebuilt at any time
-(``write_report``) and a partial comparison gives a partial report.
+(``write_report``, ``posenc plot``) and a partial comparison gives a partial report.
 """
 
 from __future__ import annotations
 
+import html
 import math
 import os
 from pathlib import Path
 
 from ..eval.inference_scaling import accepts_rope_scaling
-from .claims import TOLERANCE, Runs, check_claims, fmt, label_of
+from .baseline import LEARNED_FRACTION
+from .claims import PRESS, TOLERANCE, check_claims
+from .evidence import Runs, fmt, fmt_est
+from .results import label_of
+from .stats import BOOTSTRAP_REPLICATES, tie_groups
 
 #: best-extrapolating first, as in the ALiBi paper (Press et al., 2022), Fig. 1 / Table 2
 ALIBI_PAPER_ORDER = ("alibi", "t5", "rope", "sinusoidal")
@@ -26,12 +32,6 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
-def _cell(value) -> str:
-    if isinstance(value, str):
-        return "inf" if value == "inf" else "n/a"
-    return fmt(value)
-
-
 def behaviour(ratio: float | None, note: str | None) -> str:
     """A word for a perplexity ratio ppl(n)/ppl(L)."""
     if note:
@@ -43,28 +43,65 @@ def behaviour(ratio: float | None, note: str | None) -> str:
     return "degrades" if ratio <= BLOW_UP else "blows up"
 
 
-def ppl_section(r: Runs, runs: list[dict]) -> list[str]:
+def noise_text(results: dict) -> str:
+    """How this comparison's spreads were measured, in one sentence."""
+    seeds = int(results.get("config", {}).get("seeds", 1))
+    if seeds >= 2:
+        return (f"± is the standard deviation over {seeds} seeds (each seed sets data order "
+                "and initialisation)")
+    return ("one seed: ± is the standard deviation of a bootstrap over the evaluation text "
+            f"({BOOTSTRAP_REPLICATES} resamples of blocks of the longest length, the same "
+            "blocks at every length and for every run, so ratios and differences between "
+            "runs are paired: two runs differ when their difference exceeds the spread of "
+            "the paired differences), evaluation noise only, not seed-to-seed variation")
+
+
+def _ppl_cell(r: Runs, label: str, n: int) -> str:
+    note = r.note(label, n)
+    if note:
+        return "n/a"
+    return fmt_est(r.ppl_est(label, n)) if r.ppl(label, n) is not None else ""
+
+
+def learned_section(r: Runs, runs: list[dict]) -> list[str]:
+    if r.unigram is None:
+        return []
+    rows = []
+    for run in runs:
+        if run.get("inference_scaling"):
+            continue
+        label = label_of(run)
+        ok = r.learned(label)
+        ppl = r.ppl(label, r.train_len)
+        rows.append([label, _ppl_cell(r, label, r.train_len),
+                     fmt(ppl / r.unigram) if ppl is not None else "n/a",
+                     "yes" if ok else ("**no**" if ok is False else "n/a")])
+    return ["## Did every model learn?", "",
+            f"Unigram baseline (token frequencies of the training split, no context): "
+            f"perplexity {fmt(r.unigram)} on the same held-out tokens. A run has learned when "
+            f"its perplexity at L = {r.train_len} is at most {LEARNED_FRACTION:g} x the "
+            "baseline; no claim is decided from a run that has not.", ""] + _table(
+        ["encoding", f"ppl@{r.train_len}", "ppl / unigram", "learned"], rows)
+
+
+def ppl_section(r: Runs, runs: list[dict], results: dict) -> list[str]:
     lengths = r.lengths
     header = ["run"] + [f"{n}{' (L)' if n == r.train_len else ''}" for n in lengths]
     rows, notes = [], {}
     for run in runs:
         label = label_of(run)
-        row = [label]
+        rows.append([label] + [_ppl_cell(r, label, n) for n in lengths])
         for n in lengths:
-            value = run.get("ppl", {}).get(str(n))
-            row.append(_cell(value) if value is not None else "")
-            if isinstance(value, str) and value != "inf":
-                notes[label] = value
-        rows.append(row)
+            if r.note(label, n):
+                notes[label] = r.note(label, n)
     out = ["## Perplexity against evaluation length", "",
-           f"Held-out test split, {_windows_text(r)}; lower is better.", ""]
+           f"Held-out test split, {_windows_text(r)}; lower is better; {noise_text(results)}.",
+           ""]
     out += _table(header, rows)
     for label, note in notes.items():
         out += ["", f"- {label}: {note}"]
-    ratio_rows = []
-    for run in runs:
-        label = label_of(run)
-        ratio_rows.append([label] + [fmt(r.ratio(label, n)) for n in lengths])
+    ratio_rows = [[label_of(run)] + [fmt_est(r.ratio_est(label_of(run), n)) for n in lengths]
+                  for run in runs]
     out += ["", f"Ratio to the run's own perplexity at L = {r.train_len} (1.00 = no loss from "
             "longer inputs; below 1 = the extra context helps):", ""]
     out += _table(["run"] + [str(n) for n in lengths], ratio_rows)
@@ -87,31 +124,48 @@ def ranking_section(r: Runs, runs: list[dict]) -> list[str]:
         value = r.ppl(label_of(run), longest)
         return (0, value) if value is not None and math.isfinite(value) else (1, math.inf)
 
+    ranked = sorted(runs, key=key)
+    measured = [run for run in ranked if key(run)[0] == 0]
+    groups = tie_groups([r.ppl_est(label_of(run), longest) for run in measured])
+    sizes = {g: groups.count(g) for g in groups}
     rows = []
-    for rank, run in enumerate(sorted(runs, key=key), 1):
+    for i, run in enumerate(ranked):
         label = label_of(run)
+        if i < len(measured):
+            group = groups[i]
+            first = groups.index(group) + 1
+            rank = f"{first}=" if sizes[group] > 1 else str(first)
+        else:
+            rank = "-"
         ratios = [x for x in (r.ratio(label, n) for n in longer) if x is not None]
         mean_ratio = sum(ratios) / len(ratios) if ratios and len(ratios) == len(longer) \
             else None
-        rows.append([str(rank), label, fmt(r.ppl(label, longest)),
-                     fmt(r.ratio(label, longest)), fmt(mean_ratio),
-                     fmt(r.ppl(label, r.train_len))])
+        rows.append([rank, label, _ppl_cell(r, label, longest),
+                     fmt_est(r.ratio_est(label, longest)), fmt(mean_ratio),
+                     _ppl_cell(r, label, r.train_len)
+                     + ("" if r.learned(label) is not False else " (not learned)")])
     out = ["## Ranking", "",
            f"By perplexity at the longest length ({longest}); runs that cannot run there come "
-           f"last. Mean ratio = mean of ppl(n)/ppl({r.train_len}) over n > {r.train_len}.", ""]
+           f"last. A rank with `=` is shared by runs that do not differ beyond noise at "
+           f"{longest} from some other run of the group: a tie. Mean ratio = mean of "
+           f"ppl(n)/ppl({r.train_len}) over n > {r.train_len}.", ""]
     return out + _table(["rank", "run", f"ppl@{longest}", f"ratio@{longest}", "mean ratio",
                          f"ppl@{r.train_len}"], rows)
 
 
 def claims_section(results: dict, r: Runs) -> list[str]:
-    out = ["## The seed notes' claims, checked on this run", "",
+    out = ["## Published claims, checked on this run", "",
            f"P = {r.probe} (8L if evaluated, else the longest length), L = {r.train_len}; "
            f"\"near\" = within {round((TOLERANCE - 1) * 100)} % of the training-length "
-           "perplexity. One small model, one seed: a verdict says what THIS run shows, not "
-           "what is true in general.", ""]
+           "perplexity. A claim is decided (supported / not supported) only when the numbers "
+           "differ beyond noise, else it is inconclusive. With seeds: their mean ± spread "
+           f"intervals do not overlap. Here {noise_text(results)}. Speed claims use interleaved step timing. Small "
+           "models: a verdict says what THIS comparison shows, not what is true in general.",
+           ""]
     verdicts = check_claims(results)
-    out += _table(["#", "claim", "this run"],
-                  [[str(i), v.claim, f"**{v.verdict}**"] for i, v in enumerate(verdicts, 1)])
+    out += _table(["#", "claim", "source", "this run"],
+                  [[str(i), v.claim, v.source, f"**{v.verdict}**"]
+                   for i, v in enumerate(verdicts, 1)])
     out.append("")
     for i, v in enumerate(verdicts, 1):
         out += [f"{i}. **{v.claim}** ({v.source}): {v.verdict}.",
@@ -122,7 +176,7 @@ def claims_section(results: dict, r: Runs) -> list[str]:
 def paper_section(r: Runs) -> list[str]:
     present = [e for e in ALIBI_PAPER_ORDER if r.ppl(e, r.probe) is not None]
     out = ["## Compared with the ALiBi paper", "",
-           "Press et al. (2022), Figure 1 and the exact numbers in their appendix Table 2 "
+           f"{PRESS}, Figure 1 and the exact numbers in their appendix Table 2 "
            "(WikiText-103, L = 512): sinusoidal degrades fastest past L, rotary degrades, T5 "
            "bias degrades slowly, ALiBi does not degrade; best-extrapolating first: "
            + " > ".join(PAPER_NAMES[e] for e in ALIBI_PAPER_ORDER) + ".", ""]
@@ -132,7 +186,7 @@ def paper_section(r: Runs) -> list[str]:
     pairs = [(a, b) for i, a in enumerate(present) for b in present[i + 1:]]
     agree = sum(ours.index(a) < ours.index(b) for a, b in pairs)
     out += [f"This run, by ratio ppl({r.probe})/ppl({r.train_len}): "
-            + " > ".join(f"{PAPER_NAMES[e]} ({fmt(r.ratio(e, r.probe))})" for e in ours)
+            + " > ".join(f"{PAPER_NAMES[e]} ({fmt_est(r.ratio_est(e, r.probe))})" for e in ours)
             + f". {agree} of {len(pairs)} pairs are ordered as in the paper"
             + (" (the same ordering)." if agree == len(pairs) else "."), ""]
     for name in ("alibi", "t5", "rope", "sinusoidal", "learned", "nope"):
@@ -147,10 +201,8 @@ def entropy_section(r: Runs, runs: list[dict]) -> list[str]:
     lengths = sorted({int(n) for run in runs for n in (run.get("entropy") or {})})
     if not lengths:
         return []
-    rows = []
-    for run in runs:
-        label = label_of(run)
-        rows.append([label] + [fmt(r.entropy_tail(label, n)) for n in lengths])
+    rows = [[label_of(run)] + [fmt_est(r.entropy_est(label_of(run), n)) for n in lengths]
+            for run in runs]
     uniform = []
     for n in lengths:
         u = next((e[str(n)].get("uniform_tail") for e in
@@ -160,24 +212,35 @@ def entropy_section(r: Runs, runs: list[dict]) -> list[str]:
     rows.append(["uniform attention"] + uniform)
     return ["## Attention entropy against length", "",
             "Mean entropy (nats) of the attention of the last quarter of query positions "
-            "(those that see the most keys), over layers, heads and windows; eager backend.",
+            "(those that see the most keys), over layers, heads and windows; eager backend; "
+            "± over seeds (? with one seed: no noise estimate).",
             ""] + _table(["run"] + [str(n) for n in lengths], rows)
 
 
-def training_section(runs: list[dict]) -> list[str]:
+def training_section(r: Runs, runs: list[dict]) -> list[str]:
+    timing = r.results.get("timing") or {}
     rows = []
     for run in runs:
         if run.get("inference_scaling"):
             continue
-        tps = run.get("train_tokens_per_s")
-        secs = (run.get("seconds") or {}).get("train")
-        rows.append([run["encoding"], str(run.get("steps")),
-                     f"{tps:,.0f}" if isinstance(tps, (int, float)) else "n/a",
-                     fmt(run.get("final_loss")), f"{secs:.0f}" if secs is not None else "n/a"])
+        secs = [(s.get("seconds") or {}).get("train") for s in run.get("seeds") or [run]]
+        secs = [s for s in secs if isinstance(s, (int, float))]
+        step = (timing.get("step_seconds") or {}).get(run["encoding"])
+        rel = r.step_time(run["encoding"])
+        rows.append([run["encoding"], str(run.get("steps")), fmt(run.get("final_loss")),
+                     f"{sum(secs) / len(secs):.0f}" if secs else "n/a",
+                     f"{1000 * sorted(step)[len(step) // 2]:.0f}" if step else "n/a",
+                     fmt_est(rel)])
     if not rows:
         return []
-    return ["## Training", "", "Same data, steps, batch, seed and model for every encoding.",
-            ""] + _table(["encoding", "steps", "tokens/s", "final loss", "seconds"], rows)
+    return ["## Training and cost", "",
+            "Same data, steps, batch and model for every encoding. Seconds: one training run "
+            "(mean over seeds; wall time, so it includes whatever else the machine did). Step "
+            f"ms: median of {timing.get('rounds', 0)} interleaved timing rounds of one "
+            "training step (forward, backward, AdamW); relative: step time / the round's "
+            "median over encodings, mean ± spread over rounds.", ""] + _table(
+        ["encoding", "steps", "final loss", "train seconds", "step ms", "relative step time"],
+        rows)
 
 
 def render_report(results: dict, plots: list[str] | None = None) -> str:
@@ -185,11 +248,14 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
     r = Runs(results)
     runs = results.get("runs", [])
     c, corpus = results.get("config", {}), results.get("corpus", {})
+    seeds = int(c.get("seeds", 1))
+    first = int(c.get("seed", 0))
     out = ["# Train short, test long: positional encodings compared", "",
            f"Preset `{c.get('preset')}`: encodings {', '.join(c.get('encodings', []))}; "
            f"trained at L = {r.train_len} for {c.get('steps')} steps of {c.get('batch_size')} "
            f"sequences; model d_model={c.get('d_model')}, n_layers={c.get('n_layers')}, "
-           f"n_heads={c.get('n_heads')}; tokenizer `{c.get('tokenizer')}`; seed {c.get('seed')}.",
+           f"n_heads={c.get('n_heads')}; tokenizer `{c.get('tokenizer')}`; "
+           + (f"seeds {first}..{first + seeds - 1}." if seeds > 1 else f"seed {first}."),
            f"Corpus `{corpus.get('name')}` (Python {corpus.get('python_version')}, sha256 "
            f"{str(corpus.get('sha256', ''))[:16]}...). RoPE inference-time scalings: "
            f"{', '.join(c.get('scalings', [])) or 'none'}."]
@@ -200,15 +266,17 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
             f"{e} " + ", ".join(f"{k}={v}" for k, v in o.items()) for e, o in options.items())
             + " (the rest at their defaults).")
     out.append("")
-    expected = sum(1 + (len(c.get("scalings", [])) if accepts_rope_scaling(e) else 0)
-                   for e in c.get("encodings", []))
-    if len(runs) < expected:
-        out += [f"**Partial report: {len(runs)} of {expected} runs finished.**", ""]
+    expected = seeds * sum(1 + (len(c.get("scalings", [])) if accepts_rope_scaling(e) else 0)
+                           for e in c.get("encodings", []))
+    finished = sum(len(run.get("seeds") or [run]) for run in runs)
+    if finished < expected:
+        out += [f"**Partial report: {finished} of {expected} runs finished.**", ""]
     if not runs:
         return "\n".join(out) + "\n"
-    out += ppl_section(r, runs) + [""] + ranking_section(r, runs) + [""]
+    out += learned_section(r, runs) + [""]
+    out += ppl_section(r, runs, results) + [""] + ranking_section(r, runs) + [""]
     out += claims_section(results, r) + [""] + paper_section(r) + [""]
-    for section in (entropy_section(r, runs), training_section(runs)):
+    for section in (entropy_section(r, runs), training_section(r, runs)):
         if section:
             out += section + [""]
     if plots:
@@ -216,10 +284,49 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
     return "\n".join(out)
 
 
-def write_report(results: dict, out_dir: Path, plots: list[str] | None = None) -> Path:
-    """Write ``out_dir/report.md`` atomically and return its path."""
-    path = Path(out_dir) / "report.md"
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(render_report(results, plots), encoding="utf-8")
+def _atomic_write(path: Path, text: str) -> Path:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def write_report(results: dict, out_dir: Path, plots: list[str] | None = None) -> Path:
+    """Write ``out_dir/report.md`` atomically and return its path."""
+    return _atomic_write(Path(out_dir) / "report.md", render_report(results, plots))
+
+
+#: other pages of a comparison directory linked from its index.html: (title, relative href),
+#: shown only when the target exists (an atlas written next to the report belongs here)
+INDEX_LINKS: tuple[tuple[str, str], ...] = ()
+
+
+def render_index(results: dict, plots: list[str], links: tuple[tuple[str, str], ...] = ()
+                 ) -> str:
+    """A self-contained index.html: the report, each figure with its caption, and ``links``
+    (title, relative href) to other pages of the comparison (e.g. an atlas)."""
+    from ..viz.plots import CAPTIONS
+    c = results.get("config", {})
+    esc = html.escape
+    items = ['<li><a href="report.md">report.md</a>: tables, ranking, claims</li>',
+             '<li><a href="results.json">results.json</a>: every number</li>']
+    items += [f'<li><a href="{esc(href)}">{esc(title)}</a></li>' for title, href in links]
+    figures = [f'<figure><img src="{esc(p)}" alt="{esc(Path(p).stem)}" style="max-width:100%">'
+               f"<figcaption>{esc(CAPTIONS.get(Path(p).name, ''))}</figcaption></figure>"
+               for p in plots]
+    return "\n".join([
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<title>posenc compare</title></head><body>",
+        "<h1>Train short, test long: positional encodings compared</h1>",
+        f"<p>Preset <code>{esc(str(c.get('preset')))}</code>, {len(c.get('encodings', []))} "
+        f"encodings, L = {esc(str(c.get('train_len')))}, {esc(str(c.get('seeds', 1)))} "
+        "seed(s).</p>", "<ul>", *items, "</ul>", *figures, "</body></html>", ""])
+
+
+def write_index(results: dict, out_dir: Path, plots: list[str],
+                links: tuple[tuple[str, str], ...] | None = None) -> Path:
+    """Write ``out_dir/index.html`` atomically and return its path; ``links`` None: those of
+    ``INDEX_LINKS`` whose target exists in ``out_dir``."""
+    if links is None:
+        links = tuple((t, h) for t, h in INDEX_LINKS if (Path(out_dir) / h).exists())
+    return _atomic_write(Path(out_dir) / "index.html", render_index(results, plots, links))

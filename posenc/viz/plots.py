@@ -1,11 +1,18 @@
 """PNG plots of a comparison (matplotlib, Agg backend: no display needed).
 
-- ``ppl_vs_length.png``: perplexity against evaluation length, one line per run (trained
-  encodings solid, RoPE inference-time scalings dashed), the training length marked;
-- ``training_curves.png``: training loss against step, one line per encoding;
+Runs are drawn in small multiples, one panel per encoding family (absolute, rotary, bias,
+relative; NoPE, the no-position reference, in every family panel as a grey line) plus one
+panel per rotary encoding with its inference-time scalings, so no panel holds more than
+about nine lines.
+Shaded bands are mean ± spread (seed-to-seed standard deviation, or with one seed the
+bootstrap over evaluation windows).
+
+- ``ppl_vs_length.png``: perplexity against evaluation length;
+- ``ppl_ratio.png``: ppl(P)/ppl(L) at the probe length for every run, sorted, with error bars;
+- ``training_curves.png``: training loss against step;
 - ``entropy_vs_length.png``: attention entropy against length, with uniform attention.
 
-Each function takes the ``results.json`` dict and an output path and returns the path.
+``draw_*`` return the matplotlib Figure (tests read the data drawn); ``plot_*`` save it.
 """
 
 from __future__ import annotations
@@ -13,11 +20,27 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
+from .axes import coinciding, integer_x, length_axis, log_axis, panel_styles, plt
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
+FAMILY_TITLES = {"absolute": "absolute positions", "rotary": "rotary", "bias": "distance biases",
+                 "relative": "relative (content-position)", "none": "no positions"}
+REFERENCE = "nope"
+#: the perplexity axis stops at this multiple of the median training-length perplexity;
+#: points above it are drawn at the edge as arrows labelled with their value
+PPL_AXIS_CAP = 30.0
+CAPTIONS = {
+    "ppl_vs_length.png": "Perplexity on held-out text against evaluation length, one panel "
+    "per encoding family (NoPE in grey in each) and one per rotary encoding with its "
+    "inference-time scalings; shaded: mean ± spread (one seed: bootstrap over the text, "
+    "which every run shares, so the report compares runs by paired differences); x: the "
+    "last length a learned table serves; arrows: values above the axis.",
+    "ppl_ratio.png": "How much each run degrades at the probe length: ppl(P)/ppl(L), error "
+    "bars mean ± spread; 1 = no loss, dotted line = 10 % worse.",
+    "training_curves.png": "Training loss against step per encoding family; bold: moving "
+    "average of the mean over seeds, shaded: range over seeds.",
+    "entropy_vs_length.png": "Attention entropy of the last quarter of queries against "
+    "length; dotted: uniform attention.",
+}
 
 
 def _label(run: dict) -> str:
@@ -25,36 +48,42 @@ def _label(run: dict) -> str:
     return run["encoding"] + (f" + {scaling}" if scaling else "")
 
 
-def _styles(runs: list[dict]) -> dict[str, dict]:
-    """Trained encodings: solid lines in tab10 colours. Inference-time scalings: dashed lines
-    with square markers in colours of their own, so the two groups never share a colour."""
-    base = plt.get_cmap("tab10").colors
-    scaled = [plt.get_cmap("Dark2").colors[i] for i in (0, 1, 2, 3, 5, 6, 4, 7)]
-    styles, i, j = {}, 0, 0
-    for run in runs:
-        label = _label(run)
-        if run.get("inference_scaling"):
-            styles[label] = {"color": scaled[j % len(scaled)], "linestyle": "--",
-                             "marker": "s", "linewidth": 1.8, "markersize": 5}
-            j += 1
-        else:
-            styles[label] = {"color": base[i % len(base)], "linestyle": "-", "marker": "o",
-                             "linewidth": 2.2, "markersize": 6}
-            i += 1
-    return styles
+def _family(encoding: str) -> str:
+    from ..encodings import encoding_class
+    try:
+        return encoding_class(encoding).family
+    except (KeyError, ValueError):
+        return "none"
 
 
-def _length_axis(ax, lengths: list[int], train_len: int | None) -> None:
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(FixedLocator(lengths))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xticklabels([f"{n}\n(L)" if n == train_len else
-                        (f"{n}\n({n // train_len}L)" if train_len and n % train_len == 0
-                         else str(n)) for n in lengths])
-    if train_len:
-        ax.axvline(train_len, color="grey", linestyle=":", linewidth=1)
-    ax.set_xlabel("evaluation length (tokens)")
-    ax.grid(True, which="major", alpha=0.3)
+def panels(runs: list[dict]) -> list[tuple[str, list[dict]]]:
+    """(title, runs) per panel: each family present, then RoPE-family scalings if any."""
+    trained = [r for r in runs if not r.get("inference_scaling")]
+    ref = [r for r in trained if r["encoding"] == REFERENCE]
+    out = []
+    for family in ("absolute", "rotary", "bias", "relative"):
+        members = [r for r in trained if _family(r["encoding"]) == family]
+        if members:
+            out.append((FAMILY_TITLES[family], ref + members))
+    scaled = [r for r in runs if r.get("inference_scaling")]
+    for base in dict.fromkeys(r["encoding"] for r in scaled):    # one panel per base
+        out.append((f"{base} + inference-time scaling (no retraining)",
+                    [r for r in trained if r["encoding"] == base]
+                    + [r for r in scaled if r["encoding"] == base]))
+    if not out and trained:
+        out.append(("each encoding", trained))
+    return out
+
+
+def _grid(n: int, width: float = 5.6, height: float = 4.6):
+    cols = min(3, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows + 0.6),
+                             dpi=100, squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
 
 
 def _number(value) -> float | None:
@@ -63,114 +92,161 @@ def _number(value) -> float | None:
     return None
 
 
-#: the perplexity axis stops at this multiple of the median training-length perplexity;
-#: lines above it are drawn to the edge and labelled with their value
-PPL_AXIS_CAP = 30.0
+def ppl_points(run: dict) -> list[tuple[int, float, float]]:
+    """(length, mean, spread) for every finite perplexity of a run, by length."""
+    spread = run.get("ppl_spread") or {}
+    pts = []
+    for n, v in run.get("ppl", {}).items():
+        if _number(v) is not None:
+            s = _number(spread.get(n))
+            pts.append((int(n), float(v), s if s is not None else 0.0))
+    return sorted(pts)
 
 
-def _ppl_points(run: dict) -> list[tuple[int, float]]:
-    pts = [(int(n), _number(v)) for n, v in run.get("ppl", {}).items()]
-    return sorted((n, v) for n, v in pts if v is not None)
+def _styles(panel_runs: list[dict]) -> dict[str, dict]:
+    labels = [_label(r) for r in panel_runs if r["encoding"] != REFERENCE
+              or r.get("inference_scaling")]
+    styles = panel_styles(labels)
+    styles[REFERENCE] = {"color": "0.55", "marker": ".", "linestyle": "-", "linewidth": 1.4,
+                         "markersize": 5}
+    return styles
 
 
-def _clip_line(pts: list[tuple[int, float]], top: float | None
-               ) -> tuple[list[float], list[float]]:
-    """The line through ``pts`` up to where it leaves the axis at ``top`` (log-log)."""
-    xs, ys = [pts[0][0]], [min(pts[0][1], top) if top else pts[0][1]]
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
-        if top is None or y1 <= top:
-            xs.append(x1)
-            ys.append(y1)
-            continue
-        if y0 < top:                        # crossing point, interpolated in log space
-            t = (math.log(top) - math.log(y0)) / (math.log(y1) - math.log(y0))
-            xs.append(math.exp(math.log(x0) + t * (math.log(x1) - math.log(x0))))
-            ys.append(top)
-        break
-    return xs, ys
-
-
-def _log_ticks(ax, low: float, high: float) -> None:
-    """Readable ticks on a log y axis: 1-2-3-5 steps per decade, printed as plain numbers."""
-    ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(low)) - 1,
-                                          math.ceil(math.log10(high)) + 1)
-             for m in (1, 1.5, 2, 3, 4, 5, 6, 8)]
-    ticks = [t for t in ticks if low <= t <= high]
-    if len(ticks) > 12:                     # a wide range: keep 1, 2, 5 per decade
-        ticks = [t for t in ticks if round(t / 10 ** math.floor(math.log10(t)), 3)
-                 in (1, 2, 5)]
-    ax.yaxis.set_major_locator(FixedLocator(ticks))
-    ax.yaxis.set_minor_locator(NullLocator())
-    ax.set_yticklabels([f"{t:g}" if t < 1e5 else f"{t:.0e}" for t in ticks])
-
-
-def _ppl_panel(ax, runs: list[dict], styles: dict, lengths: list[int], train_len: int | None,
-               top: float | None, title: str, ylim: tuple[float, float] | None) -> None:
-    values = []
-    for run in runs:
-        pts = _ppl_points(run)
+def _ppl_panel(ax, panel_runs: list[dict], lengths: list[int], train_len, top, ylim,
+               title: str) -> None:
+    styles = _styles(panel_runs)
+    same = coinciding({_label(r): [p[1] for p in ppl_points(r)] for r in panel_runs})
+    for run in panel_runs:
+        pts = ppl_points(run)
         if not pts:
             continue
         label = _label(run)
+        style = styles[label]
         cut = sorted(int(n) for n, v in run.get("ppl", {}).items()
                      if isinstance(v, str) and v.startswith("n/a"))
-        legend = label + (f" (n/a from {cut[0]})" if cut else "")
-        xs, ys = _clip_line(pts, top)
-        values += ys
-        ax.plot(xs, ys, label=legend, **styles[label])
+        xs = [p[0] for p in pts]
+        ys = [min(p[1], top) if top else p[1] for p in pts]
+        legend = label + (f" (n/a from {cut[0]})" if cut else "") + (
+            f" (same as {same[label]})" if label in same else "")
+        ax.plot(xs, ys, label=legend, **style)
+        lo = [max(p[1] - p[2], 1e-9) for p in pts]
+        hi = [p[1] + p[2] for p in pts]
+        if top:
+            lo, hi = [min(v, top) for v in lo], [min(v, top) for v in hi]
+        ax.fill_between(xs, lo, hi, color=style["color"], alpha=0.18, linewidth=0)
         if cut:          # the table ends: mark the last length it can serve
-            ax.plot(pts[-1][0], pts[-1][1], marker="x", markersize=13, markeredgewidth=2.5,
-                    color=styles[label]["color"], linestyle="none")
-        for x, y in pts:
-            if top and y > top:      # off the chart: an arrow at the edge with the value
-                ax.plot(x, top, marker="^", markersize=9, linestyle="none",
-                        color=styles[label]["color"])
+            ax.plot(xs[-1], ys[-1], marker="x", markersize=13, markeredgewidth=2.5,
+                    color=style["color"], linestyle="none")
+        for x, (_, y, _) in zip(xs, pts):
+            if top and y > top:
+                ax.plot(x, top, marker="^", markersize=9, linestyle="none", color=style["color"])
                 ax.annotate(f"{y:,.0f}", (x, top), textcoords="offset points", xytext=(0, -15),
-                            ha="center", fontsize=8, color=styles[label]["color"])
-    if values and ylim:
-        ax.set_yscale("log")
-        ax.set_ylim(*ylim)
-        _log_ticks(ax, *ylim)
-    if lengths:
-        _length_axis(ax, lengths, train_len)
-    if ax.get_subplotspec().is_first_col():
-        ax.set_ylabel("perplexity (log scale, lower is better)")
+                            ha="center", fontsize=8, color=style["color"])
+    if ylim:
+        log_axis(ax, "y", *ylim)
+    length_axis(ax, lengths, train_len)
+    ax.set_ylabel("perplexity (log scale, lower is better)")
     ax.set_title(title, fontsize=11)
-    ax.legend(loc="upper left", fontsize=8.5, frameon=True, framealpha=0.85)
+    ax.legend(loc="best", fontsize=8, frameon=True, framealpha=0.85)
 
 
-def plot_ppl_vs_length(results: dict, path: Path) -> Path:
-    """Left: every trained encoding. Right (if any): RoPE and its inference-time scalings."""
+def draw_ppl_vs_length(results: dict):
     runs = results.get("runs", [])
     train_len = results.get("config", {}).get("train_len")
     lengths = sorted({int(n) for r in runs for n in r.get("ppl", {})})
-    styles = _styles(runs)
-    at_train = sorted(v for r in runs for n, v in _ppl_points(r) if n == train_len)
-    everything = [v for r in runs for _, v in _ppl_points(r)]
+    at_train = sorted(v for r in runs for n, v, _ in ppl_points(r) if n == train_len)
+    everything = [v for r in runs for _, v, _ in ppl_points(r)]
     top, ylim = None, None
     if at_train and everything:
         cap = PPL_AXIS_CAP * at_train[len(at_train) // 2]
         top = cap if max(everything) > cap else None
-    if everything:                 # one range for both panels
-        ylim = (min(everything) / 1.08, min(max(everything), top or math.inf) * 1.12)
-    trained = [r for r in runs if not r.get("inference_scaling")]
-    scaled = [r for r in runs if r.get("inference_scaling")]
-    families = sorted({r["encoding"] for r in scaled})
-    panels = 2 if scaled else 1
-    fig, axes = plt.subplots(1, panels, figsize=(7.5 * panels, 6), dpi=110, squeeze=False,
-                             sharey=True)
-    _ppl_panel(axes[0, 0], trained, styles, lengths, train_len, top,
-               "each encoding, trained the same way", ylim)
-    if scaled:
-        base = [r for r in trained if r["encoding"] in families]
-        _ppl_panel(axes[0, 1], base + scaled, styles, lengths, train_len, top,
-                   f"{', '.join(families)} + inference-time scaling (no retraining)", ylim)
-    fig.suptitle(f"Train at L = {train_len}, test longer: perplexity on held-out data",
-                 fontsize=13)
+    if everything:                 # one range for every panel
+        lows = [max(v - s, 1e-9) for r in runs for _, v, s in ppl_points(r)]
+        ylim = (min(lows) / 1.08, min(max(everything), top or math.inf) * 1.15)
+    groups = panels(runs)
+    fig, axes = _grid(max(1, len(groups)))
+    for ax, (title, members) in zip(axes, groups):
+        _ppl_panel(ax, members, lengths, train_len, top, ylim, title)
+    fig.suptitle(f"Train at L = {train_len}, test longer: perplexity on held-out data "
+                 "(shaded: mean ± spread)", fontsize=13)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return Path(path)
+    return fig
+
+
+def ratio_points(results: dict) -> list[tuple[str, float | None, float, str | None]]:
+    """(label, ppl(P)/ppl(L), spread, n/a note) per run, best first; P = 8L or the longest.
+
+    The spread is the std of per-seed ratios with two or more seeds, else the run's
+    ``ratio_spread`` (paired bootstrap), else propagated from the two perplexities' spreads
+    (relative errors added in quadrature)."""
+    c = results.get("config", {})
+    train_len = int(c.get("train_len", 0))
+    lengths = sorted({int(n) for r in results.get("runs", []) for n in r.get("ppl", {})})
+    probe = 8 * train_len if 8 * train_len in lengths else (lengths[-1] if lengths else 0)
+    out = []
+    for run in results.get("runs", []):
+        a, b = run.get("ppl", {}).get(str(probe)), run.get("ppl", {}).get(str(train_len))
+        if _number(a) is None or _number(b) is None:
+            note = a if isinstance(a, str) else "n/a"
+            out.append((_label(run), None, 0.0, note))
+            continue
+        seeds = run.get("seeds") or []
+        per_seed = []
+        for s in seeds:
+            pa = _number(s.get("ppl", {}).get(str(probe)))
+            pb = _number(s.get("ppl", {}).get(str(train_len)))
+            if pa is not None and pb:
+                per_seed.append(pa / pb)
+        ratio = a / b
+        if len(per_seed) >= 2:
+            ratio = sum(per_seed) / len(per_seed)
+            spread = math.sqrt(sum((x - ratio) ** 2 for x in per_seed) / (len(per_seed) - 1))
+        elif _number((run.get("ratio_spread") or {}).get(str(probe))) is not None:
+            spread = run["ratio_spread"][str(probe)]
+        else:
+            sp = run.get("ppl_spread") or {}
+            sa, sb = _number(sp.get(str(probe))) or 0.0, _number(sp.get(str(train_len))) or 0.0
+            spread = ratio * math.hypot(sa / a, sb / b)
+        out.append((_label(run), ratio, spread, None))
+    return sorted(out, key=lambda p: (p[1] is None, p[1] or 0.0))
+
+
+def draw_ppl_ratio(results: dict):
+    pts = ratio_points(results)
+    c = results.get("config", {})
+    train_len = c.get("train_len")
+    lengths = sorted({int(n) for r in results.get("runs", []) for n in r.get("ppl", {})})
+    probe = 8 * train_len if train_len and 8 * train_len in lengths else max(lengths, default=0)
+    fig, ax = plt.subplots(figsize=(9, 0.34 * max(6, len(pts)) + 1.6), dpi=100)
+    measured = [p for p in pts if p[1] is not None]
+    ys = list(range(len(pts)))[::-1]
+    for y, (label, ratio, spread, note) in zip(ys, pts):
+        if ratio is None:
+            ax.annotate(f"{note}", (1.0, y), xytext=(4, 0), textcoords="offset points",
+                        va="center", fontsize=8, color="0.35")
+            continue
+        color = "tab:blue" if "+" not in label else "tab:orange"
+        ax.errorbar([ratio], [y], xerr=[[min(spread, ratio * 0.999)], [spread]], fmt="o",
+                    color=color, capsize=3, markersize=5)
+    ax.set_yticks(ys, [p[0] for p in pts], fontsize=9)
+    if measured:
+        lo = min(min(p[1] - p[2] for p in measured), 1.0) / 1.15
+        hi = max(max(p[1] + p[2] for p in measured), 1.1) * 1.15
+        log_axis(ax, "x", max(lo, 1e-3), hi)
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.axvline(1.1, color="grey", linestyle=":", linewidth=1)
+    ax.set_ylim(-0.7, len(pts) - 0.3)
+    ax.annotate("no loss", (1.0, len(pts) - 0.3), xytext=(-3, -10), textcoords="offset points",
+                ha="right", fontsize=8)
+    ax.annotate("10 % worse", (1.1, len(pts) - 0.3), xytext=(3, -10),
+                textcoords="offset points", ha="left", fontsize=8, color="0.35")
+    ax.set_xlabel(f"ppl({probe}) / ppl({train_len})  (log scale, lower is better)")
+    ax.set_title(f"Degradation at {probe} tokens, trained at L = {train_len} "
+                 "(blue: trained encodings, orange: rotary + inference-time scaling)",
+                 fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
 
 
 def _smooth(values: list[float], span: float = 0.05) -> list[float]:
@@ -183,91 +259,128 @@ def _smooth(values: list[float], span: float = 0.05) -> list[float]:
     return out
 
 
-def plot_training_curves(results: dict, path: Path) -> Path:
-    runs = [r for r in results.get("runs", []) if not r.get("inference_scaling")]
-    styles = _styles(results.get("runs", []))
-    fig, ax = plt.subplots(figsize=(10, 5.5), dpi=110)
-    values = []
-    for run in runs:
-        curve = run.get("curve") or []
-        if not curve:
-            continue
-        steps, losses = zip(*curve)
-        values += losses
-        color = styles[_label(run)]["color"]
-        ax.plot(steps, losses, color=color, linewidth=0.8, alpha=0.25)
-        ax.plot(steps, _smooth(losses), color=color, linewidth=2.2, label=run["encoding"])
-    ax.set_xlabel("training step")
-    ax.set_ylabel("training loss (nats/token)")
-    if values:
-        tail = sorted(values)[: max(1, len(values) // 2)]
-        ax.set_ylim(min(values) * 0.97, max(tail[-1] * 1.6, min(values) * 1.2))
-    ax.set_title(f"Training curves at L = {results.get('config', {}).get('train_len')}"
-                 " (same data, budget and seed; faint: every logged step, bold: moving "
-                 "average)", fontsize=10)
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
+def curve_band(run: dict) -> tuple[list[int], list[float], list[float], list[float]]:
+    """(steps, smoothed mean loss, smoothed min, smoothed max) over a run's seeds."""
+    curves = [s.get("curve") for s in (run.get("seeds") or []) if s.get("curve")]
+    curves = curves or ([run["curve"]] if run.get("curve") else [])
+    if not curves:
+        return [], [], [], []
+    steps = [int(p[0]) for p in curves[0]]
+    curves = [c for c in curves if [int(p[0]) for p in c] == steps]
+    cols = list(zip(*[[p[1] for p in c] for c in curves]))
+    return (steps, _smooth([sum(c) / len(c) for c in cols]), _smooth([min(c) for c in cols]),
+            _smooth([max(c) for c in cols]))
+
+
+def draw_training_curves(results: dict):
+    trained = [r for r in results.get("runs", []) if not r.get("inference_scaling")]
+    groups = [(t, [r for r in m if not r.get("inference_scaling")])
+              for t, m in panels(trained)]
+    fig, axes = _grid(max(1, len(groups)), width=5.6, height=4.0)
+    values = [v for r in trained for v in curve_band(r)[1]]
+    all_steps = [s for r in trained for s in curve_band(r)[0]]
+    for ax, (title, members) in zip(axes, groups):
+        styles = _styles(members)
+        same = coinciding({r["encoding"]: curve_band(r)[1] for r in members})
+        for i, run in enumerate(members):
+            steps, mean, lo, hi = curve_band(run)
+            if not steps:
+                continue
+            every = max(1, len(steps) // 8)          # staggered markers: coinciding lines
+            style = {**styles[_label(run)], "markevery": ((i * every) // max(1, len(
+                members)), every)}                    # stay distinguishable
+            ax.plot(steps, mean, label=run["encoding"] + (
+                f" (same as {same[run['encoding']]})" if run["encoding"] in same else ""),
+                **style)
+            ax.fill_between(steps, lo, hi, color=style["color"], alpha=0.2, linewidth=0)
+        ax.set_xlabel("training step")
+        ax.set_ylabel("training loss (nats/token)")
+        if all_steps:
+            integer_x(ax, min(all_steps), max(all_steps))
+        if values:
+            tail = sorted(values)[: max(1, len(values) // 2)]
+            ax.set_ylim(min(values) * 0.97, max(tail[-1] * 1.6, min(values) * 1.2))
+        ax.set_title(title, fontsize=11)
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper right", fontsize=8, frameon=True, framealpha=0.85)
+    fig.suptitle(f"Training curves at L = {results.get('config', {}).get('train_len')} "
+                 "(same data and budget; moving average, shaded: range over seeds)",
+                 fontsize=12)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return Path(path)
+    return fig
 
 
-def _entropy_panel(ax, runs: list[dict], styles: dict, train_len: int | None,
-                   title: str) -> None:
-    lengths, uniform = set(), {}
-    for run in runs:
-        pts = []
-        for n, entry in (run.get("entropy") or {}).items():
-            if isinstance(entry, dict) and entry.get("tail") is not None:
-                pts.append((int(n), entry["tail"]))
-                uniform[int(n)] = entry.get("uniform_tail")
-        if pts:
-            pts.sort()
-            lengths.update(n for n, _ in pts)
-            ax.plot(*zip(*pts), label=_label(run), **styles[_label(run)])
-    if uniform:
-        xs = sorted(uniform)
-        ax.plot(xs, [uniform[n] for n in xs], color="black", linestyle=":", linewidth=1.5,
-                label="uniform attention")
-    if lengths:
-        _length_axis(ax, sorted(lengths), train_len)
-    if ax.get_subplotspec().is_first_col():
-        ax.set_ylabel("entropy of the last quarter of queries (nats)")
-    ax.set_title(title, fontsize=11)
-    ax.legend(loc="upper left", fontsize=8.5, frameon=True, framealpha=0.85)
+def entropy_points(run: dict) -> list[tuple[int, float, float, float | None]]:
+    """(length, tail entropy, spread, uniform tail entropy) where measured."""
+    pts = []
+    for n, entry in (run.get("entropy") or {}).items():
+        if isinstance(entry, dict) and entry.get("tail") is not None:
+            pts.append((int(n), float(entry["tail"]), float(entry.get("tail_spread") or 0.0),
+                        entry.get("uniform_tail")))
+    return sorted(pts)
 
 
-def plot_entropy_vs_length(results: dict, path: Path) -> Path | None:
-    """Attention entropy against length, panels laid out as in :func:`plot_ppl_vs_length`."""
+def draw_entropy_vs_length(results: dict):
     runs = [r for r in results.get("runs", []) if r.get("entropy")]
     if not runs:
         return None
-    styles = _styles(results.get("runs", []))
     train_len = results.get("config", {}).get("train_len")
-    trained = [r for r in runs if not r.get("inference_scaling")]
-    scaled = [r for r in runs if r.get("inference_scaling")]
-    families = sorted({r["encoding"] for r in scaled})
-    panels = 2 if scaled else 1
-    fig, axes = plt.subplots(1, panels, figsize=(7.5 * panels, 5.5), dpi=110, squeeze=False,
-                             sharey=True)
-    _entropy_panel(axes[0, 0], trained, styles, train_len, "each encoding")
-    if scaled:
-        base = [r for r in trained if r["encoding"] in families]
-        _entropy_panel(axes[0, 1], base + scaled, styles, train_len,
-                       f"{', '.join(families)} + inference-time scaling")
+    groups = panels(runs)
+    fig, axes = _grid(max(1, len(groups)), width=5.6, height=4.2)
+    for ax, (title, members) in zip(axes, groups):
+        styles = _styles(members)
+        lengths, uniform = set(), {}
+        for run in members:
+            pts = entropy_points(run)
+            if not pts:
+                continue
+            lengths.update(p[0] for p in pts)
+            uniform.update({p[0]: p[3] for p in pts})
+            ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
+                        label=_label(run), capsize=3, **styles[_label(run)])
+        xs = sorted(n for n in uniform if uniform[n] is not None)
+        if xs:
+            ax.plot(xs, [uniform[n] for n in xs], color="black", linestyle=":",
+                    linewidth=1.5, label="uniform attention")
+        length_axis(ax, sorted(lengths), train_len)
+        ax.set_ylabel("tail attention entropy (nats)")
+        ax.set_title(title, fontsize=11)
+        ax.legend(loc="best", fontsize=8, frameon=True, framealpha=0.85)
     fig.suptitle("Attention entropy against length (higher = more diffuse attention)",
                  fontsize=13)
     fig.tight_layout()
+    return fig
+
+
+def _save(fig, path: Path) -> Path | None:
+    if fig is None:
+        return None
     fig.savefig(path)
     plt.close(fig)
     return Path(path)
+
+
+def plot_ppl_vs_length(results: dict, path: Path) -> Path:
+    return _save(draw_ppl_vs_length(results), path)
+
+
+def plot_ppl_ratio(results: dict, path: Path) -> Path:
+    return _save(draw_ppl_ratio(results), path)
+
+
+def plot_training_curves(results: dict, path: Path) -> Path:
+    return _save(draw_training_curves(results), path)
+
+
+def plot_entropy_vs_length(results: dict, path: Path) -> Path | None:
+    return _save(draw_entropy_vs_length(results), path)
 
 
 def plot_all(results: dict, out_dir: Path) -> list[Path]:
     """Every plot of a comparison into ``out_dir``; returns the paths written."""
     out_dir = Path(out_dir)
     paths = [plot_ppl_vs_length(results, out_dir / "ppl_vs_length.png"),
+             plot_ppl_ratio(results, out_dir / "ppl_ratio.png"),
              plot_training_curves(results, out_dir / "training_curves.png"),
              plot_entropy_vs_length(results, out_dir / "entropy_vs_length.png")]
     return [p for p in paths if p is not None]

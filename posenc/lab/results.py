@@ -1,0 +1,186 @@
+"""results.json of a comparison: reading, atomic writing, and one run's entry over its seeds.
+
+Layout::
+
+    {"config": CompareConfig.to_dict(), "corpus": {...},
+     "baseline": {"unigram_ppl", "tokens", "learned_fraction"},
+     "timing": {"rounds", "step_seconds": {enc: [s, ...]}, "relative_to_median": {...}},
+     "runs": [{"encoding", "inference_scaling", "label", "options", "train_len", "steps",
+               "params", "ppl": {n: mean}, "ppl_spread": {n: spread},
+               "ratio_spread": {n: spread of ppl(n) / ppl(L)}, "spread_kind",
+               "train_tokens_per_s", "final_loss", "curve", "entropy", "run_dir",
+               "seeds": [{"seed", "ppl", "ppl_tokens", "window_nll", "window_tokens",
+                          "train_tokens_per_s", "final_loss", "curve", "entropy",
+                          "seconds", "run_dir"}, ...]}, ...]}
+
+A run's top-level numbers are means over its seeds; ``ppl_spread`` is the seed-to-seed sample
+standard deviation with two or more seeds (``spread_kind`` "seeds"), else the bootstrap
+standard deviation over evaluation windows ("bootstrap"). A length one seed cannot serve
+keeps that seed's note as the run's value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from .stats import BOOTSTRAP, SEEDS, Estimate, block_bootstrap_ppl, bootstrap_ppl
+
+RESULTS = "results.json"
+
+
+def read_results(out_dir: Path) -> dict | None:
+    """The results.json in ``out_dir``, None if absent; ValueError if unreadable."""
+    path = Path(out_dir) / RESULTS
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON ({err.msg if hasattr(err, 'msg') else err})"
+                         "; pass --overwrite to start the comparison over") from None
+    if not isinstance(data, dict) or not {"config", "corpus", "runs"} <= set(data):
+        raise ValueError(f"{path} is not a posenc comparison (needs config, corpus and runs); "
+                         "pass --overwrite to replace it")
+    return data
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with non-finite floats written as the strings "inf", "-inf" or "nan"."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def save_results(out_dir: Path, results: dict) -> Path:
+    """Write results.json atomically (temp file + rename)."""
+    path = Path(out_dir) / RESULTS
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(json_safe(results), indent=2, allow_nan=False) + "\n",
+                   encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def label_of(run: dict) -> str:
+    scaling = run.get("inference_scaling")
+    return run["encoding"] + (f"+{scaling}" if scaling else "")
+
+
+def _number(value: Any) -> float | None:
+    if value == "inf":
+        return math.inf
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _mean(values: list) -> float | None:
+    numbers = [v for v in (_number(x) for x in values) if v is not None]
+    return sum(numbers) / len(numbers) if numbers and len(numbers) == len(values) else None
+
+
+def bootstrap_samples(seed: dict, length: str, blocked: bool = True):
+    """Bootstrap perplexity replicates of one seed entry at ``length`` (None without window
+    losses). ``blocked`` (non-overlapping windows from the stream's start): resample blocks
+    of text the size of the longest window, the same blocks at every length and for every
+    run (a paired bootstrap); else resample the windows of this length independently."""
+    nll = (seed.get("window_nll") or {}).get(length)
+    tokens = (seed.get("window_tokens") or {}).get(length)
+    if not nll:
+        return None
+    if not blocked:
+        return bootstrap_ppl(nll, tokens)
+    counts = {int(n): len(w) for n, w in (seed.get("window_nll") or {}).items() if w}
+    longest = max(int(n) for n in seed.get("ppl", {}))
+    n_blocks = max(-(-c * n // longest) for n, c in counts.items())
+    n = int(length)
+    return block_bootstrap_ppl(nll, tokens, [(i * n) // longest for i in range(len(nll))],
+                               n_blocks)
+
+
+def ppl_estimate(seeds: list[dict], length: str, blocked: bool = True) -> Estimate | None:
+    """Mean and spread of one length's perplexity over seed entries (bootstrap with one)."""
+    values = [_number(s.get("ppl", {}).get(length)) for s in seeds]
+    if not values or any(v is None for v in values):
+        return None
+    if len(seeds) >= 2:
+        return Estimate.of(values, SEEDS)
+    boot = bootstrap_samples(seeds[0], length, blocked)
+    if boot is None or not math.isfinite(values[0]):
+        return Estimate(values[0], 0.0 if math.isfinite(values[0]) else math.nan, BOOTSTRAP, 0)
+    est = Estimate.of(boot, BOOTSTRAP)
+    return Estimate(values[0], est.spread, BOOTSTRAP, est.n)
+
+
+def _mean_curve(curves: list[list]) -> list[list[float]]:
+    curves = [c for c in curves if c]
+    if not curves:
+        return []
+    steps = [p[0] for p in curves[0]]
+    if any([p[0] for p in c] != steps for c in curves):
+        return curves[0]
+    return [[s, sum(c[i][1] for c in curves) / len(curves)] for i, s in enumerate(steps)]
+
+
+def _mean_entropy(entries: list[dict | None]) -> dict | None:
+    entries = [e for e in entries if e]
+    if not entries:
+        return None
+    out = {}
+    for n, first in entries[0].items():
+        rows = [e.get(n) for e in entries]
+        if not all(isinstance(r, dict) and r.get("tail") is not None for r in rows):
+            out[n] = first
+            continue
+        est = Estimate.of([r["tail"] for r in rows])
+        out[n] = {**first, "tail": est.mean, "tail_spread": est.spread,
+                  "mean": _mean([r.get("mean") for r in rows])}
+    return out
+
+
+def _ratio_spreads(seeds: list[dict], lengths: list[str], base: str, blocked: bool
+                   ) -> dict[str, float | None]:
+    """Spread of ppl(n) / ppl(L) per length: over seeds, or by the paired bootstrap."""
+    out: dict[str, float | None] = {}
+    for n in lengths:
+        if len(seeds) >= 2:
+            values = [_number(s["ppl"].get(n)) for s in seeds]
+            bases = [_number(s["ppl"].get(base)) for s in seeds]
+            ok = all(v is not None for v in values + bases) and all(bases)
+            out[n] = Estimate.of([v / b for v, b in zip(values, bases)]).spread if ok else None
+            continue
+        top, bottom = (bootstrap_samples(seeds[0], n, blocked),
+                       bootstrap_samples(seeds[0], base, blocked))
+        out[n] = (Estimate.of(top / bottom).spread if top is not None and bottom is not None
+                  and top.shape == bottom.shape else None)
+    return out
+
+
+def aggregate(seeds: list[dict], head: dict, blocked: bool = True) -> dict:
+    """One run's results.json entry: ``head`` (encoding, scaling, options, ...) plus the
+    mean and spread over its ``seeds`` entries (sorted by seed); ``blocked`` as in
+    :func:`bootstrap_samples`."""
+    seeds = sorted(seeds, key=lambda s: s["seed"])
+    lengths = list(seeds[0].get("ppl", {}))
+    ppl, spread = {}, {}
+    for n in lengths:
+        est = ppl_estimate(seeds, n, blocked)
+        if est is None:       # a note (n/a) or nan in some seed: keep the first such value
+            ppl[n] = next(s["ppl"][n] for s in seeds if _number(s["ppl"].get(n)) is None)
+            spread[n] = None
+        else:
+            ppl[n], spread[n] = est.mean, est.spread
+    return {**head, "ppl": ppl, "ppl_spread": spread,
+            "ratio_spread": _ratio_spreads(seeds, lengths, str(head.get("train_len")), blocked),
+            "spread_kind": SEEDS if len(seeds) >= 2 else BOOTSTRAP,
+            "train_tokens_per_s": _mean([s.get("train_tokens_per_s") for s in seeds]),
+            "final_loss": _mean([s.get("final_loss") for s in seeds]),
+            "curve": _mean_curve([s.get("curve") for s in seeds]),
+            "entropy": _mean_entropy([s.get("entropy") for s in seeds]),
+            "run_dir": seeds[0].get("run_dir"), "seeds": seeds}
