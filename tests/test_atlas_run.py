@@ -1,5 +1,5 @@
 """`posenc atlas --run`: the learned position terms and attention maps of a tiny trained run,
-from a `posenc train` directory and from runs/<encoding> inside a compare directory."""
+from a `posenc train` directory and from runs/<encoding>/seed<k> inside a compare directory."""
 
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ def tiny_run(tmp_path, run_dir, pe):
 
 @pytest.fixture(scope="module")
 def t5_in_compare_dir(tmp_path_factory):
-    """A run laid out like a `posenc compare` output: OUT/runs/t5."""
+    """A run laid out like a `posenc compare` output: OUT/runs/t5/seed0."""
     base = tmp_path_factory.mktemp("compare")
     torch.set_num_threads(1)
-    return base, tiny_run(base, base / "out" / "runs" / "t5", "t5")
+    return base, tiny_run(base, base / "out" / "runs" / "t5" / "seed0", "t5")
 
 
 def test_bias_run_gives_per_layer_curves_and_attention_at_l_and_4l(t5_in_compare_dir,
@@ -72,7 +72,10 @@ def test_cli_takes_a_run_inside_a_compare_dir_and_explains_the_top_dir(t5_in_com
     base, run_dir = t5_in_compare_dir
     assert main(["atlas", "--out", str(tmp_path / "a"), "--run", str(base / "out")]) == 2
     err = capsys.readouterr().err
-    assert "runs/<encoding>" in err and "t5" in err and err.count("\n") == 1
+    assert "runs/<encoding>/seed<k>" in err and "t5" in err and err.count("\n") == 1
+    assert main(["atlas", "--out", str(tmp_path / "a"), "--run", str(base / "out/runs/t5")]) == 2
+    err = capsys.readouterr().err
+    assert "pick one of its seeds (seed0)" in err and err.count("\n") == 1
     # the full command on a run: the ten panels plus the two of the run (drawing of the
     # ten is tested in test_atlas_pages; stub them here to keep this test fast)
     import posenc.atlas.atlas as atlas_module

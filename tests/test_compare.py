@@ -51,7 +51,7 @@ def tiny_config(corpus_dir, **changes):
 @pytest.fixture(scope="module")
 def finished(corpus_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("cmp") / "out"
-    outcome = run_compare(tiny_config(corpus_dir), out, progress=False)
+    outcome = run_compare(tiny_config(corpus_dir), out, progress=False)   # with its atlas
     return out, outcome
 
 
@@ -97,17 +97,75 @@ def test_report_and_plots_are_written(finished):
     assert "ALiBi extrapolates better than RoPE" in report and "not tested" in report
     assert "n/a (past learned table of 16)" in report
     assert "## Did every model learn?" in report and "Unigram baseline" in report
-    assert '<a href="report.md">' in (out / "index.html").read_text()
+    index = (out / "index.html").read_text()
+    assert '<a href="report.md">' in index
     for name in ("ppl_vs_length.png", "ppl_ratio.png", "training_curves.png",
                  "entropy_vs_length.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
         assert f"({name})" in report
 
 
+def test_the_atlas_is_drawn_with_a_trained_run_and_linked(finished):
+    out, _ = finished
+    atlas = json.loads((out / "atlas" / "atlas.json").read_text())
+    assert {"sinusoidal", "t5_buckets", "run_attention", "run_learned_terms"} <= set(atlas)
+    assert "runs/learned/seed0" in (out / "atlas" / "index.md").read_text()  # no t5: the first
+    assert '<a href="atlas/index.html">' in (out / "index.html").read_text()
+    assert "(atlas/index.html)" in (out / "report.md").read_text()
+
+
+def test_a_diverging_run_is_reported_and_the_others_go_on(corpus_dir, tmp_path, monkeypatch,
+                                                           capsys):
+    from posenc.train.loop import TrainingDiverged
+    real = compare_mod.ensure_trained
+
+    def diverge_alibi(cfg, encoding, *args, **kw):
+        if encoding == "alibi":
+            raise TrainingDiverged("step 3: loss is nan")
+        return real(cfg, encoding, *args, **kw)
+
+    monkeypatch.setattr(compare_mod, "ensure_trained", diverge_alibi)
+    out = tmp_path / "out"
+    cfg = tiny_config(corpus_dir, encodings=("alibi", "nope"), scalings=(), steps=2)
+    outcome = run_compare(cfg, out, progress=False, atlas=False)
+    assert outcome.trained == ("nope/seed0",)
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["failed"] == {"alibi/seed0": "step 3: loss is nan"}
+    assert [r["encoding"] for r in saved["runs"]] == ["nope"]
+    report = (out / "report.md").read_text()
+    assert "## Runs that failed" in report and "`alibi/seed0`: step 3: loss is nan" in report
+    monkeypatch.setattr(compare_mod, "ensure_trained", real)      # the retry succeeds
+    outcome = run_compare(cfg, out, progress=False, atlas=False)
+    assert outcome.trained == ("alibi/seed0",) and "failed" not in json.dumps(
+        outcome.results.get("failed") or {})
+    assert "Runs that failed" not in (out / "report.md").read_text()
+
+
+def test_a_second_writer_is_refused(corpus_dir, tmp_path):
+    from posenc.runio import DirectoryInUse, DirectoryLock
+    out = tmp_path / "out"
+    out.mkdir()
+    with DirectoryLock(out, "posenc compare"):
+        with pytest.raises(DirectoryInUse, match="in use by another process"):
+            run_compare(tiny_config(corpus_dir), out, progress=False, atlas=False)
+    assert not any(out.iterdir())
+
+
+def test_options_follow_the_model_size():
+    cfg = replace(PRESETS["default"], d_model=64, train_len=64)
+    assert cfg.options_for("sinusoidal") == {"scale": 0.125}
+    assert cfg.options_for("t5") == {"max_distance": 64}
+    assert replace(cfg, train_len=16).options_for("t5") == {"max_distance": 32}
+    assert replace(cfg, train_len=512).options_for("t5") == {}
+    given = replace(cfg, pe_options={"t5": {"max_distance": 256}, "sinusoidal": {"scale": 1}})
+    assert given.options_for("t5") == {"max_distance": 256}
+    assert given.options_for("sinusoidal") == {"scale": 1}
+
+
 def test_rerun_resumes_without_training(finished, corpus_dir):
     out, first = finished
     before = (out / "results.json").read_text()
-    again = run_compare(tiny_config(corpus_dir), out, progress=False)
+    again = run_compare(tiny_config(corpus_dir), out, progress=False, atlas=False)
     assert again.trained == () and set(again.reused) == {"learned/seed0", "rope/seed0"}
     assert json.loads(before)["runs"] == again.results["runs"]
 
@@ -125,11 +183,11 @@ def test_resume_after_a_crash_in_evaluation(corpus_dir, tmp_path, monkeypatch):
 
     monkeypatch.setattr(compare_mod, "evaluate_run", crashing)
     with pytest.raises(RuntimeError, match="simulated"):
-        run_compare(cfg, out, progress=False)
+        run_compare(cfg, out, progress=False, atlas=False)
     saved = json.loads((out / "results.json").read_text())
     assert [r["inference_scaling"] for r in saved["runs"]] == [None]    # kept on disk
     monkeypatch.setattr(compare_mod, "evaluate_run", real)
-    outcome = run_compare(cfg, out, progress=False)
+    outcome = run_compare(cfg, out, progress=False, atlas=False)
     assert outcome.trained == ()                    # the training had finished
     assert outcome.results["runs"][:1] == saved["runs"]
     assert [r["inference_scaling"] for r in outcome.results["runs"]] == [None, "yarn:4", "logn"]
@@ -149,10 +207,10 @@ def test_resume_after_a_crash_in_training(corpus_dir, tmp_path, monkeypatch):
     cfg = tiny_config(corpus_dir, encodings=("rope",), scalings=())
     monkeypatch.setattr(loop, "train", crash_at_step_3)
     with pytest.raises(RuntimeError, match="simulated"):
-        run_compare(cfg, out, progress=False)
+        run_compare(cfg, out, progress=False, atlas=False)
     assert json.loads((out / "runs/rope/seed0/state.json").read_text())["step"] == 3
     monkeypatch.setattr(loop, "train", real)
-    outcome = run_compare(cfg, out, progress=False)
+    outcome = run_compare(cfg, out, progress=False, atlas=False)
     assert outcome.trained == ("rope/seed0",)
     log = [json.loads(line) for line in
            (out / "runs/rope/seed0/log.jsonl").read_text().splitlines()]
@@ -164,7 +222,7 @@ def test_a_different_comparison_is_refused_and_kept(finished, corpus_dir):
     out, _ = finished
     before = (out / "results.json").read_bytes()
     with pytest.raises(ValueError, match="different comparison.*steps"):
-        run_compare(tiny_config(corpus_dir, steps=7), out, progress=False)
+        run_compare(tiny_config(corpus_dir, steps=7), out, progress=False, atlas=False)
     assert (out / "results.json").read_bytes() == before
 
 
@@ -242,7 +300,7 @@ def test_seeds_are_kept_with_mean_and_spread(corpus_dir, tmp_path):
     out = tmp_path / "out"
     cfg = tiny_config(corpus_dir, encodings=("rope",), scalings=(), seeds=2,
                       entropy_max_len=0, timing_rounds=0)
-    outcome = run_compare(cfg, out, progress=False)
+    outcome = run_compare(cfg, out, progress=False, atlas=False)
     assert outcome.trained == ("rope/seed0", "rope/seed1")
     (run,) = json.loads((out / "results.json").read_text())["runs"]
     assert [s["seed"] for s in run["seeds"]] == [0, 1] and run["spread_kind"] == "seeds"
@@ -259,16 +317,17 @@ def test_growing_trains_only_what_is_missing(corpus_dir, tmp_path):
     out = tmp_path / "out"
     base = tiny_config(corpus_dir, encodings=("rope",), scalings=("logn",),
                        entropy_max_len=0, timing_rounds=0)
-    run_compare(base, out, progress=False)
+    run_compare(base, out, progress=False, atlas=False)
     first = json.loads((out / "results.json").read_text())["runs"]
-    grown = run_compare(replace(base, encodings=("alibi",), seeds=2), out, progress=False)
+    grown = run_compare(replace(base, encodings=("alibi",), seeds=2), out, progress=False,
+                        atlas=False)
     assert grown.trained == ("alibi/seed0", "rope/seed1", "alibi/seed1")
     assert _trained_runs(out) == ["alibi/seed0", "alibi/seed1", "rope/seed0", "rope/seed1"]
     res = json.loads((out / "results.json").read_text())
     assert res["config"]["encodings"] == ["rope", "alibi"] and res["config"]["seeds"] == 2
     assert [r["label"] for r in res["runs"]] == ["rope", "rope+logn", "alibi"]
     assert res["runs"][0]["seeds"][0] == first[0]["seeds"][0]       # seed 0 reused as is
-    again = run_compare(replace(base, encodings=("rope", "alibi"), seeds=2), out,
+    again = run_compare(replace(base, encodings=("rope", "alibi"), seeds=2), out, atlas=False,
                         progress=False)
     assert again.trained == ()
 
@@ -277,10 +336,11 @@ def test_an_incomparable_change_is_refused_with_the_reason(corpus_dir, tmp_path,
     out = tmp_path / "out"
     base = tiny_config(corpus_dir, encodings=("rope",), scalings=(), entropy_max_len=0,
                        timing_rounds=0)
-    run_compare(base, out, progress=False)
+    run_compare(base, out, progress=False, atlas=False)
     before = (out / "results.json").read_bytes()
     with pytest.raises(ValueError, match="lr is 0.003 there but 0.001 now"):
-        run_compare(replace(base, lr=1e-3, encodings=("alibi",)), out, progress=False)
+        run_compare(replace(base, lr=1e-3, encodings=("alibi",)), out, progress=False,
+                    atlas=False)
     with pytest.raises(ValueError, match="options of rope"):
         run_compare(replace(base, pe_options={"rope": {"theta": 500.0}}), out,
                     progress=False)
@@ -328,3 +388,16 @@ def test_cli_plot_redraws_an_extension_study(tmp_path, capsys):
     assert code == 0, err
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["passkey_yarn.png", "ppl.png"]
     assert json.loads((tmp_path / "results.json").read_text()) == results
+
+
+def test_cli_task_presets_run_the_task_study(tmp_path, capsys):
+    out = tmp_path / "tasks"
+    code, text, _ = cli(capsys, "compare", "--preset", "tasks-smoke", "--out", str(out),
+                        "--encodings", "nope", "--seeds", "1", "--no-progress")
+    assert code == 0 and "report:" in text
+    saved = json.loads((out / "results.json").read_text())
+    assert {r["encoding"] for r in saved["runs"]} == {"nope"}
+    assert "## Decoder-only models" in (out / "report.md").read_text()
+    code, _, err = cli(capsys, "compare", "--preset", "tasks-smoke", "--out", str(out),
+                       "--steps", "3")
+    assert code == 2 and "drop --steps" in err and len(err.strip().splitlines()) == 1

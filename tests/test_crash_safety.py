@@ -156,7 +156,6 @@ def startup_seconds(data, tmp_path):
 
 
 def test_sigkill_anywhere_resumes_to_the_same_curve(data, straight, tmp_path):
-    rng = random.Random(0)
     cfg = config(data, tmp_path / "cache")
     run = tmp_path / "run"
     killed = 0

@@ -63,7 +63,8 @@ def test_materialized_bias_equals_the_views(length, batch, heads):
     assert_close(got[..., seen], want[..., seen])
     assert not got[..., ~seen].any()
     grad = torch.randn(batch, heads, length, length) * seen
-    for g, w in zip(torch.autograd.grad(got, leaves, grad), torch.autograd.grad(want, leaves, grad)):
+    for g, w in zip(torch.autograd.grad(got, leaves, grad),
+                    torch.autograd.grad(want, leaves, grad)):
         assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 

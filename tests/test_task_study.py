@@ -130,7 +130,8 @@ def test_a_verdict_flips_to_inconclusive_when_the_spread_grows(tmp_path, monkeyp
     # same means, seeds now scattered: the gap of 0.31 is within the summed spreads
     wide = _results(tmp_path / "wide", monkeypatch, [0.20, 0.62, 1.0], [0.0, 0.31, 0.59])
     v = pair_verdict(wide, "lm", "copy", "nope", "rope")
-    assert v.verdict == INCONCLUSIVE and "within the summed spreads (nope: seed std, rope: seed std)" in v.evidence
+    assert v.verdict == INCONCLUSIVE
+    assert "within the summed spreads (nope: seed std, rope: seed std)" in v.evidence
     assert "| copy: nope generalises better than rope | **inconclusive** |" \
         in render_report(wide)
     assert [r.tied for r in ranking(wide, "lm", "copy", ["nope", "rope"])] == [False, True]

@@ -8,11 +8,11 @@ maps.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..runio import atomic_write
 from .absolute import absolute_trajectories_panel, sinusoidal_panel
 from .biases import alibi_panel, distance_biases_panel, t5_buckets_panel
 from .figure import Panel, as_json
@@ -50,7 +50,7 @@ def write_atlas(out_dir: str | Path, run_dir: str | Path | None = None,
     are replaced or, for the run figures of an earlier ``--run``, removed; nothing else is
     touched).
 
-    ``run_dir``: a ``posenc train`` run (or ``runs/<encoding>`` inside a ``posenc compare``
+    ``run_dir``: a ``posenc train`` run (or ``runs/<encoding>/seed<k>`` inside a ``posenc compare``
     directory) whose learned biases and attention maps are added. ``progress`` is called
     with each panel's name before it is drawn (e.g. ``print``).
 
@@ -75,9 +75,7 @@ def write_atlas(out_dir: str | Path, run_dir: str | Path | None = None,
         panels += run_panels(loaded, out_dir, progress)
     doc = {p.name: as_json(p.data) for p in panels}
     json_path = out_dir / "atlas.json"
-    tmp = json_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n", encoding="utf-8")
-    os.replace(tmp, json_path)
+    atomic_write(json_path, (json.dumps(doc, separators=(",", ":")) + "\n").encode("utf-8"))
     run_label = str(run_dir) if run_dir is not None else None
     return {"panels": [p.name for p in panels],
             "images": [image for p in panels for image in p.images],

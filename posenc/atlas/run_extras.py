@@ -2,8 +2,8 @@
 distance per layer and head, or its absolute position vectors in 2-D) and its attention
 maps per layer (mean over heads) at the training length L and at 4L on held-out text.
 
-Works on a ``posenc train`` run directory and on ``runs/<encoding>`` inside a ``posenc
-compare`` directory (both are the same kind of run).
+Works on a ``posenc train`` run directory and on ``runs/<encoding>/seed<k>`` inside a
+``posenc compare`` directory (both are the same kind of run).
 """
 
 from __future__ import annotations
@@ -37,9 +37,15 @@ def load_atlas_run(run_dir: str | Path) -> LoadedRun:
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist")
     if not (run_dir / "config.json").is_file():
-        inner = sorted(p.parent.name for p in run_dir.glob("runs/*/config.json"))
-        hint = (f"; a compare directory: pick one of {run_dir}/runs/<encoding> "
-                f"({', '.join(inner)})" if inner else "")
+        inner = sorted({p.parent.parent.name for p in run_dir.glob("runs/*/seed*/config.json")})
+        seeds = sorted(p.parent.name for p in run_dir.glob("seed*/config.json"))
+        hint = ""
+        if inner:
+            hint = (f"; a compare directory: pick one of {run_dir}/runs/<encoding>/seed<k> "
+                    f"({', '.join(inner)})")
+        elif seeds:
+            hint = (f"; an encoding of a compare directory: pick one of its seeds "
+                    f"({', '.join(seeds)})")
         raise ValueError(f"{run_dir} holds no trained run (no config.json){hint}")
     return load_run(run_dir, "cpu")
 

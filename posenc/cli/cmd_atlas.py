@@ -14,8 +14,9 @@ HELP = "draw one figure per idea about positional encodings, with index.html and
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="directory to write (created if needed)")
     p.add_argument("--run", metavar="RUN_DIR",
-                   help="a `posenc train` run, or runs/<encoding> inside a `posenc compare` "
-                        "directory: adds its learned biases and attention maps at L and 4L")
+                   help="a `posenc train` run, or runs/<encoding>/seed<k> inside a `posenc "
+                        "compare` directory: adds its learned biases and attention maps at L "
+                        "and 4L")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the files of the same names (an earlier atlas) in --out")
     p.add_argument("--quiet", action="store_true", help="no progress lines")

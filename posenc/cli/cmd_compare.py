@@ -9,9 +9,38 @@ NAME = "compare"
 HELP = ("train every encoding with the same data, budget and seeds, evaluate at L..8L "
         "(plus RoPE inference-time scalings), write results.json, report.md and PNG plots")
 
+#: flags a task preset takes (the rest belong to the perplexity comparison)
+TASK_FLAGS = ("out", "preset", "encodings", "seeds", "overwrite", "threads", "no_progress")
+
+
+def run_tasks(args: argparse.Namespace) -> int:
+    """``--preset tasks``: the synthetic-task study (:mod:`posenc.lab.task_study`)."""
+    from ..lab.task_study import FIGURE, REPORT, RESULTS, run_task_study
+    ignored = [f"--{k.replace('_', '-')}" for k, v in vars(args).items()
+               if k not in TASK_FLAGS and k != "command" and v not in (None, False)
+               and not callable(v)]
+    if ignored:
+        raise ValueError(f"--preset {args.preset} takes only --encodings, --seeds, "
+                         f"--overwrite and --no-progress; drop {', '.join(ignored)}")
+    start = time.perf_counter()
+    results = run_task_study(args.out, preset=args.preset, seeds=args.seeds,
+                             encodings=list(args.encodings) if args.encodings else None,
+                             progress=not args.no_progress, overwrite=args.overwrite)
+    minutes = (time.perf_counter() - start) / 60
+    print(f"{len(results['runs'])} runs ({len(results['trained'])} trained now) in "
+          f"{minutes:.1f} min")
+    for what, name in (("results", RESULTS), ("report", REPORT), ("plot", FIGURE)):
+        print(f"{what + ':':8} {args.out}/{name}")
+    return 0
+
+
 #: presets run by another function than the perplexity comparison: name -> (help, run(args)).
-#: They share --out, --seeds and --no-progress; e.g. a synthetic-task study registers here.
-OTHER_PRESETS: dict[str, tuple[str, object]] = {}
+#: They share --out, --encodings, --seeds, --overwrite and --no-progress.
+OTHER_PRESETS: dict[str, tuple[str, object]] = {
+    "tasks": ("synthetic tasks (copy, recall, ... and seq2seq reverse): exact match past the "
+              "training length, 3 seeds", run_tasks),
+    "tasks-smoke": ("the task study in seconds (checks the pipeline)", run_tasks),
+}
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -64,6 +93,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="replace a different comparison in --out instead of refusing")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's "
                    "choice; 1 is faster on a machine that other jobs keep busy)")
+    p.add_argument("--no-atlas", action="store_true", help="do not draw the atlas into "
+                   "DIR/atlas (about 20 s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -103,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
                  tokenizer=args.tokenizer, seed=args.seed, seeds=args.seeds)
     start = time.perf_counter()
     outcome = run_compare(cfg, args.out, overwrite=args.overwrite,
-                          progress=not args.no_progress)
+                          progress=not args.no_progress, atlas=not args.no_atlas)
     minutes = (time.perf_counter() - start) / 60
     print(f"{len(outcome.results['runs'])} runs ({len(outcome.trained)} trained now, "
           f"{len(outcome.reused)} reused) in {minutes:.1f} min")
@@ -112,4 +143,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"report:  {outcome.report}")
     for path in outcome.plots:
         print(f"plot:    {path}")
-    return 0
+    if (outcome.out_dir / "atlas" / "index.html").exists():
+        print(f"atlas:   {outcome.out_dir / 'atlas' / 'index.html'}")
+    failed = outcome.results.get("failed") or {}
+    for name, message in failed.items():
+        print(f"failed:  {name}: {message}")
+    return 3 if failed else 0

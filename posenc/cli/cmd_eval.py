@@ -60,7 +60,7 @@ def load_checked_run(path: str, device: str = "auto"):
         raise NotADirectoryError(f"{run_dir} is not a directory")
     if not (run_dir / "config.json").exists():
         raise ValueError(f"{run_dir} holds no run (no config.json); give a directory written "
-                         "by `posenc train` or one of `posenc compare`'s runs/<encoding>")
+                         "by `posenc train` or one of `posenc compare`'s runs/<encoding>/seed<k>")
     return run_dir, load_run(run_dir, resolve_device(device))
 
 

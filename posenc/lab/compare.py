@@ -5,13 +5,17 @@ the same data and budget: train into ``OUT/runs/<encoding>/seed<k>``
 (:func:`posenc.train.loop.train`), evaluate perplexity at every length on the held-out test
 split keeping every window's loss (for the bootstrap), attention entropy at modest lengths,
 and for RoPE each inference-time scaling on the same weights. Then the unigram baseline, the
-interleaved timing of a training step per encoding, and the report and plots.
+interleaved timing of a training step per encoding, the report and plots, and the atlas
+(:func:`posenc.atlas.write_atlas`, with one trained run's learned terms and attention maps)
+in ``OUT/atlas``, linked from the report and index.html.
 
 Nothing is lost on a crash: ``results.json`` is rewritten atomically after every evaluation,
 and a second call resumes: finished (encoding, seed) runs are kept, an interrupted training
 resumes from its checkpoint. A call that adds encodings, seeds or scalings to a directory
 trains only what is missing; one whose settings make the old runs incomparable is refused
-with the reason, unless ``overwrite``.
+with the reason, unless ``overwrite``. One process at a time writes ``out_dir`` (its
+:class:`~posenc.runio.DirectoryLock`). A run whose training diverges (non-finite loss) is
+recorded under ``failed`` in results.json and named in the report; the others go on.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from ..eval.entropy import entropy_at_lengths
 from ..eval.inference_scaling import (InferenceScaling, accepts_rope_scaling,
                                       apply_inference_scaling)
 from ..eval.lengths import eval_device
+from ..runio import DirectoryLock, has_content
 from ..viz.plots import plot_all
 from .baseline import baseline_entry
 from .presets import CompareConfig, incomparable_reason, merged
@@ -38,6 +43,10 @@ from .window_eval import window_losses
 
 OUTPUTS = ("results.json", "report.md", "index.html", "ppl_vs_length.png",
            "ppl_ratio.png", "training_curves.png", "entropy_vs_length.png")
+ATLAS = "atlas"
+#: whose trained run the atlas draws (the first of these compared; else the first encoding):
+#: a learned bias table shows most of what training did to positions
+ATLAS_RUN_PREFERENCE = ("t5", "kerple", "fire", "alibi")
 #: most points of a training curve kept in results.json
 CURVE_POINTS = 200
 
@@ -73,30 +82,51 @@ def check_out_dir(cfg: CompareConfig, out_dir: Path, overwrite: bool) -> dict | 
                              f"comparable ({reason}); pass --overwrite to replace it or "
                              "choose another --out")
         return existing
-    if out_dir.exists() and any(out_dir.iterdir()):
+    if out_dir.exists() and has_content(out_dir):
         raise ValueError(f"{out_dir} is not empty and holds no comparison ({RESULTS}); choose "
                          "a new or empty directory, or pass --overwrite")
     return None
 
 
 def clear_outputs(out_dir: Path) -> None:
-    """Remove what a comparison writes (results, report, plots, runs/); nothing else."""
+    """Remove what a comparison writes (results, report, plots, runs/, atlas/); nothing else."""
     out_dir = Path(out_dir)
-    if (out_dir / RESULTS).exists() and (out_dir / "runs").is_dir():
-        shutil.rmtree(out_dir / "runs")
+    for folder in ("runs", ATLAS):
+        if (out_dir / RESULTS).exists() and (out_dir / folder).is_dir():
+            shutil.rmtree(out_dir / folder)
     for name in OUTPUTS:
         (out_dir / name).unlink(missing_ok=True)
 
 
-def write_outputs(out_dir: Path, results: dict, plots: bool = True
+def write_outputs(out_dir: Path, results: dict, plots: bool = True, atlas: bool = False
                   ) -> tuple[Path, list[Path]]:
-    """results.json, then (if ``plots``) the PNGs, then report.md and index.html."""
+    """results.json, then (if ``plots``) the PNGs and (if ``atlas``) the atlas, then
+    report.md and index.html."""
     save_results(out_dir, results)
     paths = plot_all(results, out_dir) if plots and results["runs"] else []
+    if atlas:
+        write_comparison_atlas(out_dir, results)
     names = [p.name for p in paths]
     report = write_report(results, out_dir, names)
     write_index(results, out_dir, names)
     return report, paths
+
+
+def atlas_run(out_dir: Path, results: dict) -> Path | None:
+    """The run folder the atlas draws: seed 0 (the first seed) of the preferred encoding."""
+    c = results.get("config", {})
+    encodings = c.get("encodings", [])
+    chosen = next((e for e in ATLAS_RUN_PREFERENCE if e in encodings), None)
+    chosen = chosen or (encodings[0] if encodings else None)
+    run = out_dir / run_dir_of(chosen, int(c.get("seed", 0))) if chosen else None
+    return run if run is not None and (run / "config.json").is_file() else None
+
+
+def write_comparison_atlas(out_dir: Path, results: dict) -> Path:
+    """Draw the atlas into ``out_dir/atlas`` with one of the comparison's trained runs."""
+    from ..atlas import write_atlas
+    write_atlas(out_dir / ATLAS, run_dir=atlas_run(out_dir, results))
+    return out_dir / ATLAS / "index.html"
 
 
 # ------------------------------------------------------------------ the plan
@@ -289,12 +319,25 @@ def _measure_timing(cfg: CompareConfig, results: dict, vocab_size: int,
 
 # ------------------------------------------------------------------ the job
 def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
-                progress: bool = True) -> CompareOutcome:
-    """Run, resume or grow the comparison ``cfg`` in ``out_dir``; see the module docstring."""
+                progress: bool = True, atlas: bool = True) -> CompareOutcome:
+    """Run, resume or grow the comparison ``cfg`` in ``out_dir``; see the module docstring.
+    ``atlas``: also draw the atlas into ``out_dir/atlas`` at the end."""
+    out_dir = Path(out_dir)
+    lock = DirectoryLock(out_dir, "posenc compare")
+    try:
+        if out_dir.is_dir():
+            lock.acquire()                 # before looking: nobody changes it meanwhile
+        return _run_compare(cfg, out_dir, overwrite, progress, atlas, lock)
+    finally:
+        lock.release()
+
+
+def _run_compare(cfg: CompareConfig, out_dir: Path, overwrite: bool, progress: bool,
+                 atlas: bool, lock: DirectoryLock) -> CompareOutcome:
     from ..data.cache import default_cache_dir, token_stream
     from ..data.corpora import load_corpus
     from ..data.tokenizer import build_tokenizer
-    out_dir = Path(out_dir)
+    from ..train.loop import TrainingDiverged
     existing = check_out_dir(cfg, out_dir, overwrite)
     if existing is not None:
         cfg = merged(existing["config"], cfg)
@@ -314,9 +357,13 @@ def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
                          f"{str(existing['corpus'].get('sha256'))[:12]}); pass --overwrite "
                          "to replace it")
     # everything is validated: from here on the directory is ours
+    if not lock.held:                      # a new folder: make it, lock it, look again
+        out_dir.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+        if has_content(out_dir):
+            raise ValueError(f"{out_dir} was written by another process meanwhile")
     if overwrite:
         clear_outputs(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     results = existing or {"config": cfg.to_dict(), "corpus": corpus.info(), "runs": []}
     results["config"] = cfg.to_dict()
     if "baseline" not in results:
@@ -340,8 +387,15 @@ def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
                 bar.update((len(plan) - len(todo)) * len(cfg.eval_lengths) * bar.eval_unit)
                 bar.stage(f"train {name}")
                 where = run_dir_of(encoding, seed)
-                loaded, did_train = ensure_trained(cfg, encoding, out_dir / where,
-                                                   tokenizer.vocab_size, bar, seed)
+                try:
+                    loaded, did_train = ensure_trained(cfg, encoding, out_dir / where,
+                                                       tokenizer.vocab_size, bar, seed)
+                except TrainingDiverged as err:
+                    results.setdefault("failed", {})[name] = str(err)
+                    bar.update(len(todo) * len(cfg.eval_lengths) * bar.eval_unit)
+                    write_outputs(out_dir, results, plots=False)
+                    continue
+                (results.get("failed") or {}).pop(name, None)
                 (trained if did_train else reused).append(name)
                 for scaling in todo:
                     bar.stage(f"eval {encoding + (f'+{scaling}' if scaling else '')} "
@@ -351,7 +405,8 @@ def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
                     add_seed(results, cfg, _head(cfg, loaded, encoding, scaling), entry)
                     write_outputs(out_dir, results, plots=False)   # plots once, at the end
         _measure_timing(cfg, results, tokenizer.vocab_size, bar)
-        report, plots = write_outputs(out_dir, results)
+        bar.stage("drawing plots and the atlas" if atlas else "drawing plots")
+        report, plots = write_outputs(out_dir, results, atlas=atlas)
     finally:
         bar.close()
     return CompareOutcome(out_dir, results, report, tuple(plots), tuple(trained),

@@ -26,11 +26,9 @@ from ..eval.inference_scaling import InferenceScaling
 
 #: RoPE inference-time scalings evaluated by default (each on the trained RoPE weights)
 DEFAULT_SCALINGS = ("linear:4", "ntk:4", "dynamic", "yarn:4", "logn")
-#: encoding options every preset uses unless told otherwise. The fixed sinusoidal table is
-#: scaled to the magnitude of the learned table and the token embeddings at initialisation
-#: (std 0.02): at scale 1 (entries of RMS 0.7) it swamps the tokens of a model without
-#: sqrt(d) embedding scaling, and trains far worse within its own length.
-DEFAULT_PE_OPTIONS: dict[str, dict[str, Any]] = {"sinusoidal": {"scale": 0.02}}
+#: encoding options every preset uses unless told otherwise (see also
+#: :meth:`CompareConfig.options_for`, which adds those that depend on the model's size)
+DEFAULT_PE_OPTIONS: dict[str, dict[str, Any]] = {}
 #: evaluation lengths are train_len times these unless given explicitly
 LENGTH_MULTIPLIERS = (1, 2, 4, 8, 16)
 #: settings a comparison may grow in without its old runs becoming incomparable
@@ -174,8 +172,25 @@ class CompareConfig:
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
     def options_for(self, encoding: str) -> dict[str, Any]:
-        """The options ``encoding`` is trained with in this comparison."""
-        return dict(self.pe_options.get(encoding, {}))
+        """The options ``encoding`` is trained with in this comparison: ``pe_options``, plus
+        two defaults that follow the model's size unless given.
+
+        - sinusoidal ``scale`` = the token embeddings' init std (1 / sqrt(d_model)): at
+          scale 1 (entries of RMS 0.7) the fixed table swamps the tokens of a model without
+          sqrt(d) embedding scaling and trains far worse within its own length;
+        - t5 ``max_distance`` = the training length when that is below T5's 128: Raffel et
+          al. (2020) train at 512 with buckets up to 128, so every bucket, the clipped last
+          one included, is trained; at L = 64 the buckets past 64 would stay at their
+          initial values and decide the model's behaviour past L (BENCHMARKS.md).
+        """
+        from ..models.blocks import embedding_init_std
+        options = dict(self.pe_options.get(encoding, {}))
+        if encoding == "sinusoidal":
+            options.setdefault("scale", round(embedding_init_std(self.d_model), 6))
+        if encoding == "t5" and self.train_len < 128:      # > max_exact for any bucket count
+            options.setdefault("max_distance", max(self.train_len,
+                                                   int(options.get("num_buckets", 32))))
+        return options
 
 
 #: the default preset's budget (one seed): every model clearly beats the unigram baseline

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import html
 import math
-import os
 from pathlib import Path
 
 from ..eval.inference_scaling import accepts_rope_scaling
+from ..runio import atomic_write
 from .baseline import LEARNED_FRACTION
 from .claims import PRESS, TOLERANCE, check_claims
 from .evidence import Runs, fmt, fmt_est
@@ -159,7 +159,8 @@ def claims_section(results: dict, r: Runs) -> list[str]:
            f"\"near\" = within {round((TOLERANCE - 1) * 100)} % of the training-length "
            "perplexity. A claim is decided (supported / not supported) only when the numbers "
            "differ beyond noise, else it is inconclusive. With seeds: their mean ± spread "
-           f"intervals do not overlap. Here {noise_text(results)}. Speed claims use interleaved step timing. Small "
+           f"intervals do not overlap. Here {noise_text(results)}. Speed claims use "
+           "interleaved step timing. Small "
            "models: a verdict says what THIS comparison shows, not what is true in general.",
            ""]
     verdicts = check_claims(results)
@@ -243,8 +244,21 @@ def training_section(r: Runs, runs: list[dict]) -> list[str]:
         rows)
 
 
-def render_report(results: dict, plots: list[str] | None = None) -> str:
-    """The markdown text of report.md for a results.json dict."""
+def failed_section(results: dict) -> list[str]:
+    """Runs whose training diverged (they are retried by the next call)."""
+    failed = results.get("failed") or {}
+    if not failed:
+        return []
+    return (["## Runs that failed", "",
+             "These runs stopped with a non-finite loss or gradient and are left out of every "
+             "table; running the same command again retries them.", ""]
+            + [f"- `{name}`: {message}" for name, message in sorted(failed.items())] + [""])
+
+
+def render_report(results: dict, plots: list[str] | None = None,
+                  links: tuple[tuple[str, str], ...] = ()) -> str:
+    """The markdown text of report.md for a results.json dict; ``links`` (title, relative
+    href) name other pages of the comparison, e.g. its atlas."""
     r = Runs(results)
     runs = results.get("runs", [])
     c, corpus = results.get("config", {}), results.get("corpus", {})
@@ -259,18 +273,23 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
            f"Corpus `{corpus.get('name')}` (Python {corpus.get('python_version')}, sha256 "
            f"{str(corpus.get('sha256', ''))[:16]}...). RoPE inference-time scalings: "
            f"{', '.join(c.get('scalings', [])) or 'none'}."]
-    options = {e: o for e, o in (c.get("pe_options") or {}).items()
-               if e in c.get("encodings", []) and o}
+    options = {r["encoding"]: {k: v for k, v in (r.get("options") or {}).items()
+                               if k != "vocab_size"}           # the tokenizer's, not a choice
+               for r in runs if not r.get("inference_scaling")}
+    options = {e: o for e, o in options.items() if o}
     if options:
         out.append("Encoding options: " + "; ".join(
             f"{e} " + ", ".join(f"{k}={v}" for k, v in o.items()) for e, o in options.items())
             + " (the rest at their defaults).")
-    out.append("")
+    out += [""] + [f"See also: [{title}]({href})." for title, href in links]
+    if links:
+        out.append("")
     expected = seeds * sum(1 + (len(c.get("scalings", [])) if accepts_rope_scaling(e) else 0)
                            for e in c.get("encodings", []))
     finished = sum(len(run.get("seeds") or [run]) for run in runs)
     if finished < expected:
         out += [f"**Partial report: {finished} of {expected} runs finished.**", ""]
+    out += failed_section(results)
     if not runs:
         return "\n".join(out) + "\n"
     out += learned_section(r, runs) + [""]
@@ -285,20 +304,25 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
 
 
 def _atomic_write(path: Path, text: str) -> Path:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, text.encode("utf-8"))
     return path
+
+
+#: other pages of a comparison directory linked from report.md and index.html: (title,
+#: relative href), shown only when the target exists
+INDEX_LINKS: tuple[tuple[str, str], ...] = (
+    ("Atlas: pictures of what each encoding does", "atlas/index.html"),)
+
+
+def existing_links(out_dir: Path) -> tuple[tuple[str, str], ...]:
+    """The ``INDEX_LINKS`` whose target exists in ``out_dir``."""
+    return tuple((t, h) for t, h in INDEX_LINKS if (Path(out_dir) / h).exists())
 
 
 def write_report(results: dict, out_dir: Path, plots: list[str] | None = None) -> Path:
     """Write ``out_dir/report.md`` atomically and return its path."""
-    return _atomic_write(Path(out_dir) / "report.md", render_report(results, plots))
-
-
-#: other pages of a comparison directory linked from its index.html: (title, relative href),
-#: shown only when the target exists (an atlas written next to the report belongs here)
-INDEX_LINKS: tuple[tuple[str, str], ...] = ()
+    return _atomic_write(Path(out_dir) / "report.md",
+                         render_report(results, plots, existing_links(out_dir)))
 
 
 def render_index(results: dict, plots: list[str], links: tuple[tuple[str, str], ...] = ()
@@ -328,5 +352,5 @@ def write_index(results: dict, out_dir: Path, plots: list[str],
     """Write ``out_dir/index.html`` atomically and return its path; ``links`` None: those of
     ``INDEX_LINKS`` whose target exists in ``out_dir``."""
     if links is None:
-        links = tuple((t, h) for t, h in INDEX_LINKS if (Path(out_dir) / h).exists())
+        links = existing_links(out_dir)
     return _atomic_write(Path(out_dir) / "index.html", render_index(results, plots, links))

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
+from ..runio import atomic_write
 from .stats import BOOTSTRAP, SEEDS, Estimate, block_bootstrap_ppl, bootstrap_ppl
 
 RESULTS = "results.json"
@@ -60,12 +60,10 @@ def json_safe(obj: Any) -> Any:
 
 
 def save_results(out_dir: Path, results: dict) -> Path:
-    """Write results.json atomically (temp file + rename)."""
+    """Write results.json atomically and durably (:func:`posenc.runio.atomic_write`)."""
     path = Path(out_dir) / RESULTS
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(json_safe(results), indent=2, allow_nan=False) + "\n",
-                   encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, (json.dumps(json_safe(results), indent=2, allow_nan=False) + "\n"
+                        ).encode("utf-8"))
     return path
 
 

@@ -28,9 +28,8 @@ from ..encodings.base import require_int_at_least, require_positive_int
 #: bias, ALiBi, RoPE and an absolute encoding: sinusoidal, which runs past its training
 #: length where a learned table cannot)
 PAPER_ENCODINGS = ("nope", "t5", "alibi", "rope", "sinusoidal")
-#: options every run uses for these encodings (the sinusoidal table at the scale of the
-#: token embeddings, as in the perplexity comparison)
-PE_OPTIONS: dict[str, dict[str, Any]] = {"sinusoidal": {"scale": 0.02}}
+#: options every run uses for these encodings (see :meth:`TaskStudyConfig.options_for`)
+PE_OPTIONS: dict[str, dict[str, Any]] = {}
 #: fields that select runs rather than change them
 GRID_FIELDS = ("encodings", "seq2seq_encodings", "seeds")
 
@@ -125,7 +124,13 @@ class TaskStudyConfig:
         return self._lengths(self.seq2seq_len, self.length_multipliers)
 
     def options_for(self, encoding: str) -> dict[str, Any]:
-        return dict(PE_OPTIONS.get(encoding, {}))
+        """The encoding's options: the sinusoidal table at the scale of the token
+        embeddings (1 / sqrt(d_model)), as in the perplexity comparison."""
+        from ..models.blocks import embedding_init_std
+        options = dict(PE_OPTIONS.get(encoding, {}))
+        if encoding == "sinusoidal":
+            options.setdefault("scale", round(embedding_init_std(self.d_model), 6))
+        return options
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (tuples as lists)."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .task_verdicts import (LEARNED_AT, MIN_EFFECT, PAPER, length_score, paper_verdicts, ranking, runs_of,
-                            score)
+from .task_verdicts import (LEARNED_AT, MIN_EFFECT, PAPER, length_score, paper_verdicts,
+                            ranking, runs_of, score)
 
 PART_TITLES = {"lm": "Decoder-only models", "seq2seq": "Encoder-decoder models"}
 

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from ..eval.lengths import eval_device
+from ..runio import LOCK_FILE, DirectoryLock
 from .compare import save_results
 from .task_presets import TASK_PRESETS, TaskStudyConfig, task_preset
 
@@ -161,7 +162,8 @@ def check_out_dir(cfg: TaskStudyConfig, out_dir: Path, overwrite: bool = False
     if overwrite and existing is not None:
         return None
     if existing is None:
-        if out_dir.exists() and any(p.name not in OUTPUTS for p in out_dir.iterdir()):
+        if out_dir.exists() and any(p.name not in OUTPUTS and p.name != LOCK_FILE
+                                    for p in out_dir.iterdir()):
             raise ValueError(f"{out_dir} is not empty and holds no task study ({RESULTS}); "
                              "choose a new or empty directory")
         return None
@@ -224,15 +226,32 @@ def run_task_study(out_dir: str | Path, preset: str | TaskStudyConfig = "tasks",
     """Run (or grow) a task study into ``out_dir`` and return its results (see the module
     docstring). ``seeds``: a count N (seeds 0..N-1) or a list; ``encodings`` replaces both
     parts' encodings; ``overwrite`` starts over instead of growing a study already there.
-    Bad input raises ValueError before anything is written."""
-    from tqdm.auto import tqdm
+    Bad input raises ValueError before anything is written. One process at a time writes
+    ``out_dir`` (its :class:`~posenc.runio.DirectoryLock`)."""
     out_dir = Path(out_dir)
+    lock = DirectoryLock(out_dir, "posenc compare --preset tasks")
+    try:
+        if out_dir.is_dir():
+            lock.acquire()                 # before looking: nobody changes it meanwhile
+        return _run_task_study(out_dir, preset, seeds, encodings, progress, overwrite, lock)
+    finally:
+        lock.release()
+
+
+def _run_task_study(out_dir: Path, preset: str | TaskStudyConfig,
+                    seeds: int | list[int] | None, encodings: list[str] | None,
+                    progress: bool, overwrite: bool, lock: DirectoryLock) -> dict:
+    from tqdm.auto import tqdm
     cfg = resolve_config(preset, seeds, encodings)
     existing = check_out_dir(cfg, out_dir, overwrite)
     for part, encoding in dict.fromkeys((p, e) for p, _, e, _ in planned_runs(cfg)):
         build_model(cfg, part, encoding, 8)          # bad encoding options raise here
     full = _merged_config(cfg, existing)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if not lock.held:                      # a new folder: make it, lock it, look again
+        out_dir.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+        if check_out_dir(cfg, out_dir, overwrite) is not None:
+            raise ValueError(f"{out_dir} was written by another process meanwhile")
     for name in OUTPUTS if existing is None else ():
         (out_dir / name).unlink(missing_ok=True)
     results = existing or {"kind": KIND, "config": full.to_dict(), "runs": []}

@@ -3,16 +3,17 @@
 A run is one (part, task, encoding, seed); its numbers are exact-match rates at each length.
 Over seeds a number is reported as mean ± spread, where the spread is the sample standard
 deviation across seeds or, when larger (always with a single seed), the binomial standard
-error of the mean rate over the test examples (:func:`eval_error`). Two encodings differ only when their means are
-further apart than the sum of their spreads (and than :data:`MIN_EFFECT`); otherwise the
-comparison is inconclusive.
+error of the mean rate over the test examples (:func:`eval_error`). Two encodings differ
+only when their means are further apart than the sum of their spreads (and than
+:data:`MIN_EFFECT`); otherwise the comparison is inconclusive.
 
 An encoding's length generalisation on a task is its mean exact match over the lengths
 longer than the training length; the same mean of token accuracy (the share of answer
 tokens right) is a secondary measure that still separates encodings once every exact match
 has fallen to zero. Its single-seed spread counts examples, not tokens (tokens of one
-example are not independent), so it is conservative. A comparison between encodings is decided only when both
-learned the task at the training length (exact match at least :data:`LEARNED_AT`).
+example are not independent), so it is conservative. A comparison between encodings is
+decided only when both learned the task at the training length (exact match at least
+:data:`LEARNED_AT`).
 """
 
 from __future__ import annotations

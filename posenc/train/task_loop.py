@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
-import torch
 from torch import Tensor, nn
 
 from ..encodings.base import require_float_in, require_int_at_least, require_positive_int
