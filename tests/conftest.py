@@ -1,6 +1,6 @@
 """Shared fixtures: fixed seeds and tiny models whose outputs depend strongly on positions.
 
-The default init (std 0.02) makes attention nearly uniform, so a test comparing two ways of
+The default init keeps weights small, which makes attention nearly uniform, so a test comparing two ways of
 computing the same logits could pass even if positions were wrong. ``sharpen`` rescales
 every parameter so that attention is peaked and position terms matter.
 """

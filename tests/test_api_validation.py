@@ -114,9 +114,10 @@ def test_attention_layer_checks_its_input():
 
 
 # ------------------------------------------------------------------- hooks directly
+@pytest.mark.parametrize("name", ["rope", "xpos"])
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8])
-def test_rope_refuses_integer_q_and_k(dtype):
-    pe = build_encoding("rope", n_heads=2, head_dim=8)
+def test_rotary_encodings_refuse_integer_q_and_k(name, dtype):
+    pe = build_encoding(name, n_heads=2, head_dim=8)
     x, pos = torch.randint(-5, 5, (1, 2, 3, 8), dtype=dtype), torch.arange(3)
     _raises(r"q must be a floating-point tensor \(batch, heads, length, head_dim\), got "
             rf"shape \(1, 2, 3, 8\), dtype {dtype}", pe.transform_qk, x, x, pos, pos)

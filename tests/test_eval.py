@@ -10,7 +10,9 @@ from posenc.eval.entropy import attention_entropy, entropy_at_lengths, uniform_t
 from posenc.eval.inference_scaling import InferenceScaling, apply_inference_scaling
 from posenc.eval.lengths import perplexity_at_lengths, unsupported_length
 from posenc.eval.perplexity import perplexity, windows
+from posenc.encodings import list_encodings
 from posenc.models import LMConfig, TransformerLM
+from conftest import context_options
 
 
 def tiny(pe: str, max_len: int = 16, seed: int = 0, **options) -> TransformerLM:
@@ -89,6 +91,21 @@ def test_perplexity_at_lengths_limits_tokens_and_marks_learned_table():
     assert results[0].n_windows == 4 and results[0].ppl is not None
     assert results[1].ppl is None and results[1].value == "n/a (past learned table of 16)"
     assert unsupported_length(tiny("rope"), 10_000) is None
+
+
+@pytest.mark.parametrize("pe", list_encodings())
+def test_unsupported_length_is_exactly_what_the_model_refuses(pe):
+    """Every encoding: n/a past max_len exactly when a forward there raises ValueError."""
+    options = {"positions": "learned"} if pe == "multiplicative" else {}
+    model = tiny(pe, max_len=8, **context_options(pe, vocab_size=32), **options)
+    note = unsupported_length(model, 12)
+    assert unsupported_length(model, 8) is None
+    if note is None:
+        with torch.no_grad():
+            assert torch.isfinite(model(stream(12)[None])).all()
+    else:
+        with pytest.raises(ValueError):
+            model(stream(12)[None])
 
 
 def test_perplexity_at_lengths_reads_memory_mapped_arrays(tmp_path):
@@ -179,7 +196,7 @@ def test_perplexity_scores_the_next_token():
 
 
 def test_refused_positions_become_notes_when_asked():
-    model = tiny("multiplicative", positions="learned")           # its own table check
+    model = tiny("hierarchical", n_positions=20)        # refuses in its forward, not before
     with pytest.raises(ValueError):
         perplexity_at_lengths(model, stream(100), [16, 32])
     results = perplexity_at_lengths(model, stream(100), [16, 32], errors="note")

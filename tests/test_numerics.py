@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posenc import build_encoding
+from posenc import build_encoding, list_encodings
 from posenc.encodings.rotary_kernels import apply_rotary
 
 HEAD_DIM = 128
@@ -105,3 +105,21 @@ def test_alibi_clip_changes_no_attention_weight():
     assert (bias != raw).any()
     logits = 5.0 * torch.randn(8, LONG)
     assert torch.equal((logits + bias).softmax(-1), (logits + raw).softmax(-1))
+
+
+@pytest.mark.parametrize("pe", list_encodings())
+def test_every_encoding_runs_with_bfloat16_weights(pe):
+    """A model cast to bfloat16 (weights and activations) runs forward and stays close to
+    its float32 self: no dtype mismatch inside an encoding's own computation."""
+    from conftest import context_options
+    from posenc import LMConfig, TransformerLM
+    torch.manual_seed(0)
+    model = TransformerLM(LMConfig(vocab_size=32, d_model=32, n_layers=1, n_heads=2,
+                                   max_len=16, pe=pe,
+                                   pe_options=context_options(pe, vocab_size=32))).eval()
+    ids = torch.randint(0, 32, (2, 16))
+    with torch.no_grad():
+        want = model(ids)
+        got = model.to(torch.bfloat16)(ids)
+    assert got.dtype == torch.bfloat16
+    assert (got.float() - want).abs().max() < 0.1 * want.abs().max() + 0.05

@@ -187,12 +187,17 @@ class DeBERTaEncoding(PositionalEncoding):
         p2c = head_table(k, p2c_heads) if p2c_heads is not None else None
         return c2p, p2c
 
+    def check_positions(self, pos: Tensor) -> None:
+        """ValueError if ``absolute_query``'s table does not cover every position."""
+        if self.absolute is not None:
+            self.absolute.check_positions(pos)
+
     # -------------------------------------------------------------- hooks
     def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
                      ) -> tuple[Tensor, Tensor]:
         if self.absolute is None:
             return q, k
-        self.absolute.check_positions(q_pos)
+        self.check_positions(q_pos)
         p = self.absolute.table[q_pos].view(-1, self.n_heads, self.head_dim)  # (Lq, H, D)
         return q + p.transpose(0, 1).to(q.dtype), k
 

@@ -77,9 +77,10 @@ class FireEncoding(PositionalEncoding):
         return torch.log(torch.abs(self.c * rel) + 1.0) * self.inverse_normaliser(q_pos)[:, None]
 
     def mlp(self, x: Tensor) -> Tensor:
-        """f: (...,) -> (..., H)."""
-        hidden = torch.relu(x[..., None] * self.w1 + self.b1)           # (..., W)
-        return hidden @ self.w2.T + self.b2                              # (..., H)
+        """f: (...,) fp32 -> (..., H) fp32, whatever dtype the weights are kept in."""
+        w1, b1, w2, b2 = (p.float() for p in (self.w1, self.b1, self.w2, self.b2))
+        hidden = torch.relu(x[..., None] * w1 + b1)                      # (..., W)
+        return hidden @ w2.T + b2                                        # (..., H)
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                    causal: bool = False) -> Tensor:

@@ -46,15 +46,21 @@ class MultiplicativeEncoding(PositionalEncoding):
         else:
             self.table = None
 
-    def position_vectors(self, pos: Tensor, width: int) -> Tensor:
-        """p at positions pos (T,) -> (T, width) fp32 (learned: the table's dtype)."""
+    def check_positions(self, pos: Tensor) -> None:
+        """ValueError if a learned table does not cover every position (sinusoidal: any)."""
         if self.table is None:
-            return sinusoidal_at(pos, width, self.base)
+            return
         if pos.numel() and (int(pos.max()) >= self.max_len or int(pos.min()) < 0):
             raise ValueError(
                 f"position {int(pos.max())} is outside the multiplicative table: positions "
                 f"must be in [0, {self.max_len}) (max_len={self.max_len}); use "
                 f"positions='sinusoidal' or a larger max_len")
+
+    def position_vectors(self, pos: Tensor, width: int) -> Tensor:
+        """p at positions pos (T,) -> (T, width) fp32 (learned: the table's dtype)."""
+        if self.table is None:
+            return sinusoidal_at(pos, width, self.base)
+        self.check_positions(pos)
         if width != self.table.shape[-1]:
             raise ValueError(f"multiplicative table width {self.table.shape[-1]} != model "
                              f"width {width}")

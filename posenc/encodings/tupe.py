@@ -60,9 +60,13 @@ class TUPEEncoding(T5Encoding):
     def sm_scale(self) -> float:
         return 1.0 / math.sqrt(2 * self.head_dim)
 
+    def check_positions(self, pos: Tensor) -> None:
+        """ValueError if any position lies outside the absolute table [0, max_len)."""
+        self.absolute.check_positions(pos)
+
     def position_heads(self, pos: Tensor, side: int, dtype: torch.dtype) -> Tensor:
         """p U_Q (side 0) or p U_K (side 1) at positions pos (L,): (H, L, D)."""
-        self.absolute.check_positions(pos)
+        self.check_positions(pos)
         width = self.n_heads * self.head_dim
         rows = slice(side * width, (side + 1) * width)
         p = self.pos_norm(self.absolute.table[pos])                   # (L, C)

@@ -32,7 +32,7 @@ import math
 import torch
 from torch import Tensor
 
-from .base import register, require_float_in
+from .base import check_qk, register, require_float_in
 from .rope import RotaryEncoding
 from .rotary_kernels import apply_rotary
 
@@ -91,6 +91,7 @@ class XPosEncoding(RotaryEncoding):
 
     def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
                      ) -> tuple[Tensor, Tensor]:
+        check_qk(self, q, k, q_pos, k_pos)        # float q/k: integer ones would truncate
         seq_len = 1 + int(torch.maximum(q_pos.max(), k_pos.max())) if self.length_dependent \
             else 0
         k_cos, k_sin = self.cos_sin(k_pos, seq_len)                          # (Lk, R/2)
