@@ -5,6 +5,7 @@ fine-tune and the ``posenc extend`` command (every code path the SmolLM2 run use
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import math
 import os
@@ -193,12 +194,15 @@ def test_logn_multiplies_logits_of_late_queries(ids):
 def _cached_vs_prefix(model, ids, prefill=20):
     """Largest gap between cached decoding and a full forward of each prefix."""
     cache = transformers.DynamicCache(config=model.config)
+    # transformers 5 names the cache argument ``cache``; 4.x ``past_key_values``
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters \
+        else "past_key_values"
     gap = 0.0
     with torch.no_grad():
-        model(input_ids=ids[:, :prefill], past_key_values=cache, use_cache=True)
+        model(input_ids=ids[:, :prefill], use_cache=True, **{name: cache})
         for t in range(prefill, ids.shape[1]):
-            step = model(input_ids=ids[:, t:t + 1], past_key_values=cache,
-                         use_cache=True).logits[:, -1]
+            step = model(input_ids=ids[:, t:t + 1], use_cache=True,
+                         **{name: cache}).logits[:, -1]
             full = model(input_ids=ids[:, :t + 1], use_cache=False).logits[:, -1]
             gap = max(gap, (step - full).abs().max().item())
     return gap

@@ -245,8 +245,10 @@ def one_thread():
 
 def test_learns_sequence_reversal(one_thread):
     """Reverse 10 random tokens over 14 symbols (BOS = 1; 0 unused): a 1+1-layer, d=32 model
-    with the ``learned`` encoding, 300 AdamW steps of 64 examples (about 5-15 s on CPU),
-    reaches 100% exact-sequence greedy accuracy on 500 held-out sequences (asserted >= 95%).
+    with the ``learned`` encoding, 300 AdamW steps of 64 examples at lr 3e-3 (about 2 s on
+    CPU), reaches 100% exact-sequence greedy accuracy on 500 held-out sequences (asserted
+    >= 95%; 100% for init seeds 0-3; lr 5e-3 stalls at a plateau for seed 0 under the
+    width-aware init).
 
     ``learned`` makes the task easy: cross-attention carries no positions, so the decoder
     finds source position L-1-t through the absolute positions in the encoder output.
@@ -261,7 +263,7 @@ def test_learns_sequence_reversal(one_thread):
     model = Seq2SeqTransformer(Seq2SeqConfig(
         vocab_size=vocab, d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1,
         d_ff=64, max_len=length, encoder_pe="learned"))
-    opt = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     train_gen = torch.Generator().manual_seed(1)
     for _ in range(300):
         src, tgt = batch(train_gen, 64)

@@ -366,10 +366,14 @@ def _attention_forward(self: nn.Module, hidden_states: Tensor,
                        position_embeddings: tuple[Tensor, Tensor] | None = None,
                        attention_mask: Tensor | None = None, past_key_values: Any = None,
                        **kwargs: Any) -> tuple[Tensor, Tensor | None]:
-    """Llama-family attention with log-n query scaling and/or an exact raw-key cache."""
+    """Llama-family attention with log-n query scaling and/or an exact raw-key cache.
+
+    The KV cache arrives as ``past_key_values`` (transformers 4.x) or ``cache`` (5.x)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     patch: _AttentionPatch = self._posenc_attention
+    cache = kwargs.pop("cache", None)
+    past_key_values = cache if past_key_values is None else past_key_values
     batch, length = hidden_states.shape[:2]
     shape = (batch, length, -1, self.head_dim)
     q = self.q_proj(hidden_states).view(shape).transpose(1, 2)      # (B, H, T, D)
