@@ -7,7 +7,7 @@ Candidates (each call handles q and k, shape (B, H, T, D)):
 
 - ``copy``: ``torch.empty_like(x).copy_(x)`` for q and k; reads and writes the same bytes as an
   out-of-place rotation, so it is the memory floor and the baseline of every ratio.
-- ``posenc half`` / ``posenc interleaved``: :func:`posenc.encodings.rotary_kernels.apply_rotary`
+- ``posenc half`` / ``posenc interleaved``: :func:`posenc.kernels.rotary.apply_rotary`
   (the native kernel when it is available).
 - ``posenc half, cached stores``: the same kernel with streaming stores turned off.
 - ``posenc reference``: the plain tensor-op formula the kernel is tested against.
@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from posenc.encodings import rotary_kernels as rk
+from posenc.kernels import rotary as rk
 
 from .common import compare, machine_line, steady_allocator
 

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..encodings.base import PositionalEncoding
-from ..encodings.relative_shift import is_range
+from ..kernels.layouts.relative_shift import is_range
 from .biased import biased_attention, fits_biased_attention
 
 BACKENDS = ("auto", "sdpa", "flex", "eager")

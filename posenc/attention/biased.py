@@ -81,8 +81,8 @@ def _add_key_rows(total: Tensor | None, part: Tensor, lk: int) -> Tensor:
 
 class FusedBias(Protocol):
     """A (B, H, Lq, Lk) bias that writes itself into blocks of the logits instead of being a
-    tensor (from distance tables: encodings.causal_pairs.CausalPairBias,
-    encodings.clipped_pairs.ClippedPairBias)."""
+    tensor (from distance tables: kernels.layouts.causal_pairs.CausalPairBias,
+    kernels.layouts.clipped_pairs.ClippedPairBias)."""
 
     shape: tuple[int, int, int, int]
     inputs: tuple[Tensor, ...]       # the tensors its gradients flow to

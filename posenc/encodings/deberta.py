@@ -16,10 +16,10 @@ k Q^r^T (B, H, Lk, 2 span) and the row of each distinct distance (Lq + Lk - 1,),
 FlexAttention score_mod never builds an (H, n, n) tensor. For consecutive positions (training,
 prefill) spanning at most 2 span distances, ``score_bias`` instead builds the tables over the
 distances that occur (0..L-1 for causal training, Lq + Lk - 1 otherwise) and reads them
-through strided views (relative_shift.py): no gathers, no scatter-add backward. With both
+through strided views (kernels/layouts/relative_shift.py): no gathers, no scatter-add backward. With both
 terms over a causal square block (training) and the native pair kernels, the tables hold
 only the distances each row group sees, and ``fused_bias`` hands them to fused attention,
-which writes the bias straight into its logits (causal_pairs.py). The softmax scale is
+which writes the bias straight into its logits (kernels/layouts/causal_pairs.py). The softmax scale is
 folded into the (H, rows, D) tables.
 
 Differences from the reference: each layer has its own table P (and its LayerNorm) where
@@ -38,11 +38,11 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ..kernels.layouts.causal_pairs import CausalPairBias, causal_pair_bias
+from ..kernels.layouts.relative_shift import PairLayout, head_table, pair_layout
+from ..kernels.pairs import pair_kernel_ready
 from .absolute import LearnedEncoding
 from .base import PositionalEncoding, ScoreMod, register, require_float_in, require_int_at_least
-from .causal_pairs import CausalPairBias, causal_pair_bias
-from .pair_kernels import pair_kernel_ready
-from .relative_shift import PairLayout, head_table, pair_layout
 
 TERMS = ("c2p", "p2c")
 LAYER_NORM_EPS = 1e-7           # DeBERTa-v2's layer_norm_eps
@@ -235,7 +235,7 @@ class DeBERTaEncoding(PositionalEncoding):
     def _causal_pairs(self, q: Tensor, k: Tensor, layout: PairLayout
                       ) -> CausalPairBias | None:
         """Both terms over a causal square block from row-group tables of the distances
-        each group sees (causal_pairs.py), or None where that path does not apply."""
+        each group sees (kernels/layouts/causal_pairs.py), or None where that path does not apply."""
         if layout.kind != "causal" or len(self.terms) != 2 or \
                 layout.query_distances.numel() > 2 * self.span or \
                 not pair_kernel_ready(q, k, self.rel_embeddings):

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..kernels.rotary import apply_rotary, frequency_turns, rotary_angles
 from .base import (PositionalEncoding, check_qk, register, require_choice,
                    require_float_in)
-from .rotary_kernels import apply_rotary, frequency_turns, rotary_angles
 from .rope_scaling import (LENGTH_DEPENDENT, REQUIRED, compute_inv_freq, scaling_type,
                            validate_scaling)
 

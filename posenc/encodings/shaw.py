@@ -9,8 +9,8 @@ The key term is gathered from the small table q A^K^T (B, H, Lq, 2K+1); the valu
 attention weights of each clipped distance (B, H, Lq, 2K+1) before multiplying by A^V, so no
 (Lq, Lk, d) tensor of embeddings is built. In causal training (one block of consecutive
 positions) distances below K are diagonals of the pair matrix and the rest share one column,
-so both run as a masked pass plus K diagonal copies (relative_shift.py) instead of a gather
-and a scatter-add over every pair. The value term needs the weights, hence the eager
+so both run as a masked pass plus K diagonal copies (kernels/layouts/clipped_pairs.py)
+instead of a gather and a scatter-add over every pair. The value term needs the weights, hence the eager
 backend; ``relative_values=False`` keeps only the key term (HF BERT's "relative_key"), which
 is a score_mod every backend computes.
 
@@ -24,10 +24,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..kernels.layouts.clipped_pairs import ClippedPairBias, collect_clipped, spread_clipped
+from ..kernels.layouts.relative_shift import pair_layout
 from .base import (PositionalEncoding, ScoreMod, register, require_choice, require_float_in,
                    require_positive_int)
-from .clipped_pairs import ClippedPairBias, collect_clipped, spread_clipped
-from .relative_shift import pair_layout
 from .sinusoidal import sinusoidal_at
 
 #: backends that compute the key term alone exactly

@@ -9,7 +9,7 @@ i and key j, a per-layer projection W_{K,R} (C -> H * D) and per-head vectors u,
 Two exact ways to compute the position term, chosen by ``position_term``:
 
 - ``"table"`` (the paper's): project R over the distances that occur, multiply by q + v into
-  a (B, H, Lq, N) table and read it per pair with the relative shift (relative_shift.py;
+  a (B, H, Lq, N) table and read it per pair with the relative shift (kernels/layouts/relative_shift.py;
   N = L for causal training). ``transform_qk`` only adds u. q.k stays D wide and the table
   costs about one more q.k product, but the table grows like Lq * Lk.
 - ``"rotary"``: R_{i-j} pairs sin((i-j)w_m) and cos((i-j)w_m), and the angle-difference
@@ -35,9 +35,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..kernels.layouts.relative_shift import distance_span, head_table, pair_layout
+from ..kernels.rotary import apply_rotary
 from .base import PositionalEncoding, ScoreMod, register, require_choice, require_float_in
-from .relative_shift import distance_span, head_table, pair_layout
-from .rotary_kernels import apply_rotary
 
 POSITION_TERMS = ("auto", "table", "rotary")
 

@@ -32,9 +32,9 @@ import math
 import torch
 from torch import Tensor
 
+from ..kernels.rotary import apply_rotary
 from .base import check_qk, register, require_float_in
 from .rope import RotaryEncoding
-from .rotary_kernels import apply_rotary
 
 #: exponent headroom kept inside the dtype's normal range, for the magnitude of q and k
 _HEADROOM = math.log(1e2)

@@ -49,7 +49,7 @@ from torch import Tensor, nn
 
 from ..encodings import build_encoding
 from ..encodings.rope_scaling import LENGTH_DEPENDENT, validate_scaling
-from ..encodings.rotary_kernels import rotary_angles
+from ..kernels.rotary import rotary_angles
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 METHODS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope")

@@ -29,7 +29,7 @@ import math
 import torch
 from torch import Tensor
 
-from . import native_build
+from . import build as native_build
 
 LAYOUTS = ("half", "interleaved")
 #: outputs at least this large are written with streaming (cache-bypassing) stores

@@ -38,7 +38,7 @@ import ctypes
 import torch
 from torch import Tensor
 
-from . import native_build
+from . import build as native_build
 
 _KERNEL_SOURCE = r"""
 #include <stdint.h>

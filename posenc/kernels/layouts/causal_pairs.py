@@ -10,7 +10,7 @@ Query i sees distances 0..i and key j distances 0..L-1-j, so full (L, L) distanc
 half unused. Here the rows are split into groups (:func:`row_groups`); a query group
 [a, b) gets a table of its b distances, a key group [a, b) one of its L - a distances: with
 four groups, 5/8 of the table products, gradients and memory of full tables. The native pair
-kernels (pair_kernels.py) address the groups' rows through row specs.
+kernels (posenc/kernels/pairs.py) address the groups' rows through row specs.
 
 :class:`CausalPairBias` is the resulting (B, H, L, L) term without the (B, H, L, L) tensor:
 fused biased attention (posenc/attention/biased.py) has it write each block of its logits
@@ -26,7 +26,7 @@ import functools
 import torch
 from torch import Tensor
 
-from .pair_kernels import pair_kernel_ready, split_pairs, table_groups, write_pairs
+from ..pairs import pair_kernel_ready, split_pairs, table_groups, write_pairs
 from .relative_shift import causal_hidden
 
 #: most row groups, and fewest rows in a group
@@ -86,7 +86,7 @@ class _GroupTables(torch.autograd.Function):
 @functools.lru_cache(maxsize=64)
 def _table_rows(groups: tuple[tuple[int, int], ...], query_side: bool
                 ) -> tuple[Tensor, Tensor]:
-    """The row spec (3, L) of a query-side or key-side group table set (pair_kernels.py: group,
+    """The row spec (3, L) of a query-side or key-side group table set (kernels/pairs.py: group,
     row in the group, shift of element "0") and the zero counts (L,) of its gradient rows."""
     group, local, shift, zero = [], [], [], []
     for g, (a, b) in enumerate(groups):

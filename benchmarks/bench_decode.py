@@ -1,0 +1,139 @@
+"""Per-token cost of cached decoding against the context length, per encoding, relative to
+RoPE at the same context in the same run.
+
+    .venv/bin/python -m benchmarks.bench_decode                       # 256 1024 2048 4096
+    .venv/bin/python -m benchmarks.bench_decode --contexts 2048 --encodings rope alibi t5
+
+A candidate is one decode step of a ``TransformerLM`` (4 layers, d_model 256, 4 heads, fp32,
+batch 1, no gradients) whose KV caches already hold ``context`` tokens: embedding, every
+layer's hooks and attention over the cached keys, and the logits of the new token. After
+each timed step the caches are rolled back to ``context`` tokens, so every round times the
+same step. The prefill that fills the caches is not timed.
+
+Length-dependent RoPE scalings recompute the cached history when their frequencies change
+(``dynamic`` past its original length: at every token under the per-token schedule, once per
+threshold under the stepped one). Their figure is the amortized cost of a token over a long
+generation through ``context``: the steady step, plus the cost of one recompute of the whole
+context (timed as a prefill of ``context`` tokens) times how often it happens per token
+(1 per token for ``per_token``; 1 / (context - previous threshold) for ``stepped``). Both
+parts are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from posenc import LMConfig, TransformerLM
+from posenc.encodings import list_encodings
+
+from .common import compare, machine_line
+
+BASELINE = "rope"
+#: encodings timed by default: every distance bias, the rotary family and the absolute ones
+DEFAULT_ENCODINGS = ("nope", "rope", "xpos", "alibi", "t5", "kerple", "fire", "learned",
+                     "sinusoidal")
+#: (label, rope scaling) of the length-dependent candidates
+SCALINGS = {
+    "rope+dynamic": {"rope_type": "dynamic", "factor": 2.0},
+}
+
+
+def build(name: str, args, scaling: dict | None = None) -> TransformerLM:
+    torch.manual_seed(0)
+    options = {} if scaling is None else {"scaling": {
+        **scaling, "original_max_position_embeddings": args.original_length}}
+    config = LMConfig(vocab_size=256, d_model=args.d_model, n_layers=args.layers,
+                      n_heads=args.heads, max_len=max(args.contexts) + 8, pe=name,
+                      pe_options=options)
+    return TransformerLM(config).eval()
+
+
+def decode_step(model: TransformerLM, context: int):
+    """A closure timing one cached step after ``context`` tokens; caches rolled back after."""
+    gen = torch.Generator().manual_seed(context)
+    ids = torch.randint(0, 256, (1, context), generator=gen)
+    caches = model.make_caches(1, context + 1)
+    with torch.no_grad():
+        model(ids, caches=caches)
+    nxt = torch.randint(0, 256, (1, 1), generator=gen)
+    saved = [(c.length, dict(c.replay), dict(c.extra)) for c in caches]
+
+    def step():
+        with torch.no_grad():
+            out = model(nxt, caches=caches)
+        for cache, (length, replay, extra) in zip(caches, saved):
+            cache.length, cache.replay, cache.extra = length, dict(replay), dict(extra)
+        return out
+
+    return step
+
+
+def prefill(model: TransformerLM, context: int):
+    """A closure timing the forward of ``context`` tokens into empty caches (a recompute)."""
+    ids = torch.randint(0, 256, (1, context), generator=torch.Generator().manual_seed(1))
+
+    def run():
+        caches = model.make_caches(1, context)
+        with torch.no_grad():
+            return model(ids, caches=caches)
+
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--contexts", type=int, nargs="+", default=[256, 1024, 2048, 4096])
+    parser.add_argument("--encodings", nargs="+", default=list(DEFAULT_ENCODINGS))
+    parser.add_argument("--scalings", nargs="*", default=list(SCALINGS),
+                        help=f"length-dependent RoPE candidates: {', '.join(SCALINGS)}")
+    parser.add_argument("--original-length", type=int, default=256,
+                        help="original_max_position_embeddings of the RoPE scalings")
+    parser.add_argument("--d-model", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    unknown = sorted(set(args.encodings) - set(list_encodings()))
+    unknown += sorted(set(args.scalings) - set(SCALINGS))
+    if unknown:
+        parser.error(f"unknown candidate(s) {', '.join(unknown)}")
+    names = [BASELINE] + [n for n in args.encodings if n != BASELINE]
+    models = {name: build(name, args) for name in names}
+    models.update({label: build("rope", args, SCALINGS[label]) for label in args.scalings})
+
+    print(f"# cached decoding, one new token: d_model={args.d_model} layers={args.layers} "
+          f"heads={args.heads} fp32 batch 1, {args.rounds} rounds, {args.clock} clock; "
+          f"scalings with original length {args.original_length}")
+    print(f"# {machine_line()}")
+    rows = {}
+    for context in args.contexts:
+        candidates = {name: decode_step(model, context) for name, model in models.items()}
+        candidates.update({f"{label} recompute": prefill(models[label], context)
+                           for label in args.scalings})
+        result = compare(candidates, rounds=args.rounds, warmup=args.warmup, clock=args.clock)
+        print(f"\n## context {context}\n")
+        print(result.table(BASELINE))
+        rows[context] = result
+    print("\n## per-token time / rope's at the same context (median over rounds)\n")
+    header = "| candidate | " + " | ".join(str(c) for c in args.contexts) + " |"
+    print(header + "\n|---|" + "---:|" * len(args.contexts))
+    for name in models:
+        cells = []
+        for context in args.contexts:
+            result = rows[context]
+            ratio = result.ratio(name, BASELINE)[0]
+            cells.append(f"{ratio:.2f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
