@@ -3,7 +3,18 @@
 The scaling dicts are the ones Hugging Face uses for ``rope_scaling`` / ``rope_parameters``
 (``{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}``), and the
 numbers equal Hugging Face's init functions for every type both libraries have. posenc adds
-``ntk`` (static NTK-aware base change ``theta' = theta * factor^(d / (d - 2))``).
+``ntk`` (static NTK-aware base change ``theta' = theta * factor^(d / (d - 2))``) and a
+``schedule`` for ``dynamic``:
+
+- ``"stepped"`` (posenc's default): the length the base is grown for is the smallest
+  ``original * 2^k`` at or above the sequence length, so the frequencies change only when a
+  sequence crosses such a threshold. A KV cache then recomputes its history once per
+  doubling (amortized linear decoding), and cached decoding equals a full forward under the
+  same schedule. At every threshold length (``original * 2^k``, e.g. every power of two
+  when ``original`` is one) it equals the per-token schedule; in between it uses the
+  frequencies of the next threshold, never fewer interpolated ones than per-token.
+- ``"per_token"``: Hugging Face's dynamic NTK, grown for the exact sequence length (a cache
+  recomputes its history at every token past ``original``).
 
 Validation raises; nothing is filled in silently except documented defaults (YaRN's
 ``beta_fast=32``, ``beta_slow=1``, ``truncate=True``). Everything is computed in fp32.
@@ -27,7 +38,7 @@ _KEYS: dict[str, set[str]] = {
     "default": set(),
     "linear": {"factor"},
     "ntk": {"factor"},
-    "dynamic": {"factor", "original_max_position_embeddings"},
+    "dynamic": {"factor", "original_max_position_embeddings", "schedule"},
     "yarn": {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast",
              "beta_slow", "mscale", "mscale_all_dim", "truncate"},
     "llama3": {"factor", "original_max_position_embeddings", "low_freq_factor",
@@ -47,6 +58,8 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 }
 #: types whose frequencies depend on the current sequence length
 LENGTH_DEPENDENT = frozenset({"dynamic", "longrope"})
+#: how ``dynamic`` follows the sequence length (module docstring)
+DYNAMIC_SCHEDULES = ("stepped", "per_token")
 
 
 def scaling_types() -> list[str]:
@@ -95,6 +108,9 @@ def validate_scaling(scaling: Mapping[str, Any] | None, rotary_dim: int | None =
         _positive(kind, "factor", factor)
         if kind in ("ntk", "yarn", "llama3") and factor < 1:
             raise ValueError(f"scaling {kind!r}: factor must be >= 1, got {factor!r}")
+    if kind == "dynamic" and out.get("schedule", "stepped") not in DYNAMIC_SCHEDULES:
+        raise ValueError(f"scaling 'dynamic': schedule must be one of "
+                         f"{', '.join(map(repr, DYNAMIC_SCHEDULES))}, got {out['schedule']!r}")
     if "original_max_position_embeddings" in out:
         omp = out["original_max_position_embeddings"]
         if isinstance(omp, bool) or not isinstance(omp, int) or omp < 1:
@@ -141,9 +157,21 @@ def _ntk(dim: int, theta: float, p: dict, seq_len: int | None) -> tuple[Tensor, 
     return base_inv_freq(dim, theta * p["factor"] ** (dim / (dim - 2))), 1.0
 
 
+def dynamic_length(seq_len: int | None, original: int, schedule: str = "stepped") -> int:
+    """The length dynamic NTK grows its base for: ``original`` up to it; past it the exact
+    ``seq_len`` (per_token) or the smallest ``original * 2^k >= seq_len`` (stepped)."""
+    length = original if seq_len is None else max(int(seq_len), original)
+    if schedule == "stepped":
+        threshold = original
+        while threshold < length:
+            threshold *= 2
+        return threshold
+    return length
+
+
 def _dynamic(dim: int, theta: float, p: dict, seq_len: int | None) -> tuple[Tensor, float]:
     original, factor = p["original_max_position_embeddings"], p["factor"]
-    seq_len = original if seq_len is None else max(int(seq_len), original)
+    seq_len = dynamic_length(seq_len, original, p.get("schedule", "stepped"))
     base = theta * ((factor * seq_len / original) - (factor - 1)) ** (dim / (dim - 2))
     return base_inv_freq(dim, base), 1.0
 

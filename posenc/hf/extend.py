@@ -30,7 +30,8 @@ Add-ons that patch the attention modules as well (one generic forward for the fa
 Neither add-on exists in Hugging Face's config, so :func:`hf_rope_parameters` refuses them.
 
 Length-dependent frequencies (dynamic, longrope) follow the length of the current input,
-``max(position_ids) + 1``. Hugging Face's dynamic module also remembers the longest input
+``max(position_ids) + 1`` (dynamic per token, as Hugging Face; ``schedule="stepped"`` is
+posenc's option, which plain transformers cannot save). Hugging Face's dynamic module also remembers the longest input
 it has seen and keeps those frequencies for shorter inputs above the original length; a
 fresh Hugging Face model and a patched one give the same logits for any single forward.
 """
@@ -57,14 +58,16 @@ METHODS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
 FACTOR_ABOVE_ONE = frozenset({"linear", "ntk", "yarn", "llama3"})
 #: extra keyword options of each method (the Hugging Face key names)
 METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
-    "none": (), "linear": (), "ntk": (), "dynamic": (),
+    "none": (), "linear": (), "ntk": (), "dynamic": ("schedule",),
     "yarn": ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim",
              "truncate"),
     "llama3": ("low_freq_factor", "high_freq_factor"),
     "longrope": ("long_factor", "short_factor", "attention_factor"),
 }
 #: documented defaults (Meta's Llama 3.1 release)
-_DEFAULTS = {"llama3": {"low_freq_factor": 1.0, "high_freq_factor": 4.0}}
+#: Hugging Face's own behaviour where posenc's default differs (dynamic NTK per token)
+_DEFAULTS = {"llama3": {"low_freq_factor": 1.0, "high_freq_factor": 4.0},
+             "dynamic": {"schedule": "per_token"}}
 _STATE = "_posenc_extension_state"
 
 
@@ -293,6 +296,10 @@ def hf_rope_parameters(ext: Extension, strict: bool = True) -> tuple[dict[str, A
                 "rope_theta": ext.theta * ext.factor ** (d / (d - 2))}, ext.target_length
     params = {**ext.scaling, "rope_theta": ext.theta}
     if ext.method == "dynamic":
+        if strict and params.get("schedule") == "stepped":
+            raise ValueError("method 'dynamic' with schedule='stepped' cannot be saved for "
+                             "plain transformers, whose dynamic NTK follows every token")
+        params.pop("schedule", None)
         # Hugging Face's dynamic NTK reads the original length from max_position_embeddings
         params.pop("original_max_position_embeddings")
         return params, original
