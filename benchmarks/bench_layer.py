@@ -8,8 +8,8 @@
 A candidate is one training step of a single layer, the way ``TransformerLM`` runs it: the
 encoding's ``embed`` on the input (B, L, C) (it runs once per model, so for absolute encodings
 this is an upper bound of their per-layer cost), then ``MultiHeadAttention`` (qkv projection,
-``transform_qk``, the backend ``auto`` picks for training: sdpa with a materialized bias, or
-eager for encodings with a value term; bias, value term, output projection), then backward of
+``transform_qk``, the implementation ``auto`` picks for training on the CPU: sdpa, or posenc's
+fused attention for a bias or a value term; bias, value term, output projection), then backward of
 a fixed output gradient into the input and every parameter of the layer and the encoding.
 fp32, dropout 0, default options for every encoding (``bidirectional=True`` where the option
 exists with ``--bidirectional``). ``nope@eager`` is nope forced onto the eager backend: it
@@ -33,7 +33,7 @@ from posenc.encodings import build_encoding, encoding_options, list_encodings
 from .common import compare, machine_line
 
 BASELINE = "nope"
-#: the issue's speed targets (time / nope, one layer, forward + backward, L = 256, CPU)
+#: speed targets (time / nope, one layer, forward + backward, L = 256, CPU)
 TARGETS = {"t5": 1.25, "shaw": 1.4, "xl": 1.4, "deberta": 1.5}
 #: options an encoding may need from its model and declare without a default
 CONTEXT_OPTIONS = ("vocab_size",)
@@ -64,7 +64,8 @@ def make_step(name: str, args, backend: str = "auto"):
     grad_out = torch.randn(args.batch, length, d_model)
     pos = torch.arange(length)
     causal = not args.bidirectional
-    used = choose_backend(pe, backend, k_len=length)
+    used = choose_backend(pe.backends(), pe.has_bias, requested=backend, device_type="cpu",
+                          dtype=torch.float32, grad=True, q_len=length, k_len=length)
 
     def step():
         for p in (x, *params):

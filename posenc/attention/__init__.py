@@ -1,8 +1,9 @@
-"""Attention layers, backends and the KV cache."""
+"""Attention layers, backends, their routing and the KV cache."""
 
 from .attention import MultiHeadAttention
-from .backends import BACKENDS, attend, choose_backend
+from .backends import attend, route
 from .cache import KVCache, make_caches
+from .routing import BACKENDS, IMPLEMENTATIONS, choose_backend
 
-__all__ = ["BACKENDS", "KVCache", "MultiHeadAttention", "attend", "choose_backend",
-           "make_caches"]
+__all__ = ["BACKENDS", "IMPLEMENTATIONS", "KVCache", "MultiHeadAttention", "attend",
+           "choose_backend", "make_caches", "route"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ..encodings.base import PositionalEncoding, check_positions
-from .backends import attend
+from .backends import attend, route
 from .cache import KVCache
 
 
@@ -40,17 +40,22 @@ class MultiHeadAttention(nn.Module):
     def forward(self, x: Tensor, pos: Tensor, pe: PositionalEncoding, *, causal: bool,
                 cache: KVCache | None = None, memory: Tensor | None = None,
                 memory_pos: Tensor | None = None, backend: str = "auto",
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+                need_weights: bool = False, consecutive: bool = False
+                ) -> tuple[Tensor, Tensor | None]:
         """x (B, T, C), pos (T,). Cross-attention reads ``memory`` (B, S, C) at memory_pos.
 
-        With a cache, new keys/values are appended and attention runs over all cached ones.
-        Returns (B, T, C) and optional weights (B, H, T, Lk).
+        With a cache, new keys/values are appended and attention runs over all cached ones
+        (the queries are the last T keys). ``consecutive``: the caller built ``pos`` (and
+        ``memory_pos``) as runs p0, p0 + 1, ... continuing the cache; the hooks may then use
+        strided views instead of gathers. Returns (B, T, C) and optional weights
+        (B, H, T, Lk).
         """
         if x.dim() != 3 or x.shape[-1] != self.n_heads * self.head_dim:
             raise ValueError(f"x must be (batch, length, d_model={self.n_heads * self.head_dim})"
                              f", got shape {tuple(x.shape)}")
         check_positions("pos", pos, x.shape[1])
         b, t, c = x.shape
+        dropout = self.dropout if self.training else 0.0
         if self.cross:
             q = self.heads(self.q_proj(x))
             if cache is not None and cache.length:                # encoder memory cached
@@ -61,19 +66,29 @@ class MultiHeadAttention(nn.Module):
                 k_pos = memory_pos
                 if cache is not None:
                     k, v, k_pos = cache.append(k, v, memory_pos)
+            implementation = route(pe, q, k, v, requested=backend, need_weights=need_weights,
+                                   dropout=dropout)
         else:
             q, k, v = (self.heads(z) for z in self.qkv_proj(x).chunk(3, dim=-1))
+            implementation = route(pe, q, k, v, requested=backend, need_weights=need_weights,
+                                   dropout=dropout, k_len=t + (cache.length if cache else 0))
+            hints = {"backend": implementation}
             if cache is None:
-                q, k = pe.transform_qk(q, k, pos, pos)
+                q, k = pe.transform_qk(q, k, pos, pos, consecutive=consecutive, **hints)
                 k_pos = pos
-            elif pe.cache_transformed_keys:
-                q, k = pe.transform_qk(q, k, pos, pos)
-                k, v, k_pos = cache.append(k, v, pos)
-            else:                                                  # re-transform all keys
-                k_raw, v, k_pos = cache.append(k, v, pos)
-                q, k = pe.transform_qk(q, k_raw, pos, k_pos)
-        out, weights = attend(q, k, v, pe, pos, k_pos, causal=causal, backend=backend,
-                              dropout=self.dropout if self.training else 0.0,
-                              need_weights=need_weights)
+            else:
+                consecutive = cache.note_consecutive(consecutive)
+                if pe.cache_transformed_keys:
+                    q, k = pe.transform_qk(q, k, pos, pos, consecutive=consecutive, **hints)
+                    k, v, k_pos = cache.append(k, v, pos)
+                else:                                              # re-transform all keys
+                    k_raw, v, k_pos = cache.append(k, v, pos)
+                    q, k = pe.transform_qk(q, k_raw, pos, k_pos, consecutive=consecutive,
+                                           **hints)
+            if causal and k.shape[2] < t:
+                raise ValueError(f"causal attention with {t} queries over {k.shape[2]} keys")
+        out, weights = attend(q, k, v, pe, pos, k_pos, causal=causal, dropout=dropout,
+                              need_weights=need_weights, consecutive=consecutive,
+                              implementation=implementation)
         out = out.transpose(1, 2).reshape(b, t, c)                 # (B, T, C)
         return self.out_proj(out), weights

@@ -1,17 +1,15 @@
-"""Three ways to compute attention with an encoding's hooks; all give the same numbers.
+"""The attention implementations; all give the same numbers (routing: routing.py).
 
 - ``sdpa``: ``scaled_dot_product_attention``; an encoding's bias is materialized as a float
-  mask (H, Lq, Lk). Fastest without a bias; trains everywhere. When a bias needs gradients
-  (fp32, no dropout) the same attention runs through ``biased.py``, which makes fewer passes
-  over the (B, H, Lq, Lk) logits than the kernel sdpa falls back to.
+  mask (B|1, H, Lq, Lk). Fastest without a bias; trains everywhere.
+- ``fused``: the same attention through ``biased.py`` on the CPU, which makes fewer passes over
+  the (B, H, Lq, Lk) logits than the kernel SDPA falls back to for a trainable mask; with a
+  value term it also hands out the weights.
 - ``flex``: FlexAttention with the encoding's ``score_mod``; never builds the (H, n, n) bias.
-  On CPU (torch 2.13) it runs compiled and forward-only, so it serves evaluation at length.
 - ``eager``: explicit softmax; supports every hook (value terms) and returns the weights.
-  Value-term encodings that train (fp32, no dropout) run the same fused attention, which
-  also hands out the weights.
 
-Masks are built from positions (a key is visible if ``k_pos <= q_pos``), so caches and offsets
-need no special cases.
+Causal masks come from the two lengths (queries are the last Lq keys; masks.py), so caches
+and offsets need no special cases and nothing is read back from a tensor.
 """
 
 from __future__ import annotations
@@ -23,91 +21,92 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..encodings.base import PositionalEncoding
-from ..kernels.layouts.relative_shift import is_range
-from .biased import biased_attention, fits_biased_attention
+from .biased import biased_attention
+from .masks import causal_additive, causal_visible
+from .routing import BACKENDS, FLEX_MIN_LEN, choose_backend
 
-BACKENDS = ("auto", "sdpa", "flex", "eager")
-#: "auto" picks flex for biased encodings from this key length on, when no gradient is needed
-FLEX_MIN_LEN = 2048
-
-
-def choose_backend(pe: PositionalEncoding, requested: str, *, k_len: int,
-                   need_weights: bool = False) -> str:
-    """The backend to run: ``requested`` if the encoding supports it, else ValueError."""
-    if requested not in BACKENDS:
-        raise ValueError(f"unknown attention backend {requested!r}; valid: {', '.join(BACKENDS)}")
-    allowed = pe.backends()
-    if need_weights:
-        return "eager"
-    if requested != "auto":
-        if requested not in allowed:
-            raise ValueError(f"encoding {pe.name!r} cannot run on backend {requested!r}; "
-                             f"it supports: {', '.join(allowed)}")
-        if requested == "flex" and torch.is_grad_enabled() and not _flex_trains():
-            raise ValueError("the flex backend is forward-only on this device; use it under "
-                             "torch.no_grad() or pick sdpa/eager for training")
-        return requested
-    if allowed == ("eager",):
-        return "eager"
-    if pe.has_bias and "flex" in allowed and k_len >= FLEX_MIN_LEN and (
-            not torch.is_grad_enabled() or _flex_trains()):
-        return "flex"
-    return "sdpa"
+__all__ = ["BACKENDS", "FLEX_MIN_LEN", "attend", "route"]
 
 
-def _flex_trains() -> bool:
-    return torch.cuda.is_available()
-
-
-def visible(q_pos: Tensor, k_pos: Tensor) -> Tensor:
-    """Causal visibility from positions: (Lq, Lk) bool, True where k_pos <= q_pos."""
-    return k_pos[None, :] <= q_pos[:, None]
+def route(pe: PositionalEncoding, q: Tensor, k: Tensor, v: Tensor, *, requested: str = "auto",
+          need_weights: bool = False, dropout: float = 0.0, k_len: int | None = None) -> str:
+    """:func:`~posenc.attention.routing.choose_backend` for these tensors (their device type,
+    dtype, lengths and whether gradients flow: metadata only). ``k_len``: the keys attention
+    will see, if more than ``k`` holds (a KV cache)."""
+    grad = torch.is_grad_enabled() and (
+        q.requires_grad or k.requires_grad or v.requires_grad
+        or any(p.requires_grad for p in pe.parameters()))
+    try:
+        return choose_backend(pe.backends(), pe.has_bias, requested=requested,
+                              device_type=q.device.type, dtype=q.dtype, grad=grad,
+                              q_len=q.shape[2], k_len=k.shape[2] if k_len is None else k_len,
+                              need_weights=need_weights,
+                              dropout=dropout, compiling=torch.compiler.is_compiling())
+    except ValueError as err:
+        raise ValueError(f"encoding {pe.name!r}: {err}") from None
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, pe: PositionalEncoding, q_pos: Tensor,
            k_pos: Tensor, *, causal: bool, backend: str = "auto", dropout: float = 0.0,
-           need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+           need_weights: bool = False, consecutive: bool = False,
+           implementation: str | None = None) -> tuple[Tensor, Tensor | None]:
     """Attention over already transformed q (B, H, Lq, D), k, v (B, H, Lk, D).
 
-    Applies the encoding's temperature, bias/score_mod and value term.
-    Returns the output (B, H, Lq, D) and, for eager with ``need_weights``, the weights
-    (B, H, Lq, Lk).
+    Applies the encoding's temperature, bias/score_mod and value term. ``causal``: the
+    queries are the last Lq keys and see the keys up to themselves. ``consecutive``: the
+    caller knows q_pos and k_pos are runs p0, p0 + 1, ... (passed on to the hooks).
+    ``implementation``: what :func:`route` already chose for this call (else it routes
+    ``backend``). Returns the output (B, H, Lq, D) and, for eager with ``need_weights``, the
+    weights (B, H, Lq, Lk).
     """
-    name = choose_backend(pe, backend, k_len=k.shape[2], need_weights=need_weights)
+    name = implementation or route(pe, q, k, v, requested=backend, need_weights=need_weights,
+                                   dropout=dropout)
     q_scale = pe.attn_scale(q_pos, k_pos, causal)
     if q_scale is not None:
         q = q * q_scale.to(q.dtype)[:, None]                      # (B, H, Lq, D)
+    hints = {"consecutive": consecutive}
     if name == "sdpa":
-        return _sdpa(q, k, v, pe, q_pos, k_pos, causal, dropout), None
+        bias = pe.score_bias(q, k, q_pos, k_pos, causal, **hints)
+        return _sdpa(q, k, v, bias, causal, dropout, pe.sm_scale()), None
+    if name == "fused":
+        return _fused(q, k, v, pe, q_pos, k_pos, causal, hints), None
     if name == "flex":
-        return _flex(q, k, v, pe, q_pos, k_pos, causal), None
-    return _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights)
+        return _flex(q, k, v, pe, q_pos, k_pos, causal, hints), None
+    return _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights, hints)
 
 
-def _needs_grad(*tensors: Tensor) -> bool:
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-
-
-def _sdpa(q, k, v, pe, q_pos, k_pos, causal, dropout):
-    fused = pe.fused_bias(q, k, q_pos, k_pos, causal) if torch.is_grad_enabled() and \
-        fits_biased_attention(q, k, v, dropout) else None
-    if fused is not None and _needs_grad(q, k, v, *fused.inputs):
-        hidden = ~visible(q_pos, k_pos) if causal else None
-        return biased_attention(q, k, v, fused, hidden=hidden, scale=pe.sm_scale())
-    bias = pe.score_bias(q, k, q_pos, k_pos, causal)
+def _sdpa(q, k, v, bias, causal, dropout, scale):
+    """SDPA with an optional additive bias; the causal mask as ``is_causal`` for a square
+    block, none for a single query (the last key: it sees them all), a mask otherwise."""
+    lq, lk = q.shape[2], k.shape[2]
+    masked = causal and lq > 1
     if bias is None:
-        aligned = causal and q.shape[2] == k.shape[2] and torch.equal(q_pos, k_pos)
-        mask = visible(q_pos, k_pos) if causal and not aligned else None
+        square = masked and lq == lk
+        mask = causal_visible(lq, lk, q.device) if masked and not square else None
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
-                                              is_causal=aligned, scale=pe.sm_scale())
+                                              is_causal=square, scale=scale)
     bias = bias.to(q.dtype)
-    if _needs_grad(q, k, v, bias) and fits_biased_attention(q, k, v, dropout):
-        hidden = ~visible(q_pos, k_pos) if causal else None
-        return biased_attention(q, k, v, bias, hidden=hidden, scale=pe.sm_scale())
-    if causal:
-        bias = bias.masked_fill(~visible(q_pos, k_pos), float("-inf"))
+    if masked:
+        bias = bias.masked_fill(~causal_visible(lq, lk, q.device), float("-inf"))
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout,
-                                          scale=pe.sm_scale())
+                                          scale=scale)
+
+
+def _fused(q, k, v, pe, q_pos, k_pos, causal, hints):
+    value_term = pe.overrides("value_term")
+    bias = pe.fused_bias(q, k, q_pos, k_pos, causal, **hints)
+    if bias is None:
+        bias = pe.score_bias(q, k, q_pos, k_pos, causal, **hints)
+    if bias is None and not value_term:                # e.g. xl in its rotary form
+        return _sdpa(q, k, v, None, causal, 0.0, pe.sm_scale())
+    if bias is None:
+        bias = q.new_zeros(())
+    if not value_term:
+        return biased_attention(q, k, v, bias, causal=causal, scale=pe.sm_scale())
+    out, weights = biased_attention(q, k, v, bias, causal=causal, scale=pe.sm_scale(),
+                                    with_weights=True)
+    extra = pe.value_term(weights, q_pos, k_pos, causal, **hints)
+    return out if extra is None else out + extra
 
 
 #: compiled flex kernels kept per process (one per shape and score_mod); past torch's
@@ -127,13 +126,12 @@ def _compiled_flex():
 _FLEX_BLOCK = 128
 
 
-def _block_extent(pos: Tensor, n_blocks: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Per block of ``_FLEX_BLOCK`` positions: min, max and whether the block is complete."""
-    pad = n_blocks * _FLEX_BLOCK - pos.numel()
-    padded = torch.cat((pos, pos[-1:].expand(pad))).view(n_blocks, _FLEX_BLOCK)
-    lo, hi = padded.amin(dim=1), padded.amax(dim=1)
-    complete = torch.arange(n_blocks, device=pos.device) < pos.numel() // _FLEX_BLOCK
-    return lo, hi, complete
+def _block_extent(n: int, n_blocks: int, device) -> tuple[Tensor, Tensor, Tensor]:
+    """Per block of ``_FLEX_BLOCK`` indices 0..n-1: first and last index, and whether the
+    block is complete."""
+    first = torch.arange(n_blocks, device=device) * _FLEX_BLOCK
+    last = (first + _FLEX_BLOCK - 1).clamp(max=n - 1)
+    return first, last, first + _FLEX_BLOCK <= n
 
 
 def _ordered(blocks: Tensor) -> tuple[Tensor, Tensor]:
@@ -144,39 +142,28 @@ def _ordered(blocks: Tensor) -> tuple[Tensor, Tensor]:
     return count[None, None].contiguous(), order[None, None].contiguous()   # (1, 1, nq[, nk])
 
 
-def _causal_block_mask(q_pos: Tensor, k_pos: Tensor, mask_mod):
-    """The causal BlockMask from block-wise position ranges, without the (Lq, Lk) mask
-    ``create_block_mask`` would evaluate. A block is skipped where no key is visible, full
-    where every key is (mask_mod skipped), partial otherwise."""
+def _causal_block_mask(lq: int, lk: int, device):
+    """The causal BlockMask (query i sees keys up to i + Lk - Lq) from block index ranges,
+    without the (Lq, Lk) mask ``create_block_mask`` would evaluate. A block is skipped where
+    no key is visible, full where every key is (mask_mod skipped), partial otherwise. The
+    offset is a 0-d tensor, so one compiled kernel serves every offset."""
     from torch.nn.attention.flex_attention import BlockMask
-    n_q = -(-q_pos.numel() // _FLEX_BLOCK)
-    n_k = -(-k_pos.numel() // _FLEX_BLOCK)
-    q_lo, q_hi, q_complete = _block_extent(q_pos, n_q)
-    k_lo, k_hi, k_complete = _block_extent(k_pos, n_k)
-    some = k_lo[None, :] <= q_hi[:, None]                              # (nq, nk)
-    every = (k_hi[None, :] <= q_lo[:, None]) & q_complete[:, None] & k_complete[None, :]
+    offset = lk - lq
+    n_q, n_k = -(-lq // _FLEX_BLOCK), -(-lk // _FLEX_BLOCK)
+    q_lo, q_hi, q_complete = _block_extent(lq, n_q, device)
+    k_lo, k_hi, k_complete = _block_extent(lk, n_k, device)
+    some = k_lo[None, :] <= q_hi[:, None] + offset                        # (nq, nk)
+    every = (k_hi[None, :] <= q_lo[:, None] + offset) & q_complete[:, None] & k_complete[None, :]
     partial_count, partial_index = _ordered(some & ~every)
     full_count, full_index = _ordered(every)
+    shift = torch.tensor(offset, device=device)
+
+    def causal(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx + shift
+
     return BlockMask.from_kv_blocks(partial_count, partial_index, full_count, full_index,
-                                    BLOCK_SIZE=_FLEX_BLOCK, mask_mod=mask_mod,
-                                    seq_lengths=(q_pos.numel(), k_pos.numel()))
-
-
-def _causal_mask_mod(q_pos: Tensor, k_pos: Tensor):
-    """mask_mod for k_pos <= q_pos. For position ranges (the usual case, with or without a
-    cache offset) it compares indices against a 0-d offset tensor instead of gathering two
-    positions per score, which is markedly cheaper inside the CPU kernel; the tensor (not a
-    Python int) keeps one compiled kernel for every offset."""
-    if is_range(q_pos) and is_range(k_pos):
-        offset = q_pos[0] - k_pos[0]                                # 0-d tensor
-
-        def range_mask(b, h, q_idx, kv_idx):
-            return kv_idx <= q_idx + offset
-        return range_mask
-
-    def gather_mask(b, h, q_idx, kv_idx):
-        return k_pos[kv_idx] <= q_pos[q_idx]
-    return gather_mask
+                                    BLOCK_SIZE=_FLEX_BLOCK, mask_mod=causal,
+                                    seq_lengths=(lq, lk))
 
 
 #: torch 2.13's CPU flex kernel returns wrong values (NaN, run-to-run differences) for head
@@ -185,11 +172,9 @@ def _causal_mask_mod(q_pos: Tensor, k_pos: Tensor):
 _FLEX_CPU_MIN_HEAD_DIM = 32
 
 
-def _flex(q, k, v, pe, q_pos, k_pos, causal):
-    score_mod = pe.score_mod(q, k, q_pos, k_pos, causal)
-    block_mask = None
-    if causal:
-        block_mask = _causal_block_mask(q_pos, k_pos, _causal_mask_mod(q_pos, k_pos))
+def _flex(q, k, v, pe, q_pos, k_pos, causal, hints):
+    score_mod = pe.score_mod(q, k, q_pos, k_pos, causal, **hints)
+    block_mask = _causal_block_mask(q.shape[2], k.shape[2], q.device) if causal else None
     d_v = v.shape[-1]
     if q.device.type == "cpu":
         q, k, v = (F.pad(t, (0, _FLEX_CPU_MIN_HEAD_DIM - t.shape[-1]))
@@ -199,25 +184,13 @@ def _flex(q, k, v, pe, q_pos, k_pos, causal):
     return out[..., :d_v]                                          # (B, H, Lq, Dv)
 
 
-def _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights):
+def _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights, hints):
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    if not need_weights and pe.overrides("value_term") and fits_biased_attention(
-            q, k, v, dropout) and _needs_grad(q, k, v, *pe.parameters()):
-        bias = pe.fused_bias(q, k, q_pos, k_pos, causal)
-        if bias is None:
-            bias = pe.score_bias(q, k, q_pos, k_pos, causal)
-            bias = bias if bias is not None else q.new_zeros(())
-        hidden = ~visible(q_pos, k_pos) if causal else None
-        out, weights = biased_attention(q, k, v, bias, hidden=hidden, scale=pe.sm_scale(),
-                                        with_weights=True)
-        extra = pe.value_term(weights, q_pos, k_pos, causal)
-        return (out if extra is None else out + extra), None
-    addend = pe.score_bias(q, k, q_pos, k_pos, causal)            # (B|1, H, Lq, Lk) or None
+    addend = pe.score_bias(q, k, q_pos, k_pos, causal, **hints)   # (B|1, H, Lq, Lk) or None
     if addend is not None:
         addend = addend.float()
-    if causal:           # an additive -inf mask: no masked_fill forward, nothing backward
-        mask = torch.zeros(lq, lk, device=q.device).masked_fill_(~visible(q_pos, k_pos),
-                                                                 float("-inf"))
+    if causal and lq > 1:  # an additive -inf mask: no masked_fill forward, nothing backward
+        mask = causal_additive(lq, lk, q.device)
         addend = mask if addend is None else addend + mask
     if addend is not None and addend.dim() > 2:
         addend = addend.expand(b, h, lq, lk).reshape(b * h, lq, lk)
@@ -231,7 +204,7 @@ def _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights):
     weights = logits.softmax(dim=-1).to(q.dtype).view(b, h, lq, lk)  # (B, H, Lq, Lk)
     dropped = F.dropout(weights, dropout) if dropout > 0 else weights
     out = dropped @ v                                              # (B, H, Lq, D)
-    extra = pe.value_term(dropped, q_pos, k_pos, causal)
+    extra = pe.value_term(dropped, q_pos, k_pos, causal, **hints)
     if extra is not None:
         out = out + extra
     return out, (weights if need_weights else None)

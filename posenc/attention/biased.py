@@ -17,48 +17,47 @@ from the dS buffer itself, in place). The eager backend uses it for value-term e
 (Shaw) when it trains in fp32 without dropout.
 
 Masked pairs have P = 0, so their dS (the bias gradient) is exactly 0: entries of the bias at
-masked pairs are never read for the result and get no gradient. fp32 only, no dropout (the
-attention backends use their plain paths otherwise).
+masked pairs are never read for the result and get no gradient. fp32 on the CPU, no dropout
+(posenc.attention.routing sends every other call to SDPA or FlexAttention).
 
 Causal masks hide whole blocks: the queries run in up to four row blocks, each attending
 over the keys its rows see only (a causal square block: 1/4, 2/4, 3/4 and all of them), as
 separate products, softmaxes and backward passes. That skips 3/8 of the logits and of every
 (B, H, Lq, Lk) product, as a causal flash kernel skips its masked tiles (not when the
-weights are handed out).
+weights are handed out). The blocks follow from the two lengths alone (queries are the last
+Lq keys), so nothing is read back from a tensor.
 
-The bias may also be a :class:`FusedBias`, which writes itself (with -inf at the pairs it
-hides) into each block of logits and turns the blocks' logit gradients into the gradients
-of its own inputs: no (B, H, Lq, Lk) bias tensor, mask pass or bias gradient tensor.
+The bias may also be a :class:`~posenc.encodings.base.FusedBias`, which writes itself (with
+-inf at the pairs it hides) into each block of logits and turns the blocks' logit gradients
+into the gradients of its own inputs: no (B, H, Lq, Lk) bias tensor, mask pass or bias
+gradient tensor.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import torch
 from torch import Tensor
+
+from ..encodings.base import FusedBias
+from .masks import causal_additive
 
 #: fewest query rows for which hidden blocks are skipped; most row blocks, fewest rows in one
 SPLIT_MIN_ROWS, MAX_BLOCKS, MIN_BLOCK_ROWS = 64, 4, 32
 
 
-def _row_blocks(hidden: Tensor | None, lq: int, lk: int, whole: bool
-                ) -> list[tuple[int, int, int]]:
+def _row_blocks(causal: bool, lq: int, lk: int, whole: bool) -> list[tuple[int, int, int]]:
     """[(first row, end row, keys)]: the rows of each block attend over the first ``keys``
-    keys only (the last key any of them sees). Up to ``MAX_BLOCKS`` blocks of a multiple of
-    8 rows, where they skip at least 1/8 of the (Lq, Lk) pairs; else one block."""
+    keys only (under a causal mask row i sees i + Lk - Lq + 1 keys). Up to ``MAX_BLOCKS``
+    blocks of a multiple of 8 rows, where they skip at least 1/8 of the (Lq, Lk) pairs;
+    else one block."""
     full = [(0, lq, lk)]
-    if whole or hidden is None or lq < SPLIT_MIN_ROWS:
+    if whole or not causal or lq < SPLIT_MIN_ROWS:
         return full
     size = max(MIN_BLOCK_ROWS, -(-lq // (8 * MAX_BLOCKS)) * 8)
-    keys = torch.arange(1, lk + 1, device=hidden.device)
-    last = torch.where(hidden, 0, keys).amax(dim=1).tolist()         # per row: keys it needs
     blocks: list[tuple[int, int, int]] = []
     for a in range(0, lq, size):
         b = min(a + size, lq)
-        need = max(last[a:b])
-        if need == 0:                        # rows that see nothing keep the plain path
-            return full
+        need = min(lk, b + lk - lq)                  # the keys of the block's last row
         if blocks and blocks[-1][2] == need:
             blocks[-1] = (blocks[-1][0], b, need)
         else:
@@ -79,28 +78,10 @@ def _add_key_rows(total: Tensor | None, part: Tensor, lk: int) -> Tensor:
     return total
 
 
-class FusedBias(Protocol):
-    """A (B, H, Lq, Lk) bias that writes itself into blocks of the logits instead of being a
-    tensor (from distance tables: kernels.layouts.causal_pairs.CausalPairBias,
-    kernels.layouts.clipped_pairs.ClippedPairBias)."""
-
-    shape: tuple[int, int, int, int]
-    inputs: tuple[Tensor, ...]       # the tensors its gradients flow to
-    hidden: Tensor                   # (Lq, Lk) bool: the pairs ``write`` fills with -inf
-
-    def write(self, out: Tensor, first_row: int) -> None:
-        """out (B, H, rows, keys), row-contiguous <- the bias at rows first_row.. and keys
-        0..keys-1, -inf at hidden pairs."""
-
-    def grads(self, blocks: list[tuple[int, Tensor]]) -> tuple[Tensor, ...]:
-        """Gradients of ``inputs`` from the bias gradient in row blocks [(first row, (B, H,
-        rows, keys))] covering every row in order, each with the keys its rows see."""
-
-
 class _BiasedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None,
-                fused: FusedBias | None, hidden: Tensor | None, scale: float,
+                fused: FusedBias | None, causal: bool, scale: float,
                 with_weights: bool, *fused_inputs: Tensor):
         b, h, lq, d = q.shape
         lk = k.shape[2]
@@ -109,10 +90,9 @@ class _BiasedAttention(torch.autograd.Function):
         v3 = v.reshape(b * h, lk, v.shape[-1])
         full_bias = bias.expand(b, h, lq, lk) if fused is None else None
         mask = None
-        if hidden is not None and fused is None:   # bias + (0 or -inf): one pass
-            mask = torch.zeros(lq, lk, dtype=q.dtype, device=q.device)
-            mask.masked_fill_(hidden, float("-inf"))
-        blocks = _row_blocks(hidden, lq, lk, whole=with_weights)
+        if causal and fused is None:               # bias + (0 or -inf): one pass
+            mask = causal_additive(lq, lk, q.device, q.dtype)
+        blocks = _row_blocks(causal, lq, lk, whole=with_weights)
         out = q3.new_empty(b * h, lq, v.shape[-1]) if len(blocks) > 1 else None
         weights = []
         for r0, r1, keys in blocks:
@@ -194,29 +174,25 @@ class _BiasedAttention(torch.autograd.Function):
 
 
 def biased_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | FusedBias, *,
-                     hidden: Tensor | None = None, scale: float,
+                     causal: bool = False, scale: float,
                      with_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-    """softmax(scale * q k^T + bias, with ``hidden`` pairs masked) v.
+    """softmax(scale * q k^T + bias, causally masked if ``causal``) v.
 
     q (B, H, Lq, D), k (B, H, Lk, D), v (B, H, Lk, Dv), bias broadcastable to
-    (B, H, Lq, Lk) or a :class:`FusedBias` of shape (B, H, Lq, Lk) (``hidden`` must then be
-    the pairs it masks), hidden (Lq, Lk) bool (True: the key is not visible) or None.
-    Returns (B, H, Lq, Dv), and with ``with_weights`` also the weights (B, H, Lq, Lk), for a
-    value term computed from them; differentiable in q, k, v and bias (a fused bias: its
-    ``inputs``), through both outputs. The weights are the buffer the backward keeps: read
-    them, never modify them in place.
+    (B, H, Lq, Lk) or a :class:`~posenc.encodings.base.FusedBias` of a causal square block
+    (B, H, L, L), which masks its own hidden pairs (``causal`` must be True). Under
+    ``causal`` the queries are the last Lq of the keys. Returns (B, H, Lq, Dv), and with
+    ``with_weights`` also the weights (B, H, Lq, Lk), for a value term computed from them;
+    differentiable in q, k, v and bias (a fused bias: its ``inputs``), through both outputs.
+    The weights are the buffer the backward keeps: read them, never modify them in place.
     """
     if isinstance(bias, Tensor):
-        return _BiasedAttention.apply(q, k, v, bias, None, hidden, scale, with_weights)
-    if tuple(bias.shape) != (*q.shape[:3], k.shape[2]):
+        return _BiasedAttention.apply(q, k, v, bias, None, causal, scale, with_weights)
+    if tuple(bias.shape) != (*q.shape[:3], k.shape[2]) or q.shape[2] != k.shape[2]:
         raise ValueError(f"fused bias of shape {tuple(bias.shape)} for attention logits "
-                         f"{(*q.shape[:3], k.shape[2])}")
-    if hidden is None or not torch.equal(hidden, bias.hidden):
-        raise ValueError("a fused bias masks its own hidden pairs: pass them as hidden")
-    return _BiasedAttention.apply(q, k, v, None, bias, hidden, scale, with_weights,
+                         f"{(*q.shape[:3], k.shape[2])}: it covers a causal square block")
+    if not causal:
+        raise ValueError("a fused bias masks the hidden pairs of a causal block: pass "
+                         "causal=True")
+    return _BiasedAttention.apply(q, k, v, None, bias, causal, scale, with_weights,
                                   *bias.inputs)
-
-
-def fits_biased_attention(q: Tensor, k: Tensor, v: Tensor, dropout: float) -> bool:
-    """Whether :func:`biased_attention` serves these inputs (fp32, no dropout)."""
-    return dropout == 0.0 and q.dtype == k.dtype == v.dtype == torch.float32

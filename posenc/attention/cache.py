@@ -26,6 +26,9 @@ class KVCache:
         self.pos = torch.zeros(capacity, dtype=torch.long, device=device)
         self.capacity = capacity
         self.length = 0
+        #: whether every position appended so far continued one run p0, p0 + 1, ... (as the
+        #: callers promised, see ``note_consecutive``)
+        self.consecutive = True
         #: per-sequence state an encoding keeps while decoding (see ``embed``'s ``state``)
         self.extra: dict = {}
         #: what a model keeps to recompute earlier tokens (ids, positions, the encoding's
@@ -35,7 +38,15 @@ class KVCache:
     def reset(self) -> None:
         """Forget the cached tokens and the encoding's decode state (buffers are kept)."""
         self.length = 0
+        self.consecutive = True
         self.extra = {}
+
+    def note_consecutive(self, consecutive: bool) -> bool:
+        """Before an append: whether its positions continue the cached run (the caller's
+        promise ``consecutive``, a host value). Returns whether the cached and new positions
+        then form one run."""
+        self.consecutive = consecutive and (self.length == 0 or self.consecutive)
+        return self.consecutive
 
     def append(self, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Store k, v (B, H, T, D) at positions pos (T,); return all cached (k, v, pos)."""
@@ -57,8 +68,8 @@ def make_caches(n_layers: int, batch: int, n_heads: int, head_dim: int, capacity
     return [KVCache(batch, n_heads, head_dim, capacity, dtype, device) for _ in range(n_layers)]
 
 
-def replay_if_stale(pe: PositionalEncoding, ids: Tensor, pos: Tensor, caches: list[KVCache]
-                    ) -> tuple[Tensor, Tensor]:
+def replay_if_stale(pe: PositionalEncoding, ids: Tensor, pos: Tensor, caches: list[KVCache],
+                    seq_len: int | None = None) -> tuple[Tensor, Tensor]:
     """The tokens a model runs through its caches: ids (B, T) / pos (T,), or the whole history.
 
     A length-dependent encoding (dynamic NTK, LongRoPE) changes how every position is encoded
@@ -66,9 +77,12 @@ def replay_if_stale(pe: PositionalEncoding, ids: Tensor, pos: Tensor, caches: li
     layer past the first. When its ``length_signature`` changes, the caches restart and the
     history is returned to be recomputed, so decoding equals a full recompute (past the
     original length, dynamic NTK then recomputes at every step). The model returns only the
-    last T positions' outputs.
+    last T positions' outputs. ``seq_len``: 1 + the largest position if the caller knows it
+    (positions it built), else it is read from ``pos``.
     """
-    signature = pe.length_signature(int(pos.max()) + 1)
+    if not pe.length_dependent:
+        return ids, pos
+    signature = pe.length_signature(int(pos.max()) + 1 if seq_len is None else seq_len)
     if signature is None:
         return ids, pos
     first, book = caches[0], caches[0].replay

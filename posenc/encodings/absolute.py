@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .base import PositionalEncoding, register, require_positive_int
+from .base import PositionalEncoding, check_in_range, register, require_positive_int
 
 
 @register("nope")
@@ -35,12 +35,12 @@ class LearnedEncoding(PositionalEncoding):
                                   * init_std)
 
     def check_positions(self, pos: Tensor) -> None:
-        """ValueError if any position lies outside the table [0, max_len)."""
-        if pos.numel() and (int(pos.max()) >= self.max_len or int(pos.min()) < 0):
-            raise ValueError(
-                f"position {int(pos.max())} is outside the learned table: positions must be "
-                f"in [0, {self.max_len}) (max_len={self.max_len}); use an encoding that "
-                f"extrapolates or a larger max_len")
+        """ValueError if any position lies outside the table [0, max_len) (checked as
+        :func:`~posenc.encodings.base.check_in_range` does: eagerly on the CPU)."""
+        check_in_range(pos, 0, self.max_len, lambda bad: (
+            f"position {bad} is outside the learned table: positions must be in "
+            f"[0, {self.max_len}) (max_len={self.max_len}); use an encoding that "
+            f"extrapolates or a larger max_len"))
 
     def embed(self, x: Tensor, pos: Tensor, *, ids: Tensor | None = None,
               state: dict | None = None) -> Tensor:

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from .base import register, require_positive_int
-from .relative_bias import DistanceBiasEncoding
+from .relative_bias import BiasFunction, DistanceBiasEncoding
 
 #: largest bias magnitude: exact in fp16, with room for the logits it is added to
 BIAS_LIMIT = 2.0 ** 15
@@ -56,8 +56,12 @@ class ALiBiEncoding(DistanceBiasEncoding):
         self.bidirectional = bidirectional
         self.register_buffer("slopes", alibi_slopes(self.n_heads), persistent=False)
 
-    def distance_bias(self, rel: Tensor) -> Tensor:
-        dist = rel.to(torch.float32)
-        dist = -dist.abs() if self.bidirectional else dist        # j - i <= 0 where causal
-        bias = self.slopes[:, None] * dist[None, :]               # (H, N)
-        return bias.clamp(-BIAS_LIMIT, BIAS_LIMIT)
+    def bias_function(self) -> BiasFunction:
+        slopes, bidirectional = self.slopes, self.bidirectional
+
+        def bias(rel: Tensor, head: Tensor) -> Tensor:
+            dist = rel.to(torch.float32)
+            dist = -dist.abs() if bidirectional else dist         # j - i <= 0 where causal
+            return (slopes[head] * dist).clamp(-BIAS_LIMIT, BIAS_LIMIT)
+
+        return bias

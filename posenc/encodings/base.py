@@ -3,21 +3,37 @@
 Every encoding is a :class:`PositionalEncoding` (an ``nn.Module``) that overrides some of
 these hooks; each default does nothing:
 
-=================  ===============================================  =========================
-hook               called with                                      returns
-=================  ===============================================  =========================
-``embed``          x (B, T, C), pos (T,), ids, state                x with positions mixed in
-``transform_qk``   q (B, H, Lq, D), k (B, H, Lk, D), q_pos, k_pos   (q, k)
-``score_bias``     q, k, q_pos (Lq,), k_pos (Lk,), causal           (B|1, H, Lq, Lk) logits term
-``fused_bias``     q, k, q_pos, k_pos, causal                       score_bias as a FusedBias
-``score_mod``      q, k, q_pos, k_pos, causal                       FlexAttention score_mod
-``value_term``     weights (B, H, Lq, Lk), q_pos, k_pos, causal     (B, H, Lq, D) added to out
-``attn_scale``     q_pos (Lq,), k_pos (Lk,), causal                 (Lq,) logit multiplier
-=================  ===============================================  =========================
+=================  =================================================  =======================
+hook               called with                                        returns
+=================  =================================================  =======================
+``embed``          x (B, T, C), pos (T,), ids, state                  x with positions mixed in
+``transform_qk``   q (B, H, Lq, D), k (B, H, Lk, D), q_pos, k_pos,    (q, k)
+                   backend, consecutive
+``score_bias``     q, k, q_pos (Lq,), k_pos (Lk,), causal, consecutive  (B|1, H, Lq, Lk) term
+``fused_bias``     q, k, q_pos, k_pos, causal, consecutive            score_bias as FusedBias
+``score_mod``      q, k, q_pos, k_pos, causal, consecutive            FlexAttention score_mod
+``value_term``     weights (B, H, Lq, Lk), q_pos, k_pos, causal,      (B, H, Lq, D) added
+                   consecutive
+``attn_scale``     q_pos (Lq,), k_pos (Lk,), causal                   (Lq,) logit multiplier
+=================  =================================================  =======================
 
 Positions are integer tensors passed explicitly (never inferred from shapes), so KV caches,
 offsets and packed batches work alike for every encoding. ``score_bias`` and ``score_mod``
 describe the same additive term, added to the already scaled logits ``q.k * sm_scale``.
+
+What attention tells the hooks, as host values (a hook never reads a tensor to learn them, so
+the hot path never synchronises with a device):
+
+- ``causal``: each query sees the keys up to itself only. Queries are the last Lq of the Lk
+  keys (a KV cache holds the earlier ones), and positions never decrease along the visible
+  keys, so a pair with k_pos > q_pos is never visible. A bias may hold any finite value at
+  hidden pairs (the attention masks them and passes them no gradient), which lets relative
+  tables skip negative distances.
+- ``consecutive``: q_pos and k_pos are each a run p0, p0 + 1, ... (the model built them so).
+  Relative encodings then read per-distance tables through strided views instead of gathers.
+  False promises nothing; every hook is exact either way.
+- ``backend``: the attention implementation that will consume q and k ("sdpa", "fused",
+  "flex", "eager"; None when unknown), for an encoding whose cheapest exact form depends on it.
 
 Attention never asks for an encoding's name: it reads the capabilities below, which are
 derived from which hooks a class overrides.
@@ -28,15 +44,31 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import Tensor, nn
 
-if TYPE_CHECKING:
-    from ..attention.biased import FusedBias
-
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+
+
+class FusedBias(Protocol):
+    """A causal square block's (B, H, L, L) bias that writes itself into blocks of attention
+    logits instead of being a tensor (``fused_bias``; fused attention,
+    posenc.attention.biased, consumes it). Implementations:
+    posenc.kernels.layouts.clipped_pairs.ClippedPairBias and
+    posenc.kernels.layouts.causal_pairs.CausalPairBias."""
+
+    shape: tuple[int, int, int, int]
+    inputs: tuple[Tensor, ...]       # the tensors its gradients flow to
+
+    def write(self, out: Tensor, first_row: int) -> None:
+        """out (B, H, rows, keys), row-contiguous <- the bias at rows first_row.. and keys
+        0..keys-1, -inf at the hidden pairs j > i."""
+
+    def grads(self, blocks: list[tuple[int, Tensor]]) -> tuple[Tensor, ...]:
+        """Gradients of ``inputs`` from the bias gradient in row blocks [(first row, (B, H,
+        rows, keys))] covering every row in order, each with the keys its rows see."""
 
 _REGISTRY: dict[str, type[PositionalEncoding]] = {}
 
@@ -65,6 +97,9 @@ class PositionalEncoding(nn.Module):
     cache_transformed_keys: ClassVar[bool] = True
     #: each attention layer gets its own instance (per-layer parameters).
     per_layer: ClassVar[bool] = False
+    #: the transform depends on the sequence length, not only on positions (dynamic NTK,
+    #: LongRoPE): see ``length_signature``
+    length_dependent: bool = False
 
     def __init__(self, *, n_heads: int, head_dim: int, max_len: int | None = None,
                  logn_base_len: int | None = None) -> None:
@@ -91,32 +126,32 @@ class PositionalEncoding(nn.Module):
         """
         return x
 
-    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
+    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, *,
+                     backend: str | None = None, consecutive: bool = False
                      ) -> tuple[Tensor, Tensor]:
-        """Transform queries (B, H, Lq, D) and keys (B, H, Lk, D) by their positions."""
+        """Transform queries (B, H, Lq, D) and keys (B, H, Lk, D) by their positions.
+        ``backend``, ``consecutive``: what attention tells the hooks (module docstring)."""
         return q, k
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False) -> Tensor | None:
+                   causal: bool = False, *, consecutive: bool = False) -> Tensor | None:
         """Additive logits term broadcastable to (B, H, Lq, Lk), or None.
 
-        ``causal``: the attention hides every key after its query (k_pos > q_pos). The term
-        may then hold any finite value at those pairs (never read; the attention masks them
-        and passes them no gradient), which lets relative tables skip negative distances.
+        ``causal``, ``consecutive``: what attention promises about the pairs (module
+        docstring); under ``causal`` the term may hold any finite value at hidden pairs.
         """
         return None
 
     def fused_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False) -> FusedBias | None:
-        """The ``score_bias`` term as an object fused attention writes straight into its
-        logits blocks (posenc.attention.biased.FusedBias), or None (then ``score_bias``).
+                   causal: bool = False, *, consecutive: bool = False) -> FusedBias | None:
+        """The ``score_bias`` term of a causal square block as a :class:`FusedBias`, which
+        fused attention writes straight into its logits blocks, or None (then ``score_bias``).
         Optional, for speed: a (B, H, Lq, Lk) tensor the encoding never builds."""
         return None
 
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                  causal: bool = False) -> ScoreMod | None:
-        """The ``score_bias`` term as a FlexAttention ``score_mod(score, b, h, qi, ki)``
-        (``causal`` as there).
+                  causal: bool = False, *, consecutive: bool = False) -> ScoreMod | None:
+        """The ``score_bias`` term as a FlexAttention ``score_mod(score, b, h, qi, ki)``.
 
         ``qi`` and ``ki`` index into ``q_pos`` and ``k_pos``. None when the encoding cannot
         express its term this way (then flex is not offered).
@@ -124,9 +159,9 @@ class PositionalEncoding(nn.Module):
         return None
 
     def value_term(self, weights: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False) -> Tensor | None:
+                   causal: bool = False, *, consecutive: bool = False) -> Tensor | None:
         """Positional term added to the attention output: (B, H, Lq, D) or None. With
-        ``causal`` the weights are zero at hidden pairs (k_pos > q_pos)."""
+        ``causal`` the weights are zero at hidden pairs."""
         return None
 
     def sm_scale(self) -> float:
@@ -151,9 +186,9 @@ class PositionalEncoding(nn.Module):
     def length_signature(self, seq_len: int) -> object | None:
         """What the transform depends on besides positions, for ``seq_len`` positions.
 
-        None (the default) when nothing. Length-dependent encodings (dynamic NTK, LongRoPE)
-        return a comparable value; when it changes while decoding, the hidden states cached
-        for earlier tokens are stale and a model recomputes them.
+        None (the default) when nothing. Length-dependent encodings (``length_dependent``:
+        dynamic NTK, LongRoPE) return a comparable value; when it changes while decoding, the
+        hidden states cached for earlier tokens are stale and a model recomputes them.
         """
         return None
 
@@ -335,27 +370,41 @@ def check_qk(encoding: PositionalEncoding, q: Any, k: Any, q_pos: Any, k_pos: An
                          f"was built for n_heads={encoding.n_heads}")
 
 
-def check_token_ids(name: str, ids: Any, vocab_size: int) -> None:
-    """Token ids must be an integer tensor with values in [0, vocab_size).
+def check_in_range(values: Tensor, low: float | None, high: float | None,
+                   message: Callable[[object], str]) -> None:
+    """Every value must lie in [low, high) (None: unbounded on that side).
 
-    The range needs the values: checked eagerly on CPU, with a device-side assert on CUDA
-    (no host synchronisation), skipped on other devices and under torch.compile. Call it
-    once per model forward, not per layer.
+    Needs the values, so it is routed by device type: on the CPU it checks eagerly and raises
+    ValueError(message(a value outside)); on CUDA a device-side assert (no host
+    synchronisation; it reports when the kernel runs, with message("a value")); elsewhere
+    and under torch.compile nothing is checked. Call it once per forward, not per layer.
     """
+    if values.numel() == 0 or torch.compiler.is_compiling():
+        return
+    if values.device.type == "cpu":
+        lo, hi = torch.aminmax(values)
+        if low is not None and lo < low:
+            raise ValueError(message(lo.item()))
+        if high is not None and hi >= high:
+            raise ValueError(message(hi.item()))
+    elif values.device.type == "cuda":
+        ok = torch.ones((), dtype=torch.bool, device=values.device)
+        if low is not None:
+            ok = ok & (values >= low).all()
+        if high is not None:
+            ok = ok & (values < high).all()
+        torch._assert_async(ok, message("a value"))
+
+
+def check_token_ids(name: str, ids: Any, vocab_size: int) -> None:
+    """Token ids must be an integer tensor with values in [0, vocab_size) (the range as
+    :func:`check_in_range` checks it)."""
     if not isinstance(ids, Tensor) or ids.dtype not in (torch.int64, torch.int32):
         got = f"dtype {ids.dtype}" if isinstance(ids, Tensor) else type(ids).__name__
         raise ValueError(f"{name} must be a tensor of token ids (int64 or int32), got {got}")
-    if ids.numel() == 0 or torch.compiler.is_compiling():
-        return
-    if ids.device.type == "cpu":
-        lo, hi = torch.aminmax(ids)
-        if lo < 0 or hi >= vocab_size:
-            bad = int(lo) if lo < 0 else int(hi)
-            raise ValueError(f"{name} holds token id {bad}, outside the vocabulary "
-                             f"[0, {vocab_size})")
-    elif ids.device.type == "cuda":
-        torch._assert_async(((ids >= 0) & (ids < vocab_size)).all(),
-                            f"{name} holds a token id outside the vocabulary [0, {vocab_size})")
+
+    check_in_range(ids, 0, vocab_size, lambda bad: (
+        f"{name} holds token id {bad}, outside the vocabulary [0, {vocab_size})"))
 
 
 def require_options(option: str, value: Any) -> dict[str, Any]:

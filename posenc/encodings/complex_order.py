@@ -32,7 +32,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .base import PositionalEncoding, register, require_float_in, require_positive_int
+from .base import (PositionalEncoding, check_in_range, register, require_float_in,
+                   require_positive_int)
 
 
 @register("complex_order")
@@ -74,10 +75,9 @@ class ComplexOrderEncoding(PositionalEncoding):
         if ids.shape != x.shape[:2]:
             raise ValueError(f"ids shape {tuple(ids.shape)} != embeddings' (batch, length) "
                              f"{tuple(x.shape[:2])}")
-        if ids.numel() and (int(ids.max()) >= self.vocab_size or int(ids.min()) < 0):
-            raise ValueError(f"token id {int(ids.max())} is outside complex_order's tables: "
-                             f"ids must be in [0, {self.vocab_size}) (vocab_size="
-                             f"{self.vocab_size})")
+        check_in_range(ids, 0, self.vocab_size, lambda bad: (
+            f"token id {bad} is outside complex_order's tables: ids must be in "
+            f"[0, {self.vocab_size}) (vocab_size={self.vocab_size})"))
         if x.shape[-1] != self.frequency.shape[-1]:
             raise ValueError(f"complex_order width {self.frequency.shape[-1]} != model width "
                              f"{x.shape[-1]}")

@@ -33,19 +33,27 @@ does, or pick the last layers; a model chooses which layers get the option.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 from torch import Tensor, nn
 
 from ..kernels.layouts.causal_pairs import CausalPairBias, causal_pair_bias
-from ..kernels.layouts.relative_shift import PairLayout, head_table, pair_layout
+from ..kernels.layouts.relative_shift import PairLayout, head_table, layout_kind, pair_layout
 from ..kernels.pairs import pair_kernel_ready
 from .absolute import LearnedEncoding
 from .base import PositionalEncoding, ScoreMod, register, require_float_in, require_int_at_least
 
 TERMS = ("c2p", "p2c")
 LAYER_NORM_EPS = 1e-7           # DeBERTa-v2's layer_norm_eps
+
+
+@functools.cache
+def _log_ratio(max_position: int, mid: int) -> float:
+    """log((max_position - 1) / mid) evaluated in float32, as a host number (no tensor is
+    made where the buckets are computed, e.g. inside a FlexAttention score_mod)."""
+    return float(torch.log(torch.tensor((max_position - 1) / mid, dtype=torch.float32)))
 
 
 def log_bucket_position(rel: Tensor, position_buckets: int, max_position: int) -> Tensor:
@@ -59,8 +67,8 @@ def log_bucket_position(rel: Tensor, position_buckets: int, max_position: int) -
     magnitude = rel.abs()
     far = magnitude > mid
     safe = torch.where(far, magnitude, torch.full_like(magnitude, mid)).to(torch.float32)
-    denominator = torch.log(torch.tensor((max_position - 1) / mid, dtype=torch.float32))
-    log_pos = torch.ceil(torch.log(safe / mid) / denominator * (mid - 1)) + mid
+    log_pos = torch.ceil(torch.log(safe / mid) / _log_ratio(max_position, mid) * (mid - 1)) \
+        + mid
     return torch.where(far, log_pos.to(rel.dtype) * torch.sign(rel), rel)
 
 
@@ -136,12 +144,9 @@ class DeBERTaEncoding(PositionalEncoding):
             rel = log_bucket_position(rel, self.position_buckets, self.max_relative_positions)
         return (rel + self.span).clamp(0, 2 * self.span - 1)
 
-    def bucket_rows(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, int]:
-        """Table row of every distinct distance q_pos - k_pos: (N,) and the smallest
-        distance ``lo`` (distance d sits at index d - lo)."""
-        lo = int(q_pos.min()) - int(k_pos.max())
-        rel = torch.arange(lo, int(q_pos.max()) - int(k_pos.min()) + 1, device=q_pos.device)
-        return self.distance_rows(rel), lo
+    def pair_rows(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """Table row of every (query, key) pair: (Lq,), (Lk,) -> (Lq, Lk)."""
+        return self.distance_rows(q_pos[:, None] - k_pos[None, :])
 
     @staticmethod
     def distinct_rows(*rows: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
@@ -150,19 +155,22 @@ class DeBERTaEncoding(PositionalEncoding):
         used, inverse = torch.unique(torch.cat(rows), return_inverse=True)
         return used, inverse.split([r.numel() for r in rows])
 
-    def position_heads(self, dtype: torch.dtype, *rows: Tensor,
+    def position_heads(self, dtype: torch.dtype, rows: Tensor | None = None, *,
                        distinct: tuple[Tensor, tuple[Tensor, ...]] | None = None
                        ) -> tuple[Tensor | None, ...]:
         """Projected relative table per head, times the softmax scale, for c2p (K^r) and p2c
-        (Q^r): (H, R, D) over all 2 span rows, or per given index tensor of rows (R,) the
-        c2p heads at the first and the p2c heads at the second (None for a term not in
-        ``pos_att_type``); ``distinct``: ``distinct_rows(*rows)``, if known. Only the
-        distinct rows in use are normalized and projected (both are row-wise), once for
-        both terms."""
+        (Q^r): (H, R, D) each (None for a term not in ``pos_att_type``), over all 2 span
+        rows, or over the table rows ``rows`` (R,), or, with ``distinct`` =
+        ``distinct_rows(c2p rows, p2c rows)``, the c2p heads at the first index tensor and the
+        p2c heads at the second, projecting each distinct row once. Normalization and
+        projection are row-wise, so only the rows in use are computed, once for both
+        terms."""
         rel, inverses = self.rel_embeddings, (None, None)
-        if rows or distinct is not None:
-            used, inverses = distinct if distinct is not None else self.distinct_rows(*rows)
+        if distinct is not None:
+            used, inverses = distinct
             rel = rel.index_select(0, used)
+        elif rows is not None:
+            rel = rel.index_select(0, rows)
         if self.rel_norm is not None:
             rel = self.rel_norm(rel)
         out = []
@@ -177,12 +185,15 @@ class DeBERTaEncoding(PositionalEncoding):
             out.append(heads.view(-1, self.n_heads, self.head_dim).transpose(0, 1))
         return tuple(out)
 
-    def term_tables(self, q: Tensor, k: Tensor, rows: tuple[Tensor, Tensor] | None = None
+    def term_tables(self, q: Tensor, k: Tensor, rows: Tensor | None = None
                     ) -> tuple[Tensor | None, Tensor | None]:
-        """Scaled c2p table q K^r^T (B, H, Lq, R) and p2c table k Q^r^T (B, H, Lk, R) over the
-        2 span table rows, or over the rows ``rows`` = (c2p rows, p2c rows) (None for a term
-        not in ``pos_att_type``)."""
-        c2p_heads, p2c_heads = self.position_heads(q.dtype, *(rows or ()))
+        """Scaled c2p table q K^r^T (B, H, Lq, R) and p2c table k Q^r^T (B, H, Lk, R) (None
+        for a term not in ``pos_att_type``), over the 2 span table rows, or over ``rows``
+        (R,) for p2c and the same rows in reverse order for c2p (a layout's key and query
+        distances)."""
+        c2p_heads, p2c_heads = self.position_heads(q.dtype, rows)
+        if rows is not None and c2p_heads is not None:
+            c2p_heads = c2p_heads.flip(1)
         c2p = head_table(q, c2p_heads) if c2p_heads is not None else None
         p2c = head_table(k, p2c_heads) if p2c_heads is not None else None
         return c2p, p2c
@@ -193,7 +204,8 @@ class DeBERTaEncoding(PositionalEncoding):
             self.absolute.check_positions(pos)
 
     # -------------------------------------------------------------- hooks
-    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
+    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, *,
+                     backend: str | None = None, consecutive: bool = False
                      ) -> tuple[Tensor, Tensor]:
         if self.absolute is None:
             return q, k
@@ -202,12 +214,13 @@ class DeBERTaEncoding(PositionalEncoding):
         return q + p.transpose(0, 1).to(q.dtype), k
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False) -> Tensor:
-        layout = pair_layout(q_pos, k_pos, causal)
-        if layout.kind != "gather" and layout.query_distances.numel() <= 2 * self.span:
-            return self._shifted_bias(q, k, layout)
-        rows, lo = self.bucket_rows(q_pos, k_pos)
-        index = rows[q_pos[:, None] - k_pos[None, :] - lo]            # (Lq, Lk)
+                   causal: bool = False, *, consecutive: bool = False) -> Tensor:
+        kind = layout_kind(q_pos, k_pos, causal, consecutive)
+        distances = q_pos.shape[-1] if kind == "causal" else \
+            q_pos.shape[-1] + k_pos.shape[-1] - 1
+        if kind != "gather" and distances <= 2 * self.span:
+            return self._shifted_bias(q, k, pair_layout(q_pos, k_pos, causal, consecutive))
+        index = self.pair_rows(q_pos, k_pos)                          # (Lq, Lk)
         c2p, p2c = self.term_tables(q, k)
         bias = 0
         if c2p is not None:
@@ -223,7 +236,7 @@ class DeBERTaEncoding(PositionalEncoding):
         fused = self._causal_pairs(q, k, layout)
         if fused is not None:
             return fused.materialize()                                # (B, H, Lq, Lk)
-        c2p, p2c = self.term_tables(q, k, self._layout_rows(layout))
+        c2p, p2c = self.term_tables(q, k, self.distance_rows(layout.key_distances))
         if c2p is not None and p2c is not None:
             return layout.pair_sum(c2p, p2c)                          # (B, H, Lq, Lk)
         return layout.query_rows(c2p) if c2p is not None else layout.key_rows(p2c)
@@ -235,7 +248,8 @@ class DeBERTaEncoding(PositionalEncoding):
     def _causal_pairs(self, q: Tensor, k: Tensor, layout: PairLayout
                       ) -> CausalPairBias | None:
         """Both terms over a causal square block from row-group tables of the distances
-        each group sees (kernels/layouts/causal_pairs.py), or None where that path does not apply."""
+        each group sees (kernels/layouts/causal_pairs.py), or None where that path does not
+        apply."""
         if layout.kind != "causal" or len(self.terms) != 2 or \
                 layout.query_distances.numel() > 2 * self.span or \
                 not pair_kernel_ready(q, k, self.rel_embeddings):
@@ -247,17 +261,19 @@ class DeBERTaEncoding(PositionalEncoding):
         return causal_pair_bias(q, k, c2p_heads, p2c_heads)
 
     def fused_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False) -> CausalPairBias | None:
-        return self._causal_pairs(q, k, pair_layout(q_pos, k_pos, causal))
+                   causal: bool = False, *, consecutive: bool = False
+                   ) -> CausalPairBias | None:
+        if layout_kind(q_pos, k_pos, causal, consecutive) != "causal":
+            return None
+        return self._causal_pairs(q, k, pair_layout(q_pos, k_pos, causal, consecutive))
 
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                  causal: bool = False) -> ScoreMod:
-        rows, lo = self.bucket_rows(q_pos, k_pos)
+                  causal: bool = False, *, consecutive: bool = False) -> ScoreMod:
         c2p, p2c = self.term_tables(q, k)
-        q_off = q_pos - lo
+        rows_of = self.distance_rows
 
         def add_disentangled(score, b, h, q_idx, kv_idx):
-            r = rows[q_off[q_idx] - k_pos[kv_idx]]
+            r = rows_of(q_pos[q_idx] - k_pos[kv_idx])
             if c2p is not None:
                 score = score + c2p[b, h, q_idx, r]
             if p2c is not None:

@@ -83,12 +83,12 @@ class FireEncoding(PositionalEncoding):
         return hidden @ w2.T + b2                                        # (..., H)
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False) -> Tensor:
+                   causal: bool = False, *, consecutive: bool = False) -> Tensor:
         bias = self.mlp(self.normalised_distance(q_pos, k_pos))         # (Lq, Lk, H)
         return bias.permute(2, 0, 1).unsqueeze(0)                        # (1, H, Lq, Lk)
 
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                  causal: bool = False) -> ScoreMod:
+                  causal: bool = False, *, consecutive: bool = False) -> ScoreMod:
         qp, kp = q_pos.to(torch.float32), k_pos.to(torch.float32)
         inv_norm = self.inverse_normaliser(q_pos)                        # (Lq,)
         c, w1, b1, w2, b2 = self.c, self.w1, self.b1, self.w2, self.b2

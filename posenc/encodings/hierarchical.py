@@ -24,8 +24,8 @@ import torch
 from torch import Tensor, nn
 
 from .absolute import LearnedEncoding
-from .base import (PositionalEncoding, build_encoding, register, require_float_in,
-                   require_int_at_least, require_positive_int)
+from .base import (PositionalEncoding, build_encoding, check_in_range, register,
+                   require_float_in, require_int_at_least, require_positive_int)
 
 
 def hierarchical_positions(table: Tensor, pos: Tensor, alpha: float) -> Tensor:
@@ -78,11 +78,10 @@ class HierarchicalEncoding(PositionalEncoding):
 
     def embed(self, x: Tensor, pos: Tensor, *, ids: Tensor | None = None,
               state: dict | None = None) -> Tensor:
-        if pos.numel() and (int(pos.max()) >= self.n_positions or int(pos.min()) < 0):
-            raise ValueError(
-                f"position {int(pos.max())} is outside the hierarchical table: positions must "
-                f"be in [0, {self.n_positions}) (n_positions={self.n_positions}, "
-                f"base_len={self.base_len})")
+        check_in_range(pos, 0, self.n_positions, lambda bad: (
+            f"position {bad} is outside the hierarchical table: positions must be in "
+            f"[0, {self.n_positions}) (n_positions={self.n_positions}, "
+            f"base_len={self.base_len})"))
         if x.shape[-1] != self.table.shape[-1]:
             raise ValueError(f"hierarchical table width {self.table.shape[-1]} != model "
                              f"width {x.shape[-1]}")

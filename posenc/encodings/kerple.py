@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import register, require_choice
-from .relative_bias import DistanceBiasEncoding
+from .relative_bias import BiasFunction, DistanceBiasEncoding
 
 _FLOOR = 1e-2
 
@@ -64,14 +64,18 @@ class KerpleEncoding(DistanceBiasEncoding):
             return F.softplus(self.raw_r2)
         return 2.0 * torch.sigmoid(self.raw_r2)
 
-    def distance_bias(self, rel: Tensor) -> Tensor:
-        dist = rel.abs().to(torch.float32)[None, :]                  # (1, N)
-        r1, r2 = self.r1[:, None], self.r2[:, None]                  # (H, 1)
-        if self.variant == "log":
-            return -r1 * torch.log1p(r2 * dist)                      # (H, N)
-        # 0 ** r2 has an undefined gradient in r2 (0 * log 0): evaluate at 1 and zero it
-        powered = torch.where(dist > 0, dist.clamp(min=1.0) ** r2, torch.zeros_like(r2))
-        return -r1 * powered                                         # (H, N)
+    def bias_function(self) -> BiasFunction:
+        r1, r2, log = self.r1.float(), self.r2.float(), self.variant == "log"
+
+        def bias(rel: Tensor, head: Tensor) -> Tensor:
+            dist = rel.abs().to(torch.float32)
+            if log:
+                return -r1[head] * torch.log1p(r2[head] * dist)
+            # 0 ** r2 has an undefined gradient in r2 (0 * log 0): evaluate at 1 and zero it
+            powered = dist.clamp(min=1.0) ** r2[head]
+            return -r1[head] * torch.where(dist > 0, powered, torch.zeros_like(powered))
+
+        return bias
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, variant={self.variant!r}"

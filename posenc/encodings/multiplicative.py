@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .base import PositionalEncoding, register, require_choice, require_float_in
+from .base import (PositionalEncoding, check_in_range, register, require_choice,
+                   require_float_in)
 from .sinusoidal import sinusoidal_at
 
 
@@ -50,11 +51,10 @@ class MultiplicativeEncoding(PositionalEncoding):
         """ValueError if a learned table does not cover every position (sinusoidal: any)."""
         if self.table is None:
             return
-        if pos.numel() and (int(pos.max()) >= self.max_len or int(pos.min()) < 0):
-            raise ValueError(
-                f"position {int(pos.max())} is outside the multiplicative table: positions "
-                f"must be in [0, {self.max_len}) (max_len={self.max_len}); use "
-                f"positions='sinusoidal' or a larger max_len")
+        check_in_range(pos, 0, self.max_len, lambda bad: (
+            f"position {bad} is outside the multiplicative table: positions must be in "
+            f"[0, {self.max_len}) (max_len={self.max_len}); use positions='sinusoidal' or a "
+            f"larger max_len"))
 
     def position_vectors(self, pos: Tensor, width: int) -> Tensor:
         """p at positions pos (T,) -> (T, width) fp32 (learned: the table's dtype)."""

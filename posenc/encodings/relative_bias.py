@@ -1,51 +1,61 @@
 """Shared mechanism for biases that depend only on the distance k_pos - q_pos.
 
-A subclass gives ``distance_bias(rel) -> (H, N)`` for a 1-D tensor of integer distances. The
-bias is evaluated once per distinct distance (Lq + Lk - 1 values), then gathered: into an
-(H, Lq, Lk) tensor for ``score_bias``, or inside a FlexAttention ``score_mod`` so long
-sequences never build the (H, n, n) tensor. Translation invariance holds by construction.
+A subclass gives ``bias_function() -> f(rel, head)``: the bias of head ``head`` at integer
+distance ``rel``, elementwise over broadcast tensors, with any per-head parameters computed
+once when the function is made. The same function fills the materialized (1, H, Lq, Lk) bias
+(``score_bias``, one evaluation per pair and head) and runs inside a FlexAttention
+``score_mod`` on one (pair, head) at a time, so long sequences never build the (H, n, n)
+tensor. Distances come from the positions pair by pair: no table sized by the span of the
+positions, so nothing waits for a position's value (no host synchronisation), and any
+positions work. Translation invariance holds by construction.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from .base import PositionalEncoding, ScoreMod, check_qk
 
+#: f(rel, head) -> bias: integer distances k_pos - q_pos and head indices, broadcast
+BiasFunction = Callable[[Tensor, Tensor], Tensor]
+
+
+def pair_distances(q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    """k_pos - q_pos for every (query, key) pair: (Lq,), (Lk,) -> (Lq, Lk)."""
+    return k_pos[None, :] - q_pos[:, None]
+
 
 class DistanceBiasEncoding(PositionalEncoding):
-    """Base for additive biases b_h(k_pos - q_pos) (ALiBi, T5, KERPLE, FIRE)."""
+    """Base for additive biases b_h(k_pos - q_pos) (ALiBi, T5, KERPLE)."""
 
     family = "bias"
 
-    def distance_bias(self, rel: Tensor) -> Tensor:
-        """Bias for integer distances rel = k_pos - q_pos. rel (N,) -> (H, N)."""
+    def bias_function(self) -> BiasFunction:
+        """f(rel, head) -> fp32 bias of the broadcast shape of the integer tensors ``rel``
+        (distances k_pos - q_pos) and ``head`` (head indices in [0, H))."""
         raise NotImplementedError
 
-    def distance_table(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, int]:
-        """Bias for every distance between the two position sets: (H, N) and the offset
-        ``lo`` such that distance r sits at column r - lo."""
-        lo = int(k_pos.min()) - int(q_pos.max())
-        hi = int(k_pos.max()) - int(q_pos.min())
-        rel = torch.arange(lo, hi + 1, device=k_pos.device)
-        return self.distance_bias(rel), lo
+    def distance_bias(self, rel: Tensor) -> Tensor:
+        """Bias for integer distances rel = k_pos - q_pos. rel (N,) -> (H, N)."""
+        heads = torch.arange(self.n_heads, device=rel.device)
+        return self.bias_function()(rel[None, :], heads[:, None])
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False) -> Tensor:
+                   causal: bool = False, *, consecutive: bool = False) -> Tensor:
         check_qk(self, q, k, q_pos, k_pos, bias=True)
-        table, lo = self.distance_table(q_pos, k_pos)                # (H, N)
-        index = k_pos[None, :] - q_pos[:, None] - lo                 # (Lq, Lk)
-        return table[:, index].unsqueeze(0)                          # (1, H, Lq, Lk)
+        rel = pair_distances(q_pos, k_pos)                           # (Lq, Lk)
+        heads = torch.arange(self.n_heads, device=rel.device)
+        return self.bias_function()(rel[None], heads[:, None, None])[None]   # (1, H, Lq, Lk)
 
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                  causal: bool = False) -> ScoreMod:
+                  causal: bool = False, *, consecutive: bool = False) -> ScoreMod:
         check_qk(self, q, k, q_pos, k_pos, bias=True)
-        table, lo = self.distance_table(q_pos, k_pos)                # (H, N)
-        table = table.to(q.dtype)
-        q_off, k_off = q_pos + lo, k_pos                             # column = k - (q + lo)
+        bias = self.bias_function()
 
         def add_bias(score, b, h, q_idx, kv_idx):
-            return score + table[h, k_off[kv_idx] - q_off[q_idx]]
+            return score + bias(k_pos[kv_idx] - q_pos[q_idx], h).to(score.dtype)
 
         return add_bias

@@ -67,15 +67,29 @@ class RotaryEncoding(PositionalEncoding):
         self.length_dependent = kind in LENGTH_DEPENDENT
         self.cache_transformed_keys = not self.length_dependent
         inv_freq, factor = compute_inv_freq(rotary_dim, self.theta, self.scaling)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)   # (R/2,) fp32
-        fixed, rest = frequency_turns(inv_freq)                        # float64 on the CPU
-        self.register_buffer("turns_fixed", fixed, persistent=False)   # (R/2,) int64
-        self.register_buffer("turns_rest", rest, persistent=False)     # (R/2,) fp32
+        self._frequency_buffers("", inv_freq)
         self.attention_factor = factor
+        #: longrope switches to its long factors once a sequence is longer than this: both
+        #: sets are kept and chosen on the device (no host read); dynamic NTK computes its
+        #: frequencies on the host from the sequence length
+        self.switch_at = self.scaling["original_max_position_embeddings"] \
+            if kind == "longrope" else None
+        if self.switch_at is not None:
+            self._frequency_buffers("_long", compute_inv_freq(
+                rotary_dim, self.theta, self.scaling, self.switch_at + 1)[0])
+
+    def _frequency_buffers(self, suffix: str, inv_freq: Tensor) -> None:
+        """inv_freq (R/2,) fp32 and its split into turns (``frequency_turns``, float64 on
+        the CPU) as buffers named inv_freq<suffix>, turns_fixed<suffix>, turns_rest<suffix>."""
+        fixed, rest = frequency_turns(inv_freq)
+        self.register_buffer("inv_freq" + suffix, inv_freq, persistent=False)   # fp32
+        self.register_buffer("turns_fixed" + suffix, fixed, persistent=False)   # int64
+        self.register_buffer("turns_rest" + suffix, rest, persistent=False)     # fp32
 
     def _apply(self, fn, recurse=True):
         # keep the frequencies fp32 when the module is cast (model.to(torch.bfloat16))
-        kept = {name: getattr(self, name) for name in ("inv_freq", "turns_rest")}
+        kept = {name: getattr(self, name) for name in (
+            "inv_freq", "turns_rest", "inv_freq_long", "turns_rest_long") if hasattr(self, name)}
         super()._apply(fn, recurse)
         for name, value in kept.items():
             setattr(self, name, value.to(getattr(self, name).device))
@@ -95,32 +109,50 @@ class RotaryEncoding(PositionalEncoding):
         inv_freq, factor = self.frequencies(seq_len)
         return factor, tuple(inv_freq.tolist())
 
-    def cos_sin(self, pos: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
+    def cos_sin(self, pos: Tensor, seq_len: int, long: Tensor | None = None
+                ) -> tuple[Tensor, Tensor]:
         """cos and sin (times the attention factor) at positions pos: (L, R/2) fp32 each.
 
-        Angles stay accurate far past 2^16 positions (see ``rotary_angles``)."""
-        if self.length_dependent:             # frequencies and their split on the CPU
+        ``seq_len``: the sequence length (dynamic NTK); ``long``: a 0-d bool tensor, True
+        where longrope's long factors apply. Angles stay accurate far past 2^16 positions
+        (see ``rotary_angles``)."""
+        inv_freq, factor = self.inv_freq, self.attention_factor
+        turns = (self.turns_fixed, self.turns_rest)
+        if self.switch_at is not None:        # both sets on the device, chosen there
+            if long is None:
+                long = torch.tensor(seq_len > self.switch_at, device=pos.device)
+            inv_freq = torch.where(long, self.inv_freq_long, inv_freq)
+            turns = (torch.where(long, self.turns_fixed_long, turns[0]),
+                     torch.where(long, self.turns_rest_long, turns[1]))
+        elif self.length_dependent:           # frequencies and their split on the CPU
             inv_freq, factor = compute_inv_freq(self.rotary_dim, self.theta, self.scaling,
                                                 seq_len)
             turns = frequency_turns(inv_freq)
-        else:
-            inv_freq, factor = self.inv_freq, self.attention_factor
-            turns = (self.turns_fixed, self.turns_rest)
         angles = rotary_angles(pos, inv_freq, turns)
         if factor == 1.0:
             return angles.cos(), angles.sin()
         return angles.cos() * factor, angles.sin() * factor
 
-    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
+    def sequence_length(self, q_pos: Tensor, k_pos: Tensor) -> tuple[int, Tensor | None]:
+        """What the frequencies depend on: (1 + the largest position, read on the host, for
+        dynamic NTK, else 0) and (a 0-d bool tensor, True when longrope's long factors
+        apply, else None). Other scalings never read a position's value."""
+        if self.switch_at is not None:
+            return 0, torch.maximum(q_pos.max(), k_pos.max()) >= self.switch_at
+        if not self.length_dependent:
+            return 0, None
+        return 1 + int(torch.maximum(q_pos.max(), k_pos.max())), None
+
+    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, *,
+                     backend: str | None = None, consecutive: bool = False
                      ) -> tuple[Tensor, Tensor]:
         check_qk(self, q, k, q_pos, k_pos)        # float q/k: integer ones would truncate
-        seq_len = 1 + int(torch.maximum(q_pos.max(), k_pos.max())) if self.length_dependent \
-            else 0
-        k_cos, k_sin = self.cos_sin(k_pos, seq_len)
-        if q_pos is k_pos or (q_pos.shape == k_pos.shape and torch.equal(q_pos, k_pos)):
+        seq_len, long = self.sequence_length(q_pos, k_pos)
+        k_cos, k_sin = self.cos_sin(k_pos, seq_len, long)
+        if q_pos is k_pos:                        # self-attention over the same positions
             q_cos, q_sin = k_cos, k_sin
         else:
-            q_cos, q_sin = self.cos_sin(q_pos, seq_len)
+            q_cos, q_sin = self.cos_sin(q_pos, seq_len, long)
         return (apply_rotary(q, q_cos, q_sin, self.layout),
                 apply_rotary(k, k_cos, k_sin, self.layout))
 

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from ..kernels.layouts.clipped_pairs import ClippedPairBias, collect_clipped, spread_clipped
-from ..kernels.layouts.relative_shift import pair_layout
+from ..kernels.layouts.relative_shift import layout_kind
 from .base import (PositionalEncoding, ScoreMod, register, require_choice, require_float_in,
                    require_positive_int)
 from .sinusoidal import sinusoidal_at
@@ -91,23 +91,24 @@ class ShawEncoding(PositionalEncoding):
         return (q @ self.key_table[:rows].to(q.dtype).t()) * self.sm_scale()
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False) -> Tensor:
+                   causal: bool = False, *, consecutive: bool = False) -> Tensor:
         clip = self.max_relative_position
-        if pair_layout(q_pos, k_pos, causal).kind == "causal":        # j <= i: rows <= K
+        if layout_kind(q_pos, k_pos, causal, consecutive) == "causal":  # j <= i: rows <= K
             return spread_clipped(self.key_scores(q, clip + 1), clip)  # (B, H, L, K+1)
         table = self.key_scores(q)                                     # (B, H, Lq, 2K+1)
         index = self.clipped_index(q_pos, k_pos)                       # (Lq, Lk)
         return table.gather(-1, index.expand(*table.shape[:2], *index.shape))
 
     def fused_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False) -> ClippedPairBias | None:
-        if pair_layout(q_pos, k_pos, causal).kind != "causal":
+                   causal: bool = False, *, consecutive: bool = False
+                   ) -> ClippedPairBias | None:
+        if layout_kind(q_pos, k_pos, causal, consecutive) != "causal":
             return None
         clip = self.max_relative_position
         return ClippedPairBias(self.key_scores(q, clip + 1), clip)    # (B, H, L, K+1)
 
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                  causal: bool = False) -> ScoreMod:
+                  causal: bool = False, *, consecutive: bool = False) -> ScoreMod:
         table = self.key_scores(q)                                     # (B, H, Lq, 2K+1)
         clip = self.max_relative_position
 
@@ -118,12 +119,12 @@ class ShawEncoding(PositionalEncoding):
         return add_key_term
 
     def value_term(self, weights: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False) -> Tensor | None:
+                   causal: bool = False, *, consecutive: bool = False) -> Tensor | None:
         if not self.relative_values:
             return None
         table = self.key_table if self.value_table is None else self.value_table
         clip = self.max_relative_position
-        if pair_layout(q_pos, k_pos, causal).kind == "causal":
+        if layout_kind(q_pos, k_pos, causal, consecutive) == "causal":
             per_distance = collect_clipped(weights, clip)             # (B, H, L, K+1)
             return per_distance @ table[:clip + 1].to(weights.dtype)  # (B, H, L, D)
         index = self.clipped_index(q_pos, k_pos).expand_as(weights)    # (B, H, Lq, Lk)

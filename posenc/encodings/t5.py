@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from .base import register, require_int_at_least
-from .relative_bias import DistanceBiasEncoding
+from .relative_bias import BiasFunction, DistanceBiasEncoding
 
 
 def relative_position_bucket(relative_position: Tensor, bidirectional: bool = True,
@@ -82,7 +82,11 @@ class T5Encoding(DistanceBiasEncoding):
         self.bias = nn.Embedding(num_buckets, self.n_heads)
         nn.init.normal_(self.bias.weight, std=0.02)
 
-    def distance_bias(self, rel: Tensor) -> Tensor:
-        bucket = relative_position_bucket(rel, self.bidirectional, self.num_buckets,
-                                          self.max_distance)
-        return self.bias(bucket).transpose(0, 1)                 # (H, N)
+    def bias_function(self) -> BiasFunction:
+        table, options = self.bias.weight, (self.bidirectional, self.num_buckets,
+                                            self.max_distance)
+
+        def bias(rel: Tensor, head: Tensor) -> Tensor:
+            return table[relative_position_bucket(rel, *options), head].float()
+
+        return bias

@@ -73,7 +73,8 @@ class TUPEEncoding(T5Encoding):
         p = F.linear(p, self.pos_proj.weight[rows], self.pos_proj.bias[rows]).to(dtype)
         return p.view(-1, self.n_heads, self.head_dim).transpose(0, 1)
 
-    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
+    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, *,
+                     backend: str | None = None, consecutive: bool = False
                      ) -> tuple[Tensor, Tensor]:
         pq = self.position_heads(q_pos, 0, q.dtype)                   # (H, Lq, D)
         pk = self.position_heads(k_pos, 1, k.dtype)                   # (H, Lk, D)

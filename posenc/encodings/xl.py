@@ -19,8 +19,9 @@ Two exact ways to compute the position term, chosen by ``position_term``:
   C dimensions to every query and key head: plain dot products give the exact logits on
   every backend, nothing of size Lq * Lk is built besides the scores (FlexAttention never
   builds those), at the price of q.k running over D + C dims.
-- ``"auto"`` (default): the table, except when no gradient is recorded and there are at
-  least ``FLEX_MIN_LEN`` keys (long evaluation, where attention picks FlexAttention): rotary.
+- ``"auto"`` (default): the table when the positions are consecutive runs (training,
+  prefill, cached decoding) and attention does not run FlexAttention; rotary otherwise (long
+  evaluation on flex, padded or packed positions), so no table is sized from position values.
 
 Keys are cached raw (cache_transformed_keys = False) since the rotary form appends key-side
 vectors. Angles are computed in float64 so neither form loses accuracy at large positions.
@@ -81,17 +82,17 @@ class TransformerXLEncoding(PositionalEncoding):
         angles = pos.to(torch.float64)[:, None] * inv_freq[None, :]
         return angles.cos().float(), angles.sin().float()
 
-    def rotary(self, k_len: int) -> bool:
-        """Whether this call uses the rotary form (module docstring); every hook of one
-        attention call gets the same answer."""
+    def rotary(self, backend: str | None, consecutive: bool) -> bool:
+        """Whether a call uses the rotary form (module docstring), decided in
+        ``transform_qk``; the bias hooks see it in the width of q (D + C)."""
         if self.position_term != "auto":
             return self.position_term == "rotary"
-        from ..attention.backends import FLEX_MIN_LEN     # (a module importing this one)
-        return not torch.is_grad_enabled() and k_len >= FLEX_MIN_LEN
+        return backend == "flex" or not consecutive
 
-    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
+    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, *,
+                     backend: str | None = None, consecutive: bool = False
                      ) -> tuple[Tensor, Tensor]:
-        if not self.rotary(k.shape[2]):
+        if not self.rotary(backend, consecutive):
             return q + self.u[:, None].to(q.dtype), k
         h, d = q.shape[1], q.shape[3]
         # a = W_KR^T (q + v) pairs (a_sin, a_cos) with R's (sin, cos). The pair (a_cos, -a_sin)
@@ -122,17 +123,17 @@ class TransformerXLEncoding(PositionalEncoding):
         return head_table(qv, heads)                                  # (B, H, Lq, N)
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False) -> Tensor | None:
-        if self.rotary(k.shape[2]):
+                   causal: bool = False, *, consecutive: bool = False) -> Tensor | None:
+        if q.shape[-1] != self.head_dim:                  # the rotary form is in q and k
             return None
-        layout = pair_layout(q_pos, k_pos, causal)
+        layout = pair_layout(q_pos, k_pos, causal, consecutive)
         table = self.position_table(q, layout.query_distances,
                                     self.attn_scale(q_pos, k_pos, causal))
         return layout.query_rows(table)
 
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                  causal: bool = False) -> ScoreMod | None:
-        if self.rotary(k.shape[2]):
+                  causal: bool = False, *, consecutive: bool = False) -> ScoreMod | None:
+        if q.shape[-1] != self.head_dim:                  # the rotary form is in q and k
             return None
         lo, hi = distance_span(q_pos, k_pos)
         table = self.position_table(q, torch.arange(lo, hi + 1, device=q.device),

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from ..kernels.rotary import apply_rotary
-from .base import check_qk, register, require_float_in
+from .base import check_in_range, check_qk, register, require_float_in
 from .rope import RotaryEncoding
 
 #: exponent headroom kept inside the dtype's normal range, for the magnitude of q and k
@@ -69,37 +69,38 @@ class XPosEncoding(RotaryEncoding):
         if isinstance(center, bool) or not isinstance(center, int):
             raise ValueError(f"center must be an integer (any sign), got {center!r}")
         self.center = center
-        self.register_buffer("log_zeta", xpos_zeta(self.rotary_dim, self.gamma).log(),
-                             persistent=False)                             # (R/2,) fp32
+        zeta = xpos_zeta(self.rotary_dim, self.gamma)
+        self.register_buffer("log_zeta", zeta.log(), persistent=False)      # (R/2,) fp32
+        self.steepest = -math.log(float(zeta.min()))          # ln(1 / zeta_0), a host value
+
+    def max_distance(self, dtype: torch.dtype) -> int:
+        """Largest |pos - center| whose scales stay finite in ``dtype`` (with headroom)."""
+        info = torch.finfo(dtype)
+        limit = min(math.log(info.max), -math.log(info.tiny)) - _HEADROOM
+        return int(limit * self.scale_base / self.steepest)
 
     def decay(self, pos: Tensor, sign: float, dtype: torch.dtype) -> Tensor:
-        """zeta^(sign * (pos - center) / scale_base): (L, R/2) fp32; ValueError on overflow."""
+        """zeta^(sign * (pos - center) / scale_base): (L, R/2) fp32; ValueError on overflow
+        (checked as :func:`~posenc.encodings.base.check_in_range` does)."""
+        far = self.max_distance(dtype)
+        check_in_range(pos, self.center - far, self.center + far + 1, lambda bad: (
+            f"xpos scale overflows {dtype} at position {bad}, too far from center="
+            f"{self.center}: |pos - center| must be <= {far} for scale_base="
+            f"{self.scale_base}; set center nearer the positions or a larger scale_base"))
         rel = pos.to(torch.float32) - float(self.center)                    # (L,)
-        if rel.numel():
-            worst = float(rel.abs().max()) * float(-self.log_zeta.min()) / self.scale_base
-            info = torch.finfo(dtype)
-            limit = min(math.log(info.max), -math.log(info.tiny)) - _HEADROOM
-            if worst > limit:
-                far = int(rel.abs().max())
-                raise ValueError(
-                    f"xpos scale overflows {dtype} at distance {far} from center="
-                    f"{self.center}: |pos - center| must be <= "
-                    f"{int(limit * self.scale_base / float(-self.log_zeta.min()))} "
-                    f"for scale_base={self.scale_base}; set center nearer the positions "
-                    f"or a larger scale_base")
         return torch.exp(sign * rel[:, None] * self.log_zeta[None, :] / self.scale_base)
 
-    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
+    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, *,
+                     backend: str | None = None, consecutive: bool = False
                      ) -> tuple[Tensor, Tensor]:
         check_qk(self, q, k, q_pos, k_pos)        # float q/k: integer ones would truncate
-        seq_len = 1 + int(torch.maximum(q_pos.max(), k_pos.max())) if self.length_dependent \
-            else 0
-        k_cos, k_sin = self.cos_sin(k_pos, seq_len)                          # (Lk, R/2)
+        seq_len, long = self.sequence_length(q_pos, k_pos)
+        k_cos, k_sin = self.cos_sin(k_pos, seq_len, long)                    # (Lk, R/2)
         k_scale = self.decay(k_pos, -1.0, k.dtype)
-        if q_pos is k_pos or (q_pos.shape == k_pos.shape and torch.equal(q_pos, k_pos)):
+        if q_pos is k_pos:
             q_cos, q_sin, q_scale = k_cos, k_sin, 1.0 / k_scale
         else:
-            q_cos, q_sin = self.cos_sin(q_pos, seq_len)                      # (Lq, R/2)
+            q_cos, q_sin = self.cos_sin(q_pos, seq_len, long)                # (Lq, R/2)
             q_scale = self.decay(q_pos, 1.0, q.dtype)
         return (apply_rotary(q, q_cos * q_scale, q_sin * q_scale, self.layout),
                 apply_rotary(k, k_cos * k_scale, k_sin * k_scale, self.layout))

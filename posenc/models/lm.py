@@ -143,13 +143,15 @@ class TransformerLM(nn.Module):
         """
         self._check_ids(ids)
         t = ids.shape[1]
+        consecutive = pos is None               # positions this model builds form one run
         if pos is None:
             start = caches[0].length if caches else 0
             pos = torch.arange(start, start + t, device=ids.device)
         else:
             check_positions("pos", pos, t)
         if caches:
-            ids, pos = replay_if_stale(self.pe, ids, pos, caches)
+            ids, pos = replay_if_stale(self.pe, ids, pos, caches,
+                                       seq_len=caches[0].length + t if consecutive else None)
         x = self.pe.embed(self.tok(ids), pos, ids=ids,
                           state=caches[0].extra if caches else None)
         x = self.drop(x)                                              # (B, T, C)
@@ -157,7 +159,7 @@ class TransformerLM(nn.Module):
         all_weights = []
         for i, block in enumerate(self.blocks):
             x, w = block(x, pos, self.pe, causal=True, cache=caches[i] if caches else None,
-                         backend=backend, need_weights=need_weights)
+                         backend=backend, need_weights=need_weights, consecutive=consecutive)
             all_weights.append(w)
         logits = self.head(self.norm(x))[:, -t:]                      # (B, T, V)
         if need_weights:

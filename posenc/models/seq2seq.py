@@ -94,7 +94,8 @@ class Seq2SeqTransformer(nn.Module):
         x = self.drop(self.encoder_pe.embed(self.src_tok(src), pos, ids=src))   # (B, S, C)
         backend = self.config.attn_backend
         for block in self.encoder:
-            x, _ = block(x, pos, self.encoder_pe, causal=False, backend=backend)
+            x, _ = block(x, pos, self.encoder_pe, causal=False, backend=backend,
+                         consecutive=True)
         return self.encoder_norm(x)
 
     def decode(self, memory: Tensor, tgt_in: Tensor, caches: list[KVCache] | None = None,
@@ -112,7 +113,8 @@ class Seq2SeqTransformer(nn.Module):
         t = tgt_in.shape[1]
         pos = torch.arange(start, start + t, device=tgt_in.device)
         if caches:      # length-dependent encodings recompute a stale history
-            tgt_in, pos = replay_if_stale(self.decoder_pe, tgt_in, pos, caches)
+            tgt_in, pos = replay_if_stale(self.decoder_pe, tgt_in, pos, caches,
+                                          seq_len=start + t)
         memory_pos = torch.arange(memory.shape[1], device=memory.device)
         x = self.decoder_pe.embed(self.tgt_tok(tgt_in), pos, ids=tgt_in,
                                   state=caches[0].extra if caches else None)
@@ -122,7 +124,7 @@ class Seq2SeqTransformer(nn.Module):
                          cache=caches[i] if caches else None, memory=memory,
                          memory_pos=memory_pos, memory_pe=self.cross_pe,
                          cross_cache=cross_caches[i] if cross_caches else None,
-                         backend=self.config.attn_backend)
+                         backend=self.config.attn_backend, consecutive=True)
         return self.head(self.decoder_norm(x))[:, -t:]                          # (B, T, V)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:

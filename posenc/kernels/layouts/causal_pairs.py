@@ -27,7 +27,6 @@ import torch
 from torch import Tensor
 
 from ..pairs import pair_kernel_ready, split_pairs, table_groups, write_pairs
-from .relative_shift import causal_hidden
 
 #: most row groups, and fewest rows in a group
 MAX_GROUPS, MIN_GROUP_ROWS = 4, 32
@@ -111,7 +110,7 @@ def _block_rows(blocks: tuple[tuple[int, int], ...]) -> Tensor:
 class CausalPairBias:
     """bias[b, h, i, j] = C(i, j) + P(j, i) over a causal square block, held as row-group
     tables (module docstring). ``inputs`` are the tables, the tensors gradients flow to;
-    ``hidden`` (L, L) bool are the pairs j > i it masks; ``shape`` (B, H, L, L)."""
+    ``shape`` (B, H, L, L); ``write`` masks the pairs j > i."""
 
     def __init__(self, query_tables: tuple[Tensor, ...], key_tables: tuple[Tensor, ...],
                  groups: tuple[tuple[int, int], ...]) -> None:
@@ -121,7 +120,6 @@ class CausalPairBias:
         self.inputs = (*query_tables, *key_tables)
         self.query = (table_groups(query_tables), _table_rows(groups, True)[0])
         self.key = (table_groups(key_tables), _table_rows(groups, False)[0])
-        self.hidden = causal_hidden(n)        # shared: read it, never modify it
 
     def write(self, out: Tensor, first_row: int, fill: float = float("-inf")) -> None:
         """out (B, H, rows, keys), row-contiguous <- the bias at rows first_row.. and keys

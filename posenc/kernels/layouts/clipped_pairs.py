@@ -21,7 +21,6 @@ import functools
 import torch
 from torch import Tensor
 
-from .relative_shift import causal_hidden
 
 
 @functools.lru_cache(maxsize=32)
@@ -109,7 +108,7 @@ def collect_clipped(pairs: Tensor, clip: int) -> Tensor:
 
 
 class ClippedPairBias:
-    """``spread_clipped(table, clip)`` for fused attention (attention.biased.FusedBias): the
+    """``spread_clipped(table, clip)`` for fused attention (encodings.base.FusedBias): the
     table (B, H, L, K + 1) is spread into each block of logits, -inf at hidden pairs."""
 
     def __init__(self, table: Tensor, clip: int) -> None:
@@ -117,7 +116,6 @@ class ClippedPairBias:
         self.table, self.clip = table, clip
         self.shape = (bsz, heads, n, n)
         self.inputs = (table,)
-        self.hidden = causal_hidden(n, table.device)  # shared: read it, never modify it
 
     def write(self, out: Tensor, first_row: int) -> None:
         _spread_rows(self.table, self.clip, out, first_row, masked=True)

@@ -7,7 +7,9 @@ a fixed offset plus i - j, so each row of the result is a window of its table ro
 slides one column per row: a strided view of the table (Transformer-XL's relative shift),
 with no index tensor.
 
-:func:`pair_layout` picks how, given the positions and whether attention is causal:
+:func:`pair_layout` picks how, from what the caller knows about the positions (host values:
+whether they are consecutive runs, whether queries and keys are the same tensor, whether
+attention is causal), never from their values:
 
 - ``"causal"``: the same consecutive positions for queries and keys under a causal mask
   (training). Only distances 0..L-1 are visible, so tables have L columns instead of 2L - 1.
@@ -15,7 +17,10 @@ with no index tensor.
   finite values, which the attention masks, and get no gradient. Forward and backward are
   strided copies (:class:`_CausalQueryRows`, :class:`_CausalKeyRows`).
 - ``"window"``: consecutive positions otherwise: all Lq + Lk - 1 distances, exact everywhere.
-- ``"gather"``: any positions (cached decoding of arbitrary positions): an index per pair.
+  The distances are a tensor offset by q_pos[0] - k_pos[-1]: no value is read on the host.
+- ``"gather"``: any positions: an index per pair into a table over the span of distances,
+  which reads the positions' extremes on the host (a device synchronisation on GPUs).
+  Encodings with a bounded table (clipped or bucketed distances) index it directly instead.
 
 Query-row tables (one row per query, e.g. q . K^r) take their columns in
 ``layout.query_distances`` order, key-row tables (one row per key, e.g. k . Q^r) in
@@ -24,29 +29,14 @@ Query-row tables (one row per query, e.g. q . K^r) take their columns in
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 
-def is_range(pos: Tensor) -> bool:
-    """True if pos (L,) is p0, p0 + 1, ..., p0 + L - 1."""
-    n = pos.numel()
-    return n > 0 and int(pos[-1]) - int(pos[0]) == n - 1 and (
-        n == 1 or bool((pos[1:] - pos[:-1] == 1).all()))
-
-
-@functools.lru_cache(maxsize=32)
-def causal_hidden(n: int, device: torch.device | str = "cpu") -> Tensor:
-    """(L, L) bool: the pairs j > i a causal square block hides. Cached and shared: read it,
-    never modify it."""
-    return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
-
-
 def distance_span(q_pos: Tensor, k_pos: Tensor) -> tuple[int, int]:
-    """Smallest and largest distance q_pos_i - k_pos_j."""
+    """Smallest and largest distance q_pos_i - k_pos_j (read on the host)."""
     return int(q_pos.min()) - int(k_pos.max()), int(q_pos.max()) - int(k_pos.min())
 
 
@@ -198,16 +188,31 @@ class PairLayout:
         return self.query_rows(query_table) + self.key_rows(key_table)
 
 
-def pair_layout(q_pos: Tensor, k_pos: Tensor, causal: bool = False) -> PairLayout:
-    """The cheapest exact layout for these positions (q_pos (Lq,), k_pos (Lk,))."""
-    lo, hi = distance_span(q_pos, k_pos)
+def layout_kind(q_pos: Tensor, k_pos: Tensor, causal: bool = False,
+                consecutive: bool = False) -> str:
+    """"causal", "window" or "gather" (module docstring), from host facts only: whether the
+    caller promises consecutive positions, whether q_pos is k_pos, and causal."""
+    if not consecutive:
+        return "gather"
+    if causal and q_pos is k_pos and q_pos.shape[-1] > 1:
+        return "causal"
+    return "window"
+
+
+def pair_layout(q_pos: Tensor, k_pos: Tensor, causal: bool = False,
+                consecutive: bool = False) -> PairLayout:
+    """The cheapest exact layout for these positions (q_pos (Lq,), k_pos (Lk,));
+    ``consecutive``: the caller knows both are runs p0, p0 + 1, ..."""
+    kind = layout_kind(q_pos, k_pos, causal, consecutive)
     device = q_pos.device
-    consecutive = is_range(q_pos) and is_range(k_pos)
-    if causal and consecutive and torch.equal(q_pos, k_pos) and q_pos.numel() > 1:
-        rising = torch.arange(0, hi + 1, device=device)
+    if kind == "causal":
+        rising = torch.arange(q_pos.shape[-1], device=device)
         return PairLayout("causal", rising.flip(0), rising)
-    rising = torch.arange(lo, hi + 1, device=device)
-    if consecutive:
+    if kind == "window":
+        offset = q_pos[0] - k_pos[-1]                                    # 0-d tensor
+        rising = torch.arange(q_pos.shape[-1] + k_pos.shape[-1] - 1, device=device) + offset
         return PairLayout("window", rising.flip(0), rising)
+    lo, hi = distance_span(q_pos, k_pos)
+    rising = torch.arange(lo, hi + 1, device=device)
     index = q_pos[:, None] - k_pos[None, :] - lo                      # (Lq, Lk)
     return PairLayout("gather", rising, rising, index)

@@ -1,0 +1,95 @@
+"""Which attention implementation runs a call: a pure function of what the encoding can do and
+of the call's device, dtype, gradient need, lengths and options.
+
+Implementations (``choose_backend``'s result):
+
+- ``"sdpa"``: ``torch.nn.functional.scaled_dot_product_attention``, with an encoding's bias as a
+  float mask. Every device.
+- ``"fused"``: posenc's CPU attention with an additive bias and an explicit backward
+  (:mod:`posenc.attention.biased`); with a value term it also hands out the weights. Chosen
+  on the CPU for fp32 training without dropout outside ``torch.compile``, where it beats the
+  unfused kernel SDPA falls back to for a trainable mask. Never on other devices.
+- ``"flex"``: FlexAttention with the encoding's ``score_mod``: never builds the (H, n, n) bias.
+  Trains on CUDA; forward-only on the CPU (torch 2.13), so there it serves evaluation.
+- ``"eager"``: explicit softmax; every hook (value terms) and the attention weights.
+
+A request of ``"sdpa"`` or ``"eager"`` may run as ``"fused"`` (the same computation), never the
+other way round. Nothing here reads a tensor: the arguments are host values, so routing never
+synchronises with a device and unit tests drive it with device strings.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: what callers may request
+BACKENDS = ("auto", "sdpa", "flex", "eager")
+#: what may run (module docstring)
+IMPLEMENTATIONS = ("sdpa", "fused", "flex", "eager")
+#: ``auto`` picks flex for a biased encoding from this many keys on ...
+FLEX_MIN_LEN = 2048
+#: ... and this many queries: for a few queries (decoding) the bias is small, and sdpa over
+#: one row of it beats a FlexAttention kernel launch
+FLEX_MIN_QUERIES = 64
+
+
+def flex_trains(device_type: str) -> bool:
+    """Whether FlexAttention has a backward on this device type (CUDA only, torch 2.13)."""
+    return device_type == "cuda"
+
+
+def fused_fits(*, device_type: str, dtype: torch.dtype, grad: bool, dropout: float,
+               compiling: bool) -> bool:
+    """Whether posenc's fused CPU attention serves the call: CPU, fp32, gradients needed, no
+    dropout, outside torch.compile (which fuses the plain computation itself)."""
+    return (device_type == "cpu" and dtype == torch.float32 and grad and dropout == 0.0
+            and not compiling)
+
+
+def choose_backend(backends: tuple[str, ...], has_bias: bool, *, requested: str = "auto",
+                   device_type: str = "cpu", dtype: torch.dtype = torch.float32,
+                   grad: bool = False, q_len: int = 1, k_len: int = 1,
+                   need_weights: bool = False, dropout: float = 0.0,
+                   compiling: bool = False) -> str:
+    """The implementation that runs one attention call (module docstring).
+
+    Args:
+        backends: the backends the encoding computes exactly (``PositionalEncoding.backends``).
+        has_bias: the encoding adds a logits term (``score_bias``).
+        requested: "auto" or a backend of ``backends``.
+        device_type: "cpu", "cuda", "mps", ... (``tensor.device.type``).
+        dtype: of q, k and v.
+        grad: gradients flow through this call (training).
+        q_len, k_len: queries and keys.
+        need_weights: the caller wants the attention weights (only eager returns them).
+        dropout: attention dropout probability of this call.
+        compiling: the call is being traced by torch.compile.
+
+    Raises ValueError for an unknown request, a backend the encoding does not support, or flex
+    with gradients where it has no backward.
+    """
+    if requested not in BACKENDS:
+        raise ValueError(f"unknown attention backend {requested!r}; valid: {', '.join(BACKENDS)}")
+    fused = fused_fits(device_type=device_type, dtype=dtype, grad=grad, dropout=dropout,
+                       compiling=compiling)
+    value_term = backends == ("eager",)
+    if need_weights:
+        return "eager"
+    if requested != "auto":
+        if requested not in backends:
+            raise ValueError(f"the encoding cannot run on backend {requested!r}; it supports: "
+                             f"{', '.join(backends)}")
+        if requested == "flex":
+            if grad and not flex_trains(device_type):
+                raise ValueError(f"the flex backend is forward-only on {device_type}; use it "
+                                 "under torch.no_grad() or pick sdpa/eager for training")
+            return "flex"
+        if requested == "sdpa":
+            return "fused" if fused and has_bias else "sdpa"
+        return "fused" if fused and value_term else "eager"
+    if value_term:
+        return "fused" if fused else "eager"
+    if has_bias and "flex" in backends and k_len >= FLEX_MIN_LEN \
+            and q_len >= FLEX_MIN_QUERIES and (not grad or flex_trains(device_type)):
+        return "flex"
+    return "fused" if fused and has_bias else "sdpa"
