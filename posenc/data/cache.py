@@ -21,15 +21,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import paths
-from ..runio import FILE_MODE, atomic_write, atomic_write_with, sha256_file
+from ..runio import atomic_write, atomic_write_with, sha256_file
 
 if TYPE_CHECKING:
     from .corpora import Corpus
     from .tokenizer import Tokenizer
 
 
-__all__ = ["FILE_MODE", "atomic_write", "atomic_write_with", "default_cache_dir",
-           "encode_documents", "stream_path", "token_stream"]
+__all__ = ["default_cache_dir", "encode_documents", "stream_path", "token_stream"]
 
 
 def default_cache_dir() -> Path:

@@ -303,11 +303,6 @@ def render_report(results: dict, plots: list[str] | None = None,
     return "\n".join(out)
 
 
-def _atomic_write(path: Path, text: str) -> Path:
-    atomic_write(path, text.encode("utf-8"))
-    return path
-
-
 #: other pages of a comparison directory linked from report.md and index.html: (title,
 #: relative href), shown only when the target exists
 INDEX_LINKS: tuple[tuple[str, str], ...] = (
@@ -321,8 +316,9 @@ def existing_links(out_dir: Path) -> tuple[tuple[str, str], ...]:
 
 def write_report(results: dict, out_dir: Path, plots: list[str] | None = None) -> Path:
     """Write ``out_dir/report.md`` atomically and return its path."""
-    return _atomic_write(Path(out_dir) / "report.md",
-                         render_report(results, plots, existing_links(out_dir)))
+    path = Path(out_dir) / "report.md"
+    atomic_write(path, render_report(results, plots, existing_links(out_dir)).encode("utf-8"))
+    return path
 
 
 def render_index(results: dict, plots: list[str], links: tuple[tuple[str, str], ...] = ()
@@ -353,4 +349,6 @@ def write_index(results: dict, out_dir: Path, plots: list[str],
     ``INDEX_LINKS`` whose target exists in ``out_dir``."""
     if links is None:
         links = existing_links(out_dir)
-    return _atomic_write(Path(out_dir) / "index.html", render_index(results, plots, links))
+    path = Path(out_dir) / "index.html"
+    atomic_write(path, render_index(results, plots, links).encode("utf-8"))
+    return path
