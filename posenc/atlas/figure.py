@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from ..viz.axes import save_png
+
 #: pixels per inch of every atlas PNG (small files, readable at 100 % zoom)
 DPI = 100
 
@@ -43,8 +45,8 @@ def new_figure(width: float, height: float, rows: int = 1, cols: int = 1, **kw):
 
 
 def save(fig, out_dir: Path, name: str) -> str:
-    """Write ``fig`` to ``out_dir/name`` and return ``name``."""
-    fig.savefig(Path(out_dir) / name, dpi=DPI)
+    """Write ``fig`` to ``out_dir/name`` (a PNG, atomically) and return ``name``."""
+    save_png(fig, Path(out_dir) / name, dpi=DPI)
     return name
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import matplotlib
 
 from ..runio import atomic_write, has_content
+from ..viz.axes import save_png
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -119,7 +120,7 @@ def plot_ppl(results: dict[str, Any], path: Path) -> Path:
     ax.set_title(f"Perplexity against length: {results.get('model', '')}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_png(fig, path, dpi=120)
     plt.close(fig)
     return path
 
@@ -139,7 +140,7 @@ def plot_passkey(name: str, grid: dict[str, Any], path: Path) -> Path:
     ax.set_title(f"passkey retrieval: {name}", fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.05)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_png(fig, path, dpi=120)
     plt.close(fig)
     return path
 

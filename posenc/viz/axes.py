@@ -1,4 +1,5 @@
-"""Axis helpers shared by the comparison plots: readable log ticks, length axes, styles.
+"""Axis helpers shared by the comparison plots: readable log ticks, length axes, styles, and
+:func:`save_png`, which every posenc figure is written with.
 
 Every log axis carries several labelled ticks whatever its range; length axes label each
 evaluated length (and its multiple of L); lines in one panel get distinct colours, markers and
@@ -8,12 +9,15 @@ dash patterns so coinciding lines stay distinguishable.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator  # noqa: E402
+
+from ..runio import atomic_write_with  # noqa: E402
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 DASHES = ("-", "--", "-.", ":")
@@ -101,3 +105,11 @@ def coinciding(series: dict[str, list[float]], rel: float = 0.005) -> dict[str, 
                 out[label] = other
                 break
     return out
+
+
+def save_png(fig, path: str | Path, dpi: float | None = None) -> Path:
+    """Write ``fig`` to ``path`` as a PNG, atomically (:func:`posenc.runio.atomic_write_with`:
+    a crash never leaves a truncated image); ``dpi`` None: the figure's. Returns ``path``."""
+    path = Path(path)
+    atomic_write_with(path, lambda f: fig.savefig(f, format="png", dpi=dpi))
+    return path

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .axes import coinciding, integer_x, length_axis, log_axis, panel_styles, plt
+from .axes import coinciding, integer_x, length_axis, log_axis, panel_styles, plt, save_png
 
 FAMILY_TITLES = {"absolute": "absolute positions", "rotary": "rotary", "bias": "distance biases",
                  "relative": "relative (content-position)", "none": "no positions"}
@@ -355,7 +355,7 @@ def draw_entropy_vs_length(results: dict):
 def _save(fig, path: Path) -> Path | None:
     if fig is None:
         return None
-    fig.savefig(path)
+    save_png(fig, path)
     plt.close(fig)
     return Path(path)
 

@@ -18,6 +18,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
 
+from .axes import save_png  # noqa: E402
+
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 TITLES = {"lm": "decoder-only", "seq2seq": "encoder-decoder"}
 
@@ -118,9 +120,7 @@ def task_figure(results: dict):
 def plot_task_accuracy(results: dict, path: Path) -> Path:
     """Write :func:`task_figure` to ``path`` and return ``path``."""
     fig = task_figure(results)
-    path = Path(path)
     try:
-        fig.savefig(path, dpi=120)
+        return save_png(fig, path, dpi=120)
     finally:
         plt.close(fig)
-    return path
