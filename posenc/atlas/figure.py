@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..viz.axes import new_figure as agg_figure
 from ..viz.axes import save_png
 
 #: pixels per inch of every atlas PNG (small files, readable at 100 % zoom)
@@ -33,11 +34,7 @@ class Panel:
 def new_figure(width: float, height: float, rows: int = 1, cols: int = 1, **kw):
     """A matplotlib Figure on an Agg canvas and its axes (``Figure.subplots``; None when
     ``rows`` is 0, for a caller that lays out its own grid)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = agg_figure(figsize=(width, height), dpi=DPI, layout="constrained")
     if rows == 0:
         return fig, None
     axes = fig.subplots(rows, cols, squeeze=False, **kw)

@@ -1,4 +1,5 @@
-"""PNG plots of a comparison (matplotlib, Agg backend: no display needed).
+"""PNG plots of a comparison (matplotlib Figures on the Agg canvas: no display needed, no
+backend selected).
 
 Runs are drawn in small multiples, one panel per encoding family (absolute, rotary, bias,
 relative; NoPE, the no-position reference, in every family panel as a grey line) plus one
@@ -21,7 +22,8 @@ import math
 from pathlib import Path
 
 from ..eval.inference_scaling import run_label
-from .axes import coinciding, integer_x, length_axis, log_axis, panel_styles, plt, save_png
+from .axes import (coinciding, integer_x, length_axis, log_axis, new_figure, panel_styles,
+                   save_png)
 
 FAMILY_TITLES = {"absolute": "absolute positions", "rotary": "rotary", "bias": "distance biases",
                  "relative": "relative (content-position)", "none": "no positions"}
@@ -74,8 +76,8 @@ def panels(runs: list[dict]) -> list[tuple[str, list[dict]]]:
 def _grid(n: int, width: float = 5.6, height: float = 4.6):
     cols = min(3, n)
     rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows + 0.6),
-                             dpi=100, squeeze=False)
+    fig = new_figure(figsize=(width * cols, height * rows + 0.6), dpi=100)
+    axes = fig.subplots(rows, cols, squeeze=False)
     flat = list(axes.flat)
     for ax in flat[n:]:
         ax.set_visible(False)
@@ -214,7 +216,8 @@ def draw_ppl_ratio(results: dict):
     train_len = c.get("train_len")
     lengths = sorted({int(n) for r in results.get("runs", []) for n in r.get("ppl", {})})
     probe = 8 * train_len if train_len and 8 * train_len in lengths else max(lengths, default=0)
-    fig, ax = plt.subplots(figsize=(9, 0.34 * max(6, len(pts)) + 1.6), dpi=100)
+    fig = new_figure(figsize=(9, 0.34 * max(6, len(pts)) + 1.6), dpi=100)
+    ax = fig.subplots()
     measured = [p for p in pts if p[1] is not None]
     ys = list(range(len(pts)))[::-1]
     for y, (label, ratio, spread, note) in zip(ys, pts):
@@ -353,9 +356,7 @@ def draw_entropy_vs_length(results: dict):
 def _save(fig, path: Path) -> Path | None:
     if fig is None:
         return None
-    save_png(fig, path)
-    plt.close(fig)
-    return Path(path)
+    return save_png(fig, path)
 
 
 def plot_ppl_vs_length(results: dict, path: Path) -> Path:
