@@ -9,7 +9,7 @@ The key term is gathered from the small table q A^K^T (B, H, Lq, 2K+1); the valu
 attention weights of each clipped distance (B, H, Lq, 2K+1) before multiplying by A^V, so no
 (Lq, Lk, d) tensor of embeddings is built. In causal training (one block of consecutive
 positions) distances below K are diagonals of the pair matrix and the rest share one column,
-so both run as a masked pass plus K diagonal copies (relative_shift.py) instead of a gather
+so both run as a masked pass plus K diagonal copies (clipped_pairs.py) instead of a gather
 and a scatter-add over every pair. The value term needs the weights, hence the eager
 backend; ``relative_values=False`` keeps only the key term (HF BERT's "relative_key"), which
 is a score_mod every backend computes.
