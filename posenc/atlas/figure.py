@@ -88,19 +88,6 @@ def _power_text(value: float) -> str:
     return f"1/{int(round(1 / value))}"
 
 
-def log10_axis(ax, axis: str, lo: float, hi: float) -> None:
-    """Log base-10 ``axis`` from lo to hi with a labelled tick at every decade."""
-    from matplotlib.ticker import FixedLocator, LogFormatterSciNotation, NullFormatter
-
-    getattr(ax, f"set_{axis}scale")("log")
-    target = ax.xaxis if axis == "x" else ax.yaxis
-    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
-    target.set_major_locator(FixedLocator([10.0 ** e for e in decades]))
-    target.set_major_formatter(LogFormatterSciNotation())
-    target.set_minor_formatter(NullFormatter())
-    getattr(ax, f"set_{axis}lim")(lo, hi)
-
-
 def as_json(value: Any, digits: int = 5) -> Any:
     """Tensors, arrays and nested containers as plain JSON (floats to ``digits``
     significant digits, non-finite floats as None)."""

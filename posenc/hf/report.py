@@ -16,8 +16,6 @@ from typing import Any
 from ..runio import atomic_write, has_content
 from ..viz.axes import new_figure, save_png
 
-FILES = ("results.json", "report.md", "ppl.png")
-
 
 def prepare_out_dir(path: str | Path, force: bool = False, create: bool = True) -> Path:
     """Check (and with ``create`` make) ``path``; refuse (FileExistsError) a non-empty

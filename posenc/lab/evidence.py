@@ -100,10 +100,6 @@ class Runs:
             return None
         return _estimate(np.asarray(tails, dtype=float), SEEDS if len(tails) >= 2 else "none")
 
-    def entropy_tail(self, label: str, length: int) -> float | None:
-        est = self.entropy_est(label, length)
-        return None if est is None else est.mean
-
     def learned(self, label: str) -> bool | None:
         """Whether the trained run behind ``label`` clearly beat the unigram baseline."""
         base = label.partition("+")[0]
