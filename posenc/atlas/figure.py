@@ -12,6 +12,9 @@ from typing import Any
 
 import torch
 
+from ..viz.axes import new_figure as agg_figure
+from ..viz.axes import save_png
+
 #: pixels per inch of every atlas PNG (small files, readable at 100 % zoom)
 DPI = 100
 
@@ -31,11 +34,7 @@ class Panel:
 def new_figure(width: float, height: float, rows: int = 1, cols: int = 1, **kw):
     """A matplotlib Figure on an Agg canvas and its axes (``Figure.subplots``; None when
     ``rows`` is 0, for a caller that lays out its own grid)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = agg_figure(figsize=(width, height), dpi=DPI, layout="constrained")
     if rows == 0:
         return fig, None
     axes = fig.subplots(rows, cols, squeeze=False, **kw)
@@ -43,8 +42,8 @@ def new_figure(width: float, height: float, rows: int = 1, cols: int = 1, **kw):
 
 
 def save(fig, out_dir: Path, name: str) -> str:
-    """Write ``fig`` to ``out_dir/name`` and return ``name``."""
-    fig.savefig(Path(out_dir) / name, dpi=DPI)
+    """Write ``fig`` to ``out_dir/name`` (a PNG, atomically) and return ``name``."""
+    save_png(fig, Path(out_dir) / name, dpi=DPI)
     return name
 
 
@@ -87,19 +86,6 @@ def _power_text(value: float) -> str:
         n = int(round(value))
         return f"{n // 1024}k" if n >= 8192 and n % 1024 == 0 else str(n)
     return f"1/{int(round(1 / value))}"
-
-
-def log10_axis(ax, axis: str, lo: float, hi: float) -> None:
-    """Log base-10 ``axis`` from lo to hi with a labelled tick at every decade."""
-    from matplotlib.ticker import FixedLocator, LogFormatterSciNotation, NullFormatter
-
-    getattr(ax, f"set_{axis}scale")("log")
-    target = ax.xaxis if axis == "x" else ax.yaxis
-    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
-    target.set_major_locator(FixedLocator([10.0 ** e for e in decades]))
-    target.set_major_formatter(LogFormatterSciNotation())
-    target.set_minor_formatter(NullFormatter())
-    getattr(ax, f"set_{axis}lim")(lo, hi)
 
 
 def as_json(value: Any, digits: int = 5) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+from ..runio import atomic_write
 from .figure import Panel
 
 TITLE = "posenc atlas: what each positional encoding does"
@@ -27,7 +28,7 @@ nav li { margin: 0.15em 0; }
 
 
 def write_html(out_dir: Path, panels: list[Panel], run: str | None = None) -> Path:
-    """Write ``out_dir/index.html`` for ``panels`` and return its path."""
+    """Write ``out_dir/index.html`` for ``panels`` (atomically) and return its path."""
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              f"<title>{html.escape(TITLE)}</title>", f"<style>{_STYLE}</style></head><body>",
              f"<h1>{html.escape(TITLE)}</h1>", f"<p>{html.escape(INTRO)}</p>"]
@@ -45,7 +46,7 @@ def write_html(out_dir: Path, panels: list[Panel], run: str | None = None) -> Pa
         parts.append("</section>")
     parts.append("</body></html>")
     path = Path(out_dir) / "index.html"
-    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    atomic_write(path, ("\n".join(parts) + "\n").encode("utf-8"))
     return path
 
 
@@ -56,7 +57,7 @@ def _inline_code(text: str) -> str:
 
 
 def write_markdown(out_dir: Path, panels: list[Panel], run: str | None = None) -> Path:
-    """Write ``out_dir/index.md`` for ``panels`` and return its path."""
+    """Write ``out_dir/index.md`` for ``panels`` (atomically) and return its path."""
     lines = [f"# {TITLE}", "", INTRO, ""]
     if run:
         lines += [RUN_INTRO.format(run=run), ""]
@@ -65,5 +66,5 @@ def write_markdown(out_dir: Path, panels: list[Panel], run: str | None = None) -
         lines += [f"![{p.title}]({image})" for image in p.images]
         lines += ["", f"{p.caption} (numbers: `atlas.json[\"{p.name}\"]`)", ""]
     path = Path(out_dir) / "index.md"
-    path.write_text("\n".join(lines), encoding="utf-8")
+    atomic_write(path, "\n".join(lines).encode("utf-8"))
     return path

@@ -73,7 +73,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice; "
                    "1 is often faster on a busy machine)")
     m.add_argument("--gguf-cache", help="folder keeping the dequantized GGUF model so later "
-                   "runs load fast (default: $POSENC_GGUF_CACHE, else ~/.cache/posenc/gguf)")
+                   "runs load fast (default: gguf/ in posenc's cache folder, "
+                   "$POSENC_CACHE_DIR or ~/.cache/posenc)")
     m.add_argument("--no-gguf-cache", action="store_true", help="do not keep the conversion")
     m.add_argument("--seed", type=int, default=0)
     f = p.add_argument_group("fine-tuning (optional; on a real model meant for a GPU)")

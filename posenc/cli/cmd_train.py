@@ -38,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "hf:NAME[:CONFIG] (default: the Python standard library source)")
     p.add_argument("--tokenizer", default="byte", help="byte (default) or bpe:N")
     p.add_argument("--task", choices=TASKS, help="train on a synthetic task instead of text")
-    p.add_argument("--cache-dir", help="token cache (default $POSENC_CACHE or ~/.cache/posenc)")
+    p.add_argument("--cache-dir", help="token cache folder (default: posenc's cache folder, "
+                   "$POSENC_CACHE_DIR or ~/.cache/posenc)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--overwrite", action="store_true", help="replace the run in --out")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (= --dtype "

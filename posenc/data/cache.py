@@ -1,4 +1,4 @@
-"""On-disk cache of tokenized corpora as memory-mapped numpy arrays, and atomic file writes.
+"""On-disk cache of tokenized corpora as memory-mapped numpy arrays.
 
 A split of a corpus, tokenized, is one 1-D ``.npy`` array of ids (``uint16`` when the
 vocabulary fits, else ``uint32``) with the tokenizer's separator after every document. Its
@@ -8,32 +8,33 @@ so an interrupted run never leaves a half-written array under the final name; th
 sha256 is kept next to it (``<name>.npy.sha256``) and checked on every load, so a file damaged
 in place is reported (ValueError naming it), never used.
 
-The cache directory is ``$POSENC_CACHE`` if set, else ``~/.cache/posenc``.
+The files live under ``tokens/`` in posenc's cache folder (:func:`posenc.paths.cache_dir`:
+``$POSENC_CACHE_DIR``, else ``$XDG_CACHE_HOME/posenc``, else ``~/.cache/posenc``) unless a
+``cache_dir`` is given.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..runio import FILE_MODE, atomic_write, atomic_write_with, sha256_file
+from .. import paths
+from ..runio import atomic_write, atomic_write_with, sha256_file
 
 if TYPE_CHECKING:
     from .corpora import Corpus
     from .tokenizer import Tokenizer
 
 
-__all__ = ["FILE_MODE", "atomic_write", "atomic_write_with", "default_cache_dir",
-           "encode_documents", "stream_path", "token_stream"]
+__all__ = ["default_cache_dir", "encode_documents", "stream_path", "token_stream"]
 
 
 def default_cache_dir() -> Path:
-    """``$POSENC_CACHE`` or ``~/.cache/posenc``."""
-    env = os.environ.get("POSENC_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "posenc"
+    """posenc's cache folder (:func:`posenc.paths.cache_dir`), which holds the token cache's
+    ``tokens/`` and the trained tokenizers' ``tokenizers/``; created if missing."""
+    return paths.cache_dir()
 
 
 def token_stream(corpus: Corpus, tokenizer: Tokenizer, split: str,

@@ -37,7 +37,6 @@ from torch import Tensor
 
 TASKS = ("copy", "reverse", "addition", "passkey", "recall")
 IGNORE = -100
-VOCAB_SIZE = 256
 PAD, SEP = ord("#"), ord("=")
 FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. "
           "There and back again. ")

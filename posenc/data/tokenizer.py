@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .cache import atomic_write as _atomic_write
+from ..runio import atomic_write
 
 if TYPE_CHECKING:
     from .corpora import Corpus
@@ -52,9 +52,9 @@ class Tokenizer(ABC):
         """Write the tokenizer into ``directory`` (created if needed)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        _atomic_write(directory / CONFIG_FILE,
-                      json.dumps({"spec": self.spec, "vocab_size": self.vocab_size,
-                                  "sep_id": self.sep_id}, indent=2).encode())
+        atomic_write(directory / CONFIG_FILE,
+                     json.dumps({"spec": self.spec, "vocab_size": self.vocab_size,
+                                 "sep_id": self.sep_id}, indent=2).encode())
 
 
 class ByteTokenizer(Tokenizer):
@@ -106,7 +106,7 @@ class BPETokenizer(Tokenizer):
 
     def save(self, directory: str | Path) -> None:
         super().save(directory)
-        _atomic_write(Path(directory) / BPE_FILE, self._json.encode())
+        atomic_write(Path(directory) / BPE_FILE, self._json.encode())
 
 
 def parse_spec(spec: str) -> tuple[str, int | None]:

@@ -10,9 +10,9 @@ attention weights of each clipped distance (B, H, Lq, 2K+1) before multiplying b
 (Lq, Lk, d) tensor of embeddings is built. In causal training (one block of consecutive
 positions) distances below K are diagonals of the pair matrix and the rest share one column,
 so both run as a masked pass plus K diagonal copies (kernels/layouts/clipped_pairs.py)
-instead of a gather and a scatter-add over every pair. The value term needs the weights, hence the eager
-backend; ``relative_values=False`` keeps only the key term (HF BERT's "relative_key"), which
-is a score_mod every backend computes.
+instead of a gather and a scatter-add over every pair. The value term needs the weights,
+hence the eager (or fused) backend; ``relative_values=False`` keeps only the key term (HF
+BERT's "relative_key"), which is a score_mod every backend computes.
 
 ``table="sinusoidal"`` replaces both learned tables by one fixed sinusoidal table of the
 distances (NEZHA's functional relative positions, Wei et al., 2019). Distances are signed, so

@@ -12,7 +12,9 @@ never from their names.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..encodings import encoding_options, list_encodings
 from ..encodings.rope_scaling import parse_scaling_spec
@@ -49,6 +51,17 @@ class InferenceScaling:
             raise ValueError(f"inference scaling {label!r}: give at most one rope scaling "
                              "and 'logn', e.g. 'yarn:4+logn'")
         return cls(rest[0] if rest else None, logn)
+
+
+def run_label(run: Mapping[str, Any], spaced: bool = False) -> str:
+    """The label of a run: its ``encoding``, then its ``inference_scaling`` label after a "+"
+    if it has one ("rope", "rope+yarn:4"); ``spaced`` puts spaces around the "+" for figure
+    legends ("rope + yarn:4"). ``run`` is a run of a comparison's results.json or anything
+    with those two keys."""
+    scaling = run.get("inference_scaling")
+    if not scaling:
+        return run["encoding"]
+    return run["encoding"] + (" + " if spaced else "+") + scaling
 
 
 def scalable_encodings() -> list[str]:

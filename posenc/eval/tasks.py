@@ -1,6 +1,6 @@
 """Accuracy against length on the synthetic length-generalization tasks.
 
-Each task (copy, reverse, addition, passkey; :mod:`posenc.data.synthetic`) gives inputs
+Each task (copy, reverse, addition, passkey, recall; :mod:`posenc.data.synthetic`) gives inputs
 (N, T) and targets (N, T) with -100 where a position is not scored; the model is right at a
 scored position when its argmax equals the target. Two numbers per length: token accuracy
 over scored positions and exact match (every scored position of an example right).

@@ -1,8 +1,9 @@
 """Context extension of Hugging Face causal LMs with RoPE, by patching one model in place.
 
 ``extend(model, "yarn", 2.0)`` replaces the model's rotary embedding module with one that
-takes its frequencies from posenc's pure functions (:func:`compute_inv_freq` through a
-posenc ``rope`` encoding), so every method goes through one code path:
+takes its frequencies from posenc's pure functions
+(:func:`posenc.encodings.rope_scaling.compute_inv_freq` through a posenc ``rope`` encoding),
+so every method goes through one code path:
 
 ===========  ==============================  =====================================
 method       Hugging Face ``rope_type``      saved as

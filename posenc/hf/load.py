@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import paths
 from .extend import current_extension, hf_rope_parameters
 
 SMOLLM2 = "smollm2"
@@ -106,10 +107,10 @@ def _check_gguf_magic(path: Path) -> None:
 
 
 def default_gguf_cache() -> Path:
-    """``$POSENC_GGUF_CACHE``, else ``gguf/`` in posenc's cache folder."""
-    from ..data.cache import default_cache_dir
+    """``gguf/`` in posenc's cache folder (:func:`posenc.paths.cache_dir`), created if
+    missing. ``$POSENC_GGUF_CACHE``, if set, is still used instead (in this release only)."""
     env = os.environ.get("POSENC_GGUF_CACHE")
-    return Path(env).expanduser() if env else default_cache_dir() / "gguf"
+    return Path(env).expanduser() if env else paths.cache_dir("gguf")
 
 
 def load_model(name: str, dtype: torch.dtype = torch.float32,

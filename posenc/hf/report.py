@@ -1,7 +1,8 @@
 """Write a context-extension study: results.json, report.md, ppl.png, passkey_<method>.png.
 
 ``results`` is the dict of :func:`posenc.hf.study.run_study` plus ``model`` / ``data`` /
-``native_context`` entries added by the caller. Plots use matplotlib's Agg backend.
+``native_context`` entries added by the caller. Plots are matplotlib Figures on the Agg canvas
+(:func:`posenc.viz.axes.new_figure`; no backend is selected).
 """
 
 from __future__ import annotations
@@ -12,14 +13,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
 from ..runio import atomic_write, has_content
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-FILES = ("results.json", "report.md", "ppl.png")
+from ..viz.axes import new_figure, save_png
 
 
 def prepare_out_dir(path: str | Path, force: bool = False, create: bool = True) -> Path:
@@ -97,7 +92,8 @@ def _mean(acc: list[list[float]]) -> float:
 
 def plot_ppl(results: dict[str, Any], path: Path) -> Path:
     """Perplexity against window length, one line per method (fine-tuned: dashed)."""
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig = new_figure(figsize=(6.5, 4))
+    ax = fig.subplots()
     colors: dict[str, Any] = {}
     values = []
     for name, row in results["methods"].items():
@@ -119,15 +115,14 @@ def plot_ppl(results: dict[str, Any], path: Path) -> Path:
     ax.set_title(f"Perplexity against length: {results.get('model', '')}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_png(fig, path, dpi=120)
 
 
 def plot_passkey(name: str, grid: dict[str, Any], path: Path) -> Path:
     """Heat map of accuracy: depth (rows) against context length (columns)."""
-    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(grid["lengths"]),
-                                    1.2 + 0.5 * len(grid["depths"])))
+    fig = new_figure(figsize=(1.2 + 0.9 * len(grid["lengths"]),
+                          1.2 + 0.5 * len(grid["depths"])))
+    ax = fig.subplots()
     im = ax.imshow(grid["accuracy"], vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
     ax.set_xticks(range(len(grid["lengths"])), [str(n) for n in grid["lengths"]])
     ax.set_yticks(range(len(grid["depths"])), [f"{d:.0%}" for d in grid["depths"]])
@@ -139,9 +134,7 @@ def plot_passkey(name: str, grid: dict[str, Any], path: Path) -> Path:
     ax.set_title(f"passkey retrieval: {name}", fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.05)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_png(fig, path, dpi=120)
 
 
 def write_report(results: dict[str, Any], out: Path) -> list[Path]:

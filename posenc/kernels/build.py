@@ -1,8 +1,9 @@
 """Build a small C kernel once with the system compiler, cache it, load it with ctypes.
 
-The shared object is keyed by a hash of the source, compiler, flags and machine, cached under
-``$POSENC_CACHE_DIR`` or ``~/.cache/posenc`` (a private temporary directory if neither is
-writable), and written atomically, so concurrent processes never load a half-written file.
+The shared object is keyed by a hash of the source, compiler, flags and machine, cached in
+posenc's cache folder (:func:`posenc.paths.cache_dir`; a private temporary directory if that
+is not writable), and written atomically, so concurrent processes never load a half-written
+file.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import threading
 from pathlib import Path
 
 import torch
+
+from .. import paths
 
 
 def find_compiler() -> str:
@@ -48,25 +51,23 @@ def openmp_runtime_loaded() -> bool:
         return False
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("POSENC_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "posenc")
-    path = Path(root)
+def build_dir() -> Path:
+    """posenc's cache folder if it is writable, else a new temporary folder private to this
+    process."""
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = paths.cache_dir()
         if os.access(path, os.W_OK):
             return path
     except OSError:
         pass
-    return Path(tempfile.mkdtemp(prefix="posenc-"))                  # private to this process
+    return Path(tempfile.mkdtemp(prefix="posenc-"))
 
 
 def compile_and_load(source: str, name: str, compiler: str, flags: list[str]) -> ctypes.CDLL:
     """The library built from ``source`` (C) with ``flags``; RuntimeError if it fails."""
     key = hashlib.sha256("\0".join([source, compiler, *flags,
                                     platform.machine()]).encode()).hexdigest()[:16]
-    target = cache_dir() / f"{name}_{key}.so"
+    target = build_dir() / f"{name}_{key}.so"
     if not target.exists():
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             path = Path(tmp) / f"{name}.c"

@@ -9,8 +9,8 @@ Two implementations give bit-identical results:
 - :func:`apply_rotary_reference`: plain tensor ops (one rounding per multiply and add, no
   fused multiply-add). Used under ``torch.compile``/tracing/functorch, for other devices and
   dtypes, and wherever the native kernel is unavailable.
-- a small C kernel (compiled once with the system C compiler, cached under
-  ``$POSENC_CACHE_DIR`` or ``~/.cache/posenc``, loaded with ctypes) for CPU fp32/bf16: one
+- a small C kernel (compiled once with the system C compiler, cached in posenc's cache
+  folder (:mod:`posenc.paths`), loaded with ctypes) for CPU fp32/bf16: one
   pass over the input, one over the output (streaming stores for large outputs), any strides
   with a unit last stride, all intra-op threads (torch's own OpenMP workers where torch runs
   on libgomp: threads of its own would compete with them, still spinning after the previous

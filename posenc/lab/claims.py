@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from .evidence import (INCONCLUSIVE, NOT_SUPPORTED, NOT_TESTED, SUPPORTED, Runs,  # noqa: F401
                        _all, _flip, _missing, _not_learned, above, factor_of, fmt, fmt_est,
                        less)
-from .results import label_of  # noqa: F401
 from .stats import Estimate
 
 #: a run "stays near" its training-length perplexity if ppl(n) <= TOLERANCE * ppl(L)

@@ -29,15 +29,14 @@ from typing import Any
 from ..encodings import encoding_options
 from ..eval.entropy import entropy_at_lengths
 from ..eval.inference_scaling import (InferenceScaling, accepts_rope_scaling,
-                                      apply_inference_scaling)
+                                      apply_inference_scaling, run_label)
 from ..eval.lengths import eval_device
 from ..runio import DirectoryLock, has_content
 from ..viz.plots import plot_all
 from .baseline import baseline_entry
 from .presets import CompareConfig, incomparable_reason, merged
 from .report import write_index, write_report
-from .results import (RESULTS, aggregate, json_safe, label_of, read_results,  # noqa: F401
-                      save_results)
+from .results import RESULTS, aggregate, json_safe, read_results, save_results
 from .timing import time_training_steps
 from .window_eval import window_losses
 
@@ -278,8 +277,8 @@ def _final_loss(log: list[dict]) -> float | None:
 
 
 def _head(cfg: CompareConfig, loaded, encoding: str, scaling: str | None) -> dict:
-    return {"encoding": encoding, "inference_scaling": scaling,
-            "label": encoding + (f"+{scaling}" if scaling else ""),
+    head = {"encoding": encoding, "inference_scaling": scaling}
+    return {**head, "label": run_label(head),
             "options": dict(loaded.train_config.model.pe_options), "train_len": cfg.train_len,
             "steps": loaded.steps, "params": sum(p.numel() for p in loaded.model.parameters())}
 
@@ -288,19 +287,21 @@ def add_seed(results: dict, cfg: CompareConfig, head: dict, entry: dict) -> None
     """Put one seed's entry into its run (created if new), re-aggregate, keep plan order."""
     label = head["label"]
     runs = results["runs"]
-    old = next((r for r in runs if label_of(r) == label), None)
+    old = next((r for r in runs if run_label(r) == label), None)
     seeds = [s for s in (old or {}).get("seeds", []) if s["seed"] != entry["seed"]] + [entry]
     run = aggregate(json_safe(seeds), head, blocked=cfg.stride is None)
     if old is None:
         runs.append(run)
     else:
         runs[runs.index(old)] = run
-    order = {enc + (f"+{s}" if s else ""): i for i, (enc, s) in enumerate(planned_runs(cfg))}
-    runs.sort(key=lambda r: order.get(label_of(r), len(order)))
+    order = {pair: i for i, pair in enumerate(planned_runs(cfg))}
+    runs.sort(key=lambda r: order.get((r["encoding"], r.get("inference_scaling")), len(order)))
 
 
-def _done(results: dict) -> set[tuple[str, int]]:
-    return {(label_of(r), s["seed"]) for r in results["runs"] for s in r.get("seeds", [])}
+def _done(results: dict) -> set[tuple[str, str | None, int]]:
+    """(encoding, inference scaling, seed) of every evaluated seed."""
+    return {(r["encoding"], r.get("inference_scaling"), s["seed"])
+            for r in results["runs"] for s in r.get("seeds", [])}
 
 
 def _measure_timing(cfg: CompareConfig, results: dict, vocab_size: int,
@@ -378,7 +379,7 @@ def _run_compare(cfg: CompareConfig, out_dir: Path, overwrite: bool, progress: b
         for seed in cfg.seed_list:
             for encoding in cfg.encodings:
                 plan = [s for e, s in planned_runs(cfg) if e == encoding]
-                todo = [s for s in plan if (encoding + (f"+{s}" if s else ""), seed) not in done]
+                todo = [s for s in plan if (encoding, s, seed) not in done]
                 name = f"{encoding}/seed{seed}"
                 if not todo:
                     bar.update(cfg.steps + len(plan) * len(cfg.eval_lengths) * bar.eval_unit)
@@ -398,11 +399,11 @@ def _run_compare(cfg: CompareConfig, out_dir: Path, overwrite: bool, progress: b
                 (results.get("failed") or {}).pop(name, None)
                 (trained if did_train else reused).append(name)
                 for scaling in todo:
-                    bar.stage(f"eval {encoding + (f'+{scaling}' if scaling else '')} "
-                              f"seed {seed}")
+                    head = _head(cfg, loaded, encoding, scaling)
+                    bar.stage(f"eval {head['label']} seed {seed}")
                     entry = evaluate_run(cfg, loaded, test_tokens, encoding, scaling, bar,
                                          run_dir=where)
-                    add_seed(results, cfg, _head(cfg, loaded, encoding, scaling), entry)
+                    add_seed(results, cfg, head, entry)
                     write_outputs(out_dir, results, plots=False)   # plots once, at the end
         _measure_timing(cfg, results, tokenizer.vocab_size, bar)
         bar.stage("drawing plots and the atlas" if atlas else "drawing plots")

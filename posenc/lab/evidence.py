@@ -17,8 +17,9 @@ import math
 
 import numpy as np
 
+from ..eval.inference_scaling import run_label
 from .baseline import has_learned
-from .results import bootstrap_samples, label_of
+from .results import bootstrap_samples
 from .stats import BOOTSTRAP, SEEDS, Estimate, beyond, separated
 
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, NOT_TESTED = (
@@ -31,7 +32,7 @@ class Runs:
     def __init__(self, results: dict) -> None:
         self.results = results
         self.config = results.get("config", {})
-        self.by_label = {label_of(r): r for r in results.get("runs", [])}
+        self.by_label = {run_label(r): r for r in results.get("runs", [])}
         lengths = self.config.get("lengths") or sorted(
             {int(k) for r in results.get("runs", []) for k in r.get("ppl", {})})
         self.lengths = [int(n) for n in lengths]
@@ -98,10 +99,6 @@ class Runs:
         if not tails or any(t is None for t in tails):
             return None
         return _estimate(np.asarray(tails, dtype=float), SEEDS if len(tails) >= 2 else "none")
-
-    def entropy_tail(self, label: str, length: int) -> float | None:
-        est = self.entropy_est(label, length)
-        return None if est is None else est.mean
 
     def learned(self, label: str) -> bool | None:
         """Whether the trained run behind ``label`` clearly beat the unigram baseline."""

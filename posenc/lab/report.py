@@ -12,12 +12,11 @@ import html
 import math
 from pathlib import Path
 
-from ..eval.inference_scaling import accepts_rope_scaling
+from ..eval.inference_scaling import accepts_rope_scaling, run_label
 from ..runio import atomic_write
 from .baseline import LEARNED_FRACTION
 from .claims import PRESS, TOLERANCE, check_claims
 from .evidence import Runs, fmt, fmt_est
-from .results import label_of
 from .stats import BOOTSTRAP_REPLICATES, tie_groups
 
 #: best-extrapolating first, as in the ALiBi paper (Press et al., 2022), Fig. 1 / Table 2
@@ -70,7 +69,7 @@ def learned_section(r: Runs, runs: list[dict]) -> list[str]:
     for run in runs:
         if run.get("inference_scaling"):
             continue
-        label = label_of(run)
+        label = run_label(run)
         ok = r.learned(label)
         ppl = r.ppl(label, r.train_len)
         rows.append([label, _ppl_cell(r, label, r.train_len),
@@ -89,7 +88,7 @@ def ppl_section(r: Runs, runs: list[dict], results: dict) -> list[str]:
     header = ["run"] + [f"{n}{' (L)' if n == r.train_len else ''}" for n in lengths]
     rows, notes = [], {}
     for run in runs:
-        label = label_of(run)
+        label = run_label(run)
         rows.append([label] + [_ppl_cell(r, label, n) for n in lengths])
         for n in lengths:
             if r.note(label, n):
@@ -100,7 +99,7 @@ def ppl_section(r: Runs, runs: list[dict], results: dict) -> list[str]:
     out += _table(header, rows)
     for label, note in notes.items():
         out += ["", f"- {label}: {note}"]
-    ratio_rows = [[label_of(run)] + [fmt_est(r.ratio_est(label_of(run), n)) for n in lengths]
+    ratio_rows = [[run_label(run)] + [fmt_est(r.ratio_est(run_label(run), n)) for n in lengths]
                   for run in runs]
     out += ["", f"Ratio to the run's own perplexity at L = {r.train_len} (1.00 = no loss from "
             "longer inputs; below 1 = the extra context helps):", ""]
@@ -121,16 +120,16 @@ def ranking_section(r: Runs, runs: list[dict]) -> list[str]:
     longer = [n for n in r.lengths if n > r.train_len]
 
     def key(run: dict) -> tuple[int, float]:
-        value = r.ppl(label_of(run), longest)
+        value = r.ppl(run_label(run), longest)
         return (0, value) if value is not None and math.isfinite(value) else (1, math.inf)
 
     ranked = sorted(runs, key=key)
     measured = [run for run in ranked if key(run)[0] == 0]
-    groups = tie_groups([r.ppl_est(label_of(run), longest) for run in measured])
+    groups = tie_groups([r.ppl_est(run_label(run), longest) for run in measured])
     sizes = {g: groups.count(g) for g in groups}
     rows = []
     for i, run in enumerate(ranked):
-        label = label_of(run)
+        label = run_label(run)
         if i < len(measured):
             group = groups[i]
             first = groups.index(group) + 1
@@ -202,7 +201,7 @@ def entropy_section(r: Runs, runs: list[dict]) -> list[str]:
     lengths = sorted({int(n) for run in runs for n in (run.get("entropy") or {})})
     if not lengths:
         return []
-    rows = [[label_of(run)] + [fmt_est(r.entropy_est(label_of(run), n)) for n in lengths]
+    rows = [[run_label(run)] + [fmt_est(r.entropy_est(run_label(run), n)) for n in lengths]
             for run in runs]
     uniform = []
     for n in lengths:
@@ -303,11 +302,6 @@ def render_report(results: dict, plots: list[str] | None = None,
     return "\n".join(out)
 
 
-def _atomic_write(path: Path, text: str) -> Path:
-    atomic_write(path, text.encode("utf-8"))
-    return path
-
-
 #: other pages of a comparison directory linked from report.md and index.html: (title,
 #: relative href), shown only when the target exists
 INDEX_LINKS: tuple[tuple[str, str], ...] = (
@@ -321,8 +315,9 @@ def existing_links(out_dir: Path) -> tuple[tuple[str, str], ...]:
 
 def write_report(results: dict, out_dir: Path, plots: list[str] | None = None) -> Path:
     """Write ``out_dir/report.md`` atomically and return its path."""
-    return _atomic_write(Path(out_dir) / "report.md",
-                         render_report(results, plots, existing_links(out_dir)))
+    path = Path(out_dir) / "report.md"
+    atomic_write(path, render_report(results, plots, existing_links(out_dir)).encode("utf-8"))
+    return path
 
 
 def render_index(results: dict, plots: list[str], links: tuple[tuple[str, str], ...] = ()
@@ -353,4 +348,6 @@ def write_index(results: dict, out_dir: Path, plots: list[str],
     ``INDEX_LINKS`` whose target exists in ``out_dir``."""
     if links is None:
         links = existing_links(out_dir)
-    return _atomic_write(Path(out_dir) / "index.html", render_index(results, plots, links))
+    path = Path(out_dir) / "index.html"
+    atomic_write(path, render_index(results, plots, links).encode("utf-8"))
+    return path

@@ -67,11 +67,6 @@ def save_results(out_dir: Path, results: dict) -> Path:
     return path
 
 
-def label_of(run: dict) -> str:
-    scaling = run.get("inference_scaling")
-    return run["encoding"] + (f"+{scaling}" if scaling else "")
-
-
 def _number(value: Any) -> float | None:
     if value == "inf":
         return math.inf

@@ -56,14 +56,6 @@ class Estimate:
         return self.mean + self.spread
 
 
-def mean_spread(values: Sequence[float]) -> tuple[float | None, float | None]:
-    """(mean, sample std) of the finite values; (None, None) if there are none."""
-    est = Estimate.of([v for v in values if isinstance(v, (int, float))])
-    if est.n == 0:
-        return None, None
-    return est.mean, est.spread
-
-
 def bootstrap_ppl(window_nll: Sequence[float], window_tokens: Sequence[int],
                   replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED
                   ) -> np.ndarray:

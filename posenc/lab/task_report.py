@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..runio import atomic_write
 from .task_verdicts import (LEARNED_AT, MIN_EFFECT, PAPER, length_score, paper_verdicts,
                             ranking, runs_of, score)
 
@@ -183,6 +184,7 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
 
 
 def write_report(results: dict, path: Path, plots: list[str] | None = None) -> Path:
+    """Write the report to ``path`` atomically and return ``path``."""
     path = Path(path)
-    path.write_text(render_report(results, plots), encoding="utf-8")
+    atomic_write(path, render_report(results, plots).encode("utf-8"))
     return path

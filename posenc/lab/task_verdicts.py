@@ -92,9 +92,6 @@ def runs_of(results: dict, part: str, task: str, encoding: str) -> list[dict]:
                    and r["encoding"] == encoding), key=lambda r: r["seed"])
 
 
-METRICS = ("exact_match", "token_accuracy")
-
-
 def value_at(run: dict, length: int, metric: str = "exact_match") -> float | None:
     entry = run["lengths"].get(str(length))
     return None if entry is None else entry.get(metric)

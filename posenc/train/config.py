@@ -29,7 +29,7 @@ class TrainConfig:
     tokenizer's vocabulary (256 for ``byte``). ``task`` trains on a synthetic task instead of
     ``data``. ``batch_size`` is per process; under DDP the global batch is
     ``batch_size * world_size``. ``eval_every`` / ``checkpoint_every`` 0 mean "at the end
-    only". ``cache_dir`` None means ``$POSENC_CACHE`` or ``~/.cache/posenc``.
+    only". ``cache_dir`` None means posenc's cache folder (:func:`posenc.paths.cache_dir`).
     ``skip_bad_steps`` is how many steps with a non-finite loss or gradient may be skipped
     (no update) before the run stops as diverged (0: the first one stops it).
     """

@@ -1,4 +1,9 @@
-"""Axis helpers shared by the comparison plots: readable log ticks, length axes, styles.
+"""Figures and axis helpers shared by posenc's plots: :func:`new_figure` and :func:`save_png`,
+which every posenc figure is made and written with, readable log ticks, length axes, styles.
+
+Figures are :class:`matplotlib.figure.Figure` objects on the Agg canvas, never pyplot's: drawing
+them needs no display, and neither selects a backend nor touches pyplot's list of open figures,
+so importing posenc leaves the user's matplotlib setup as it was.
 
 Every log axis carries several labelled ticks whatever its range; length axes label each
 evaluated length (and its multiple of L); lines in one panel get distinct colours, markers and
@@ -8,12 +13,14 @@ dash patterns so coinciding lines stay distinguishable.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator  # noqa: E402
+from ..runio import atomic_write_with
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 DASHES = ("-", "--", "-.", ":")
@@ -22,7 +29,7 @@ DASHES = ("-", "--", "-.", ":")
 def panel_styles(labels: list[str]) -> dict[str, dict]:
     """One style per label: tab10 colour, a marker and a dash pattern, all cycling at
     different periods so no two of the first 40 labels look alike."""
-    colors = plt.get_cmap("tab10").colors
+    colors = matplotlib.colormaps["tab10"].colors
     return {label: {"color": colors[i % 10], "marker": MARKERS[i % len(MARKERS)],
                     "linestyle": DASHES[(i // 10) % len(DASHES)], "linewidth": 1.8,
                     "markersize": 6}
@@ -101,3 +108,19 @@ def coinciding(series: dict[str, list[float]], rel: float = 0.005) -> dict[str, 
                 out[label] = other
                 break
     return out
+
+
+def new_figure(**kwargs) -> Figure:
+    """A Figure (``kwargs`` as for :class:`~matplotlib.figure.Figure`: figsize, dpi, layout)
+    drawn by the Agg canvas; nothing to close, garbage-collected like any object."""
+    fig = Figure(**kwargs)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save_png(fig, path: str | Path, dpi: float | None = None) -> Path:
+    """Write ``fig`` to ``path`` as a PNG, atomically (:func:`posenc.runio.atomic_write_with`:
+    a crash never leaves a truncated image); ``dpi`` None: the figure's. Returns ``path``."""
+    path = Path(path)
+    atomic_write_with(path, lambda f: fig.savefig(f, format="png", dpi=dpi))
+    return path

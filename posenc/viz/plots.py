@@ -1,4 +1,5 @@
-"""PNG plots of a comparison (matplotlib, Agg backend: no display needed).
+"""PNG plots of a comparison (matplotlib Figures on the Agg canvas: no display needed, no
+backend selected).
 
 Runs are drawn in small multiples, one panel per encoding family (absolute, rotary, bias,
 relative; NoPE, the no-position reference, in every family panel as a grey line) plus one
@@ -20,7 +21,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .axes import coinciding, integer_x, length_axis, log_axis, panel_styles, plt
+from ..eval.inference_scaling import run_label
+from .axes import (coinciding, integer_x, length_axis, log_axis, new_figure, panel_styles,
+                   save_png)
 
 FAMILY_TITLES = {"absolute": "absolute positions", "rotary": "rotary", "bias": "distance biases",
                  "relative": "relative (content-position)", "none": "no positions"}
@@ -41,11 +44,6 @@ CAPTIONS = {
     "entropy_vs_length.png": "Attention entropy of the last quarter of queries against "
     "length; dotted: uniform attention.",
 }
-
-
-def _label(run: dict) -> str:
-    scaling = run.get("inference_scaling")
-    return run["encoding"] + (f" + {scaling}" if scaling else "")
 
 
 def _family(encoding: str) -> str:
@@ -78,8 +76,8 @@ def panels(runs: list[dict]) -> list[tuple[str, list[dict]]]:
 def _grid(n: int, width: float = 5.6, height: float = 4.6):
     cols = min(3, n)
     rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows + 0.6),
-                             dpi=100, squeeze=False)
+    fig = new_figure(figsize=(width * cols, height * rows + 0.6), dpi=100)
+    axes = fig.subplots(rows, cols, squeeze=False)
     flat = list(axes.flat)
     for ax in flat[n:]:
         ax.set_visible(False)
@@ -104,7 +102,7 @@ def ppl_points(run: dict) -> list[tuple[int, float, float]]:
 
 
 def _styles(panel_runs: list[dict]) -> dict[str, dict]:
-    labels = [_label(r) for r in panel_runs if r["encoding"] != REFERENCE
+    labels = [run_label(r, spaced=True) for r in panel_runs if r["encoding"] != REFERENCE
               or r.get("inference_scaling")]
     styles = panel_styles(labels)
     styles[REFERENCE] = {"color": "0.55", "marker": ".", "linestyle": "-", "linewidth": 1.4,
@@ -115,12 +113,13 @@ def _styles(panel_runs: list[dict]) -> dict[str, dict]:
 def _ppl_panel(ax, panel_runs: list[dict], lengths: list[int], train_len, top, ylim,
                title: str) -> None:
     styles = _styles(panel_runs)
-    same = coinciding({_label(r): [p[1] for p in ppl_points(r)] for r in panel_runs})
+    same = coinciding({run_label(r, spaced=True): [p[1] for p in ppl_points(r)]
+                       for r in panel_runs})
     for run in panel_runs:
         pts = ppl_points(run)
         if not pts:
             continue
-        label = _label(run)
+        label = run_label(run, spaced=True)
         style = styles[label]
         cut = sorted(int(n) for n, v in run.get("ppl", {}).items()
                      if isinstance(v, str) and v.startswith("n/a"))
@@ -188,7 +187,7 @@ def ratio_points(results: dict) -> list[tuple[str, float | None, float, str | No
         a, b = run.get("ppl", {}).get(str(probe)), run.get("ppl", {}).get(str(train_len))
         if _number(a) is None or _number(b) is None:
             note = a if isinstance(a, str) else "n/a"
-            out.append((_label(run), None, 0.0, note))
+            out.append((run_label(run, spaced=True), None, 0.0, note))
             continue
         seeds = run.get("seeds") or []
         per_seed = []
@@ -207,7 +206,7 @@ def ratio_points(results: dict) -> list[tuple[str, float | None, float, str | No
             sp = run.get("ppl_spread") or {}
             sa, sb = _number(sp.get(str(probe))) or 0.0, _number(sp.get(str(train_len))) or 0.0
             spread = ratio * math.hypot(sa / a, sb / b)
-        out.append((_label(run), ratio, spread, None))
+        out.append((run_label(run, spaced=True), ratio, spread, None))
     return sorted(out, key=lambda p: (p[1] is None, p[1] or 0.0))
 
 
@@ -217,7 +216,8 @@ def draw_ppl_ratio(results: dict):
     train_len = c.get("train_len")
     lengths = sorted({int(n) for r in results.get("runs", []) for n in r.get("ppl", {})})
     probe = 8 * train_len if train_len and 8 * train_len in lengths else max(lengths, default=0)
-    fig, ax = plt.subplots(figsize=(9, 0.34 * max(6, len(pts)) + 1.6), dpi=100)
+    fig = new_figure(figsize=(9, 0.34 * max(6, len(pts)) + 1.6), dpi=100)
+    ax = fig.subplots()
     measured = [p for p in pts if p[1] is not None]
     ys = list(range(len(pts)))[::-1]
     for y, (label, ratio, spread, note) in zip(ys, pts):
@@ -287,8 +287,8 @@ def draw_training_curves(results: dict):
             if not steps:
                 continue
             every = max(1, len(steps) // 8)          # staggered markers: coinciding lines
-            style = {**styles[_label(run)], "markevery": ((i * every) // max(1, len(
-                members)), every)}                    # stay distinguishable
+            style = {**styles[run_label(run, spaced=True)],      # stay distinguishable
+                     "markevery": ((i * every) // max(1, len(members)), every)}
             ax.plot(steps, mean, label=run["encoding"] + (
                 f" (same as {same[run['encoding']]})" if run["encoding"] in same else ""),
                 **style)
@@ -336,8 +336,9 @@ def draw_entropy_vs_length(results: dict):
                 continue
             lengths.update(p[0] for p in pts)
             uniform.update({p[0]: p[3] for p in pts})
+            label = run_label(run, spaced=True)
             ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
-                        label=_label(run), capsize=3, **styles[_label(run)])
+                        label=label, capsize=3, **styles[label])
         xs = sorted(n for n in uniform if uniform[n] is not None)
         if xs:
             ax.plot(xs, [uniform[n] for n in xs], color="black", linestyle=":",
@@ -355,9 +356,7 @@ def draw_entropy_vs_length(results: dict):
 def _save(fig, path: Path) -> Path | None:
     if fig is None:
         return None
-    fig.savefig(path)
-    plt.close(fig)
-    return Path(path)
+    return save_png(fig, path)
 
 
 def plot_ppl_vs_length(results: dict, path: Path) -> Path:

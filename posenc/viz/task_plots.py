@@ -13,10 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+from matplotlib.ticker import FixedLocator, NullLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
+from .axes import new_figure, save_png
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 TITLES = {"lm": "decoder-only", "seq2seq": "encoder-decoder"}
@@ -92,16 +91,16 @@ def _draw(ax, results: dict, part: str, task: str, colors: dict[str, tuple],
 
 def task_figure(results: dict):
     """The figure (a matplotlib Figure): one column per part and task, exact match on top
-    and token accuracy below; the caller closes it."""
+    and token accuracy below."""
     panels = _panels(results)
     if not panels:
         raise ValueError("the results hold no scored runs to plot")
     encodings = list(dict.fromkeys(enc for part, task in panels
                                    for enc in panel_series(results, part, task)))
-    palette = plt.get_cmap("tab10").colors
+    palette = matplotlib.colormaps["tab10"].colors
     colors = {enc: palette[i % len(palette)] for i, enc in enumerate(encodings)}
-    fig, axes = plt.subplots(2, len(panels), figsize=(max(7.0, 5.2 * len(panels)), 8.0),
-                             squeeze=False)
+    fig = new_figure(figsize=(max(7.0, 5.2 * len(panels)), 8.0))
+    axes = fig.subplots(2, len(panels), squeeze=False)
     for col, (part, task) in enumerate(panels):
         for row, metric in enumerate(METRIC_LABELS):
             _draw(axes[row][col], results, part, task, colors, metric)
@@ -117,10 +116,4 @@ def task_figure(results: dict):
 
 def plot_task_accuracy(results: dict, path: Path) -> Path:
     """Write :func:`task_figure` to ``path`` and return ``path``."""
-    fig = task_figure(results)
-    path = Path(path)
-    try:
-        fig.savefig(path, dpi=120)
-    finally:
-        plt.close(fig)
-    return path
+    return save_png(task_figure(results), path, dpi=120)
