@@ -13,7 +13,7 @@ from posenc.encodings.base import check_token_ids
 from posenc.models.generate import select_next
 from posenc.models.seq2seq import Seq2SeqTransformer
 from posenc.models.seq2seq_config import Seq2SeqConfig
-from conftest import context_options
+from tests.helpers import context_options
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

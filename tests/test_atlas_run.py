@@ -16,7 +16,7 @@ from posenc.cli import main
 from posenc.encodings import encoding_class, encoding_options
 from posenc.train import TrainConfig, train
 from posenc.train.checkpoint import LoadedRun
-from test_train import make_corpus
+from tests.helpers import make_corpus
 
 TRAIN_LEN = 16
 

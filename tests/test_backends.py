@@ -14,7 +14,7 @@ from torch.testing import assert_close
 from posenc import build_encoding, list_encodings
 from posenc.attention import attend, choose_backend
 
-from conftest import context_options
+from tests.helpers import context_options
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

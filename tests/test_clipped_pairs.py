@@ -12,7 +12,7 @@ from posenc.encodings import build_encoding
 from posenc.encodings.clipped_pairs import ClippedPairBias, collect_clipped, spread_clipped
 from posenc.encodings.shaw import ShawEncoding
 
-from conftest import causal_layer_grads
+from tests.helpers import causal_layer_grads
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -12,7 +12,7 @@ from posenc.eval.lengths import perplexity_at_lengths, unsupported_length
 from posenc.eval.perplexity import perplexity, windows
 from posenc.encodings import list_encodings
 from posenc.models import LMConfig, TransformerLM
-from conftest import context_options
+from tests.helpers import context_options
 
 
 def tiny(pe: str, max_len: int = 16, seed: int = 0, **options) -> TransformerLM:

@@ -16,7 +16,7 @@ from posenc.models.seq2seq import Seq2SeqTransformer
 from posenc.models.seq2seq_config import Seq2SeqConfig
 from posenc.train.optim import param_groups
 
-from conftest import context_options
+from tests.helpers import context_options
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

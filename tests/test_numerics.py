@@ -111,7 +111,7 @@ def test_alibi_clip_changes_no_attention_weight():
 def test_every_encoding_runs_with_bfloat16_weights(pe):
     """A model cast to bfloat16 (weights and activations) runs forward and stays close to
     its float32 self: no dtype mismatch inside an encoding's own computation."""
-    from conftest import context_options
+    from tests.helpers import context_options
     from posenc import LMConfig, TransformerLM
     torch.manual_seed(0)
     model = TransformerLM(LMConfig(vocab_size=32, d_model=32, n_layers=1, n_heads=2,

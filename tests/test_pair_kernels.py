@@ -14,7 +14,7 @@ from posenc.encodings.causal_pairs import CausalPairBias, causal_pair_bias, row_
 from posenc.encodings.pair_kernels import native_pair_status
 from posenc.encodings.relative_shift import head_table, pair_layout
 
-from conftest import causal_layer_grads
+from tests.helpers import causal_layer_grads
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 needs_kernel = pytest.mark.skipif(native_pair_status() != "ready",

@@ -4,12 +4,13 @@ import math
 
 import matplotlib.pyplot as plt
 import pytest
-from test_report import LENGTHS, results
 
 from posenc.viz.axes import coinciding, nice_log_ticks
 from posenc.viz.plots import (PPL_AXIS_CAP, draw_entropy_vs_length, draw_ppl_ratio,
                               draw_ppl_vs_length, draw_training_curves, plot_all,
                               ratio_points)
+
+from tests.test_report import LENGTHS, results
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ from torch.testing import assert_close
 from posenc.encodings import build_encoding, list_encodings
 from posenc.encodings.relative_shift import pair_layout
 
-from conftest import context_options, sharpen
+from tests.helpers import context_options, sharpen
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

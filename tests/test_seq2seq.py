@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import context_options, sharpen
 
 from posenc import Seq2SeqConfig, Seq2SeqTransformer, list_encodings
 from posenc.encodings import encoding_class, encoding_options
+
+from tests.helpers import context_options, sharpen
 
 VOCAB = 24
 

@@ -17,13 +17,7 @@ from posenc.train.checkpoint import committed_file
 from posenc.train.config import parse_options, parse_value
 from posenc.train.loop import lr_factor
 
-
-def make_corpus(folder, n=30):
-    folder.mkdir(parents=True, exist_ok=True)
-    for i in range(n):
-        (folder / f"f{i:02d}.txt").write_text("".join(f"the cat {i} sat on mat {j}.\n"
-                                                      for j in range(20)))
-    return folder
+from tests.helpers import make_corpus
 
 
 def tiny(tmp_path, **kw):
