@@ -1,5 +1,6 @@
 """Shared by tests in several folders: tiny models whose outputs depend strongly on
-positions, the options a test context supplies to an encoding, and a small text corpus.
+positions, the options a test context supplies to an encoding, a small text corpus, the check
+that bad input raises a one-line ValueError, and the mark of Hugging Face oracle tests.
 
 The default init keeps weights small, which makes attention nearly uniform, so a test comparing
 two ways of computing the same logits could pass even if positions were wrong. ``sharpen``
@@ -8,6 +9,9 @@ rescales every parameter so that attention is peaked and position terms matter.
 
 from __future__ import annotations
 
+import importlib.util
+
+import pytest
 import torch
 
 from posenc import LMConfig, TransformerLM
@@ -67,3 +71,17 @@ def make_corpus(folder, n=30):
         (folder / f"f{i:02d}.txt").write_text("".join(f"the cat {i} sat on mat {j}.\n"
                                                       for j in range(20)))
     return folder
+
+
+def raises_one_line(match: str, fn, *args, **kwargs) -> str:
+    """Call fn; assert a one-line ValueError matching ``match``; return the message."""
+    with pytest.raises(ValueError, match=match) as err:
+        fn(*args, **kwargs)
+    message = str(err.value)
+    assert "\n" not in message
+    return message
+
+
+#: marks a test that compares with Hugging Face transformers: skipped when it is not installed
+needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                                        reason="transformers is not installed")

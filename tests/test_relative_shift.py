@@ -6,10 +6,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc.encodings import build_encoding, list_encodings
 from posenc.encodings.relative_shift import pair_layout
-
-from tests.helpers import context_options, sharpen
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -48,71 +45,6 @@ def test_layouts_read_each_pair_at_its_distance(q_pos, k_pos, causal, kind):
     for g, w in zip(torch.autograd.grad(got, (a, b), grad), torch.autograd.grad(want, (a, b),
                                                                              grad)):
         assert_close(g, w, atol=1e-6, rtol=1e-5)
-
-
-BIASED = [n for n in list_encodings()
-          if build_encoding(n, n_heads=2, head_dim=8, max_len=64,
-                            **context_options(n)).has_bias]
-
-
-@pytest.mark.parametrize("name", BIASED)
-def test_causal_bias_equals_the_full_one_where_visible(name):
-    """``causal=True`` may skip hidden pairs; at visible pairs its values and gradients (into
-    q, k and every parameter) are those of the full bias."""
-    pe = sharpen(build_encoding(name, n_heads=2, head_dim=8, max_len=64,
-                                **context_options(name)), std=0.5)
-    gen = torch.Generator().manual_seed(1)
-    pos = torch.arange(3, 12)
-    q = torch.randn(2, 2, 9, 8, generator=gen, requires_grad=True)
-    k = torch.randn(2, 2, 9, 8, generator=gen, requires_grad=True)
-    seen = pos[None, :] <= pos[:, None]
-    grad = torch.randn(2, 2, 9, 9, generator=gen) * seen
-    leaves = [q, k, *pe.parameters()]
-    results = []
-    for causal in (False, True):
-        bias = pe.score_bias(q, k, pos, pos, causal).expand(2, 2, 9, 9)
-        assert torch.isfinite(bias).all()
-        grads = (torch.autograd.grad(bias, leaves, grad, allow_unused=True)
-                 if bias.requires_grad else [None] * len(leaves))      # fixed biases (ALiBi)
-        results.append((bias[..., seen], grads))
-    (full, full_grads), (part, part_grads) = results
-    assert_close(part, full)
-    for g, w in zip(part_grads, full_grads):
-        if w is None or g is None:
-            assert g is None or not g.any()
-        else:
-            assert_close(g, w, atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("clip", [3, 16])
-def test_shaw_causal_value_term_equals_the_scatter(clip):
-    pe = sharpen(build_encoding("shaw", n_heads=2, head_dim=8, max_relative_position=clip),
-                 std=0.5)
-    pos = torch.arange(5, 14)
-    seen = pos[None, :] <= pos[:, None]
-    gen = torch.Generator().manual_seed(3)
-    logits = torch.randn(2, 2, 9, 9, generator=gen).masked_fill(~seen, float("-inf"))
-    weights = logits.softmax(-1).requires_grad_()
-    grad = torch.randn(2, 2, 9, 8, generator=gen)
-    results = []
-    for causal in (False, True):
-        out = pe.value_term(weights, pos, pos, causal)
-        results.append((out, torch.autograd.grad(out, [weights, pe.value_table], grad)))
-    (full, (gw_full, gt_full)), (part, (gw_part, gt_part)) = results
-    assert_close(part, full)
-    assert_close(gt_part, gt_full)
-    assert_close(gw_part[..., seen], gw_full[..., seen])
-
-
-def test_shaw_causal_key_term_past_the_clip():
-    """The shared far column (distances >= K) as well as the diagonals."""
-    pe = sharpen(build_encoding("shaw", n_heads=2, head_dim=8, max_relative_position=3),
-                 std=0.5)
-    pos = torch.arange(12)
-    q = torch.randn(2, 2, 12, 8, generator=torch.Generator().manual_seed(4))
-    seen = pos[None, :] <= pos[:, None]
-    assert_close(pe.score_bias(q, q, pos, pos, True)[..., seen],
-                 pe.score_bias(q, q, pos, pos, False)[..., seen])
 
 
 def test_causal_layout_reads_views_with_a_storage_offset():
@@ -168,27 +100,3 @@ def test_head_major_tables_read_like_contiguous_ones(batch, causal):
         table = head_table(x, heads)
         table.register_hook(lambda g: assert_close(g.transpose(0, 1).is_contiguous(), True))
         read(table).backward(grad)
-
-
-@pytest.mark.parametrize("causal", [True, False])
-def test_shaw_training_path_equals_plain_eager(causal):
-    """Shaw trains through the fused attention (weights handed to its value term); asking
-    for the weights forces the plain eager path: same output, same gradients."""
-    from posenc.attention import attend
-    pe = sharpen(build_encoding("shaw", n_heads=2, head_dim=8, max_relative_position=3),
-                 std=0.5)
-    pos = torch.arange(10)
-    gen = torch.Generator().manual_seed(6)
-    qkv = [torch.randn(2, 2, 10, 8, generator=gen) for _ in range(3)]
-    grad = torch.randn(2, 2, 10, 8, generator=gen)
-    results = []
-    for need_weights in (False, True):
-        leaves = [t.clone().requires_grad_() for t in qkv]
-        out = attend(*leaves, pe, pos, pos, causal=causal, backend="eager",
-                     need_weights=need_weights)[0]
-        params = list(pe.parameters())
-        results.append((out, torch.autograd.grad(out, leaves + params, grad)))
-    (fused, fused_grads), (plain, plain_grads) = results
-    assert_close(fused, plain, atol=1e-5, rtol=1e-5)
-    for g, w in zip(fused_grads, plain_grads):
-        assert_close(g, w, atol=1e-5, rtol=1e-5)

@@ -1,14 +1,16 @@
-"""RoPE frequency scalings and log-n attention scaling: properties that define each of them."""
+"""RoPE frequency scalings: the properties that define each of them; bad scalings are
+refused with the option named, and what a user sets is never changed."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc import build_encoding
+from posenc import LMConfig, TransformerLM, build_encoding
 from posenc.encodings.rope_scaling import (base_inv_freq, compute_inv_freq, parse_scaling_spec,
                                            scaling_types)
 from posenc.encodings.rotary_kernels import apply_rotary
@@ -17,6 +19,10 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 D, THETA, ORIG = 64, 10000.0, 256
 DEFAULT = base_inv_freq(D, THETA)
+
+
+def _rope(head_dim=8, **options):
+    return build_encoding("rope", n_heads=2, head_dim=head_dim, **options)
 
 
 def test_default_is_theta_power():
@@ -152,31 +158,77 @@ def test_parse_scaling_spec():
         parse_scaling_spec("linear:two")
 
 
-# ----------------------------------------------------------------------------- log-n
-@pytest.mark.parametrize("base_len", [2, 8, 100])
-def test_logn_factor_is_one_up_to_base_len_then_log_ratio(base_len):
-    pe = build_encoding("nope", n_heads=2, head_dim=8, logn_base_len=base_len)
-    q_pos = torch.arange(300)
-    got = pe.attn_scale(q_pos, q_pos, causal=True)              # causal: query p sees p + 1
-    n = q_pos.double() + 1
-    want = torch.where(n <= base_len, torch.ones_like(n), torch.log(n) / math.log(base_len))
-    assert_close(got.double(), want, rtol=1e-6, atol=0)
-    # bidirectional: every query sees all keys
-    for n_keys in (base_len, 3 * base_len):
-        got = pe.attn_scale(torch.arange(4), torch.arange(n_keys), causal=False)
-        want = max(1.0, math.log(n_keys) / math.log(base_len))
-        assert_close(got.double(), torch.full((4,), want, dtype=torch.float64))
+# ---------------------------------------------------- bad scalings and what a user set
+@pytest.mark.parametrize("scaling,message", [
+    ({"rope_type": "linear"}, "'factor'"),
+    ({"rope_type": "linear", "factor": None}, "'factor'"),
+    ({"rope_type": "linear", "factor": 0.0}, "factor must be a positive number"),
+    ({"rope_type": "linear", "factor": -2.0}, "factor must be a positive number"),
+    ({"rope_type": "linear", "factor": float("nan")}, "factor"),
+    ({"rope_type": "linear", "factor": "2"}, "factor"),
+    ({"rope_type": "dynamic"}, "'factor'"),
+    ({"rope_type": "ntk", "factor": 0.5}, "factor must be >= 1"),
+    ({"rope_type": "yarn", "factor": 0.0}, "factor"),
+    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}, "'high_freq_factor'"),
+    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0},
+     "high_freq_factor must be > low_freq_factor"),
+    ({"rope_type": "yarn", "factor": 4.0, "beta_fast": -1.0}, "beta_fast"),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 0},
+     "original_max_position_embeddings must be a positive int"),
+    ({"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 4},
+     "'factor'"),
+    ({"rope_type": "longrope", "factor": 2.0, "short_factor": [1.0] * 3,
+      "long_factor": [1.0] * 4}, "short_factor needs rotary_dim/2 = 4 values"),
+    ({"rope_type": "longrope", "factor": 2.0, "short_factor": [1.0, 0.0, 1.0, 1.0],
+      "long_factor": [1.0] * 4}, "short_factor must be a list of positive numbers"),
+])
+def test_bad_scaling_factor_or_parameter(scaling, message):
+    with pytest.raises(ValueError, match=message):
+        _rope(max_len=16, scaling=scaling)
 
 
-def test_logn_is_off_by_default():
-    pe = build_encoding("rope", n_heads=2, head_dim=8)
-    assert pe.attn_scale(torch.arange(9), torch.arange(9), causal=True) is None
+def test_unknown_scaling_type_or_key_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown scaling type 'cubic'") as err:
+        _rope(scaling={"rope_type": "cubic", "factor": 2.0})
+    assert all(t in str(err.value) for t in ("linear", "dynamic", "yarn", "llama3", "longrope"))
+    with pytest.raises(ValueError, match="unknown key.* beta_fast .*valid keys: factor"):
+        _rope(scaling={"rope_type": "linear", "factor": 2.0, "beta_fast": 32})
+    with pytest.raises(ValueError, match="rope_type"):
+        _rope(scaling={"factor": 2.0})
+    with pytest.raises(ValueError, match="scaling must be a dict"):
+        _rope(scaling="linear:2")
 
 
-@torch.no_grad()
-def test_logn_changes_logits_only_past_base_len(tiny_lm):
-    ids = torch.randint(0, 48, (1, 16))
-    plain = tiny_lm("alibi")(ids)
-    scaled = tiny_lm("alibi", {"logn_base_len": 6})(ids)          # same weights (same seed)
-    assert_close(scaled[:, :6], plain[:, :6])
-    assert ((scaled[:, 6:] - plain[:, 6:]).abs().amax(-1) > 1e-4).all()
+def test_scaling_without_an_original_length_needs_max_len():
+    with pytest.raises(ValueError, match="original_max_position_embeddings"):
+        _rope(scaling={"rope_type": "yarn", "factor": 4.0})      # no max_len to default it
+
+
+def test_conflicting_theta_is_refused():
+    with pytest.raises(ValueError, match="rope_theta"):
+        compute_inv_freq(8, 10000.0, {"rope_type": "linear", "factor": 2.0,
+                                      "rope_theta": 500000.0})
+
+
+def test_user_scaling_values_are_kept():
+    scaling = {"rope_type": "yarn", "factor": 3.0, "original_max_position_embeddings": 100,
+               "beta_fast": 20.0}
+    before = copy.deepcopy(scaling)
+    pe = _rope(max_len=50, scaling=scaling)                    # max_len differs: not used
+    assert pe.scaling["original_max_position_embeddings"] == 100
+    assert pe.scaling["factor"] == 3.0 and pe.scaling["beta_fast"] == 20.0
+    assert scaling == before                                   # the caller's dict untouched
+    want, _ = compute_inv_freq(8, 10000.0, scaling)
+    assert torch.equal(pe.inv_freq, want)
+
+
+def test_documented_default_original_length_is_max_len():
+    pe = _rope(max_len=50, scaling={"rope_type": "dynamic", "factor": 2.0})
+    assert pe.scaling["original_max_position_embeddings"] == 50
+
+
+def test_model_config_options_are_not_mutated():
+    options = {"scaling": {"rope_type": "linear", "factor": 2.0}}
+    before = copy.deepcopy(options)
+    model = TransformerLM(LMConfig(pe="rope", pe_options=options, d_model=32, n_heads=4))
+    assert options == before and model.pe.scaling["factor"] == 2.0

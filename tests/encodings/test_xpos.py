@@ -1,6 +1,6 @@
 """xPos: q.k depends only on m - n and decays with distance; the RoPE limit; overflow checks;
-cached decoding; sdpa = eager; options. (flex = eager: tests/test_backends.py covers every
-encoding on one compiled shape.)"""
+cached decoding; sdpa = eager; options. (flex = eager: tests/attention/test_backends.py
+covers every encoding on one compiled shape.)"""
 
 from __future__ import annotations
 
