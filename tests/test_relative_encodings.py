@@ -6,11 +6,10 @@ The DeBERTa formula itself is checked against Hugging Face in test_deberta_oracl
 import pytest
 import torch
 
-from posenc.encodings import relative_shift
 from posenc.models.seq2seq import Seq2SeqTransformer
 from posenc.models.seq2seq_config import Seq2SeqConfig
 
-from tests.encodings.helpers import K_POS, Q_POS, D, H
+from tests.encodings.helpers import D, H
 
 
 @pytest.mark.parametrize("name", ["shaw", "xl", "deberta", "tupe"])
@@ -25,15 +24,3 @@ def test_encoder_decoder_with_bidirectional_encoder(name):
     src = torch.randint(2, 16, (2, 9), generator=torch.Generator().manual_seed(0))
     cached = model.generate(src, 6, bos_id=1)
     torch.testing.assert_close(cached, model.generate(src, 6, bos_id=1, use_cache=False))
-
-
-# ------------------------------------------------------------- fast paths
-def test_sliding_window_reads_the_relative_shift():
-    table = torch.arange(2 * 4 * 9.0).view(2, 4, 9)
-    got = relative_shift.sliding_window(table, 5, 3, -1)                # (2, 4, 5)
-    rows = torch.arange(4)[:, None]
-    torch.testing.assert_close(got, table[:, rows, 3 - rows + torch.arange(5)])
-    with pytest.raises(ValueError, match="leaves the 9 columns"):
-        relative_shift.sliding_window(table, 5, 2, -1)
-    assert relative_shift.is_range(torch.arange(3, 9))
-    assert not relative_shift.is_range(K_POS) and not relative_shift.is_range(Q_POS)

@@ -1,4 +1,6 @@
-"""Pair layouts of per-distance tables, and ``score_bias(causal=True)`` of every encoding."""
+"""Pair layouts of per-distance tables: each pair read at its distance (values and
+gradients), views with a storage offset, head-major tables, and the relative shift's sliding
+window."""
 
 from __future__ import annotations
 
@@ -6,7 +8,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from posenc.encodings import relative_shift
 from posenc.encodings.relative_shift import pair_layout
+
+from tests.encodings.helpers import K_POS, Q_POS
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -100,3 +105,14 @@ def test_head_major_tables_read_like_contiguous_ones(batch, causal):
         table = head_table(x, heads)
         table.register_hook(lambda g: assert_close(g.transpose(0, 1).is_contiguous(), True))
         read(table).backward(grad)
+
+
+def test_sliding_window_reads_the_relative_shift():
+    table = torch.arange(2 * 4 * 9.0).view(2, 4, 9)
+    got = relative_shift.sliding_window(table, 5, 3, -1)                # (2, 4, 5)
+    rows = torch.arange(4)[:, None]
+    torch.testing.assert_close(got, table[:, rows, 3 - rows + torch.arange(5)])
+    with pytest.raises(ValueError, match="leaves the 9 columns"):
+        relative_shift.sliding_window(table, 5, 2, -1)
+    assert relative_shift.is_range(torch.arange(3, 9))
+    assert not relative_shift.is_range(K_POS) and not relative_shift.is_range(Q_POS)

@@ -1,5 +1,12 @@
 """The rotary kernels: the fast path equals a plain reference bit for bit, in both layouts,
-with partial rotary, strided inputs, bf16 and gradients."""
+with partial rotary, strided inputs, bf16 and gradients; and RoPE's accuracy at long positions.
+
+RoPE measurement: q (bf16) rotated at one position, against a float64 reference that rotates
+the same bf16 values by the float64 angle ``pos * inv_freq`` (the encoding's own fp32
+frequencies, as in Hugging Face). The "bf16 rounding floor" is the error of rounding that
+exact float64 result to bf16, the least any bf16 output can have; the ratio is the RMS error
+over the RMS floor.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from posenc import build_encoding
 from posenc.encodings import rotary_kernels as rk
+from posenc.encodings.rotary_kernels import apply_rotary
 
 EXACT = dict(rtol=0.0, atol=0.0)
 
@@ -56,6 +65,23 @@ CASES = [  # (shape, rotary dims, strided like the model)
     ((5, 8), 8, False),                  # (L, D) only
     ((2, 2, 3, 9, 12), 4, False),        # five dims
 ]
+
+HEAD_DIM = 128
+N_VECTORS = 2048
+
+
+def _exact_rotation(x: torch.Tensor, pos: int, inv_freq: torch.Tensor) -> torch.Tensor:
+    """x (..., D) rotated at position ``pos`` in float64, "half" layout."""
+    angles = float(pos) * inv_freq.double()                              # (D/2,)
+    a, b = x.double().chunk(2, dim=-1)
+    return torch.cat((a * angles.cos() - b * angles.sin(),
+                      b * angles.cos() + a * angles.sin()), dim=-1)
+
+
+def _error_ratio(got: torch.Tensor, exact: torch.Tensor) -> float:
+    """RMS error of ``got`` over the RMS error of rounding ``exact`` to got's dtype."""
+    floor = exact.to(got.dtype).double() - exact
+    return ((got.double() - exact).pow(2).mean().sqrt() / floor.pow(2).mean().sqrt()).item()
 
 
 @pytest.mark.parametrize("layout", rk.LAYOUTS)
@@ -250,3 +276,36 @@ def test_output_follows_the_input_memory_order(native):
     out = rk.apply_rotary(strided, cos, sin)
     assert out.transpose(1, 2).is_contiguous()
     assert rk.apply_rotary(strided.contiguous(), cos, sin).is_contiguous()
+
+
+# -------------------------------------------------------------- RoPE at long positions
+@pytest.mark.parametrize("options", [
+    {"theta": 10000.0},
+    {"theta": 500000.0},
+    {"theta": 500000.0, "scaling": {"rope_type": "llama3", "factor": 8.0,
+                                    "original_max_position_embeddings": 8192,
+                                    "low_freq_factor": 1.0, "high_freq_factor": 4.0}},
+], ids=["theta1e4", "theta5e5", "llama3"])
+@pytest.mark.parametrize("position", [32_771, 70_001, 1_000_000, 16_777_213, 2**31 - 1])
+def test_rope_bf16_error_at_long_positions_is_near_the_rounding_floor(options, position):
+    pe = build_encoding("rope", n_heads=1, head_dim=HEAD_DIM, **options)
+    q = torch.randn(1, N_VECTORS, 1, HEAD_DIM).to(torch.bfloat16)   # one position per vector
+    pos = torch.tensor([position])
+    got, _ = pe.transform_qk(q, q, pos, pos)
+    exact = _exact_rotation(q, position, pe.inv_freq)
+    assert _error_ratio(got, exact) <= 2.0
+    # the check can fail: angles as a plain fp32 product are too coarse from 1e6 on
+    plain = pos.float()[:, None] * pe.inv_freq[None, :]
+    coarse = apply_rotary(q, plain.cos(), plain.sin())
+    if position >= 1_000_000:
+        assert _error_ratio(coarse, exact) > 2.0
+
+
+def test_rope_fp32_angles_error_at_a_million_is_tiny():
+    """fp32 outputs: the rotation error is fp32 rounding, not angle error (< 1e-5 relative)."""
+    pe = build_encoding("rope", n_heads=1, head_dim=HEAD_DIM)
+    q = torch.randn(1, 64, 1, HEAD_DIM)
+    pos = torch.tensor([1_000_000])
+    got, _ = pe.transform_qk(q, q, pos, pos)
+    exact = _exact_rotation(q, 1_000_000, pe.inv_freq)
+    assert (got.double() - exact).abs().max() < 1e-5 * exact.abs().max()

@@ -1,8 +1,9 @@
-"""Row-group distance tables and the native pair kernels against the relative-shift views."""
+"""The native pair kernels, through the row-group tables of a causal square block, against
+the relative-shift views: values and gradients across the kernels' blocks and tiles, blocks
+written with hidden pairs masked, fused attention, a DeBERTa layer with and without them, and
+what they decline."""
 
 from __future__ import annotations
-
-import itertools
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from torch.testing import assert_close
 
 from posenc.attention.biased import biased_attention
 from posenc.encodings import build_encoding
-from posenc.encodings.causal_pairs import CausalPairBias, causal_pair_bias, row_groups
+from posenc.encodings.causal_pairs import CausalPairBias, causal_pair_bias
 from posenc.encodings.pair_kernels import native_pair_status
 from posenc.encodings.relative_shift import head_table, pair_layout
 
@@ -38,17 +39,6 @@ def _views(q, k, hq, hk):
     return layout.query_rows(head_table(q, hq)) + layout.key_rows(head_table(k, hk))
 
 
-def test_row_groups_cover_the_rows():
-    """Consecutive groups from 0 to L, multiples of 8 rows but the last, at most four."""
-    assert row_groups(7) == ((0, 7),)
-    assert row_groups(256) == ((0, 64), (64, 128), (128, 192), (192, 256))
-    for n in (1, 33, 100, 130, 1000):
-        groups = row_groups(n)
-        assert groups[0][0] == 0 and groups[-1][1] == n and len(groups) <= 4
-        assert all(b == c for (_, b), (c, _) in itertools.pairwise(groups))
-        assert all((b - a) % 8 == 0 for a, b in groups[:-1])
-
-
 @needs_kernel
 @pytest.mark.parametrize("length", [2, 7, 8, 9, 40, 72, 130])
 @pytest.mark.parametrize("batch,heads", [(3, 2), (1, 4)])
@@ -66,22 +56,6 @@ def test_materialized_bias_equals_the_views(length, batch, heads):
     for g, w in zip(torch.autograd.grad(got, leaves, grad),
                     torch.autograd.grad(want, leaves, grad)):
         assert_close(g, w, rtol=1e-5, atol=1e-5)
-
-
-@needs_kernel
-def test_tables_hold_only_the_distances_their_rows_see():
-    """Query group [a, b) has b columns, key group [a, b) has L - a: 5/8 of full tables at
-    L = 256 with four groups; the gradient of unread table entries is zero."""
-    q, k, hq, hk = _leaves(1, 2, 256, seed=3)
-    bias = causal_pair_bias(q, k, hq, hk)
-    widths = [t.shape[-1] for t in bias.inputs]
-    assert widths == [64, 128, 192, 256, 256, 192, 128, 64]
-    assert sum(t[0, 0].numel() for t in bias.inputs) == 2 * 256 * 256 * 5 // 8
-    grads = bias.grads([(0, torch.ones(1, 2, 256, 256))])
-    # query row i of group [a, b) reads columns b - 1 - i.. only; key row j up to L - 1 - j
-    assert not grads[1][0, 0, 0, :63].any() and grads[1][0, 0, 0, 63:].all()
-    assert not grads[7][0, 0, -1, 1:].any() and grads[7][0, 0, -1, 0] == 1
-    assert not grads[5][0, 0, -1, 129:].any() and grads[5][0, 0, -1, :129].all()
 
 
 @needs_kernel
