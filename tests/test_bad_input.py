@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from posenc import LMConfig, TransformerLM
-from posenc.attention import KVCache, MultiHeadAttention
+from posenc.attention import MultiHeadAttention
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -41,26 +41,6 @@ def _learned_model(max_len=8):
                                   max_len=max_len, pe="learned")).eval()
 
 
-@pytest.mark.parametrize("options", [{}, {"scaling": {"rope_type": "dynamic", "factor": 2.0}}])
-@torch.no_grad()
-def test_sequence_past_the_cache_size(options):
-    model = TransformerLM(LMConfig(vocab_size=16, d_model=16, n_heads=2, n_layers=2,
-                                   max_len=4, pe="rope", pe_options=options)).eval()
-    ids = torch.randint(0, 16, (1, 8))
-    caches = model.make_caches(1, 8)
-    model(ids[:, :6], caches=caches)
-    with pytest.raises(ValueError, match=r"sequence length 9 exceeds the KV cache size 8; "
-                                         r"valid lengths are 1..8"):
-        model(ids[:, :3], caches=caches)
-    assert all(c.length == 6 for c in caches)                 # nothing was half-written
-    torch.testing.assert_close(model(ids[:, 6:], caches=caches), model(ids)[:, 6:])
-
-
-def test_cache_capacity_must_be_positive():
-    with pytest.raises(ValueError, match="capacity"):
-        KVCache(1, 2, 4, 0)
-
-
 @pytest.mark.parametrize("kwargs,message", [
     ({"max_new_tokens": -1}, "max_new_tokens"),
     ({"max_new_tokens": 2, "temperature": -0.5}, "temperature"),
@@ -75,9 +55,3 @@ def test_bad_generation_arguments(kwargs, message):
 def test_ids_must_be_two_dimensional():
     with pytest.raises(ValueError, match=r"ids must be \(batch, length\)"):
         _learned_model()(torch.zeros(5, dtype=torch.long))
-
-
-def test_backend_the_encoding_cannot_run_is_refused():
-    model = TransformerLM(LMConfig(d_model=16, n_heads=2, n_layers=1, pe="alibi"))
-    with pytest.raises(ValueError, match="backend 'fast'.*valid: auto, sdpa, flex, eager"):
-        model(torch.zeros(1, 3, dtype=torch.long), backend="fast")
