@@ -1,5 +1,6 @@
-"""Encoder-decoder Transformer: config validation, attention directions, cached decoding equal
-to a full forward pass for every registered encoding, teacher forcing, and a tiny training run.
+"""Encoder-decoder Transformer: encodings and embeddings as configured, attention
+directions, cached decoding equal to a full forward pass for every registered encoding,
+generation, teacher forcing, and a tiny training run.
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from posenc import Seq2SeqConfig, Seq2SeqTransformer, list_encodings
-from posenc.encodings import encoding_class, encoding_options
+from posenc.encodings import encoding_class
 
+from tests.encodings.helpers import D, H
 from tests.helpers import context_options, sharpen
 
 VOCAB = 24
@@ -38,45 +40,6 @@ def decode_in_steps(model: Seq2SeqTransformer, src: torch.Tensor, tgt_in: torch.
     for t in range(first, tgt_in.shape[1]):
         parts.append(model.decode(memory, tgt_in[:, t:t + 1], caches, cross_caches))
     return torch.cat(parts, dim=1)                                         # (B, T, V)
-
-
-# ------------------------------------------------------------------------------- config
-@pytest.mark.parametrize("kwargs, option", [
-    ({"d_model": 16, "n_heads": 3}, "n_heads"),
-    ({"n_encoder_layers": 0}, "n_encoder_layers"),
-    ({"src_vocab_size": 0, "share_embeddings": False}, "src_vocab_size"),
-    ({"src_vocab_size": 10, "vocab_size": 20}, "share_embeddings"),
-    ({"dropout": 1.0}, "dropout"),
-    ({"norm": "batchnorm"}, "norm"),
-    ({"norm_eps": 0.0}, "norm_eps"),
-    ({"norm_placement": "middle"}, "norm_placement"),
-    ({"attn_backend": "cuda"}, "attn_backend"),
-    ({"encoder_pe": "no_such_encoding"}, "unknown encoding"),
-    ({"decoder_pe": "no_such_encoding"}, "unknown encoding"),
-])
-def test_config_rejects_bad_values(kwargs, option):
-    with pytest.raises(ValueError, match=option):
-        Seq2SeqConfig(**kwargs)
-
-
-def test_config_round_trip_and_unknown_keys():
-    cfg = Seq2SeqConfig(encoder_pe="alibi", decoder_pe="rope", share_embeddings=False,
-                        src_vocab_size=77)
-    assert Seq2SeqConfig.from_dict(cfg.to_dict()) == cfg
-    with pytest.raises(ValueError, match="unknown Seq2SeqConfig key.*n_layers"):
-        Seq2SeqConfig.from_dict({"n_layers": 2})
-    with pytest.raises(ValueError, match="unknown option"):
-        Seq2SeqTransformer(Seq2SeqConfig(encoder_pe="rope", encoder_pe_options={"slope": 1}))
-
-
-@pytest.mark.parametrize("name", [n for n in list_encodings()
-                                  if "bidirectional" in encoding_options(n)])
-def test_encoder_gets_bidirectional_unless_set(name):
-    cfg = Seq2SeqConfig(encoder_pe=name)
-    assert cfg.encoder_options()["bidirectional"] is True
-    assert "bidirectional" not in cfg.decoder_options()
-    user = Seq2SeqConfig(encoder_pe=name, encoder_pe_options={"bidirectional": False})
-    assert user.encoder_options()["bidirectional"] is False
 
 
 def test_encoder_and_decoder_encodings_are_built_as_configured():
@@ -300,3 +263,17 @@ def test_cached_decoding_with_dynamic_rope_equals_a_recompute_at_every_step():
             step = model.decode(memory, tgt[:, i:i + 1], caches, cross)[:, -1]
             full = model.decode(memory, tgt[:, :i + 1])[:, -1]
             torch.testing.assert_close(step, full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["shaw", "xl", "deberta", "tupe"])
+def test_encoder_decoder_with_bidirectional_encoder(name):
+    options = {"shaw": {"max_relative_position": 3},
+               "deberta": {"position_buckets": 4, "max_relative_positions": 8},
+               "tupe": {"num_buckets": 8, "max_distance": 16}, "xl": {}}[name]
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(Seq2SeqConfig(
+        vocab_size=16, d_model=H * D, n_heads=H, n_encoder_layers=1, n_decoder_layers=1,
+        max_len=32, encoder_pe=name, encoder_pe_options=options)).eval()
+    src = torch.randint(2, 16, (2, 9), generator=torch.Generator().manual_seed(0))
+    cached = model.generate(src, 6, bos_id=1)
+    torch.testing.assert_close(cached, model.generate(src, 6, bos_id=1, use_cache=False))

@@ -1,4 +1,5 @@
-"""Cached decoding equals a full recompute, for every registered encoding.
+"""The decoder-only TransformerLM: cached decoding equals a full recompute for every
+registered encoding; the config and input checks; every encoding runs with bfloat16 weights.
 
 "Full recompute" of a chunk of tokens [a, b) means ``model(ids[:, :b])[:, a:b]``: the logits
 a model without a cache gives when it sees the first b tokens. For most encodings this is
@@ -14,7 +15,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc import list_encodings
+from posenc import LMConfig, TransformerLM, list_encodings
+from posenc.attention import MultiHeadAttention
+
+from tests.helpers import context_options, raises_one_line as _raises
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -61,6 +65,20 @@ def _check_chunks(model, ids, bounds, msg):
         assert_close(got, want, atol=2e-5, rtol=1e-5,
                      msg=lambda m: f"{msg}, tokens [{start}, {end}): {m}")
         start = end
+
+
+VOCAB = 16
+
+
+def _lm(pe: str = "rope") -> TransformerLM:
+    return TransformerLM(LMConfig(vocab_size=VOCAB, d_model=16, n_heads=2, n_layers=1,
+                                  max_len=32, pe=pe,
+                                  pe_options=context_options(pe, VOCAB))).eval()
+
+
+def _learned_model(max_len=8):
+    return TransformerLM(LMConfig(vocab_size=16, d_model=16, n_heads=2, n_layers=1,
+                                  max_len=max_len, pe="learned")).eval()
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
@@ -136,19 +154,6 @@ def test_greedy_generate_equals_uncached_argmax(case, tiny_lm):
 
 
 @torch.no_grad()
-def test_sampling_is_reproducible_and_respects_top_k(tiny_lm):
-    model = tiny_lm("rope")
-    prompt = torch.randint(0, 48, (1, 4))
-    runs = [model.generate(prompt, 8, temperature=1.0, top_k=3,
-                           generator=torch.Generator().manual_seed(5)) for _ in range(2)]
-    assert torch.equal(runs[0], runs[1])
-    ids = runs[0]
-    logits = model(ids[:, :-1])[0, 3:]                      # logits that chose tokens 4..11
-    top3 = logits.topk(3, dim=-1).indices
-    assert all(int(t) in top3[i].tolist() for i, t in enumerate(ids[0, 4:]))
-
-
-@torch.no_grad()
 def test_recompute_returns_only_the_new_rows_and_weights(tiny_lm):
     """When a length-dependent scaling restarts the caches, callers still get rows for the
     tokens they passed (logits and attention weights)."""
@@ -166,3 +171,84 @@ def test_recompute_returns_only_the_new_rows_and_weights(tiny_lm):
         assert got.shape == (1, 4, 2, TRAIN_LEN + 4)
         assert_close(got, ref[:, :, -2:], atol=1e-6, rtol=1e-5)
     assert all(c.length == TRAIN_LEN + 4 for c in caches)
+
+
+# ------------------------------------------------------------- config and input checks
+@pytest.mark.parametrize("field,value,message", [
+    ("dropout", "0.1", r"dropout must be a number in \[0.0, 1.0\), got '0.1'"),
+    ("dropout", None, r"dropout must be a number in \[0.0, 1.0\), got None"),
+    ("dropout", True, r"dropout must be a number"),
+    ("pe_options", [("theta", 10.0)], r"pe_options must be a dict of encoding options"),
+    ("pe_options", "theta=10", r"pe_options must be a dict"),
+    ("pe", None, r"pe must be the name of an encoding"),
+    ("bias", "no", r"bias must be True or False, got 'no'"),
+    ("tie_embeddings", 1, r"tie_embeddings must be True or False"),
+    ("attn_backend", "fast", r"attn_backend must be one of"),
+])
+def test_lm_config_values_are_checked(field, value, message):
+    _raises(message, LMConfig, **{field: value})
+
+
+def test_lm_config_pe_options_none_means_no_options():
+    config = LMConfig(pe_options=None)
+    assert config.pe_options == {}
+    assert LMConfig.from_dict(config.to_dict()) == LMConfig()
+    assert TransformerLM(LMConfig(d_model=16, n_heads=2, n_layers=1, pe_options=None))
+
+
+def test_generate_checks_max_new_tokens():
+    _raises(r"max_new_tokens must be an integer >= 0, got '2'", _lm().generate,
+            torch.zeros(1, 2, dtype=torch.long), "2")
+
+
+def test_generate_checks_its_prompt():
+    _raises(r"ids must be \(batch, length\), got list", _lm().generate, [[1, 2]], 2)
+    _raises(r"ids must be \(batch, length\), got shape \(2,\)", _lm().generate,
+            torch.tensor([1, 2]), 2)
+
+
+@pytest.mark.parametrize("d_model,n_heads", [(30, 4), (32, 5), (8, 16)])
+def test_n_heads_must_divide_d_model(d_model, n_heads):
+    with pytest.raises(ValueError, match=f"n_heads={n_heads} must divide d_model={d_model}"):
+        LMConfig(d_model=d_model, n_heads=n_heads)
+    with pytest.raises(ValueError, match="n_heads"):
+        MultiHeadAttention(d_model, n_heads)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("vocab_size", 0), ("n_layers", -1), ("max_len", 0), ("d_ff", 0), ("dropout", 1.0),
+    ("norm_eps", 0.0), ("norm", "batchnorm"), ("activation", "tanh"),
+    ("norm_placement", "middle"),
+])
+def test_bad_model_config_is_named(field, value):
+    with pytest.raises(ValueError, match=field):
+        TransformerLM(LMConfig(**{"d_model": 32, "n_heads": 4, field: value}))
+
+
+def test_unknown_config_key_lists_valid_ones():
+    with pytest.raises(ValueError, match="n_head.*valid:.*n_heads"):
+        LMConfig.from_dict({"n_head": 4})
+
+
+def test_ids_must_be_two_dimensional():
+    with pytest.raises(ValueError, match=r"ids must be \(batch, length\)"):
+        _learned_model()(torch.zeros(5, dtype=torch.long))
+
+
+# -------------------------------------------------------------------- bfloat16 weights
+@pytest.mark.parametrize("pe", list_encodings())
+def test_every_encoding_runs_with_bfloat16_weights(pe):
+    """A model cast to bfloat16 (weights and activations) runs forward and stays close to
+    its float32 self: no dtype mismatch inside an encoding's own computation."""
+    from tests.helpers import context_options
+    from posenc import LMConfig, TransformerLM
+    torch.manual_seed(0)
+    model = TransformerLM(LMConfig(vocab_size=32, d_model=32, n_layers=1, n_heads=2,
+                                   max_len=16, pe=pe,
+                                   pe_options=context_options(pe, vocab_size=32))).eval()
+    ids = torch.randint(0, 32, (2, 16))
+    with torch.no_grad():
+        want = model(ids)
+        got = model.to(torch.bfloat16)(ids)
+    assert got.dtype == torch.bfloat16
+    assert (got.float() - want).abs().max() < 0.1 * want.abs().max() + 0.05
