@@ -1,4 +1,5 @@
-"""A run stopped mid-way and resumed has the loss curve and weights of an uninterrupted run."""
+"""A run stopped mid-way and resumed has the loss curve and weights of an uninterrupted
+run; changed or corrupt checkpoint files are a clear error."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ import textwrap
 import pytest
 import torch
 
+from posenc.cli import main
 from posenc.models import LMConfig
 from posenc.train import TrainConfig, load_run, train
 from posenc.train.checkpoint import committed_file, read_progress
+
+from tests.helpers import make_corpus
 
 STEPS = 8
 
@@ -68,6 +72,19 @@ def assert_same_run(a, b, exact=True):
     wa, wb = load_run(a).model.state_dict(), load_run(b).model.state_dict()
     for name in wa:
         torch.testing.assert_close(wa[name], wb[name], **tol)
+
+
+def cli_args(tmp_path, out, *extra):
+    return ["train", "--out", str(out), "--d-model", "32", "--n-layers", "1", "--n-heads",
+            "2", "--d-ff", "64", "--train-len", "16", "--batch-size", "4", "--steps", "4",
+            "--cache-dir", str(tmp_path / "cache"), "--device", "cpu", "--no-progress", *extra]
+
+
+def one_line_error(capsys, match):
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("posenc train: error: "), err
+    assert match in err, err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize("stop_at", [5, 6])
@@ -140,3 +157,29 @@ def test_changed_checkpoint_file_is_named(data, tmp_path):
         train(cfg, tmp_path / "run", resume=True, progress=False)
     assert "\n" not in str(err.value) and "weights_only" not in str(err.value)
     assert sorted(str(p) for p in (tmp_path / "run").rglob("*")) == before
+
+
+def test_corrupt_checkpoint_is_a_clear_error(tmp_path, capsys):
+    out = tmp_path / "run"
+    data = make_corpus(tmp_path / "data")
+    assert main(cli_args(tmp_path, out, "--data", str(data))) == 0
+    model_file = committed_file(out)
+    good = model_file.read_bytes()
+    model_file.write_bytes(good[:len(good) // 2])
+    with pytest.raises(ValueError, match=r"^corrupt checkpoint .*model\.safetensors: ") as err:
+        load_run(out)
+    assert "\n" not in str(err.value)
+    assert main(cli_args(tmp_path, out, "--data", str(data), "--resume", "--steps", "4")) == 2
+    one_line_error(capsys, "corrupt checkpoint")
+    model_file.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}garbage")
+    with pytest.raises(ValueError, match="corrupt checkpoint"):
+        load_run(out)
+    model_file.write_bytes(good)
+    (out / "config.json").write_text("{ not json")
+    with pytest.raises(ValueError, match=r"^corrupt run config .*config\.json: "):
+        load_run(out)
+    with pytest.raises(ValueError, match="does not exist"):
+        load_run(tmp_path / "elsewhere")
+    (out / "config.json").unlink()
+    with pytest.raises(ValueError, match="config.json is missing"):
+        load_run(out)

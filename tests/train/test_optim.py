@@ -1,4 +1,5 @@
-"""Initialisation of the models and the optimizer's parameter groups."""
+"""The optimizer's parameter groups: every parameter once, position parameters, norms and
+biases never decayed, and the T5 table's learning rate."""
 
 from __future__ import annotations
 
