@@ -1,13 +1,12 @@
-"""Noise estimates of the lab: spread, bootstrap, the decision rule, ties, the baseline."""
+"""Noise estimates of the lab: spread, bootstrap, the decision rule, ties."""
 
 import math
 
 import numpy as np
 import pytest
 
-from posenc.lab.baseline import has_learned, unigram_ppl
-from posenc.lab.stats import (Estimate, beyond, block_bootstrap_ppl, bootstrap_ppl,
-                              separated, tie_groups)
+from posenc.lab.stats import (Estimate, beyond, block_bootstrap_ppl, bootstrap_ppl, separated,
+                              tie_groups)
 
 
 def test_estimate_is_mean_and_sample_std():
@@ -53,11 +52,3 @@ def test_block_bootstrap_pairs_lengths_so_text_difficulty_cancels():
     assert np.median(paired) == pytest.approx(math.exp(0.1), rel=0.01)
     with pytest.raises(ValueError, match="block index"):
         block_bootstrap_ppl(long, [511] * 32, range(32), 16)
-
-
-def test_unigram_baseline_and_learned_rule():
-    train = np.array([0, 0, 0, 1])
-    ppl = unigram_ppl(train, np.array([0, 1]), vocab_size=2)    # p = 4/6 and 2/6
-    assert ppl == pytest.approx(math.exp(-(math.log(4 / 6) + math.log(2 / 6)) / 2))
-    assert has_learned(5.0, 10.0) and not has_learned(8.0, 10.0)
-    assert has_learned(None, 10.0) is None and not has_learned(float("inf"), 10.0)

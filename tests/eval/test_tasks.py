@@ -1,5 +1,5 @@
-"""Task training loops: teacher-forced encoder-decoder training, decoder-only task training,
-and greedy-decoding exact match."""
+"""Task accuracy: only scored positions count, a tiny model at lengths past its table, and
+greedy exact match of encoder-decoder tasks (the whole answer and the end token)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import torch
 
 from posenc.data.synthetic import BOS, EOS, make_seq2seq_task
 from posenc.eval.tasks import seq2seq_accuracy_at_lengths
+from posenc.models import LMConfig, TransformerLM
 from posenc.models.seq2seq import Seq2SeqTransformer
 from posenc.models.seq2seq_config import Seq2SeqConfig
 
@@ -40,6 +41,28 @@ class _Echo(torch.nn.Module):
             out = out[:, :out.shape[1] - self.stop_early + 1]
         assert out.shape[1] - 1 <= max_new_tokens and bos_id == BOS and eos_id == EOS
         return out
+
+
+def test_task_scoring_counts_only_scored_positions():
+    from posenc.eval.tasks import score_predictions
+    targets = torch.tensor([[-100, 3, 4], [-100, -100, 2]])
+    logits = torch.zeros(2, 3, 8)
+    logits[0, 1, 3] = logits[0, 2, 5] = 1.0        # example 0: one of two right
+    logits[1, 2, 2] = 1.0                          # example 1: its only scored token right
+    logits[1, 0, 7] = 1.0                          # unscored positions do not count
+    assert score_predictions(logits, targets) == (2, 3, 1)
+
+
+def test_task_accuracy_at_lengths_on_a_tiny_model():
+    from posenc.eval.tasks import task_accuracy_at_lengths
+    torch.manual_seed(0)
+    model = TransformerLM(LMConfig(vocab_size=256, d_model=32, n_layers=1, n_heads=2,
+                                   max_len=16, pe="learned")).eval()
+    results = task_accuracy_at_lengths(model, "copy", [16, 32], n_examples=4)
+    assert results[0].n_examples == 4 and 0.0 <= results[0].token_accuracy <= 1.0
+    assert results[1].token_accuracy is None and results[1].note.startswith("n/a")
+    with pytest.raises(ValueError, match="unknown task"):
+        task_accuracy_at_lengths(model, "sorting", [16])
 
 
 @pytest.mark.parametrize("task", ["reverse", "sort"])

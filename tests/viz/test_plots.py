@@ -5,12 +5,11 @@ import math
 import matplotlib.pyplot as plt
 import pytest
 
-from posenc.viz.axes import coinciding, nice_log_ticks
+from posenc.viz.axes import coinciding
 from posenc.viz.plots import (PPL_AXIS_CAP, draw_entropy_vs_length, draw_ppl_ratio,
-                              draw_ppl_vs_length, draw_training_curves, plot_all,
-                              ratio_points)
+                              draw_ppl_vs_length, draw_training_curves, plot_all, ratio_points)
 
-from tests.test_report import LENGTHS, results
+from tests.lab.helpers import LENGTHS, results
 
 
 @pytest.fixture(autouse=True)
@@ -68,13 +67,6 @@ def test_every_log_axis_has_several_labelled_ticks():
             lo, hi = sorted(ax.get_ylim() if axis is ax.yaxis else ax.get_xlim())
             inside = [t for t in axis.get_ticklocs() if lo <= t <= hi]
             assert len(inside) >= 4 and len(labels) >= 4, (ax.get_title(), labels)
-
-
-@pytest.mark.parametrize("low, high", [(4.8, 5.9), (5.0, 300.0), (0.9, 1.2), (1.0, 1e6)])
-def test_nice_log_ticks_cover_narrow_and_wide_ranges(low, high):
-    ticks = nice_log_ticks(low, high)
-    assert len(ticks) >= 4 and all(low <= t <= high for t in ticks)
-    assert ticks == sorted(set(ticks))
 
 
 def test_bands_show_the_seed_spread():
