@@ -1,4 +1,5 @@
-"""``posenc train`` and the training library: run files, loading, schedules, bad input."""
+"""``posenc train``: a BPE vocabulary resolved, a run never overwritten by accident, bad
+input as one-line errors."""
 
 from __future__ import annotations
 
@@ -28,7 +29,6 @@ def one_line_error(capsys, match):
     assert "Traceback" not in err
 
 
-# ------------------------------------------------------------------ the CLI
 def test_cli_trains_resolves_bpe_vocab_and_refuses_to_clobber(tmp_path, capsys):
     data = make_corpus(tmp_path / "data")
     out = tmp_path / "run"

@@ -1,6 +1,7 @@
-"""Run-level bad input and damage: each is a one-line error (exit 2, or 3 for a diverged run)
-that changes no file; what a crash leaves (a torn log line) is tolerated; results are never
-replaced silently."""
+"""The ``posenc`` command: bad input and damage in a run are one-line errors (exit 2, or 3
+for a diverged run) that change no file; what a crash leaves (a torn log line) is tolerated;
+results are never replaced silently; a closed pipe ends quietly; ``python -m posenc`` and
+``--version``."""
 
 from __future__ import annotations
 
@@ -165,3 +166,24 @@ def test_divergence_stops_with_the_step_and_value(trained, tmp_path, capsys):
            .splitlines()]
     assert any(r.get("skipped") for r in log)
     assert read_progress(tmp_path / "skip")["bad_steps"] > 0
+
+
+def test_closed_pipe_version_and_python_m(tmp_path):
+    """``posenc list | head`` (the reader gone before the output) ends quietly;
+    ``python -m posenc`` is the command; ``--version`` prints the package version."""
+    import os
+    import subprocess
+    import sys
+
+    import posenc
+    proc = subprocess.Popen([sys.executable, "-m", "posenc", "list", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    proc.stdout.close()                                    # the reader is gone
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert err == ""                                       # no BrokenPipeError traceback
+    out = subprocess.run([sys.executable, "-m", "posenc", "--version"], capture_output=True,
+                         text=True, check=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.strip() == f"posenc {posenc.__version__}"

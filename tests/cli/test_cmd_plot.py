@@ -1,5 +1,4 @@
-"""posenc compare end to end on a tiny preset: seeds, growing, resuming after crashes, bad input
-via the CLI, and posenc plot."""
+"""``posenc plot``: an extension study redrawn, bad input as one-line errors."""
 
 import json
 
@@ -49,16 +48,3 @@ def test_cli_plot_redraws_an_extension_study(tmp_path, capsys):
     assert code == 0, err
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["passkey_yarn.png", "ppl.png"]
     assert json.loads((tmp_path / "results.json").read_text()) == results
-
-
-def test_cli_task_presets_run_the_task_study(tmp_path, capsys):
-    out = tmp_path / "tasks"
-    code, text, _ = cli(capsys, "compare", "--preset", "tasks-smoke", "--out", str(out),
-                        "--encodings", "nope", "--seeds", "1", "--no-progress")
-    assert code == 0 and "report:" in text
-    saved = json.loads((out / "results.json").read_text())
-    assert {r["encoding"] for r in saved["runs"]} == {"nope"}
-    assert "## Decoder-only models" in (out / "report.md").read_text()
-    code, _, err = cli(capsys, "compare", "--preset", "tasks-smoke", "--out", str(out),
-                       "--steps", "3")
-    assert code == 2 and "drop --steps" in err and len(err.strip().splitlines()) == 1
