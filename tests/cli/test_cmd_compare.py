@@ -2,17 +2,7 @@
 
 import json
 
-import pytest
-
 from posenc.cli import main
-
-
-@pytest.fixture(scope="module", autouse=True)
-def cache_env(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("POSENC_CACHE", str(tmp_path_factory.mktemp("cache")))
-    yield
-    mp.undo()
 
 
 def cli(capsys, *argv):

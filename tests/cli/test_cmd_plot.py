@@ -7,14 +7,6 @@ import pytest
 from posenc.cli import main
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cache_env(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("POSENC_CACHE", str(tmp_path_factory.mktemp("cache")))
-    yield
-    mp.undo()
-
-
 def cli(capsys, *argv):
     code = main(list(argv))
     captured = capsys.readouterr()

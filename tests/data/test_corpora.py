@@ -11,7 +11,6 @@ from posenc.data.corpora import SPLITS, load_corpus, split_of, stdlib_files, std
 from tests.data.helpers import write_files
 
 
-# ------------------------------------------------------------------ corpora
 def test_stdlib_corpus_is_deterministic_and_split_by_file():
     files = stdlib_files()
     rel = [p.relative_to(stdlib_root()).as_posix() for p in files]

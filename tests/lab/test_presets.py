@@ -7,14 +7,6 @@ import pytest
 from posenc.lab.presets import PRESETS, CompareConfig
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cache_env(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("POSENC_CACHE", str(tmp_path_factory.mktemp("cache")))
-    yield
-    mp.undo()
-
-
 def test_options_follow_the_model_size():
     cfg = replace(PRESETS["default"], d_model=64, train_len=64)
     assert cfg.options_for("sinusoidal") == {"scale": 0.125}
