@@ -77,7 +77,7 @@ def test_cli_takes_a_run_inside_a_compare_dir_and_explains_the_top_dir(t5_in_com
     err = capsys.readouterr().err
     assert "pick one of its seeds (seed0)" in err and err.count("\n") == 1
     # the full command on a run: the ten panels plus the two of the run (drawing of the
-    # ten is tested in test_atlas_pages; stub them here to keep this test fast)
+    # ten is tested in tests/atlas/test_atlas.py; stub them here to keep this test fast)
     import posenc.atlas.atlas as atlas_module
     from posenc.atlas.figure import Panel
 
