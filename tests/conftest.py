@@ -1,20 +1,12 @@
-"""Shared fixtures: fixed seeds and tiny models whose outputs depend strongly on positions.
-
-The default init keeps weights small, which makes attention nearly uniform, so a test comparing two ways of
-computing the same logits could pass even if positions were wrong. ``sharpen`` rescales
-every parameter so that attention is peaked and position terms matter.
-"""
+"""Shared fixtures: fixed seeds, one intra-op thread, and tiny models whose outputs depend
+strongly on positions (the functions behind them are in tests/helpers.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from posenc import LMConfig, TransformerLM
-from posenc.encodings import encoding_options
-
-#: options a test context supplies when an encoding declares them without a usable default
-CONTEXT_OPTIONS = ("vocab_size",)
+from tests.helpers import tiny_lm_factory
 
 
 @pytest.fixture(autouse=True)
@@ -33,50 +25,6 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-def sharpen(model: torch.nn.Module, std: float = 0.3, seed: int = 0) -> torch.nn.Module:
-    """Overwrite every parameter with N(0, std^2) (norm gains: 1 + noise), deterministically."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32) * std
-            is_gain = name.endswith("weight") and p.dim() == 1
-            p.copy_((1.0 + 0.1 * noise) if is_gain else noise)
-    return model
-
-
-def causal_layer_grads(pe: torch.nn.Module, *, d_model: int = 16, length: int = 72,
-                       first_pos: int = 3, seed: int = 2):
-    """One causal attention layer over ``pe`` (sharpened) in training, positions first_pos..:
-    its output (2, length, d_model) and the gradients of the input and every parameter."""
-    from posenc.attention import MultiHeadAttention
-    torch.manual_seed(seed)
-    sharpen(pe, seed=seed)
-    attn = MultiHeadAttention(d_model, pe.n_heads)
-    x = torch.randn(2, length, d_model, requires_grad=True)
-    pos = torch.arange(length) + first_pos
-    out, _ = attn(x, pos, pe, causal=True)
-    params = [x, *attn.parameters(), *pe.parameters()]
-    return out, torch.autograd.grad(out, params, torch.randn_like(out))
-
-
-def context_options(name: str, vocab_size: int = 48) -> dict:
-    """Options an encoding needs from its model (e.g. ``vocab_size``) and has no default for."""
-    values = {"vocab_size": vocab_size}
-    return {key: values[key] for key, default in encoding_options(name).items()
-            if key in CONTEXT_OPTIONS and default is None}
-
-
-def tiny_lm_factory(pe: str, pe_options: dict | None = None, *, max_len: int = 32,
-                    d_model: int = 32, n_heads: int = 4, n_layers: int = 2,
-                    vocab_size: int = 48, std: float = 0.3, **config) -> TransformerLM:
-    """A small sharpened TransformerLM in eval mode."""
-    cfg = LMConfig(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
-                   max_len=max_len, d_ff=2 * d_model, pe=pe,
-                   pe_options={**context_options(pe, vocab_size), **(pe_options or {})},
-                   **config)
-    return sharpen(TransformerLM(cfg), std).eval()
 
 
 @pytest.fixture

@@ -1,0 +1,180 @@
+"""``posenc extend`` on a tiny Llama saved to disk: methods, passkey, fine-tune and save end
+to end; resuming after a SIGKILL; bad input as one-line errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.hf.helpers import (byte_bpe_tokenizer as _tokenizer, peaked_model as _model,
+                              tiny_config as _config)
+
+transformers = pytest.importorskip("transformers")
+
+from posenc.cli import main  # noqa: E402
+from posenc.eval.perplexity import perplexity  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models run fastest on one thread (two spin-waiting threads lose on a busy box)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """A tiny Llama (native context 128) with a byte-level BPE tokenizer, saved to disk."""
+    path = tmp_path_factory.mktemp("tiny-llama")
+    tok = _tokenizer()
+    config = _config()
+    config.vocab_size, config.max_position_embeddings = len(tok), 128
+    _model(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    (path.parent / "data.txt").write_text(Path(json.__file__).read_text() * 2)
+    return path
+
+
+@pytest.fixture(scope="module")
+def bad_inputs(tmp_path_factory):
+    """A folder with a non-GGUF .gguf, a truncated GGUF, a GPT-2 model and a full run dir."""
+    path = tmp_path_factory.mktemp("bad")
+    (path / "bad.gguf").write_bytes(b"not a gguf file")
+    (path / "trunc.gguf").write_bytes(b"GGUF" + bytes(range(40)))
+    (path / "full").mkdir()
+    (path / "full" / "results.json").write_text("{}")
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=1, n_embd=32, n_head=2, vocab_size=300)).save_pretrained(path / "gpt2")
+    _tokenizer().save_pretrained(path / "gpt2")
+    return path
+
+
+def test_cli_extend_end_to_end(tiny_dir, tmp_path, capsys):
+    out, saved = tmp_path / "run", tmp_path / "saved"
+    data = tiny_dir.parent / "data.txt"
+    rc = main(["extend", str(tiny_dir), "--methods", "none,yarn,ntk+logn", "--lengths",
+               "128,192", "--windows", "1", "--data", str(data), "--passkey",
+               "--passkey-lengths", "256", "--passkey-depths", "0,1", "--passkey-trials", "1",
+               "--finetune-steps", "2", "--finetune-len", "128", "--out", str(out),
+               "--no-progress"])
+    assert rc == 0
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["methods"]) == ["none", "yarn", "yarn+ft", "ntk+logn", "ntk+logn+ft"]
+    yarn = results["methods"]["yarn"]
+    assert [p["length"] for p in yarn["ppl"]] == [128, 192]
+    assert yarn["extension"]["scaling"]["original_max_position_embeddings"] == 128
+    assert len(results["methods"]["yarn+ft"]["finetune"]["losses"]) == 2
+    assert results["methods"]["none"]["ppl"][1]["ppl"] != yarn["ppl"][1]["ppl"]
+    for name in ("report.md", "ppl.png", "passkey_none.png", "passkey_ntk_logn_ft.png"):
+        assert (out / name).stat().st_size > 0
+    assert "| yarn |" in (out / "report.md").read_text()
+    rc = main(["extend", str(tiny_dir), "--method", "linear", "--lengths", "128", "--windows",
+               "1", "--data", str(data), "--out", str(tmp_path / "run2"), "--save", str(saved),
+               "--no-progress"])
+    assert rc == 0
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(saved)
+    assert loaded.config.rope_parameters["rope_type"] == "linear"
+
+
+def test_cli_extend_interrupted_then_resumed_reuses_finished_measurements(
+        tiny_dir, tmp_path, capsys, monkeypatch):
+    """Killed (SIGKILL) while measuring the second length of the first method, ``--resume``
+    measures only what is missing and keeps what was written exactly as it was."""
+    from posenc.hf import measure
+    out, data = tmp_path / "run", tiny_dir.parent / "data.txt"
+    out.mkdir()                                            # an empty folder is fine
+    argv = ["extend", str(tiny_dir), "--methods", "none,yarn", "--lengths", "128,192",
+            "--windows", "1", "--data", str(data), "--out", str(out), "--no-progress",
+            "--device", "cpu", "--dtype", "float32", "--passkey", "--passkey-lengths", "256",
+            "--passkey-depths", "0", "--passkey-trials", "1"]
+    killer = textwrap.dedent("""
+        import os, signal, sys
+        from posenc.cli import main
+        from posenc.hf import measure
+        real, calls = measure.perplexity, []
+
+        def perplexity(fn, tokens, length, **kwargs):
+            calls.append(length)
+            if len(calls) == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real(fn, tokens, length, **kwargs)
+
+        measure.perplexity = perplexity
+        main(sys.argv[1:])
+    """)
+    proc = subprocess.run([sys.executable, "-c", killer, *argv], capture_output=True,
+                          text=True, timeout=600, check=False,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+                               "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    measured, real = [], measure.perplexity
+
+    def perplexity(fn, tokens, length, **kwargs):
+        measured.append(length)
+        return real(fn, tokens, length, **kwargs)
+
+    monkeypatch.setattr(measure, "perplexity", perplexity)
+    first = json.loads((out / "measurements.json").read_text())
+    assert first["methods"] == {} and list(first["partial"]["none"]["ppl"]) == ["128"]
+    assert not (out / "results.json").exists()
+    capsys.readouterr()
+    assert main(argv) == 2                                 # neither --resume nor --force
+    assert "pass --resume" in capsys.readouterr().err
+    assert main([*argv[:5], "128", *argv[6:], "--resume"]) == 2       # other lengths
+    assert "other settings" in capsys.readouterr().err
+    assert main([*argv, "--resume"]) == 0
+    assert measured == [192, 128, 192]                     # none@128 was not measured again
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["methods"]) == ["none", "yarn"]
+    assert results["methods"]["none"]["ppl"][0] == first["partial"]["none"]["ppl"]["128"]
+    assert results["methods"]["yarn"]["passkey"]["accuracy"] in ([[0.0]], [[1.0]])
+    saved = json.loads((out / "measurements.json").read_text())
+    assert saved["partial"] == {} and list(saved["methods"]) == ["none", "yarn"]
+    assert not (out / ".posenc.lock").exists()
+
+
+@pytest.mark.parametrize("make_args,message", [
+    (lambda d, t: [str(t / "bad.gguf")], "is not a GGUF file"),
+    (lambda d, t: [str(t / "trunc.gguf")], "could not load GGUF file"),
+    (lambda d, t: [str(t / "nope")], "not found"),
+    (lambda d, t: [str(t / "gpt2")], "has no rotary position embedding"),
+    (lambda d, t: [str(d), "--method", "linear", "--factor", "1"], "needs factor > 1"),
+    (lambda d, t: [str(d), "--method", "yarn", "--lengths", "4000000"], "length 4000000 needs"),
+    (lambda d, t: [str(d), "--method", "yarn+logn", "--save", str(t / "s")],
+     "cannot be saved for plain transformers"),
+    (lambda d, t: [str(d), "--out", str(t / "full")], "is not empty"),
+    (lambda d, t: [str(d), "--out", str(t / "full"), "--resume"], "no posenc extend study"),
+    (lambda d, t: [str(d), "--device-map", "auto", "--no-gguf-cache"]
+     if importlib.util.find_spec("accelerate") is None else [str(d), "--device", "cuda"]
+     if not torch.cuda.is_available() else [str(d), "--force", "--resume"],
+     "needs accelerate|sees no GPU|not both"),
+    (lambda d, t: [str(d), "--method", "yarn", "--methods", "none"], "not both"),
+    (lambda d, t: [str(d), "--lengths", "128,1"], "lengths must be integers >= 2"),
+    (lambda d, t: [str(d), "--finetune-steps", "0", "--lengths", "128"],
+     "steps must be an integer >= 1"),
+])
+def test_cli_errors_are_one_line(tiny_dir, bad_inputs, tmp_path, capsys, make_args, message):
+    data = tiny_dir.parent / "data.txt"
+    argv = ["extend", *make_args(tiny_dir, bad_inputs), "--data", str(data), "--windows", "1",
+            "--no-progress"]
+    if "--out" not in argv:
+        argv += ["--out", str(tmp_path / "out")]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("posenc extend: error:") and re.search(message, err), err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert (bad_inputs / "full" / "results.json").read_text() == "{}"
+    assert not (bad_inputs / "s").exists() and not (tmp_path / "out").exists()

@@ -1,0 +1,65 @@
+"""``posenc list`` and ``posenc list --json`` describe every registered encoding."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from posenc import list_encodings
+from posenc.cli import main
+from posenc.encodings import encoding_class, encoding_options
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+COLUMNS = ["encoding", "family", "hooks", "extrapolates", "kv cache", "backends"]
+
+
+def _expected(name: str) -> dict:
+    cls = encoding_class(name)
+    return {"name": name, "family": cls.family, "hooks": cls.hook_kinds(),
+            "extrapolates": cls.extrapolates, "kv_cache": cls.cache_note,
+            "backends": list(cls.backends())}
+
+
+def test_list_json_has_every_encoding(capsys):
+    assert main(["list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == list_encodings()
+    for row in rows:
+        want = _expected(row["name"])
+        assert {k: row[k] for k in want} == want
+        assert set(row["backends"]) <= {"sdpa", "flex", "eager"} and "eager" in row["backends"]
+        options = {k: v for k, v in encoding_options(row["name"]).items()
+                   if k not in ("n_heads", "head_dim", "max_len")}
+        assert row["options"] == json.loads(json.dumps(options, default=str))
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["rope"]["family"] == "rotary" and by_name["rope"]["hooks"] == ["transform_qk"]
+    assert by_name["alibi"]["hooks"] == ["score_bias", "score_mod"]
+    assert by_name["learned"]["hooks"] == ["embed"]
+    assert {"theta", "layout", "rotary_dim", "scaling"} <= set(by_name["rope"]["options"])
+
+
+def test_list_table_has_a_row_per_encoding(capsys):
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.rstrip("\n").split("\n")
+    header, rule, body = lines[0], lines[1], lines[2:]
+    starts = [header.index(col) for col in COLUMNS]
+    assert starts == sorted(starts) and starts[0] == 0
+    assert set(rule.replace(" ", "")) == {"-"}
+    assert [line.split()[0] for line in body] == list_encodings()
+    for line in body:
+        want = _expected(line.split()[0])
+        cells = [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
+        assert cells == [want["name"], want["family"], ", ".join(want["hooks"]),
+                         want["extrapolates"], want["kv_cache"], ", ".join(want["backends"])]
+
+
+def test_list_rejects_unknown_arguments(capsys):
+    try:
+        main(["list", "--yaml"])
+    except SystemExit as exit_:
+        assert exit_.code == 2
+    else:
+        raise AssertionError("argparse accepted --yaml")
+    assert "--yaml" in capsys.readouterr().err

@@ -1,0 +1,189 @@
+"""The ``posenc`` command: bad input and damage in a run are one-line errors (exit 2, or 3
+for a diverged run) that change no file; what a crash leaves (a torn log line) is tolerated;
+results are never replaced silently; a closed pipe ends quietly; ``python -m posenc`` and
+``--version``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from posenc.cli import main
+from posenc.train.checkpoint import committed_file, read_progress
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+TINY = ["--pe", "rope", "--train-len", "16", "--d-model", "16", "--n-layers", "1",
+        "--n-heads", "2", "--batch-size", "2", "--eval-windows", "2", "--no-progress",
+        "--device", "cpu"]
+
+
+def snapshot(*folders):
+    """Every file (path, bytes) under ``folders``."""
+    return {str(p): p.read_bytes() for f in folders if f.exists() for p in sorted(f.rglob("*"))
+            if p.is_file()}
+
+
+def one_line(capsys, code, expected_code=2):
+    err = capsys.readouterr().err
+    assert code == expected_code, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A run trained from a relative --data path (cwd = its parent), with its cache."""
+    root = tmp_path_factory.mktemp("trained")
+    (root / "text").mkdir()
+    for i in range(12):
+        (root / "text" / f"{i}.txt").write_text(f"document {i}: " + "abc def " * 40 + "\n")
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        code = main(["train", "--out", "run", "--data", "text", "--cache-dir", "cache",
+                     "--steps", "4", *TINY])
+    finally:
+        os.chdir(cwd)
+    assert code == 0
+    return root
+
+
+def copy_run(trained, tmp_path):
+    shutil.copytree(trained / "run", tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_relative_data_is_stored_resolved_and_evaluates_elsewhere(trained, tmp_path, capsys,
+                                                                  monkeypatch):
+    cfg = json.loads((trained / "run" / "config.json").read_text())["train"]
+    assert cfg["data"] == str((trained / "text").resolve())
+    assert cfg["cache_dir"] == str((trained / "cache").resolve())
+    monkeypatch.chdir(tmp_path)                                 # somewhere else
+    run = copy_run(trained, tmp_path)
+    assert main(["eval", str(run), "--lengths", "16", "--max-tokens", "256"]) == 0, \
+        capsys.readouterr().err
+
+
+def test_each_eval_setting_keeps_its_own_file(trained, tmp_path, capsys):
+    run = copy_run(trained, tmp_path)
+    for lengths in ("16", "16,32", "16"):
+        assert main(["eval", str(run), "--lengths", lengths, "--max-tokens", "256"]) == 0
+    files = sorted(p.name for p in run.glob("eval*.json"))
+    assert len(files) == 2, files
+    saved = [json.loads((run / f).read_text())["lengths"] for f in files]
+    assert sorted(saved) == [[16], [16, 32]]
+    capsys.readouterr()
+
+
+def test_eval_output_that_is_a_directory(trained, tmp_path, capsys):
+    run = copy_run(trained, tmp_path)
+    argv = ["eval", str(run), "--lengths", "16", "--max-tokens", "256"]
+    assert main(argv) == 0
+    target = next(run.glob("eval*.json"))
+    target.unlink()
+    target.mkdir()
+    before = snapshot(run)
+    err = one_line(capsys, main(argv))
+    assert "is not a file" in err or "is a directory" in err
+    assert snapshot(run) == before and target.is_dir()
+
+
+def test_random_bytes_state_pt_on_resume(trained, tmp_path, capsys):
+    run = copy_run(trained, tmp_path)
+    committed_file(run, "state.pt").write_bytes(os.urandom(4096))
+    before = snapshot(run)
+    err = one_line(capsys, main(["train", "--out", str(run), "--data",
+                                 str(trained / "text"), "--cache-dir", str(trained / "cache"),
+                                 "--steps", "4", "--resume", *TINY]))
+    assert "corrupt checkpoint" in err and "state.pt" in err and "weights_only" not in err
+    assert snapshot(run) == before
+
+
+def test_flipped_bytes_in_the_weights_fail_eval(trained, tmp_path, capsys):
+    run = copy_run(trained, tmp_path)
+    weights = committed_file(run)
+    data = bytearray(weights.read_bytes())
+    for i in range(8):
+        data[-1 - 97 * i] ^= 0xFF                       # inside the tensor data, not the header
+    weights.write_bytes(bytes(data))
+    before = snapshot(run)
+    err = one_line(capsys, main(["eval", str(run), "--lengths", "16"]))
+    assert "model.safetensors" in err and "sha256" in err
+    assert snapshot(run) == before
+
+
+def test_torn_last_log_line_is_tolerated(trained, tmp_path, capsys):
+    run = copy_run(trained, tmp_path)
+    with open(run / "log.jsonl", "a") as f:
+        f.write('{"step": 5, "loss": 2.')                  # what a crash mid-append leaves
+    assert main(["eval", str(run), "--lengths", "16", "--max-tokens", "256"]) == 0
+    assert main(["train", "--out", str(run), "--data", str(trained / "text"), "--cache-dir",
+                 str(trained / "cache"), "--steps", "4", "--resume", *TINY]) == 0
+    (run / "log.jsonl").write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+    err = one_line(capsys, main(["eval", str(run), "--lengths", "16"]))
+    assert "line 2 is not JSON" in err
+
+
+def test_corrupted_token_cache_is_detected(trained, tmp_path, capsys):
+    shutil.copytree(trained / "cache", tmp_path / "cache")
+    array = next((tmp_path / "cache" / "tokens").glob("*-train.npy"))
+    data = bytearray(array.read_bytes())
+    data[-5] ^= 0x01
+    array.write_bytes(bytes(data))
+    before = snapshot(tmp_path)
+    err = one_line(capsys, main(["train", "--out", str(tmp_path / "new"), "--data",
+                                 str(trained / "text"), "--cache-dir", str(tmp_path / "cache"),
+                                 "--steps", "2", *TINY]))
+    assert "token cache" in err and array.name in err and "corrupt" in err
+    assert snapshot(tmp_path) == before and not (tmp_path / "new").exists()
+
+
+def test_batch_that_cannot_fit_is_refused_before_allocating(trained, tmp_path, capsys):
+    before = snapshot(tmp_path)
+    err = one_line(capsys, main(["train", "--out", str(tmp_path / "run"), "--data",
+                                 str(trained / "text"), "--cache-dir", str(trained / "cache"),
+                                 "--steps", "2", *TINY, "--batch-size", "100000000"]))
+    assert "batch_size=100000000" in err and "GiB" in err
+    assert snapshot(tmp_path) == before and not (tmp_path / "run").exists()
+
+
+def test_divergence_stops_with_the_step_and_value(trained, tmp_path, capsys):
+    args = ["train", "--out", str(tmp_path / "run"), "--data", str(trained / "text"),
+            "--cache-dir", str(trained / "cache"), "--steps", "30", "--checkpoint-every", "2",
+            "--lr", "1e30", "--warmup-steps", "0", "--grad-clip", "0", *TINY]
+    err = one_line(capsys, main(args), expected_code=3)
+    assert "training diverged at step" in err and ("nan" in err or "inf" in err)
+    progress = read_progress(tmp_path / "run")
+    assert progress is None or not progress["complete"]
+    # a skip budget lets the run go on past non-finite steps, logging them as skipped
+    code = main(args[:2] + [str(tmp_path / "skip")] + args[3:] + ["--skip-bad-steps", "1000"])
+    assert code == 0, capsys.readouterr().err
+    log = [json.loads(line) for line in (tmp_path / "skip" / "log.jsonl").read_text()
+           .splitlines()]
+    assert any(r.get("skipped") for r in log)
+    assert read_progress(tmp_path / "skip")["bad_steps"] > 0
+
+
+def test_closed_pipe_version_and_python_m(tmp_path):
+    """``posenc list | head`` (the reader gone before the output) ends quietly;
+    ``python -m posenc`` is the command; ``--version`` prints the package version."""
+    import os
+    import subprocess
+    import sys
+
+    import posenc
+    proc = subprocess.Popen([sys.executable, "-m", "posenc", "list", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    proc.stdout.close()                                    # the reader is gone
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert err == ""                                       # no BrokenPipeError traceback
+    out = subprocess.run([sys.executable, "-m", "posenc", "--version"], capture_output=True,
+                         text=True, check=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.strip() == f"posenc {posenc.__version__}"

@@ -1,0 +1,37 @@
+"""Shared by the relative-family tests (shaw, xl, deberta, tupe): encodings built with
+parameters moved off their small init, random q/k/v, and attention weights."""
+
+import torch
+
+from posenc.attention import attend
+from posenc.encodings import build_encoding
+
+H, D = 2, 8
+Q_POS = torch.tensor([4, 5, 9])                  # a cache-like query block, Lq != Lk
+K_POS = torch.tensor([0, 1, 2, 4, 5, 9, 12])
+
+
+def boost(module: torch.nn.Module, std: float = 0.5) -> None:
+    """Move parameters off their small init so position terms are as large as content."""
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.normal_(0.0, std)
+
+
+def make(name, options, max_len=64):
+    pe = build_encoding(name, n_heads=H, head_dim=D, max_len=max_len, **options)
+    boost(pe)
+    return pe
+
+
+def qkv(lq, lk, batch=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(batch, H, lq, D, generator=g), torch.randn(batch, H, lk, D, generator=g),
+            torch.randn(batch, H, lk, D, generator=g))
+
+
+def weights(pe, q, k, v, q_pos, k_pos, causal):
+    """Eager attention weights (B, H, Lq, Lk) after the encoding's transform."""
+    q, k = pe.transform_qk(q, k, q_pos, k_pos)
+    return attend(q, k, v, pe, q_pos, k_pos, causal=causal, need_weights=True)[1]

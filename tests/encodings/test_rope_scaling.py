@@ -1,0 +1,234 @@
+"""RoPE frequency scalings: the properties that define each of them; bad scalings are
+refused with the option named, and what a user sets is never changed."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from posenc import LMConfig, TransformerLM, build_encoding
+from posenc.encodings.rope_scaling import (base_inv_freq, compute_inv_freq, parse_scaling_spec,
+                                           scaling_types)
+from posenc.encodings.rotary_kernels import apply_rotary
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+D, THETA, ORIG = 64, 10000.0, 256
+DEFAULT = base_inv_freq(D, THETA)
+
+
+def _rope(head_dim=8, **options):
+    return build_encoding("rope", n_heads=2, head_dim=head_dim, **options)
+
+
+def test_default_is_theta_power():
+    want = torch.tensor([THETA ** (-2 * i / D) for i in range(D // 2)], dtype=torch.float64)
+    inv_freq, factor = compute_inv_freq(D, THETA)
+    assert inv_freq.dtype == torch.float32 and factor == 1.0
+    assert_close(inv_freq.double(), want, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("factor", [0.5, 2.0, 8.0])
+def test_linear_is_default_over_factor(factor):
+    inv_freq, attn = compute_inv_freq(D, THETA, {"rope_type": "linear", "factor": factor})
+    assert_close(inv_freq, DEFAULT / factor)
+    assert attn == 1.0
+
+
+def test_linear_rotates_position_p_like_default_at_p_over_factor():
+    """Position interpolation: scaled RoPE at p equals plain RoPE at the fractional p / s."""
+    linear = build_encoding("rope", n_heads=1, head_dim=16,
+                            scaling={"rope_type": "linear", "factor": 4.0})
+    plain = build_encoding("rope", n_heads=1, head_dim=16)
+    x, pos = torch.randn(1, 1, 6, 16), torch.tensor([0, 1, 4, 9, 100, 1001])
+    cos, sin = plain.cos_sin(pos / 4.0, 0)          # hooks take integer positions only
+    assert_close(linear.transform_qk(x, x, pos, pos)[0], apply_rotary(x, cos, sin))
+
+
+@pytest.mark.parametrize("factor", [1.0, 2.0, 8.0])
+def test_dynamic_is_default_up_to_the_original_length(factor):
+    scaling = {"rope_type": "dynamic", "factor": factor, "original_max_position_embeddings": ORIG}
+    for seq_len in (None, 1, ORIG // 2, ORIG - 1, ORIG):
+        inv_freq, attn = compute_inv_freq(D, THETA, scaling, seq_len=seq_len)
+        assert torch.equal(inv_freq, DEFAULT) and attn == 1.0
+    longer, _ = compute_inv_freq(D, THETA, scaling, seq_len=4 * ORIG)
+    assert longer[0] == DEFAULT[0]                       # highest frequency kept
+    assert (longer[1:] < DEFAULT[1:]).all()              # every other one slowed down
+    grown, _ = compute_inv_freq(D, THETA, scaling, seq_len=8 * ORIG)
+    assert (grown[1:] < longer[1:]).all()                # and more so as the length grows
+
+
+def test_dynamic_base_formula():
+    scaling = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": ORIG}
+    seq_len = 3 * ORIG
+    base = THETA * ((4.0 * seq_len / ORIG) - 3.0) ** (D / (D - 2))
+    assert_close(compute_inv_freq(D, THETA, scaling, seq_len)[0], base_inv_freq(D, base))
+
+
+@pytest.mark.parametrize("factor", [2.0, 8.0, 32.0])
+def test_ntk_keeps_the_highest_and_interpolates_the_lowest_frequency(factor):
+    """theta' = theta * s^(d/(d-2)) keeps inv_freq[0] and divides the lowest by exactly s."""
+    inv_freq, attn = compute_inv_freq(D, THETA, {"rope_type": "ntk", "factor": factor})
+    assert_close(inv_freq, base_inv_freq(D, THETA * factor ** (D / (D - 2))))
+    assert inv_freq[0] == 1.0 and attn == 1.0
+    assert_close(inv_freq[-1], DEFAULT[-1] / factor, rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("extra,attn", [
+    ({}, 0.1 * math.log(16.0) + 1.0),
+    ({"mscale": 0.707, "mscale_all_dim": 0.707}, 1.0),
+    ({"mscale": 1.0, "mscale_all_dim": 0.5},
+     (0.1 * math.log(16.0) + 1.0) / (0.05 * math.log(16.0) + 1.0)),
+    ({"attention_factor": 1.5}, 1.5),
+])
+def test_yarn_by_parts_and_attention_factor(extra, attn):
+    scaling = {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": ORIG,
+               **extra}
+    inv_freq, got_attn = compute_inv_freq(D, THETA, scaling)
+    assert got_attn == pytest.approx(attn)
+    wavelength = 2 * math.pi / DEFAULT
+    fast = wavelength < ORIG / 32                 # > beta_fast rotations: kept
+    slow = wavelength > ORIG / 1                  # < beta_slow rotations: interpolated
+    assert fast.any() and slow.any()
+    assert_close(inv_freq[fast], DEFAULT[fast])
+    assert_close(inv_freq[slow], DEFAULT[slow] / 16.0)
+    mid = ~fast & ~slow                           # in between: within the two bounds
+    assert ((inv_freq[mid] <= DEFAULT[mid]) & (inv_freq[mid] >= DEFAULT[mid] / 16.0)).all()
+    assert (inv_freq[1:] <= inv_freq[:-1]).all()  # still ordered
+
+
+def test_yarn_truncate_false_uses_fractional_bounds():
+    base = {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": ORIG}
+    trunc, _ = compute_inv_freq(D, THETA, base)
+    exact, _ = compute_inv_freq(D, THETA, {**base, "truncate": False})
+    assert not torch.equal(trunc, exact)
+    assert_close(exact[0], trunc[0])              # both ends agree: kept and interpolated
+    assert_close(exact[-1], trunc[-1])
+
+
+def test_llama3_bands():
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": ORIG}
+    inv_freq, attn = compute_inv_freq(D, 500000.0, scaling)
+    default = base_inv_freq(D, 500000.0)
+    wavelength = 2 * math.pi / default
+    high, low = wavelength < ORIG / 4.0, wavelength > ORIG / 1.0
+    assert high.any() and low.any() and attn == 1.0
+    assert_close(inv_freq[high], default[high])
+    assert_close(inv_freq[low], default[low] / 8.0)
+    mid = ~high & ~low
+    assert ((inv_freq[mid] < default[mid]) & (inv_freq[mid] > default[mid] / 8.0)).all()
+
+
+def test_longrope_switches_from_short_to_long_factors_past_the_original_length():
+    short = [1.0 + i / 32 for i in range(D // 2)]
+    long = [1.0 + i for i in range(D // 2)]
+    scaling = {"rope_type": "longrope", "factor": 8.0, "original_max_position_embeddings": ORIG,
+               "short_factor": short, "long_factor": long}
+    attn = math.sqrt(1 + math.log(8.0) / math.log(ORIG))
+    for seq_len, ext in ((None, short), (ORIG, short), (ORIG + 1, long), (10 * ORIG, long)):
+        inv_freq, got = compute_inv_freq(D, THETA, scaling, seq_len=seq_len)
+        assert_close(inv_freq, DEFAULT / torch.tensor(ext))
+        assert got == pytest.approx(attn)
+
+
+def test_every_scaling_type_is_covered():
+    assert set(scaling_types()) == {"default", "linear", "ntk", "dynamic", "yarn", "llama3",
+                                    "longrope"}
+
+
+def test_legacy_type_key_is_accepted():
+    new, _ = compute_inv_freq(D, THETA, {"rope_type": "linear", "factor": 2.0})
+    old, _ = compute_inv_freq(D, THETA, {"type": "linear", "factor": 2.0})
+    assert torch.equal(new, old)
+
+
+def test_parse_scaling_spec():
+    assert parse_scaling_spec("linear:2") == {"rope_type": "linear", "factor": 2.0}
+    assert parse_scaling_spec("yarn:4", 512) == {
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
+    assert parse_scaling_spec("dynamic", 512)["factor"] == 1.0
+    with pytest.raises(ValueError, match="valid"):
+        parse_scaling_spec("cubic:2")
+    with pytest.raises(ValueError, match="factor"):
+        parse_scaling_spec("linear:two")
+
+
+# ---------------------------------------------------- bad scalings and what a user set
+@pytest.mark.parametrize("scaling,message", [
+    ({"rope_type": "linear"}, "'factor'"),
+    ({"rope_type": "linear", "factor": None}, "'factor'"),
+    ({"rope_type": "linear", "factor": 0.0}, "factor must be a positive number"),
+    ({"rope_type": "linear", "factor": -2.0}, "factor must be a positive number"),
+    ({"rope_type": "linear", "factor": float("nan")}, "factor"),
+    ({"rope_type": "linear", "factor": "2"}, "factor"),
+    ({"rope_type": "dynamic"}, "'factor'"),
+    ({"rope_type": "ntk", "factor": 0.5}, "factor must be >= 1"),
+    ({"rope_type": "yarn", "factor": 0.0}, "factor"),
+    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}, "'high_freq_factor'"),
+    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0},
+     "high_freq_factor must be > low_freq_factor"),
+    ({"rope_type": "yarn", "factor": 4.0, "beta_fast": -1.0}, "beta_fast"),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 0},
+     "original_max_position_embeddings must be a positive int"),
+    ({"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 4},
+     "'factor'"),
+    ({"rope_type": "longrope", "factor": 2.0, "short_factor": [1.0] * 3,
+      "long_factor": [1.0] * 4}, "short_factor needs rotary_dim/2 = 4 values"),
+    ({"rope_type": "longrope", "factor": 2.0, "short_factor": [1.0, 0.0, 1.0, 1.0],
+      "long_factor": [1.0] * 4}, "short_factor must be a list of positive numbers"),
+])
+def test_bad_scaling_factor_or_parameter(scaling, message):
+    with pytest.raises(ValueError, match=message):
+        _rope(max_len=16, scaling=scaling)
+
+
+def test_unknown_scaling_type_or_key_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown scaling type 'cubic'") as err:
+        _rope(scaling={"rope_type": "cubic", "factor": 2.0})
+    assert all(t in str(err.value) for t in ("linear", "dynamic", "yarn", "llama3", "longrope"))
+    with pytest.raises(ValueError, match="unknown key.* beta_fast .*valid keys: factor"):
+        _rope(scaling={"rope_type": "linear", "factor": 2.0, "beta_fast": 32})
+    with pytest.raises(ValueError, match="rope_type"):
+        _rope(scaling={"factor": 2.0})
+    with pytest.raises(ValueError, match="scaling must be a dict"):
+        _rope(scaling="linear:2")
+
+
+def test_scaling_without_an_original_length_needs_max_len():
+    with pytest.raises(ValueError, match="original_max_position_embeddings"):
+        _rope(scaling={"rope_type": "yarn", "factor": 4.0})      # no max_len to default it
+
+
+def test_conflicting_theta_is_refused():
+    with pytest.raises(ValueError, match="rope_theta"):
+        compute_inv_freq(8, 10000.0, {"rope_type": "linear", "factor": 2.0,
+                                      "rope_theta": 500000.0})
+
+
+def test_user_scaling_values_are_kept():
+    scaling = {"rope_type": "yarn", "factor": 3.0, "original_max_position_embeddings": 100,
+               "beta_fast": 20.0}
+    before = copy.deepcopy(scaling)
+    pe = _rope(max_len=50, scaling=scaling)                    # max_len differs: not used
+    assert pe.scaling["original_max_position_embeddings"] == 100
+    assert pe.scaling["factor"] == 3.0 and pe.scaling["beta_fast"] == 20.0
+    assert scaling == before                                   # the caller's dict untouched
+    want, _ = compute_inv_freq(8, 10000.0, scaling)
+    assert torch.equal(pe.inv_freq, want)
+
+
+def test_documented_default_original_length_is_max_len():
+    pe = _rope(max_len=50, scaling={"rope_type": "dynamic", "factor": 2.0})
+    assert pe.scaling["original_max_position_embeddings"] == 50
+
+
+def test_model_config_options_are_not_mutated():
+    options = {"scaling": {"rope_type": "linear", "factor": 2.0}}
+    before = copy.deepcopy(options)
+    model = TransformerLM(LMConfig(pe="rope", pe_options=options, d_model=32, n_heads=4))
+    assert options == before and model.pe.scaling["factor"] == 2.0

@@ -1,0 +1,40 @@
+"""TUPE: the paper's formula (untied absolute terms plus T5 buckets) and its bidirectional
+buckets."""
+
+import math
+
+import pytest
+import torch
+
+from posenc.encodings.t5 import relative_position_bucket
+
+from tests.encodings.helpers import K_POS, Q_POS, D, H, make, qkv, weights
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_tupe_matches_the_paper_formula(bidirectional):
+    pe = make("tupe", {"num_buckets": 8, "max_distance": 16, "bidirectional": bidirectional})
+    q, k, v = qkv(3, 7)
+    got = weights(pe, q, k, v, Q_POS, K_POS, causal=False)
+
+    def untied(pos, proj_rows):
+        p = torch.nn.functional.layer_norm(pe.absolute.table[pos], (H * D,),
+                                           pe.pos_norm.weight, pe.pos_norm.bias)
+        out = p @ pe.pos_proj.weight[proj_rows].t() + pe.pos_proj.bias[proj_rows]
+        return out.view(-1, H, D).transpose(0, 1)                            # (H, L, D)
+
+    pq, pk = untied(Q_POS, slice(0, H * D)), untied(K_POS, slice(H * D, 2 * H * D))
+    bucket = relative_position_bucket(K_POS[None, :] - Q_POS[:, None], bidirectional, 8, 16)
+    logits = ((q @ k.transpose(-2, -1) + pq @ pk.transpose(-2, -1)) / math.sqrt(2 * D)
+              + pe.bias.weight[bucket].permute(2, 0, 1))
+    torch.testing.assert_close(got, logits.softmax(-1), atol=1e-6, rtol=1e-5)
+
+
+def test_tupe_bidirectional_changes_only_keys_after_the_query():
+    q, k, _ = qkv(3, 7)
+    uni = make("tupe", {"num_buckets": 8, "max_distance": 16}).score_bias(q, k, Q_POS, K_POS)
+    bi = make("tupe", {"num_buckets": 8, "max_distance": 16,
+                       "bidirectional": True}).score_bias(q, k, Q_POS, K_POS)
+    after = (K_POS[None, :] > Q_POS[:, None]).expand_as(uni[0])
+    assert not torch.allclose(uni[0][after], bi[0][after])
+    assert not torch.allclose(uni[0][~after], bi[0][~after])   # buckets move too (halved)

@@ -1,0 +1,37 @@
+"""Attention entropy: log n for uniform attention and for a model whose queries see
+nothing, lengths past a learned table."""
+
+import numpy as np
+import pytest
+import torch
+
+from posenc.eval.entropy import attention_entropy, entropy_at_lengths, uniform_tail_entropy
+
+from tests.eval.helpers import stream, tiny
+
+
+def test_entropy_of_uniform_attention_is_log_n():
+    n = 12
+    weights = torch.tril(torch.ones(n, n))
+    weights = weights / weights.sum(-1, keepdim=True)            # uniform over visible keys
+    torch.testing.assert_close(attention_entropy(weights[None, None])[0, 0],
+                               torch.log(torch.arange(1, n + 1, dtype=torch.float32)))
+    one_hot = torch.eye(n)
+    torch.testing.assert_close(attention_entropy(one_hot), torch.zeros(n))
+
+
+def test_model_with_blind_queries_has_uniform_entropy():
+    model = tiny("nope")
+    with torch.no_grad():
+        for block in model.blocks:                 # q = k = 0: every visible key weighs 1/n
+            block.attn.qkv_proj.weight[:64] = 0
+    results = entropy_at_lengths(model, stream(200), [16, 64], n_windows=2)
+    for r in results:
+        assert r.tail == pytest.approx(uniform_tail_entropy(r.length), rel=1e-5)
+        assert r.mean == pytest.approx(
+            float(np.mean(np.log(np.arange(1, r.length + 1)))), rel=1e-5)
+
+
+def test_entropy_marks_learned_table():
+    results = entropy_at_lengths(tiny("learned"), stream(100), [16, 32])
+    assert results[0].mean is not None and results[1].note.startswith("n/a")

@@ -1,0 +1,87 @@
+"""Shared by tests in several folders: tiny models whose outputs depend strongly on
+positions, the options a test context supplies to an encoding, a small text corpus, the check
+that bad input raises a one-line ValueError, and the mark of Hugging Face oracle tests.
+
+The default init keeps weights small, which makes attention nearly uniform, so a test comparing
+two ways of computing the same logits could pass even if positions were wrong. ``sharpen``
+rescales every parameter so that attention is peaked and position terms matter.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from posenc import LMConfig, TransformerLM
+from posenc.encodings import encoding_options
+
+#: options a test context supplies when an encoding declares them without a usable default
+CONTEXT_OPTIONS = ("vocab_size",)
+
+
+def sharpen(model: torch.nn.Module, std: float = 0.3, seed: int = 0) -> torch.nn.Module:
+    """Overwrite every parameter with N(0, std^2) (norm gains: 1 + noise), deterministically."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32) * std
+            is_gain = name.endswith("weight") and p.dim() == 1
+            p.copy_((1.0 + 0.1 * noise) if is_gain else noise)
+    return model
+
+
+def causal_layer_grads(pe: torch.nn.Module, *, d_model: int = 16, length: int = 72,
+                       first_pos: int = 3, seed: int = 2):
+    """One causal attention layer over ``pe`` (sharpened) in training, positions first_pos..:
+    its output (2, length, d_model) and the gradients of the input and every parameter."""
+    from posenc.attention import MultiHeadAttention
+    torch.manual_seed(seed)
+    sharpen(pe, seed=seed)
+    attn = MultiHeadAttention(d_model, pe.n_heads)
+    x = torch.randn(2, length, d_model, requires_grad=True)
+    pos = torch.arange(length) + first_pos
+    out, _ = attn(x, pos, pe, causal=True)
+    params = [x, *attn.parameters(), *pe.parameters()]
+    return out, torch.autograd.grad(out, params, torch.randn_like(out))
+
+
+def context_options(name: str, vocab_size: int = 48) -> dict:
+    """Options an encoding needs from its model (e.g. ``vocab_size``) and has no default for."""
+    values = {"vocab_size": vocab_size}
+    return {key: values[key] for key, default in encoding_options(name).items()
+            if key in CONTEXT_OPTIONS and default is None}
+
+
+def tiny_lm_factory(pe: str, pe_options: dict | None = None, *, max_len: int = 32,
+                    d_model: int = 32, n_heads: int = 4, n_layers: int = 2,
+                    vocab_size: int = 48, std: float = 0.3, **config) -> TransformerLM:
+    """A small sharpened TransformerLM in eval mode."""
+    cfg = LMConfig(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+                   max_len=max_len, d_ff=2 * d_model, pe=pe,
+                   pe_options={**context_options(pe, vocab_size), **(pe_options or {})},
+                   **config)
+    return sharpen(TransformerLM(cfg), std).eval()
+
+
+def make_corpus(folder, n=30):
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        (folder / f"f{i:02d}.txt").write_text("".join(f"the cat {i} sat on mat {j}.\n"
+                                                      for j in range(20)))
+    return folder
+
+
+def raises_one_line(match: str, fn, *args, **kwargs) -> str:
+    """Call fn; assert a one-line ValueError matching ``match``; return the message."""
+    with pytest.raises(ValueError, match=match) as err:
+        fn(*args, **kwargs)
+    message = str(err.value)
+    assert "\n" not in message
+    return message
+
+
+#: marks a test that compares with Hugging Face transformers: skipped when it is not installed
+needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                                        reason="transformers is not installed")

@@ -1,0 +1,55 @@
+"""Tiny random Hugging Face models for the posenc.hf tests (and ``posenc extend``'s): configs
+of Llama, Mistral and Qwen2 with a short original context, weights that make attention peaked,
+logits without a cache, and a byte-level BPE tokenizer.
+
+The test modules skip themselves when transformers is not installed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+try:
+    import transformers
+except ImportError:
+    transformers = None
+
+ORIG, VOCAB, T = 32, 97, 80     # original context, vocabulary, test length (2.5x)
+
+
+def tiny_config(kind: str = "llama", layers: int = 2, **kw):
+    cls = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig,
+           "qwen2": transformers.Qwen2Config}[kind]
+    extra = {"sliding_window": None} if kind in ("mistral", "qwen2") else {}
+    return cls(hidden_size=64, intermediate_size=96, num_hidden_layers=layers,
+               num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
+               max_position_embeddings=ORIG, attn_implementation="sdpa", **extra, **kw)
+
+
+def peaked_model(config):
+    """A model with peaked attention (std 0.02 init would make positions barely matter)."""
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen) * 0.25
+            p.copy_(1.0 + 0.1 * noise if p.dim() == 1 else noise)
+    return model
+
+
+def logits_of(model, ids):
+    with torch.no_grad():
+        return model(input_ids=ids, use_cache=False).logits
+
+
+def byte_bpe_tokenizer():
+    from tokenizers import ByteLevelBPETokenizer
+    bpe = ByteLevelBPETokenizer()
+    text = Path(torch.__file__).read_text() * 3
+    bpe.train_from_iterator([text], vocab_size=300, min_frequency=2,
+                            special_tokens=["<s>", "</s>"], show_progress=False)
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer,
+                                                bos_token="<s>", eos_token="</s>")

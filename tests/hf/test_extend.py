@@ -1,0 +1,206 @@
+"""Extending the context of Hugging Face models (tiny random Llama / Mistral / Qwen2):
+the patch against Hugging Face's own rope scalings, restore, log-n, the exact dynamic cache, a
+long forward that never holds a score matrix, and bad arguments."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import types
+
+import pytest
+import torch
+
+from tests.hf.helpers import (ORIG, T, logits_of as _logits, peaked_model as _model,
+                              tiny_config as _config)
+
+transformers = pytest.importorskip("transformers")
+
+from posenc.hf import extend, hf_rope_parameters, restore  # noqa: E402
+from posenc.hf.extend import current_extension, make_extension  # noqa: E402
+from posenc.hf.measure import PeakMemory  # noqa: E402
+
+LONG_FACTOR = [1.0 + 0.25 * i for i in range(8)]
+
+
+# --------------------------------------------------------------- patching
+@pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2"])
+def test_no_scaling_patch_equals_unpatched(kind, ids):
+    model = _model(_config(kind))
+    ref = _logits(model, ids)
+    extend(model, "none")
+    torch.testing.assert_close(_logits(model, ids), ref, atol=1e-4, rtol=0)
+    restore(model)
+    extend(model, "logn")                 # log-n is 1 inside the original context
+    torch.testing.assert_close(_logits(model, ids[:, :ORIG]), ref[:, :ORIG], atol=1e-4, rtol=0)
+    assert (_logits(model, ids)[:, ORIG:] - ref[:, ORIG:]).abs().max() > 1e-3
+    restore(model)
+    torch.testing.assert_close(_logits(model, ids), ref, atol=0, rtol=0)
+
+
+HF_NATIVE = {
+    "linear": ({"rope_type": "linear", "factor": 2.5}, {}),
+    "dynamic": ({"rope_type": "dynamic", "factor": 2.5}, {}),
+    "yarn": ({"rope_type": "yarn", "factor": 2.5, "original_max_position_embeddings": ORIG},
+             {}),
+    "yarn-options": ({"rope_type": "yarn", "factor": 2.5, "beta_fast": 8.0, "beta_slow": 2.0,
+                      "original_max_position_embeddings": ORIG},
+                     {"beta_fast": 8.0, "beta_slow": 2.0}),
+    "llama3": ({"rope_type": "llama3", "factor": 2.5, "original_max_position_embeddings": ORIG,
+                "low_freq_factor": 1.0, "high_freq_factor": 4.0}, {}),
+    "longrope": ({"rope_type": "longrope", "factor": 2.5, "original_max_position_embeddings":
+                  ORIG, "long_factor": LONG_FACTOR, "short_factor": [1.0] * 8},
+                 {"long_factor": LONG_FACTOR, "short_factor": [1.0] * 8}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HF_NATIVE))
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_native_methods_equal_hugging_face(case, kind, ids):
+    """A default model patched by extend == a model built with that rope_parameters."""
+    params, options = HF_NATIVE[case]
+    method = params["rope_type"]
+    patched = _model(_config(kind))
+    plain = _logits(patched, ids)
+    config = _config(kind, rope_parameters={**params, "rope_theta": 10000.0})
+    if method != "dynamic":
+        config.max_position_embeddings = int(ORIG * 2.5)
+    oracle = _model(config)
+    oracle.load_state_dict(patched.state_dict())
+    extend(patched, method, 2.5, **options)
+    for length in (ORIG, T):          # inside and beyond the original context
+        torch.testing.assert_close(_logits(patched, ids[:, :length]),
+                                   _logits(oracle, ids[:, :length]), atol=1e-4, rtol=1e-5)
+    assert (_logits(patched, ids) - plain).abs().max() > 1e-2    # the scaling does something
+
+
+def test_restore_brings_back_model_and_config(ids):
+    model = _model(_config())
+    ref, before = _logits(model, ids), model.config.to_dict()
+    ext = extend(model, "yarn+logn", 2.0)
+    assert current_extension(model) == ext and ext.name == "yarn+logn"
+    assert model.config.rope_parameters["rope_type"] == "yarn"
+    assert model.config.posenc_extension["logn"] is True
+    restore(model)
+    assert current_extension(model) is None
+    assert model.config.to_dict() == before
+    torch.testing.assert_close(_logits(model, ids), ref, atol=0, rtol=0)
+
+
+def test_logn_multiplies_logits_of_late_queries(ids):
+    """Eager attention weights of the patched model == softmax(max(1, log_L(p+1)) q.k/sqrt d)."""
+    config = _config(layers=1)
+    config._attn_implementation = "eager"
+    model = _model(config)
+    captured = {}
+    attn = model.model.layers[0].self_attn
+    hooks = [getattr(attn, n).register_forward_hook(
+        lambda mod, inp, out, n=n: captured.__setitem__(n, out)) for n in ("q_proj", "k_proj")]
+    extend(model, "logn")
+    with torch.no_grad():
+        weights = model(input_ids=ids, output_attentions=True).attentions[0]    # (1, H, T, T)
+    for h in hooks:
+        h.remove()
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
+    q = captured["q_proj"].view(1, T, 4, 16).transpose(1, 2)
+    k = captured["k_proj"].view(1, T, 2, 16).transpose(1, 2)
+    cos, sin = model.model.rotary_emb(q, torch.arange(T)[None])
+    q, k = apply_rotary_pos_emb(q, k, cos, sin)
+    scale = (torch.log(torch.arange(T) + 1.0) / math.log(ORIG)).clamp(min=1.0)
+    scores = (q @ repeat_kv(k, 2).transpose(-1, -2)) / 4.0 * scale[:, None]
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(weights, scores.softmax(-1), atol=1e-5, rtol=1e-4)
+
+
+def _cached_vs_prefix(model, ids, prefill=20):
+    """Largest gap between cached decoding and a full forward of each prefix."""
+    cache = transformers.DynamicCache(config=model.config)
+    # transformers 5 names the cache argument ``cache``; 4.x ``past_key_values``
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters \
+        else "past_key_values"
+    gap = 0.0
+    with torch.no_grad():
+        model(input_ids=ids[:, :prefill], use_cache=True, **{name: cache})
+        for t in range(prefill, ids.shape[1]):
+            step = model(input_ids=ids[:, t:t + 1], use_cache=True,
+                         **{name: cache}).logits[:, -1]
+            full = model(input_ids=ids[:, :t + 1], use_cache=False).logits[:, -1]
+            gap = max(gap, (step - full).abs().max().item())
+    return gap
+
+
+def test_exact_cache_rerotates_cached_keys(ids):
+    """With one layer, exact-cache decoding equals a full forward; HF's dynamic cache keeps
+    keys rotated at the length they were cached at (transformers #25104) and does not."""
+    model = _model(_config(layers=1))
+    extend(model, "dynamic+exact", 2.0)
+    assert _cached_vs_prefix(model, ids[:, :48]) < 1e-4
+    restore(model)
+    extend(model, "dynamic", 2.0)
+    assert _cached_vs_prefix(model, ids[:, :48]) > 1e-3
+
+
+# ------------------------------------------------------------- bad input
+def test_model_without_rope_is_refused():
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2,
+                                                                vocab_size=50))
+    with pytest.raises(ValueError, match="'gpt2' has no rotary .*supported model types: llama"):
+        extend(gpt2, "yarn", 2.0)
+
+
+@pytest.mark.parametrize("method,factor,options,message", [
+    ("linear", 1.0, {}, "needs factor > 1"),
+    ("yarn", 0.5, {}, "needs factor > 1"),
+    ("dynamic", 0.9, {}, "needs factor >= 1"),
+    ("none", 2.0, {}, "takes no factor"),
+    ("yarn", None, {}, "needs a factor"),
+    ("rope2", 2.0, {}, "unknown method 'rope2'; valid methods: none, linear"),
+    ("yarn", 2.0, {"beta": 3}, "unknown option.*beta.*valid options"),
+    ("longrope", 2.0, {}, "needs long_factor and short_factor"),
+    ("yarn+exact", 2.0, {}, "exact_cache applies to length-dependent"),
+    ("yarn", 2.0, {"beta_fast": -1.0}, "beta_fast must be a positive number"),
+])
+def test_bad_arguments(method, factor, options, message):
+    model = _model(_config())
+    with pytest.raises(ValueError, match=message):
+        extend(model, method, factor, **options)
+    assert current_extension(model) is None
+
+
+def test_missing_original_length_and_double_extension():
+    config = types.SimpleNamespace(**{**_config().to_dict(), "max_position_embeddings": None})
+    with pytest.raises(ValueError, match="needs original_max_position_embeddings"):
+        make_extension(config, "yarn", 2.0)
+    assert make_extension(config, "yarn", 2.0, 64).scaling["original_max_position_embeddings"] \
+        == 64
+    model = _model(_config())
+    extend(model, "linear", 2.0)
+    with pytest.raises(ValueError, match="already extended with 'linear'"):
+        extend(model, "yarn", 2.0)
+    scaled = _model(_config(rope_parameters={"rope_type": "linear", "factor": 2.0,
+                                             "rope_theta": 10000.0}))
+    with pytest.raises(ValueError, match="already uses rope_type 'linear'"):
+        extend(scaled, "yarn", 2.0)
+
+
+def test_hf_rope_parameters_for_each_method():
+    config = _config()
+    assert hf_rope_parameters(make_extension(config, "dynamic", 2.0)) == (
+        {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}, ORIG)
+    rope, max_pos = hf_rope_parameters(make_extension(config, "yarn", 1.5))
+    assert rope["original_max_position_embeddings"] == ORIG and max_pos == 48
+
+
+@pytest.mark.parametrize("method", ["yarn", "yarn+logn", "dynamic+exact"])
+def test_long_forward_never_holds_a_score_matrix(method):
+    """4096 tokens: one layer's (H, T, T) fp32 scores would be 256 MiB; the forward (fused
+    causal sdpa, also in posenc's patched attention) stays far below."""
+    config = _config()
+    config.vocab_size = 16
+    model = _model(config)
+    extend(model, method, 2.0)
+    ids = torch.randint(0, 16, (1, 4096), generator=torch.Generator().manual_seed(4))
+    with PeakMemory() as mem:
+        logits = _logits(model, ids)
+    assert logits.shape == (1, 4096, 16) and bool(torch.isfinite(logits).all())
+    assert mem.delta < 64 * 2**20, f"peak +{mem.delta / 2**20:.0f} MiB"

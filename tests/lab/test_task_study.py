@@ -1,0 +1,78 @@
+"""The synthetic-task study: results.json, report and figure of a real tiny study;
+resuming and growing; another setting or a foreign directory refused."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from posenc.lab import task_study
+from posenc.lab.task_presets import TaskStudyConfig
+from posenc.lab.task_study import run_task_study
+
+from tests.lab.helpers import TINY, fake_runs
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def test_a_real_tiny_study_writes_results_report_and_figure(tmp_path):
+    results = run_task_study(tmp_path, TINY, progress=False)
+    on_disk = json.loads((tmp_path / "results.json").read_text())
+    assert on_disk["kind"] == "posenc task study" and on_disk["config"] == TINY.to_dict()
+    keys = sorted((r["part"], r["task"], r["encoding"], r["seed"]) for r in on_disk["runs"])
+    assert keys == sorted(task_study.planned_runs(TINY)) and len(keys) == 6
+    for run in on_disk["runs"]:
+        lengths = TINY.lm_lengths if run["part"] == "lm" else TINY.seq2seq_lengths
+        assert sorted(map(int, run["lengths"])) == list(lengths)
+        for cell in run["lengths"].values():
+            assert 0.0 <= cell["exact_match"] <= cell["token_accuracy"] <= 1.0
+            assert cell["n_examples"] == 5
+        assert math.isfinite(run["final_loss"]) and run["curve"][-1][0] == 3
+    cell = on_disk["summary"]["lm"]["copy"]["alibi"]["exact_match"]["16"]
+    values = [r["lengths"]["16"]["exact_match"] for r in on_disk["runs"]
+              if r["encoding"] == "alibi"]
+    assert cell["values"] == values and cell["mean"] == pytest.approx(sum(values) / 2)
+    report = (tmp_path / "report.md").read_text()
+    assert "## Decoder-only models: copy" in report and "## Encoder-decoder models: reverse" \
+        in report and "Kazemnejad et al. (2023)" in report
+    assert "![accuracy against length](task_accuracy.png)" in report
+    assert (tmp_path / "task_accuracy.png").stat().st_size > 10_000
+    assert results["trained"] == [list(k) for k in task_study.planned_runs(TINY)]
+
+
+def test_a_rerun_skips_finished_runs_and_more_seeds_train_only_the_new_ones(
+        tmp_path, monkeypatch):
+    calls = fake_runs(monkeypatch)
+    run_task_study(tmp_path, TINY, progress=False)
+    assert len(calls) == 6
+    again = run_task_study(tmp_path, TINY, progress=False)
+    assert len(calls) == 6 and again["trained"] == []
+    grown = run_task_study(tmp_path, TINY, seeds=3, encodings=["nope", "t5"], progress=False)
+    assert calls[6:] == [("lm", "copy", "nope", 2), ("lm", "copy", "t5", 0),
+                         ("lm", "copy", "t5", 1), ("lm", "copy", "t5", 2),
+                         *[("seq2seq", "reverse", e, s) for e in ("nope", "t5")
+                           for s in (0, 1, 2)]]
+    assert grown["config"]["encodings"] == ["nope", "alibi", "t5"]
+    assert grown["config"]["seq2seq_encodings"] == ["rope", "nope", "t5"]
+    assert grown["config"]["seeds"] == [0, 1, 2] and len(grown["runs"]) == 16
+    fresh = run_task_study(tmp_path, TINY, progress=False, overwrite=True)
+    assert len(calls) == 6 + 10 + 6 and len(fresh["runs"]) == 6
+    assert json.loads((tmp_path / "results.json").read_text())["config"] == TINY.to_dict()
+
+
+def test_another_setting_or_a_foreign_directory_is_refused(tmp_path, monkeypatch):
+    fake_runs(monkeypatch)
+    run_task_study(tmp_path / "a", TINY, progress=False)
+    longer = TaskStudyConfig.from_dict({**TINY.to_dict(), "steps": 4, "lr": 1e-3})
+    with pytest.raises(ValueError, match=r"another setting \(differs in lr, steps\)"):
+        run_task_study(tmp_path / "a", longer, progress=False)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="holds no task study"):
+        run_task_study(tmp_path / "b", TINY, progress=False)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "results.json").write_text('{"config": {}, "runs": []}')
+    with pytest.raises(ValueError, match="not a posenc task study"):
+        run_task_study(tmp_path / "c", TINY, progress=False)

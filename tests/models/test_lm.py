@@ -1,0 +1,254 @@
+"""The decoder-only TransformerLM: cached decoding equals a full recompute for every
+registered encoding; the config and input checks; every encoding runs with bfloat16 weights.
+
+"Full recompute" of a chunk of tokens [a, b) means ``model(ids[:, :b])[:, a:b]``: the logits
+a model without a cache gives when it sees the first b tokens. For most encodings this is
+also a slice of one forward pass over the whole sequence; for length-dependent RoPE scalings
+(dynamic NTK, LongRoPE's short/long switch) the frequencies depend on the current length, so
+only the prefix recompute is the right reference (Hugging Face's cache keeps stale keys
+there, transformers #25104).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from posenc import LMConfig, TransformerLM, list_encodings
+from posenc.attention import MultiHeadAttention
+
+from tests.helpers import context_options, raises_one_line as _raises
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+T = 20            # tokens per test sequence
+TRAIN_LEN = 8     # max_len (original length) for the RoPE scalings: T goes well past it
+
+LONG = [1.0, 2.0, 4.0, 8.0]           # rotary_dim / 2 = 4 values (head_dim 8)
+SHORT = [1.0, 1.25, 1.5, 2.0]
+ROPE_CASES = [
+    {"scaling": {"rope_type": "dynamic", "factor": 4.0}},
+    {"scaling": {"rope_type": "dynamic", "factor": 1.0}},
+    {"scaling": {"rope_type": "yarn", "factor": 4.0}},
+    {"scaling": {"rope_type": "longrope", "factor": 4.0, "long_factor": LONG,
+                 "short_factor": SHORT}},
+    {"scaling": {"rope_type": "linear", "factor": 2.0}},
+    {"scaling": {"rope_type": "ntk", "factor": 4.0}},
+    {"scaling": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                 "high_freq_factor": 4.0}},
+    {"layout": "interleaved", "rotary_dim": 4},
+    {"logn_base_len": 4},
+    {"logn_base_len": 4, "scaling": {"rope_type": "dynamic", "factor": 2.0}},
+]
+CASES = ([(name, {}, T) for name in list_encodings()]
+         + [("rope", opts, TRAIN_LEN) for opts in ROPE_CASES]
+         + [("alibi", {"logn_base_len": 4}, T)])
+
+
+def _case_id(case) -> str:
+    name, opts, max_len = case
+    return f"{name}-{opts}" if opts else name
+
+
+def _model(tiny_lm, name, opts, max_len):
+    return tiny_lm(name, opts, max_len=max_len, d_model=32, n_heads=4)
+
+
+def _check_chunks(model, ids, bounds, msg):
+    """Feed ids in chunks ending at ``bounds`` through one set of caches."""
+    caches = model.make_caches(ids.shape[0], ids.shape[1])
+    start = 0
+    for end in bounds:
+        got = model(ids[:, start:end], caches=caches)
+        want = model(ids[:, :end])[:, start:end]
+        assert_close(got, want, atol=2e-5, rtol=1e-5,
+                     msg=lambda m: f"{msg}, tokens [{start}, {end}): {m}")
+        start = end
+
+
+VOCAB = 16
+
+
+def _lm(pe: str = "rope") -> TransformerLM:
+    return TransformerLM(LMConfig(vocab_size=VOCAB, d_model=16, n_heads=2, n_layers=1,
+                                  max_len=32, pe=pe,
+                                  pe_options=context_options(pe, VOCAB))).eval()
+
+
+def _learned_model(max_len=8):
+    return TransformerLM(LMConfig(vocab_size=16, d_model=16, n_heads=2, n_layers=1,
+                                  max_len=max_len, pe="learned")).eval()
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+@torch.no_grad()
+def test_token_by_token_equals_recompute(case, tiny_lm):
+    name, opts, max_len = case
+    model = _model(tiny_lm, name, opts, max_len)
+    ids = torch.randint(0, 48, (2, T))
+    _check_chunks(model, ids, [5, *range(6, T + 1)], f"{name} {opts} prefill 5 then 1 by 1")
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+@torch.no_grad()
+def test_chunked_prefill_equals_recompute(case, tiny_lm):
+    name, opts, max_len = case
+    model = _model(tiny_lm, name, opts, max_len)
+    ids = torch.randint(0, 48, (2, T))
+    # chunks that end before, at and past TRAIN_LEN, then single tokens
+    _check_chunks(model, ids, [3, 7, 8, 13, 18, 19, 20], f"{name} {opts} chunked")
+
+
+@pytest.mark.parametrize("name", list_encodings())
+@torch.no_grad()
+def test_cached_forward_is_causal_slice(name, tiny_lm):
+    """For length-independent encodings one full pass already is the recompute."""
+    model = tiny_lm(name, max_len=T)
+    ids = torch.randint(0, 48, (2, T))
+    full = model(ids)
+    for end in (1, 9, T):
+        assert_close(model(ids[:, :end]), full[:, :end], atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", list_encodings())
+@torch.no_grad()
+def test_cache_checks_can_fail(name, tiny_lm):
+    """A cache missing a token, or (for encodings with a q/k or score hook) a wrong position,
+    changes the logits well beyond the tolerance above: the tests are not vacuous."""
+    model = tiny_lm(name, max_len=T + 4)
+    ids = torch.randint(0, 48, (1, T))
+    right = model(ids)[:, -1:]
+    caches = model.make_caches(1, T)
+    model(ids[:, :T - 1], caches=caches)
+    for cache in caches:
+        cache.length -= 1                                   # lose token T - 2
+    lost = model(ids[:, T - 1:], pos=torch.tensor([T - 1]), caches=caches)
+    assert (lost - right).abs().max() > 1e-3
+    if {"transform_qk", "score_bias"} & set(model.pe.hook_kinds()):
+        caches = model.make_caches(1, T)
+        model(ids[:, :T - 1], caches=caches)
+        wrong = model(ids[:, T - 1:], pos=torch.tensor([T + 2]), caches=caches)
+        assert (wrong - right).abs().max() > 1e-3
+
+
+def _argmax_loop(model, ids, n):
+    for _ in range(n):
+        ids = torch.cat([ids, model(ids)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return ids
+
+
+@pytest.mark.parametrize("case", [(n, {}, 24) for n in list_encodings()] + [
+    ("rope", {"scaling": {"rope_type": "dynamic", "factor": 4.0}}, 6),
+    ("rope", {"scaling": {"rope_type": "longrope", "factor": 4.0, "long_factor": LONG,
+                          "short_factor": SHORT}}, 6),
+], ids=_case_id)
+@torch.no_grad()
+def test_greedy_generate_equals_uncached_argmax(case, tiny_lm):
+    name, opts, max_len = case
+    model = _model(tiny_lm, name, opts, max_len)
+    prompt = torch.randint(0, 48, (2, 4))
+    out = model.generate(prompt, 12)
+    assert out.shape == (2, 16)
+    assert torch.equal(out, _argmax_loop(model, prompt, 12))
+
+
+@torch.no_grad()
+def test_recompute_returns_only_the_new_rows_and_weights(tiny_lm):
+    """When a length-dependent scaling restarts the caches, callers still get rows for the
+    tokens they passed (logits and attention weights)."""
+    model = tiny_lm("rope", {"scaling": {"rope_type": "dynamic", "factor": 4.0}},
+                    max_len=TRAIN_LEN)
+    ids = torch.randint(0, 48, (1, T))
+    caches = model.make_caches(1, T)
+    model(ids[:, :TRAIN_LEN + 2], caches=caches)
+    logits, weights = model(ids[:, TRAIN_LEN + 2:TRAIN_LEN + 4], caches=caches,
+                            need_weights=True)
+    want, want_weights = model(ids[:, :TRAIN_LEN + 4], need_weights=True)
+    assert logits.shape == (1, 2, 48)
+    assert_close(logits, want[:, -2:], atol=2e-5, rtol=1e-5)
+    for got, ref in zip(weights, want_weights):
+        assert got.shape == (1, 4, 2, TRAIN_LEN + 4)
+        assert_close(got, ref[:, :, -2:], atol=1e-6, rtol=1e-5)
+    assert all(c.length == TRAIN_LEN + 4 for c in caches)
+
+
+# ------------------------------------------------------------- config and input checks
+@pytest.mark.parametrize("field,value,message", [
+    ("dropout", "0.1", r"dropout must be a number in \[0.0, 1.0\), got '0.1'"),
+    ("dropout", None, r"dropout must be a number in \[0.0, 1.0\), got None"),
+    ("dropout", True, r"dropout must be a number"),
+    ("pe_options", [("theta", 10.0)], r"pe_options must be a dict of encoding options"),
+    ("pe_options", "theta=10", r"pe_options must be a dict"),
+    ("pe", None, r"pe must be the name of an encoding"),
+    ("bias", "no", r"bias must be True or False, got 'no'"),
+    ("tie_embeddings", 1, r"tie_embeddings must be True or False"),
+    ("attn_backend", "fast", r"attn_backend must be one of"),
+])
+def test_lm_config_values_are_checked(field, value, message):
+    _raises(message, LMConfig, **{field: value})
+
+
+def test_lm_config_pe_options_none_means_no_options():
+    config = LMConfig(pe_options=None)
+    assert config.pe_options == {}
+    assert LMConfig.from_dict(config.to_dict()) == LMConfig()
+    assert TransformerLM(LMConfig(d_model=16, n_heads=2, n_layers=1, pe_options=None))
+
+
+def test_generate_checks_max_new_tokens():
+    _raises(r"max_new_tokens must be an integer >= 0, got '2'", _lm().generate,
+            torch.zeros(1, 2, dtype=torch.long), "2")
+
+
+def test_generate_checks_its_prompt():
+    _raises(r"ids must be \(batch, length\), got list", _lm().generate, [[1, 2]], 2)
+    _raises(r"ids must be \(batch, length\), got shape \(2,\)", _lm().generate,
+            torch.tensor([1, 2]), 2)
+
+
+@pytest.mark.parametrize("d_model,n_heads", [(30, 4), (32, 5), (8, 16)])
+def test_n_heads_must_divide_d_model(d_model, n_heads):
+    with pytest.raises(ValueError, match=f"n_heads={n_heads} must divide d_model={d_model}"):
+        LMConfig(d_model=d_model, n_heads=n_heads)
+    with pytest.raises(ValueError, match="n_heads"):
+        MultiHeadAttention(d_model, n_heads)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("vocab_size", 0), ("n_layers", -1), ("max_len", 0), ("d_ff", 0), ("dropout", 1.0),
+    ("norm_eps", 0.0), ("norm", "batchnorm"), ("activation", "tanh"),
+    ("norm_placement", "middle"),
+])
+def test_bad_model_config_is_named(field, value):
+    with pytest.raises(ValueError, match=field):
+        TransformerLM(LMConfig(**{"d_model": 32, "n_heads": 4, field: value}))
+
+
+def test_unknown_config_key_lists_valid_ones():
+    with pytest.raises(ValueError, match="n_head.*valid:.*n_heads"):
+        LMConfig.from_dict({"n_head": 4})
+
+
+def test_ids_must_be_two_dimensional():
+    with pytest.raises(ValueError, match=r"ids must be \(batch, length\)"):
+        _learned_model()(torch.zeros(5, dtype=torch.long))
+
+
+# -------------------------------------------------------------------- bfloat16 weights
+@pytest.mark.parametrize("pe", list_encodings())
+def test_every_encoding_runs_with_bfloat16_weights(pe):
+    """A model cast to bfloat16 (weights and activations) runs forward and stays close to
+    its float32 self: no dtype mismatch inside an encoding's own computation."""
+    from tests.helpers import context_options
+    from posenc import LMConfig, TransformerLM
+    torch.manual_seed(0)
+    model = TransformerLM(LMConfig(vocab_size=32, d_model=32, n_layers=1, n_heads=2,
+                                   max_len=16, pe=pe,
+                                   pe_options=context_options(pe, vocab_size=32))).eval()
+    ids = torch.randint(0, 32, (2, 16))
+    with torch.no_grad():
+        want = model(ids)
+        got = model.to(torch.bfloat16)(ids)
+    assert got.dtype == torch.bfloat16
+    assert (got.float() - want).abs().max() < 0.1 * want.abs().max() + 0.05

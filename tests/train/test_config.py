@@ -1,0 +1,50 @@
+"""TrainConfig: round trips, differences and validation; the parsing of key=value
+options."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from posenc.models import LMConfig
+from posenc.train import TrainConfig
+from posenc.train.config import parse_options, parse_value
+
+from tests.helpers import make_corpus
+
+
+def tiny(tmp_path, **kw):
+    model = kw.pop("model", {})
+    model = LMConfig(**{"d_model": 32, "n_layers": 1, "n_heads": 2, "max_len": 16,
+                        "d_ff": 64, "pe": "rope", **model})
+    base = {"data": str(make_corpus(tmp_path / "data")), "train_len": 16, "batch_size": 4,
+            "steps": 6, "checkpoint_every": 3, "eval_windows": 4,
+            "cache_dir": str(tmp_path / "cache"), "device": "cpu"}
+    return TrainConfig(model=model, **{**base, **kw})
+
+
+def test_config_round_trip_and_validation(tmp_path):
+    cfg = tiny(tmp_path, model={"pe": "alibi", "pe_options": {"logn_base_len": 16}})
+    back = TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert back == cfg and back.differences(cfg) == []
+    assert cfg.differences(tiny(tmp_path, lr=0.1, model={"pe": "t5"})) == ["lr", "model.pe",
+                                                                          "model.pe_options"]
+    assert cfg.warmup == 0 and tiny(tmp_path, steps=50).warmup == 5
+    cases = [({"train_len": 32}, "max_len=16 is smaller than train_len=32"),
+             ({"task": "copy"}, "either task or data"),
+             ({"data": None, "task": "copy", "tokenizer": "bpe:500"}, "must be 'byte'"),
+             ({"task": "sort", "data": None}, "valid tasks"),
+             ({"tokenizer": "chars"}, "valid: byte, bpe:N"),
+             ({"lr": 0}, "lr must be"), ({"warmup_steps": 6}, "warmup_steps must be < steps"),
+             ({"device": "tpu"}, "device must be one of")]
+    for change, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            tiny(tmp_path, **change)
+    with pytest.raises(ValueError, match="unknown TrainConfig key"):
+        TrainConfig.from_dict({"steps": 3, "epochs": 2})
+    assert parse_options(["theta=500000", "layout=half", "x=1.5", "y=true"]) == {
+        "theta": 500000, "layout": "half", "x": 1.5, "y": True}
+    assert parse_value("null") is None
+    with pytest.raises(ValueError, match="key=value"):
+        parse_options(["theta"])

@@ -1,0 +1,140 @@
+"""The training loop: a run's files and what load_run restores, learning a corpus and a
+task, the learning-rate schedule, gradient clipping, bf16 autocast, progress and TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from posenc.data.corpora import load_corpus
+from posenc.models import LMConfig
+from posenc.train import TrainConfig, load_run, train
+from posenc.train.checkpoint import committed_file
+from posenc.train.loop import lr_factor
+
+from tests.helpers import make_corpus
+
+
+def tiny(tmp_path, **kw):
+    model = kw.pop("model", {})
+    model = LMConfig(**{"d_model": 32, "n_layers": 1, "n_heads": 2, "max_len": 16,
+                        "d_ff": 64, "pe": "rope", **model})
+    base = {"data": str(make_corpus(tmp_path / "data")), "train_len": 16, "batch_size": 4,
+            "steps": 6, "checkpoint_every": 3, "eval_windows": 4,
+            "cache_dir": str(tmp_path / "cache"), "device": "cpu"}
+    return TrainConfig(model=model, **{**base, **kw})
+
+
+# ------------------------------------------------------------ a whole run
+def test_train_writes_a_run_that_load_run_restores(tmp_path):
+    cfg = tiny(tmp_path, eval_every=3)
+    final = {}
+    result = train(cfg, tmp_path / "run", progress=False,
+                   on_step=lambda s, r, m: final.update(m.state_dict()) if s == 6 else None)
+    run = tmp_path / "run"
+    assert {p.name for p in committed_file(run).parent.iterdir()} == {
+        "model.safetensors", "state.pt", "manifest.json"}
+    assert {p.name for p in run.iterdir()} >= {"config.json", "checkpoints",
+                                                "state.json", "log.jsonl", "log.csv",
+                                                "tokenizer"}
+    assert not [p for p in run.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(
+        ".posenc")]
+    assert len(list((run / "checkpoints").iterdir())) == 1         # older ones were removed
+    assert result.steps == 6 and result.tokens_per_s > 0 and math.isfinite(result.final_loss)
+    loaded = load_run(run)
+    assert not loaded.model.training and loaded.steps == 6 and loaded.complete
+    assert loaded.train_config == cfg
+    assert loaded.corpus_info == load_corpus(cfg.data).info()
+    assert loaded.tokenizer.spec == "byte" and loaded.tokens_per_s == pytest.approx(
+        result.tokens_per_s)
+    for name, value in loaded.model.state_dict().items():
+        torch.testing.assert_close(value, final[name], rtol=0, atol=0)
+    assert loaded.model.head.weight is loaded.model.tok.weight          # still tied
+    with safe_open(str(committed_file(run)), "pt") as f:          # stored once
+        keys = set(f.keys())
+        assert f.metadata()["step"] == "6"
+    assert ("head.weight" in keys) != ("tok.weight" in keys)
+    steps = [r for r in loaded.log if "loss" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4, 5, 6]
+    assert steps[-1]["loss"] == pytest.approx(result.final_loss)
+    assert [r["step"] for r in loaded.log if "val_loss" in r] == [3, 6]
+    csv_lines = (run / "log.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("step,loss,lr") and len(csv_lines) == 1 + 6 + 2
+    doc = json.loads((run / "config.json").read_text())
+    assert doc["corpus"]["sha256"] == loaded.corpus_info["sha256"]
+
+
+def test_training_learns_a_repetitive_corpus(tmp_path):
+    folder = tmp_path / "rep"
+    folder.mkdir()
+    for i in range(12):
+        (folder / f"{i}.txt").write_text("abcdefgh" * 200)
+    cfg = tiny(tmp_path, data=str(folder), steps=30, lr=1e-2, checkpoint_every=0)
+    train(cfg, tmp_path / "run", progress=False)
+    log = load_run(tmp_path / "run").log
+    assert log[0]["loss"] > 4.0 and log[-1]["val_loss"] < 1.0
+
+
+def test_learned_encoding_and_a_task_train(tmp_path):
+    cfg = tiny(tmp_path, data=None, task="copy", steps=3, model={"pe": "learned"})
+    train(cfg, tmp_path / "run", progress=False)
+    loaded = load_run(tmp_path / "run")
+    assert loaded.corpus_info["name"] == "task:copy"
+    assert loaded.model.pe.table.shape == (16, 32)
+
+
+def test_lr_schedule_warmup_then_cosine(tmp_path):
+    assert [lr_factor(s, 4, 20, 0.1) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert lr_factor(4, 4, 20, 0.1) == 1.0 and lr_factor(19, 4, 20, 0.1) == pytest.approx(0.1)
+    mid = lr_factor(4 + 15 // 2, 4, 20, 0.1)
+    assert 0.1 < mid < 1.0 and lr_factor(0, 0, 20, 0.0) == 1.0
+    cfg = tiny(tmp_path, steps=6, warmup_steps=2, lr=0.01, min_lr_ratio=0.0,
+               checkpoint_every=0)
+    train(cfg, tmp_path / "run", progress=False)
+    lrs = [r["lr"] for r in load_run(tmp_path / "run").log if "lr" in r]
+    expected = [0.01 * lr_factor(s, 2, 6, 0.0) for s in range(6)]
+    assert lrs == pytest.approx(expected) and lrs[-1] == 0.0
+
+
+def test_grad_clip_bounds_the_update(tmp_path):
+    cfg = tiny(tmp_path, steps=2, grad_clip=1e-3, checkpoint_every=0, warmup_steps=0)
+    train(cfg, tmp_path / "run", progress=False)
+    assert load_run(tmp_path / "run").log[0]["grad_norm"] > 1e-3     # the norm before clip
+
+
+def test_model_vocab_must_cover_the_tokenizer(tmp_path):
+    with pytest.raises(ValueError, match="vocab_size=100 is smaller than tokenizer 'byte'"):
+        train(tiny(tmp_path, model={"vocab_size": 100}), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_bf16_autocast_progress_bar_and_tensorboard_hook(tmp_path, capsys, monkeypatch):
+    from posenc.train import logging as run_logging
+
+    scalars = []
+
+    class FakeWriter:
+        def add_scalar(self, tag, value, step):
+            scalars.append((tag, step))
+
+        def flush(self):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(run_logging, "_summary_writer", lambda path, start: FakeWriter())
+    cfg = tiny(tmp_path, steps=2, bf16=True, checkpoint_every=0)
+    result = train(cfg, tmp_path / "run", progress=True)
+    assert math.isfinite(result.final_loss) and result.final_loss > 1.0
+    err = capsys.readouterr().err
+    assert "train rope" in err and "loss=" in err and "tok_s=" in err and "2/2" in err
+    assert ("train/loss", 1) in scalars and ("train/loss", 2) in scalars
+    assert ("val/loss", 2) in scalars
+    fp32 = train(tiny(tmp_path, steps=2, checkpoint_every=0), tmp_path / "fp32", progress=False)
+    assert fp32.final_loss != result.final_loss                  # autocast changed the math
+    assert fp32.final_loss == pytest.approx(result.final_loss, abs=0.1)
