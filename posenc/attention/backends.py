@@ -81,10 +81,14 @@ def _sdpa(q, k, v, bias, causal, dropout, scale):
     lq, lk = q.shape[2], k.shape[2]
     masked = causal and lq > 1
     if bias is None:
-        square = masked and lq == lk
-        mask = causal_visible(lq, lk, q.device) if masked and not square else None
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
-                                              is_causal=square, scale=scale)
+        # branches, not boolean expressions: traced lengths then give plain bools
+        if not masked:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scale)
+        if lq == lk:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True,
+                                                  scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_visible(lq, lk, q.device),
+                                              dropout_p=dropout, scale=scale)
     bias = bias.to(q.dtype)
     if masked:
         bias = bias.masked_fill(~causal_visible(lq, lk, q.device), float("-inf"))

@@ -92,7 +92,7 @@ def replay_if_stale(pe: PositionalEncoding, ids: Tensor, pos: Tensor, caches: li
     if first.length + ids.shape[1] > first.capacity:
         return ids, pos                          # the cache itself raises, nothing is lost
     all_ids, all_pos = torch.cat([book["ids"], ids], dim=1), torch.cat([book["pos"], pos])
-    stale = book["signature"] != signature
+    stale = signature != book["signature"]
     book.update(signature=signature, ids=all_ids, pos=all_pos)
     if not stale:
         return ids, pos

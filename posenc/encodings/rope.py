@@ -21,8 +21,8 @@ from torch import Tensor
 from ..kernels.rotary import apply_rotary, frequency_turns, rotary_angles
 from .base import (PositionalEncoding, check_qk, register, require_choice,
                    require_float_in)
-from .rope_scaling import (LENGTH_DEPENDENT, REQUIRED, compute_inv_freq, scaling_type,
-                           validate_scaling)
+from .rope_scaling import (LENGTH_DEPENDENT, REQUIRED, compute_inv_freq, frequency_key,
+                           scaling_type, validate_scaling)
 
 
 @register("rope")
@@ -103,11 +103,9 @@ class RotaryEncoding(PositionalEncoding):
         return inv_freq.to(self.inv_freq.device), factor
 
     def length_signature(self, seq_len: int) -> object | None:
-        """The frequencies in force at ``seq_len``; None unless the scaling depends on length."""
-        if not self.length_dependent:
-            return None
-        inv_freq, factor = self.frequencies(seq_len)
-        return factor, tuple(inv_freq.tolist())
+        """What fixes the frequencies at ``seq_len`` (a host value, see
+        ``rope_scaling.frequency_key``); None unless the scaling depends on length."""
+        return frequency_key(self.scaling, seq_len) if self.length_dependent else None
 
     def cos_sin(self, pos: Tensor, seq_len: int, long: Tensor | None = None
                 ) -> tuple[Tensor, Tensor]:

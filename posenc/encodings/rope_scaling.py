@@ -169,6 +169,20 @@ def dynamic_length(seq_len: int | None, original: int, schedule: str = "stepped"
     return length
 
 
+def frequency_key(scaling: Mapping[str, Any] | None, seq_len: int | None) -> object | None:
+    """A host value that fixes the frequencies of a length-dependent scaling at ``seq_len``
+    (equal keys, equal frequencies): dynamic's effective length, longrope's choice of
+    factors; None for the other types, whose frequencies never change."""
+    kind = scaling_type(scaling)
+    if kind == "dynamic":
+        return dynamic_length(seq_len, scaling["original_max_position_embeddings"],
+                              scaling.get("schedule", "stepped"))
+    if kind == "longrope":        # a branch, so a traced length gives a plain bool
+        return True if seq_len is not None and seq_len > scaling[
+            "original_max_position_embeddings"] else False
+    return None
+
+
 def _dynamic(dim: int, theta: float, p: dict, seq_len: int | None) -> tuple[Tensor, float]:
     original, factor = p["original_max_position_embeddings"], p["factor"]
     seq_len = dynamic_length(seq_len, original, p.get("schedule", "stepped"))
