@@ -33,8 +33,9 @@ def sharpen(model: torch.nn.Module, std: float = 0.3, seed: int = 0) -> torch.nn
 
 
 def causal_layer_grads(pe: torch.nn.Module, *, d_model: int = 16, length: int = 72,
-                       first_pos: int = 3, seed: int = 2):
-    """One causal attention layer over ``pe`` (sharpened) in training, positions first_pos..:
+                       first_pos: int = 3, seed: int = 2, consecutive: bool = True):
+    """One causal attention layer over ``pe`` (sharpened) in training, positions first_pos..
+    (passed as the consecutive run they are, as a model does, unless ``consecutive=False``):
     its output (2, length, d_model) and the gradients of the input and every parameter."""
     from posenc.attention import MultiHeadAttention
     torch.manual_seed(seed)
@@ -42,7 +43,7 @@ def causal_layer_grads(pe: torch.nn.Module, *, d_model: int = 16, length: int = 
     attn = MultiHeadAttention(d_model, pe.n_heads)
     x = torch.randn(2, length, d_model, requires_grad=True)
     pos = torch.arange(length) + first_pos
-    out, _ = attn(x, pos, pe, causal=True)
+    out, _ = attn(x, pos, pe, causal=True, consecutive=consecutive)
     params = [x, *attn.parameters(), *pe.parameters()]
     return out, torch.autograd.grad(out, params, torch.randn_like(out))
 

@@ -23,7 +23,7 @@ DIRECT_WRITERS = {
     "viz/axes.py": "save_png: matplotlib writes into the helper's temporary file",
     "train/logging.py": "append-only training logs; readers skip a torn last line",
     "hf/measure.py": "writes /proc/self/clear_refs, not a file",
-    "encodings/native_build.py": "the C source, into a temporary build folder",
+    "kernels/build.py": "the C source, into a temporary build folder",
 }
 WRITE_CALL = re.compile(r"\.savefig\(|\.write_text\(|\.write_bytes\(|\bopen\([^)]*[\"'][wax]")
 

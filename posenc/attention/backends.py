@@ -97,7 +97,7 @@ def _sdpa(q, k, v, bias, causal, dropout, scale):
 
 
 def _fused(q, k, v, pe, q_pos, k_pos, causal, hints):
-    value_term = pe.overrides("value_term")
+    value_term = pe.backends() == ("eager",)          # this instance adds a value term
     bias = pe.fused_bias(q, k, q_pos, k_pos, causal, **hints)
     if bias is None:
         bias = pe.score_bias(q, k, q_pos, k_pos, causal, **hints)
@@ -149,8 +149,7 @@ def _ordered(blocks: Tensor) -> tuple[Tensor, Tensor]:
 def _causal_block_mask(lq: int, lk: int, device):
     """The causal BlockMask (query i sees keys up to i + Lk - Lq) from block index ranges,
     without the (Lq, Lk) mask ``create_block_mask`` would evaluate. A block is skipped where
-    no key is visible, full where every key is (mask_mod skipped), partial otherwise. The
-    offset is a 0-d tensor, so one compiled kernel serves every offset."""
+    no key is visible, full where every key is (mask_mod skipped), partial otherwise."""
     from torch.nn.attention.flex_attention import BlockMask
     offset = lk - lq
     n_q, n_k = -(-lq // _FLEX_BLOCK), -(-lk // _FLEX_BLOCK)
@@ -160,10 +159,9 @@ def _causal_block_mask(lq: int, lk: int, device):
     every = (k_hi[None, :] <= q_lo[:, None] + offset) & q_complete[:, None] & k_complete[None, :]
     partial_count, partial_index = _ordered(some & ~every)
     full_count, full_index = _ordered(every)
-    shift = torch.tensor(offset, device=device)
 
     def causal(b, h, q_idx, kv_idx):
-        return kv_idx <= q_idx + shift
+        return kv_idx <= q_idx + offset
 
     return BlockMask.from_kv_blocks(partial_count, partial_index, full_count, full_index,
                                     BLOCK_SIZE=_FLEX_BLOCK, mask_mod=causal,

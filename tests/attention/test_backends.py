@@ -1,7 +1,8 @@
 """Every attention backend an encoding offers agrees with eager softmax attention; the
-automatic choice; the flex backend's causal mask: the BlockMask built from block-wise position
-ranges equals the one ``create_block_mask`` builds from every (query, key) pair, and both
-mask_mods (index offset for position ranges, gathered positions otherwise) agree with eager.
+automatic choice for real tensors; the flex backend's causal mask: the BlockMask built from
+block index ranges (queries are the last keys) equals the one ``create_block_mask`` builds
+from every (query, key) pair, and flex agrees with eager for any cache offset without a
+recompile.
 
 The loops run over ``list_encodings()``, so encodings added later are covered without an
 edit here. FlexAttention compiles on CPU (seconds per new shape), so its cases share one
@@ -16,7 +17,7 @@ from torch.nn.attention import flex_attention
 from torch.testing import assert_close
 
 from posenc import LMConfig, TransformerLM, build_encoding, list_encodings
-from posenc.attention import attend, choose_backend
+from posenc.attention import attend, route
 from posenc.attention.backends import _causal_block_mask
 
 from tests.helpers import context_options
@@ -60,15 +61,13 @@ CASES = [(name, {}) for name in list_encodings()] + [
 ]
 
 
-def _positions():
-    gen = torch.Generator().manual_seed(0)
-    yield torch.arange(512), torch.arange(512)                    # aligned, whole blocks
-    yield torch.arange(257), torch.arange(257)                    # a one-position tail block
-    yield torch.arange(300, 301), torch.arange(301)               # one decoded query
-    yield torch.arange(100, 400), torch.arange(400)               # queries after a cache
-    yield torch.arange(5, 205), torch.arange(130, 460)            # keys ahead of queries
-    yield torch.randint(0, 500, (333,), generator=gen), torch.randint(0, 500, (517,),
-                                                                      generator=gen)
+#: (queries, keys): the queries are the last of the keys
+LENGTHS = [(512, 512),      # aligned, whole blocks
+           (257, 257),      # a one-position tail block
+           (1, 301),        # one decoded query
+           (300, 400),      # queries after a cache
+           (200, 330),      # partial blocks on both sides
+           (333, 517)]
 
 
 def _attend_both(pe, q_pos, k_pos):
@@ -156,25 +155,28 @@ def test_t5_bias_gets_gradients_through_sdpa(tiny_lm):
 
 def test_auto_backend_choice():
     pe = _encoding("alibi")
+    q = torch.zeros(1, H, 4096, D, requires_grad=True)
     with torch.no_grad():
-        assert choose_backend(pe, "auto", k_len=4096) == "flex"
-        assert choose_backend(pe, "auto", k_len=16) == "sdpa"
-    assert choose_backend(pe, "auto", k_len=4096) == "sdpa"          # gradients needed
-    assert choose_backend(_encoding("rope"), "auto", k_len=4096) == "sdpa"
-    assert choose_backend(pe, "auto", k_len=16, need_weights=True) == "eager"
+        assert route(pe, q, q, q) == "flex"
+        assert route(pe, q[:, :, :16], q[:, :, :16], q[:, :, :16]) == "sdpa"
+        assert route(pe, q[:, :, :1], q, q) == "sdpa"                # decoding
+    assert route(pe, q, q, q) == "fused"                 # gradients needed, CPU fp32
+    assert route(pe, q.bfloat16(), q.bfloat16(), q.bfloat16()) == "sdpa"
+    assert route(_encoding("rope"), q, q, q) == "sdpa"
+    assert route(pe, q, q, q, need_weights=True) == "eager"
 
 
 def test_flex_refuses_gradients_on_cpu():
     pe = _encoding("alibi")
-    if torch.cuda.is_available():
-        pytest.skip("flex trains on GPU")
-    with pytest.raises(ValueError, match="no_grad"):
-        choose_backend(pe, "flex", k_len=16)
+    q = torch.zeros(1, H, 16, D, requires_grad=True)
+    with pytest.raises(ValueError, match="encoding 'alibi'.*forward-only on cpu.*no_grad"):
+        route(pe, q, q, q, requested="flex")
 
 
 def test_unknown_backend_lists_valid_ones():
-    with pytest.raises(ValueError, match="sdpa"):
-        choose_backend(_encoding("rope"), "cuda-magic", k_len=16)
+    q = torch.zeros(1, H, 16, D)
+    with pytest.raises(ValueError, match="'cuda-magic'; valid: auto, sdpa, flex, eager"):
+        route(_encoding("rope"), q, q, q, requested="cuda-magic")
 
 
 def test_backend_the_encoding_cannot_run_is_refused():
@@ -184,14 +186,13 @@ def test_backend_the_encoding_cannot_run_is_refused():
 
 
 # ---------------------------------------------------------------- the flex causal mask
-@pytest.mark.parametrize("q_pos,k_pos", list(_positions()))
-def test_block_mask_equals_create_block_mask(q_pos, k_pos):
+@pytest.mark.parametrize("lq,lk", LENGTHS)
+def test_block_mask_equals_create_block_mask(lq, lk):
     def mask_mod(b, h, q_idx, kv_idx):
-        return k_pos[kv_idx] <= q_pos[q_idx]
+        return kv_idx <= q_idx + (lk - lq)
 
-    ours = _causal_block_mask(q_pos, k_pos, mask_mod)
-    ref = flex_attention.create_block_mask(mask_mod, None, None, q_pos.numel(), k_pos.numel(),
-                                           device="cpu")
+    ours = _causal_block_mask(lq, lk, "cpu")
+    ref = flex_attention.create_block_mask(mask_mod, None, None, lq, lk, device="cpu")
     assert ours.seq_lengths == ref.seq_lengths
     for field in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices",
                   "q_num_blocks", "q_indices", "full_q_num_blocks", "full_q_indices"):
@@ -199,20 +200,15 @@ def test_block_mask_equals_create_block_mask(q_pos, k_pos):
     assert torch.equal(ours.to_dense(), ref.to_dense())
 
 
-def test_flex_causal_masks_match_eager_without_recompiling():
-    """Position ranges use the index mask (one compiled kernel for every cache offset);
-    other positions gather them. Both agree with eager."""
-    from torch._dynamo.utils import counters
-
+def test_flex_causal_masks_match_eager():
+    """Queries after two cache lengths; positions are what the encoding reads (here
+    restarting, as in packed documents), never what the mask is built from."""
     pe = build_encoding("alibi", n_heads=2, head_dim=8)
     k_pos = torch.arange(24)
-    for start in (8, 13):                                     # two cache offsets
-        if start == 13:
-            compiled = counters["stats"]["unique_graphs"]
-        out, ref = _attend_both(pe, torch.arange(start, start + 11), k_pos)
+    for start in (8, 13):                                     # two cache lengths
+        out, ref = _attend_both(pe, torch.arange(start, start + 11), k_pos[:start + 11])
         assert_close(out, ref, atol=1e-5, rtol=1e-5)
-    assert counters["stats"]["unique_graphs"] == compiled
-    packed = torch.cat((torch.arange(12), torch.arange(12)))  # two packed documents' positions
+    packed = torch.cat((torch.arange(12), torch.arange(12)))  # restarting positions
     out, ref = _attend_both(pe, packed[-11:], packed)
     assert_close(out, ref, atol=1e-5, rtol=1e-5)
 

@@ -7,10 +7,15 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from posenc.attention.backends import visible
-from posenc.attention.biased import biased_attention, fits_biased_attention
+from posenc.attention.biased import biased_attention
+from posenc.attention.masks import causal_visible
 
 pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def _hidden(lq: int, lk: int):
+    """The pairs a causal mask hides when the queries are the last lq of lk keys."""
+    return ~causal_visible(lq, lk, "cpu")
 
 
 def _reference(q, k, v, bias, hidden, scale):
@@ -34,30 +39,28 @@ def _leaves(shape_q, shape_k, dv, bias_shape, seed=0):
 @pytest.mark.parametrize("bias_shape", [(2, 3, 5, 9), (1, 3, 5, 9), (3, 5, 9)])
 @pytest.mark.parametrize("causal", [True, False])
 def test_values_and_gradients_match_plain_attention(bias_shape, causal):
-    _check_against_plain(torch.arange(4, 9), torch.arange(9), bias_shape, causal)
+    _check_against_plain(5, 9, bias_shape, causal)
 
 
-@pytest.mark.parametrize("q_pos,k_pos,split", [
-    (torch.arange(70), torch.arange(70), True),            # causal square: half the keys
-    (torch.arange(30, 100), torch.arange(100), True),      # queries at the end: 65 of 100
-    (torch.arange(110, 180), torch.arange(180), False),    # 145 of 180: not worth a split
+@pytest.mark.parametrize("lq,lk,split", [
+    (70, 70, True),            # causal square: half the keys
+    (70, 100, True),           # queries at the end: 65 of 100
+    (70, 180, False),          # 145 of 180: not worth a split
 ], ids=("square", "offset", "no-split"))
-def test_row_blocks_match_plain_attention(q_pos, k_pos, split):
+def test_row_blocks_match_plain_attention(lq, lk, split):
     """Long causal blocks run as row blocks, each over the keys its rows see only:
     the same values and gradients, and no bias gradient at hidden pairs."""
     from posenc.attention.biased import _row_blocks
-    lq, lk = len(q_pos), len(k_pos)
-    assert (len(_row_blocks(~visible(q_pos, k_pos), lq, lk, False)) > 1) == split
+    assert (len(_row_blocks(True, lq, lk, False)) > 1) == split
     for bias_shape in ((2, 3, lq, lk), (1, 3, lq, lk)):
-        _check_against_plain(q_pos, k_pos, bias_shape, True)
+        _check_against_plain(lq, lk, bias_shape, True)
 
 
-def _check_against_plain(q_pos, k_pos, bias_shape, causal):
-    lq, lk = len(q_pos), len(k_pos)
-    hidden = ~visible(q_pos, k_pos) if causal else None
+def _check_against_plain(lq, lk, bias_shape, causal):
+    hidden = _hidden(lq, lk) if causal else None
     grad_out = torch.randn(2, 3, lq, 6, generator=torch.Generator().manual_seed(9))
     results = []
-    for fn in (_reference, lambda *a: biased_attention(*a[:4], hidden=a[4], scale=a[5])):
+    for fn in (_reference, lambda *a: biased_attention(*a[:4], causal=causal, scale=a[5])):
         leaves = _leaves((2, 3, lq, 4), lk, 6, bias_shape)
         out = fn(*leaves, hidden, 0.37)
         out.backward(grad_out)
@@ -72,36 +75,26 @@ def _check_against_plain(q_pos, k_pos, bias_shape, causal):
 def test_hidden_bias_entries_are_never_read(length):
     """Masked pairs may hold any finite value: the result does not change (one block, and
     row blocks)."""
-    pos = torch.arange(length)
-    hidden = ~visible(pos, pos)
+    hidden = _hidden(length, length)
     q, k, v, bias = (t.detach() for t in _leaves((1, 2, length, 4), length, 4,
                                                  (1, 2, length, length)))
     for junk in (1e30, -1e30):
-        assert_close(biased_attention(q, k, v, bias.masked_fill(hidden, junk), hidden=hidden,
+        assert_close(biased_attention(q, k, v, bias.masked_fill(hidden, junk), causal=True,
                                       scale=0.5),
-                     biased_attention(q, k, v, bias, hidden=hidden, scale=0.5))
+                     biased_attention(q, k, v, bias, causal=True, scale=0.5))
 
 
 def test_matches_sdpa_with_a_float_mask():
     q, k, v, bias = _leaves((2, 2, 7, 8), 7, 8, (1, 2, 7, 7), seed=3)
-    pos = torch.arange(7)
     want = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=bias.masked_fill(~visible(pos, pos), float("-inf")), scale=0.3)
-    got = biased_attention(q, k, v, bias, hidden=~visible(pos, pos), scale=0.3)
+        q, k, v, attn_mask=bias.masked_fill(_hidden(7, 7), float("-inf")), scale=0.3)
+    got = biased_attention(q, k, v, bias, causal=True, scale=0.3)
     assert_close(got, want, atol=1e-5, rtol=1e-5)
-
-
-def test_serves_fp32_without_dropout_only():
-    x = torch.zeros(1, 1, 2, 2)
-    assert fits_biased_attention(x, x, x, 0.0)
-    assert not fits_biased_attention(x, x, x, 0.1)
-    assert not fits_biased_attention(x.bfloat16(), x.bfloat16(), x.bfloat16(), 0.0)
 
 
 def test_weights_returned_for_a_value_term_carry_their_gradient():
     """out + f(weights): gradients through both outputs equal plain attention's."""
-    pos = torch.arange(7)
-    hidden = ~visible(pos, pos)
+    hidden = _hidden(7, 7)
     table = torch.randn(7, 7, 5, generator=torch.Generator().manual_seed(4))
     grad_out = torch.randn(2, 3, 7, 5, generator=torch.Generator().manual_seed(5))
 
@@ -112,7 +105,7 @@ def test_weights_returned_for_a_value_term_carry_their_gradient():
     for fused in (False, True):
         leaves = _leaves((2, 3, 7, 4), 7, 5, (1, 3, 7, 7), seed=6)
         if fused:
-            out, w = biased_attention(*leaves, hidden=hidden, scale=0.4, with_weights=True)
+            out, w = biased_attention(*leaves, causal=True, scale=0.4, with_weights=True)
         else:
             logits = (leaves[0] @ leaves[1].transpose(-2, -1)) * 0.4 + leaves[3]
             w = logits.masked_fill(hidden, float("-inf")).softmax(-1)

@@ -7,8 +7,8 @@ from posenc.attention import attend
 from posenc.encodings import build_encoding
 
 H, D = 2, 8
-Q_POS = torch.tensor([4, 5, 9])                  # a cache-like query block, Lq != Lk
-K_POS = torch.tensor([0, 1, 2, 4, 5, 9, 12])
+K_POS = torch.tensor([0, 1, 2, 4, 5, 9, 12])     # positions with gaps: no strided layout
+Q_POS = K_POS[-3:].clone()                       # a cache-like query block: the last keys
 
 
 def boost(module: torch.nn.Module, std: float = 0.5) -> None:

@@ -271,7 +271,7 @@ def test_capabilities_in_the_listing():
     shaw = build_encoding("shaw", n_heads=H, head_dim=D)
     for backend in ("sdpa", "flex"):
         with pytest.raises(ValueError, match="supports: eager"):
-            choose_backend(shaw, backend, k_len=8)
+            choose_backend(shaw.backends(), shaw.has_bias, requested=backend, k_len=8)
     keys_only = build_encoding("shaw", n_heads=H, head_dim=D, relative_values=False)
     assert keys_only.backends() == ("sdpa", "flex", "eager")
 

@@ -17,8 +17,7 @@ from tests.helpers import needs_transformers
 
 def deberta_gathered_bias(pe, q, k, q_pos, k_pos):
     """The gather formulation over the 2 span table rows (the path for any positions)."""
-    rows, lo = pe.bucket_rows(q_pos, k_pos)
-    r = rows[q_pos[:, None] - k_pos[None, :] - lo]                             # (Lq, Lk)
+    r = pe.pair_rows(q_pos, k_pos)                                             # (Lq, Lk)
     c2p, p2c = pe.term_tables(q, k)
     bias = 0
     if c2p is not None:
@@ -108,19 +107,22 @@ def test_compiled_flex_agrees_with_eager_for_deberta():
     {"position_buckets": 8, "max_relative_positions": 16, "pos_att_type": "p2c"},
 ], ids=["both", "c2p-raw", "p2c"])
 def test_deberta_strided_bias_equals_the_gathered_one(options):
-    """Consecutive positions read the bias through strided views of distance tables; values
-    and gradients equal the gather formulation, prefill with an offset included."""
+    """Positions the caller promises consecutive read the bias through strided views of
+    distance tables; values and gradients equal the gather formulation (also what the hook
+    computes without the promise), prefill with an offset included."""
     pe = make("deberta", options)
     for lq, lk, q0, k0 in [(7, 7, 0, 0), (3, 7, 4, 0), (1, 9, 8, 0), (6, 4, 2, 5)]:
         q, k, _ = qkv(lq, lk)
         q.requires_grad_(True)
         k.requires_grad_(True)
         q_pos, k_pos = torch.arange(q0, q0 + lq), torch.arange(k0, k0 + lk)
-        assert pe.bucket_rows(q_pos, k_pos)[0].numel() <= 2 * pe.span   # the strided path
+        assert lq + lk - 1 <= 2 * pe.span                               # the strided path
         grad = torch.randn(2, H, lq, lk)
-        got = pe.score_bias(q, k, q_pos, k_pos)
+        got = pe.score_bias(q, k, q_pos, k_pos, consecutive=True)
         want = deberta_gathered_bias(pe, q, k, q_pos, k_pos)
         torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(pe.score_bias(q, k, q_pos, k_pos), want, atol=1e-6,
+                                   rtol=1e-5)
         got_grads = torch.autograd.grad(got, [q, k, *pe.parameters()], grad, allow_unused=True)
         want_grads = torch.autograd.grad(want, [q, k, *pe.parameters()], grad, allow_unused=True)
         for g, w in zip(got_grads, want_grads):

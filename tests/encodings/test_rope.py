@@ -120,8 +120,9 @@ def _llama_pair(rope: dict | None, *, tie: bool, attn: str, eps: float = 1e-6):
             else:
                 p.normal_(0.0, 0.25)
     options = {"layout": "half", "theta": 10000.0}
-    if rope:
-        options["scaling"] = dict(rope)
+    if rope:             # Hugging Face's dynamic NTK follows every token
+        options["scaling"] = dict(rope, **({"schedule": "per_token"}
+                                           if rope["rope_type"] == "dynamic" else {}))
     cfg = LMConfig(vocab_size=96, d_model=HEAD_DIM * N_HEADS, n_layers=2, n_heads=N_HEADS,
                    max_len=ORIG, d_ff=48, activation="swiglu", norm="rmsnorm", norm_eps=eps,
                    norm_placement="pre", bias=False, tie_embeddings=tie, pe="rope",
@@ -277,12 +278,13 @@ def test_inv_freq_matches_hf(scaling, theta):
 @pytest.mark.parametrize("seq_len", [None, 1, ORIG - 1, ORIG, ORIG + 1, 3 * ORIG, 10 * ORIG])
 @pytest.mark.parametrize("factor", [1.0, 2.0, 8.0])
 def test_dynamic_matches_hf(seq_len, factor):
-    """HF's dynamic NTK reads the original length from max_position_embeddings."""
+    """HF's dynamic NTK (posenc's per-token schedule) reads the original length from
+    max_position_embeddings."""
     want, want_attn = _hf_inv_freq({"rope_type": "dynamic", "factor": factor,
                                     "rope_theta": 10000.0},
                                    seq_len=seq_len, max_position_embeddings=ORIG)
     got, got_attn = compute_inv_freq(
-        HEAD_DIM, 10000.0, {"rope_type": "dynamic", "factor": factor,
+        HEAD_DIM, 10000.0, {"rope_type": "dynamic", "factor": factor, "schedule": "per_token",
                             "original_max_position_embeddings": ORIG}, seq_len=seq_len)
     assert_close(got, want, rtol=1e-6, atol=0)
     assert got_attn == want_attn

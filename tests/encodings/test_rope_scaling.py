@@ -11,9 +11,10 @@ import torch
 from torch.testing import assert_close
 
 from posenc import LMConfig, TransformerLM, build_encoding
-from posenc.encodings.rope_scaling import (base_inv_freq, compute_inv_freq, parse_scaling_spec,
-                                           scaling_types)
-from posenc.encodings.rotary_kernels import apply_rotary
+from posenc.encodings.rope_scaling import (base_inv_freq, compute_inv_freq, dynamic_length,
+                                           parse_scaling_spec, scaling_types, validate_scaling)
+from posenc.kernels.rotary import apply_rotary
+from tests.helpers import sharpen
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -65,8 +66,10 @@ def test_dynamic_is_default_up_to_the_original_length(factor):
 def test_dynamic_base_formula():
     scaling = {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": ORIG}
     seq_len = 3 * ORIG
-    base = THETA * ((4.0 * seq_len / ORIG) - 3.0) ** (D / (D - 2))
-    assert_close(compute_inv_freq(D, THETA, scaling, seq_len)[0], base_inv_freq(D, base))
+    for schedule, length in (("per_token", seq_len), ("stepped", 4 * ORIG)):
+        base = THETA * ((4.0 * length / ORIG) - 3.0) ** (D / (D - 2))
+        assert_close(compute_inv_freq(D, THETA, {**scaling, "schedule": schedule}, seq_len)[0],
+                     base_inv_freq(D, base))
 
 
 @pytest.mark.parametrize("factor", [2.0, 8.0, 32.0])
@@ -232,3 +235,65 @@ def test_model_config_options_are_not_mutated():
     before = copy.deepcopy(options)
     model = TransformerLM(LMConfig(pe="rope", pe_options=options, d_model=32, n_heads=4))
     assert options == before and model.pe.scaling["factor"] == 2.0
+
+
+# ------------------------------------------------------ dynamic NTK: stepped schedule
+@pytest.mark.parametrize("seq_len,stepped,per_token", [
+    (None, 64, 64), (1, 64, 64), (64, 64, 64), (65, 128, 65), (128, 128, 128),
+    (129, 256, 129), (1000, 1024, 1000)])
+def test_dynamic_length_of_each_schedule(seq_len, stepped, per_token):
+    assert dynamic_length(seq_len, 64, "stepped") == stepped
+    assert dynamic_length(seq_len, 64, "per_token") == per_token
+
+
+def test_stepped_equals_per_token_at_thresholds_and_the_next_threshold_between():
+    def freqs(schedule, seq_len):
+        scaling = {"rope_type": "dynamic", "factor": 2.0,
+                   "original_max_position_embeddings": 64, "schedule": schedule}
+        return compute_inv_freq(32, 10000.0, scaling, seq_len)[0]
+
+    for threshold in (64, 128, 256, 512):
+        assert torch.equal(freqs("stepped", threshold), freqs("per_token", threshold))
+    for seq_len, threshold in ((65, 128), (100, 128), (300, 512)):
+        assert torch.equal(freqs("stepped", seq_len), freqs("per_token", threshold))
+        assert not torch.equal(freqs("stepped", seq_len), freqs("per_token", seq_len))
+    # the default is stepped
+    default = compute_inv_freq(32, 10000.0, {"rope_type": "dynamic", "factor": 2.0,
+                                             "original_max_position_embeddings": 64}, 100)[0]
+    assert torch.equal(default, freqs("stepped", 100))
+
+
+def test_unknown_dynamic_schedule_is_refused():
+    with pytest.raises(ValueError, match="schedule must be one of 'stepped', 'per_token'"):
+        validate_scaling({"rope_type": "dynamic", "factor": 2.0,
+                          "original_max_position_embeddings": 64, "schedule": "weekly"})
+    with pytest.raises(ValueError, match="unknown key.*schedule"):
+        validate_scaling({"rope_type": "yarn", "factor": 2.0,
+                          "original_max_position_embeddings": 64, "schedule": "stepped"})
+
+
+@pytest.mark.parametrize("schedule,recomputes", [("stepped", 3), ("per_token", 32)])
+def test_cached_decoding_is_exact_and_recomputes_once_per_doubling(monkeypatch, schedule,
+                                                                    recomputes):
+    """Original length 8, decoding to 40 tokens: the stepped schedule recomputes the history
+    when the length passes 8, 16 and 32; per token at every token past 8. Both equal a full
+    forward under their own schedule at every step."""
+    from posenc import LMConfig, TransformerLM
+    from posenc.attention.cache import KVCache
+
+    scaling = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 8,
+               "schedule": schedule}
+    model = sharpen(TransformerLM(LMConfig(vocab_size=32, d_model=16, n_layers=2, n_heads=2,
+                                           max_len=8, pe="rope",
+                                           pe_options={"scaling": scaling}))).eval()
+    resets = []
+    reset = KVCache.reset
+    monkeypatch.setattr(KVCache, "reset", lambda self: (resets.append(1), reset(self)))
+    ids = torch.randint(0, 32, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        caches = model.make_caches(1, 40)
+        model(ids[:, :4], caches=caches)
+        for t in range(4, 40):
+            step = model(ids[:, t:t + 1], caches=caches)[:, -1]
+            assert_close(step, model(ids[:, :t + 1])[:, -1], atol=1e-4, rtol=1e-4)
+    assert len(resets) == recomputes * model.config.n_layers

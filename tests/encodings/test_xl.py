@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from posenc.attention import attend, backends
+from posenc.attention import attend
 from posenc.encodings.sinusoidal import sinusoidal_at
 
 from tests.encodings.helpers import D, H, make, qkv, weights
@@ -41,20 +41,20 @@ def test_xl_forms_agree_under_logn_scaling(causal):
     torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)
 
 
-def test_xl_auto_trains_on_the_table_and_evaluates_long_contexts_rotary(monkeypatch):
-    """position_term="auto": the table while gradients are recorded or keys are few, the
-    rotary form (no Lq x Lk table, flex-friendly) for gradient-free long attention; both give
-    the same attention output."""
-    monkeypatch.setattr(backends, "FLEX_MIN_LEN", 8)
+def test_xl_auto_uses_the_table_for_runs_and_the_rotary_form_otherwise():
+    """position_term="auto": the table for consecutive positions on a backend other than
+    flex (training, prefill, decoding), the rotary form (no Lq x Lk table, flex-friendly, no
+    table sized by the positions) for flex and for other positions; the same output."""
     pe = make("xl", {})
     q, k, v = qkv(5, 9)
     q_pos, k_pos = torch.arange(4, 9), torch.arange(9)
-    assert pe.transform_qk(q, k, q_pos, k_pos)[0].shape[-1] == D                # table
-    with torch.no_grad():
-        assert pe.transform_qk(q, k, q_pos, k_pos)[0].shape[-1] == D + H * D    # rotary
-        assert pe.transform_qk(q, k[:, :, :7], q_pos, k_pos[:7])[0].shape[-1] == D
-        long = attend(*pe.transform_qk(q, k, q_pos, k_pos), v, pe, q_pos, k_pos,
-                      causal=True, backend="eager")[0]
-    short = attend(*pe.transform_qk(q, k, q_pos, k_pos), v, pe, q_pos, k_pos, causal=True,
-                   backend="eager")[0]
-    torch.testing.assert_close(long, short.detach(), atol=1e-5, rtol=1e-5)
+    outs = []
+    for hints, width in (({"consecutive": True}, D),
+                         ({"consecutive": True, "backend": "flex"}, D + H * D),
+                         ({}, D + H * D)):
+        q2, k2 = pe.transform_qk(q, k, q_pos, k_pos, **hints)
+        assert q2.shape[-1] == width
+        outs.append(attend(q2, k2, v, pe, q_pos, k_pos, causal=True, backend="eager",
+                           consecutive=hints.get("consecutive", False))[0])
+    for out in outs[1:]:
+        torch.testing.assert_close(out, outs[0], atol=1e-5, rtol=1e-5)

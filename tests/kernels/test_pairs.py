@@ -11,9 +11,9 @@ from torch.testing import assert_close
 
 from posenc.attention.biased import biased_attention
 from posenc.encodings import build_encoding
-from posenc.encodings.causal_pairs import CausalPairBias, causal_pair_bias
-from posenc.encodings.pair_kernels import native_pair_status
-from posenc.encodings.relative_shift import head_table, pair_layout
+from posenc.kernels.layouts.causal_pairs import CausalPairBias, causal_pair_bias
+from posenc.kernels.pairs import native_pair_status
+from posenc.kernels.layouts.relative_shift import head_table, pair_layout
 
 from tests.helpers import causal_layer_grads
 
@@ -34,8 +34,8 @@ def _leaves(batch: int, heads: int, length: int, seed: int):
 
 def _views(q, k, hq, hk):
     """The reference: full (L, L) tables read through the causal layout's views."""
-    length = q.shape[2]
-    layout = pair_layout(torch.arange(length), torch.arange(length), True)
+    pos = torch.arange(q.shape[2])
+    layout = pair_layout(pos, pos, True, consecutive=True)
     return layout.query_rows(head_table(q, hq)) + layout.key_rows(head_table(k, hk))
 
 
@@ -91,10 +91,9 @@ def test_fused_attention_equals_attention_with_the_bias_tensor(length):
     gradients of q, k, v and of both head tables."""
     q, k, hq, hk = _leaves(2, 2, length, seed=5)
     v = torch.randn(2, 2, length, 5, requires_grad=True)
-    hidden = torch.ones(length, length, dtype=torch.bool).triu(1)
     leaves = (q, k, v, hq, hk)
-    fused = biased_attention(q, k, v, causal_pair_bias(q, k, hq, hk), hidden=hidden, scale=0.3)
-    plain = biased_attention(q, k, v, _views(q, k, hq, hk), hidden=hidden, scale=0.3)
+    fused = biased_attention(q, k, v, causal_pair_bias(q, k, hq, hk), causal=True, scale=0.3)
+    plain = biased_attention(q, k, v, _views(q, k, hq, hk), causal=True, scale=0.3)
     assert_close(fused, plain)
     grad = torch.randn_like(fused)
     for g, w in zip(torch.autograd.grad(fused, leaves, grad),
@@ -106,12 +105,10 @@ def test_fused_attention_equals_attention_with_the_bias_tensor(length):
 def test_fused_attention_rejects_another_mask_or_shape():
     q, k, hq, hk = _leaves(1, 2, 12, seed=6)
     bias = causal_pair_bias(q, k, hq, hk)
-    with pytest.raises(ValueError, match="masks its own hidden pairs"):
-        biased_attention(q, k, k, bias, hidden=None, scale=1.0)
-    with pytest.raises(ValueError, match="masks its own hidden pairs"):
-        biased_attention(q, k, k, bias, hidden=torch.zeros(12, 12, dtype=torch.bool), scale=1.0)
+    with pytest.raises(ValueError, match="masks the hidden pairs of a causal block"):
+        biased_attention(q, k, k, bias, causal=False, scale=1.0)
     with pytest.raises(ValueError, match="fused bias of shape"):
-        biased_attention(q[:, :, :6], k, k, bias, hidden=bias.hidden, scale=1.0)
+        biased_attention(q[:, :, :6], k, k, bias, causal=True, scale=1.0)
 
 
 def test_tables_decline_what_the_kernels_cannot_take(monkeypatch):

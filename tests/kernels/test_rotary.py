@@ -17,8 +17,8 @@ import torch
 from torch.testing import assert_close
 
 from posenc import build_encoding
-from posenc.encodings import rotary_kernels as rk
-from posenc.encodings.rotary_kernels import apply_rotary
+from posenc.kernels import rotary as rk
+from posenc.kernels.rotary import apply_rotary
 
 EXACT = dict(rtol=0.0, atol=0.0)
 

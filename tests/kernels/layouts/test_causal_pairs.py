@@ -7,8 +7,8 @@ import itertools
 import pytest
 import torch
 
-from posenc.encodings.causal_pairs import causal_pair_bias, row_groups
-from posenc.encodings.pair_kernels import native_pair_status
+from posenc.kernels.layouts.causal_pairs import causal_pair_bias, row_groups
+from posenc.kernels.pairs import native_pair_status
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 needs_kernel = pytest.mark.skipif(native_pair_status() != "ready",

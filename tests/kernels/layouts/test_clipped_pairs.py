@@ -9,7 +9,7 @@ from torch.testing import assert_close
 
 from posenc.attention.biased import biased_attention
 from posenc.encodings import build_encoding
-from posenc.encodings.clipped_pairs import ClippedPairBias, collect_clipped, spread_clipped
+from posenc.kernels.layouts.clipped_pairs import ClippedPairBias, collect_clipped, spread_clipped
 from posenc.encodings.shaw import ShawEncoding
 
 from tests.helpers import causal_layer_grads
@@ -52,11 +52,10 @@ def test_fused_attention_equals_attention_with_the_spread_tensor(length, clip, w
     gen = torch.Generator().manual_seed(length + clip)
     q, k, v = (torch.randn(2, 3, length, 4, generator=gen).requires_grad_() for _ in range(3))
     table = torch.randn(2, 3, length, clip + 1, generator=gen).requires_grad_()
-    hidden = torch.ones(length, length, dtype=torch.bool).triu(1)
     leaves = (q, k, v, table)
     results = []
     for bias in (ClippedPairBias(table, clip), spread_clipped(table, clip)):
-        out = biased_attention(q, k, v, bias, hidden=hidden, scale=0.4,
+        out = biased_attention(q, k, v, bias, causal=True, scale=0.4,
                                with_weights=with_weights)
         outs = out if with_weights else (out,)
         grads = [torch.randn(o.shape, generator=torch.Generator().manual_seed(1)) for o in outs]

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc.encodings import relative_shift
-from posenc.encodings.relative_shift import pair_layout
+from posenc.kernels.layouts import relative_shift
+from posenc.kernels.layouts.relative_shift import layout_kind, pair_layout
 
 from tests.encodings.helpers import K_POS, Q_POS
 
@@ -21,19 +21,26 @@ def _term(distances: torch.Tensor) -> torch.Tensor:
     return torch.sin(distances.float()[None, None] * 0.37 + torch.arange(3.0)[:, None, None])
 
 
-@pytest.mark.parametrize("q_pos,k_pos,causal,kind", [
-    (torch.arange(7), torch.arange(7), True, "causal"),
-    (torch.arange(5, 12), torch.arange(5, 12), True, "causal"),
-    (torch.arange(7), torch.arange(7), False, "window"),
-    (torch.arange(3, 7), torch.arange(7), True, "window"),
-    (torch.arange(2, 6), torch.arange(5, 9), False, "window"),
-    (torch.tensor([1, 4, 6]), torch.arange(7), True, "gather"),
-    (torch.tensor([1, 4, 6]), torch.tensor([0, 2, 3, 6, 7]), False, "gather"),
+_SEVEN, _FROM_FIVE = torch.arange(7), torch.arange(5, 12)   # one tensor as queries and keys
+
+
+@pytest.mark.parametrize("q_pos,k_pos,causal,consecutive,kind", [
+    (_SEVEN, _SEVEN, True, True, "causal"),
+    (_FROM_FIVE, _FROM_FIVE, True, True, "causal"),
+    (_SEVEN, _SEVEN, False, True, "window"),
+    (torch.arange(7), torch.arange(7), True, True, "window"),     # equal, not the same
+    (torch.arange(3, 7), torch.arange(7), True, True, "window"),
+    (torch.arange(2, 6), torch.arange(5, 9), False, True, "window"),
+    (torch.arange(3, 7), torch.arange(7), True, False, "gather"),  # no promise: gather
+    (torch.tensor([4, 6]), torch.tensor([0, 1, 3, 4, 6]), True, False, "gather"),
+    (torch.tensor([1, 4, 6]), torch.tensor([0, 2, 3, 6, 7]), False, False, "gather"),
 ], ids=lambda x: x if isinstance(x, str) else None)
-def test_layouts_read_each_pair_at_its_distance(q_pos, k_pos, causal, kind):
+def test_layouts_read_each_pair_at_its_distance(q_pos, k_pos, causal, consecutive, kind):
     """query_rows / key_rows of distance tables equal the term at q_pos_i - k_pos_j, values
-    and gradients, at every pair the attention can see."""
-    layout = pair_layout(q_pos, k_pos, causal)
+    and gradients, at every pair the attention can see (causal: the queries are the last
+    keys). The kind follows from what the caller promises, never from the values."""
+    assert layout_kind(q_pos, k_pos, causal, consecutive) == kind
+    layout = pair_layout(q_pos, k_pos, causal, consecutive)
     assert layout.kind == kind
     lq, lk = len(q_pos), len(k_pos)
     gen = torch.Generator().manual_seed(0)
@@ -55,7 +62,8 @@ def test_layouts_read_each_pair_at_its_distance(q_pos, k_pos, causal, kind):
 def test_causal_layout_reads_views_with_a_storage_offset():
     """Tables and gradients that are views into larger buffers are read where they live."""
     pos = torch.arange(6)
-    layout = pair_layout(pos, pos, True)
+    layout = pair_layout(pos, pos, True, consecutive=True)
+    assert layout.kind == "causal"
     gen = torch.Generator().manual_seed(5)
     big = torch.randn(3, 2, 6, 6, generator=gen, requires_grad=True)
     table = big[1:]                                                  # storage offset 72
@@ -71,7 +79,7 @@ def test_causal_layout_reads_views_with_a_storage_offset():
     # the backward functions themselves, handed an offset view directly
     from types import SimpleNamespace
 
-    from posenc.encodings.relative_shift import _CausalKeyRows, _CausalQueryRows
+    from posenc.kernels.layouts.relative_shift import _CausalKeyRows, _CausalQueryRows
     buffer = torch.randn(3, 2, 6, 6, generator=gen) * seen
     for fn in (_CausalQueryRows, _CausalKeyRows):
         ctx = SimpleNamespace(meta=torch.empty(2, 2, 6, 6, device="meta"))
@@ -84,9 +92,9 @@ def test_head_major_tables_read_like_contiguous_ones(batch, causal):
     """head_table equals the per-head product, and its head-major result read through every
     layout gives the values and gradients (into x and the heads) of a contiguous copy; the
     gradient reaching the table is laid out head-major too."""
-    from posenc.encodings.relative_shift import head_table
+    from posenc.kernels.layouts.relative_shift import head_table
     pos = torch.arange(6)
-    layout = pair_layout(pos, pos, causal)
+    layout = pair_layout(pos, pos, causal, consecutive=True)
     gen = torch.Generator().manual_seed(3)
     projection = torch.randn(batch, 6, 2 * 3 * 4, generator=gen)       # (B, L, 2 H D)
     x = projection[..., :12].view(batch, 6, 3, 4).transpose(1, 2).requires_grad_()
@@ -114,5 +122,13 @@ def test_sliding_window_reads_the_relative_shift():
     torch.testing.assert_close(got, table[:, rows, 3 - rows + torch.arange(5)])
     with pytest.raises(ValueError, match="leaves the 9 columns"):
         relative_shift.sliding_window(table, 5, 2, -1)
-    assert relative_shift.is_range(torch.arange(3, 9))
-    assert not relative_shift.is_range(K_POS) and not relative_shift.is_range(Q_POS)
+
+
+def test_window_distances_read_no_position_on_the_host():
+    """The window layout of consecutive positions works on the meta device (no values):
+    its distances are a tensor offset by q_pos[0] - k_pos[-1]."""
+    q_pos, k_pos = torch.arange(5, 9, device="meta"), torch.arange(9, device="meta")
+    layout = pair_layout(q_pos, k_pos, True, consecutive=True)
+    assert layout.kind == "window" and layout.key_distances.shape == (12,)
+    assert pair_layout(K_POS, K_POS, True, consecutive=False).kind == "gather"
+    assert layout_kind(Q_POS, K_POS, True, consecutive=False) == "gather"
