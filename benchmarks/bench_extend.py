@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 
 import torch
@@ -49,7 +48,9 @@ def main() -> None:
     p.add_argument("--long", type=int, default=16384)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
-    p.add_argument("--gguf-cache", default=os.environ.get("POSENC_GGUF_CACHE"))
+    p.add_argument("--gguf-cache", default=None,
+                   help="a folder to keep the dequantized GGUF model in (default: none); "
+                        "posenc.hf.load.default_gguf_cache() is the one posenc extend uses")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     print(machine_line(), flush=True)

@@ -1,9 +1,8 @@
 """Where posenc keeps what it can rebuild: one cache folder, chosen by one environment variable.
 
 The folder is ``$POSENC_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/posenc`` (when that is an
-absolute path), else ``~/.cache/posenc``. ``$POSENC_CACHE``, the name the token cache used
-before every cache shared one folder, is still read when ``$POSENC_CACHE_DIR`` is not set
-(in this release only). Inside, the token cache writes ``tokens/`` and ``tokenizers/``, the
+absolute path), else ``~/.cache/posenc``. Inside, the token cache writes ``tokens/`` and
+``tokenizers/``, the
 GGUF loader ``gguf/`` (dequantized models), and the native kernels their shared objects at
 the top level.
 
@@ -17,15 +16,13 @@ from pathlib import Path
 
 #: the environment variable that chooses the cache folder
 CACHE_ENV = "POSENC_CACHE_DIR"
-#: read when CACHE_ENV is unset, for one release
-OLD_CACHE_ENV = "POSENC_CACHE"
 
 
 def cache_root() -> Path:
     """The cache folder the environment names (see the module docstring); not created.
 
     OSError if it names none and there is no home folder to put it in."""
-    env = os.environ.get(CACHE_ENV) or os.environ.get(OLD_CACHE_ENV)
+    env = os.environ.get(CACHE_ENV)
     if env:
         return Path(env).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")

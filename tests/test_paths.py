@@ -34,8 +34,8 @@ def test_the_variable_wins_then_xdg_then_home(env, tmp_path):
     assert paths.cache_root() == tmp_path / "home" / ".cache" / "posenc"
     env.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert paths.cache_root() == tmp_path / "xdg" / "posenc"
-    env.setenv("POSENC_CACHE", str(tmp_path / "old"))      # the old name, this release only
-    assert paths.cache_root() == tmp_path / "old"
+    env.setenv("POSENC_CACHE", str(tmp_path / "old"))      # an old name: not read any more
+    assert paths.cache_root() == tmp_path / "xdg" / "posenc"
     env.setenv("POSENC_CACHE_DIR", str(tmp_path / "new"))
     assert paths.cache_root() == tmp_path / "new"
 
@@ -81,10 +81,10 @@ def test_every_cache_lives_in_the_one_folder(env, tmp_path):
     assert written.parent == root / "tokens" and written.is_file()
 
 
-def test_gguf_cache_still_reads_its_old_variable(env, tmp_path):
+def test_gguf_cache_is_a_folder_of_the_one_cache(env, tmp_path):
     env.setenv("POSENC_CACHE_DIR", str(tmp_path / "c"))
-    env.setenv("POSENC_GGUF_CACHE", str(tmp_path / "g"))
-    assert default_gguf_cache() == tmp_path / "g"
+    env.setenv("POSENC_GGUF_CACHE", str(tmp_path / "g"))    # an old name: not read any more
+    assert default_gguf_cache() == tmp_path / "c" / "gguf"
 
 
 def test_native_build_falls_back_to_a_private_temporary_folder(env, tmp_path):

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from .. import paths
+from ..runio import fsync_dir, fsync_file
 from .extend import current_extension, hf_rope_parameters
 
 SMOLLM2 = "smollm2"
@@ -108,9 +109,8 @@ def _check_gguf_magic(path: Path) -> None:
 
 def default_gguf_cache() -> Path:
     """``gguf/`` in posenc's cache folder (:func:`posenc.paths.cache_dir`), created if
-    missing. ``$POSENC_GGUF_CACHE``, if set, is still used instead (in this release only)."""
-    env = os.environ.get("POSENC_GGUF_CACHE")
-    return Path(env).expanduser() if env else paths.cache_dir("gguf")
+    missing."""
+    return paths.cache_dir("gguf")
 
 
 def load_model(name: str, dtype: torch.dtype = torch.float32,
@@ -180,13 +180,34 @@ def _cache_dir(root: str | os.PathLike | None, source: ModelSource) -> Path | No
 
 
 def _write_cache(model: nn.Module, tokenizer: Any, path: Path) -> None:
-    """Save a dequantized GGUF model as fp32 safetensors (written aside, then renamed)."""
+    """Save a dequantized GGUF model as fp32 safetensors: written aside (``.<name>.<pid>.tmp``,
+    after removing those of writers that died), made durable, then renamed into place."""
+    _remove_dead_writers(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     save_extended(model, tmp, tokenizer, overwrite=True)
+    for file in tmp.iterdir():
+        fsync_file(file)
+    fsync_dir(tmp)
     try:
         tmp.rename(path)
     except OSError:                 # another process won the race: keep its copy
         shutil.rmtree(tmp, ignore_errors=True)
+    fsync_dir(path.parent)
+
+
+def _remove_dead_writers(folder: Path) -> None:
+    """Delete ``.<name>.<pid>.tmp`` folders whose writing process no longer runs (a crash
+    or a kill during a conversion leaves them, hundreds of MB each)."""
+    for entry in folder.glob(".*.tmp"):
+        pid = entry.name.rsplit(".", 2)[-2]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            pass                     # alive under another user: not ours to remove
 
 
 def save_extended(model: nn.Module, path: str | os.PathLike, tokenizer: Any = None,

@@ -236,13 +236,14 @@ def draw_ppl_ratio(results: dict):
     ax.axvline(1.0, color="black", linewidth=1)
     ax.axvline(1.1, color="grey", linestyle=":", linewidth=1)
     ax.set_ylim(-0.7, len(pts) - 0.3)
-    ax.annotate("no loss", (1.0, len(pts) - 0.3), xytext=(-3, -10), textcoords="offset points",
-                ha="right", fontsize=8)
-    ax.annotate("10 % worse", (1.1, len(pts) - 0.3), xytext=(3, -10),
-                textcoords="offset points", ha="left", fontsize=8, color="0.35")
+    label_box = {"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"}
+    ax.annotate("no loss", (1.0, len(pts) - 0.3), xytext=(-4, -10), textcoords="offset points",
+                ha="right", fontsize=8, bbox=label_box)
+    ax.annotate("10 % worse", (1.1, len(pts) - 0.3), xytext=(4, -10),
+                textcoords="offset points", ha="left", fontsize=8, color="0.35", bbox=label_box)
     ax.set_xlabel(f"ppl({probe}) / ppl({train_len})  (log scale, lower is better)")
-    ax.set_title(f"Degradation at {probe} tokens, trained at L = {train_len} "
-                 "(blue: trained encodings, orange: rotary + inference-time scaling)",
+    ax.set_title(f"Degradation at {probe} tokens, trained at L = {train_len}\n"
+                 "blue: trained encodings, orange: rotary + inference-time scaling",
                  fontsize=10)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()

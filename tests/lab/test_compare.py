@@ -36,7 +36,7 @@ def corpus_dir(tmp_path_factory):
 @pytest.fixture(scope="module", autouse=True)
 def cache_env(tmp_path_factory):
     mp = pytest.MonkeyPatch()
-    mp.setenv("POSENC_CACHE", str(tmp_path_factory.mktemp("cache")))
+    mp.setenv("POSENC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     yield
     mp.undo()
 
