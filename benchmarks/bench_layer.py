@@ -71,7 +71,7 @@ def make_step(name: str, args, backend: str = "auto"):
         for p in (x, *params):
             p.grad = None
         h = pe.embed(x, pos, ids=ids)
-        out, _ = attn(h, pos, pe, causal=causal, backend=backend)
+        out, _ = attn(h, pos, pe, causal=causal, backend=backend, consecutive=True)
         out.backward(grad_out)
         return out
 
