@@ -9,7 +9,8 @@ from ..encodings.base import require_float_in
 
 
 def select_next(logits: Tensor, temperature: float = 0.0, top_k: int | None = None,
-                generator: torch.Generator | None = None) -> Tensor:
+                generator: torch.Generator | None = None, *,
+                top_p: float | None = None) -> Tensor:
     """Pick the next token from logits (B, V): greedy at temperature 0 -> (B, 1) long."""
     require_float_in("temperature", temperature, 0.0, float("inf"), low_open=False)
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)

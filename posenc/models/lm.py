@@ -6,6 +6,7 @@ from the cache's length, so cached decoding equals a full forward pass for every
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -168,16 +169,25 @@ class TransformerLM(nn.Module):
 
     @torch.no_grad()
     def generate(self, ids: Tensor, max_new_tokens: int, temperature: float = 0.0,
-                 top_k: int | None = None, generator: torch.Generator | None = None) -> Tensor:
-        """Append ``max_new_tokens`` tokens to ids (B, T) using a KV cache -> (B, T + new)."""
+                 top_k: int | None = None, top_p: float | None = None,
+                 generator: torch.Generator | None = None,
+                 on_token: Callable[[int, Tensor], None] | None = None) -> Tensor:
+        """Append ``max_new_tokens`` tokens to ids (B, T) using a KV cache -> (B, T + new).
+
+        Greedy at temperature 0, else sampled (``top_k``, ``top_p``: see
+        :func:`~posenc.models.generate.select_next`). ``on_token(step, tokens (B, 1))`` is
+        called as each new token is chosen (for streaming).
+        """
         require_int_at_least("max_new_tokens", max_new_tokens, 0)
         self._check_ids(ids)
         caches = self.make_caches(ids.shape[0], ids.shape[1] + max_new_tokens)
         logits = self(ids, caches=caches)
         out = [ids]
         for step in range(max_new_tokens):
-            nxt = select_next(logits[:, -1], temperature, top_k, generator)   # (B, 1)
-            out.append(nxt)
+            nxt = select_next(logits[:, -1], temperature, top_k, generator, top_p=top_p)
+            out.append(nxt)                                           # (B, 1)
+            if on_token is not None:
+                on_token(step, nxt)
             if step + 1 < max_new_tokens:
                 logits = self(nxt, caches=caches)
         return torch.cat(out, dim=1)
