@@ -7,6 +7,7 @@ from torch import Tensor, nn
 from ..encodings.base import PositionalEncoding, check_positions
 from .backends import attend, route
 from .cache import KVCache
+from .masks import Masks
 
 
 class MultiHeadAttention(nn.Module):
@@ -40,32 +41,40 @@ class MultiHeadAttention(nn.Module):
     def forward(self, x: Tensor, pos: Tensor, pe: PositionalEncoding, *, causal: bool,
                 cache: KVCache | None = None, memory: Tensor | None = None,
                 memory_pos: Tensor | None = None, backend: str = "auto",
-                need_weights: bool = False, consecutive: bool = False
-                ) -> tuple[Tensor, Tensor | None]:
-        """x (B, T, C), pos (T,). Cross-attention reads ``memory`` (B, S, C) at memory_pos.
+                need_weights: bool = False, consecutive: bool = False,
+                key_valid: Tensor | None = None, documents: Tensor | None = None,
+                memory_valid: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        """x (B, T, C), pos (T,) or (B, T). Cross-attention reads ``memory`` (B, S, C) at
+        memory_pos.
 
         With a cache, new keys/values are appended and attention runs over all cached ones
         (the queries are the last T keys). ``consecutive``: the caller built ``pos`` (and
         ``memory_pos``) as runs p0, p0 + 1, ... continuing the cache; the hooks may then use
-        strided views instead of gathers. Returns (B, T, C) and optional weights
-        (B, H, T, Lk).
+        strided views instead of gathers. ``key_valid`` (B, T) bool: False for padding
+        tokens, which no query sees (kept in the cache); ``documents`` (B, T): ids of the
+        documents packed into each row (no cache); ``memory_valid`` (B, S): the memory's
+        padding, for cross-attention. Returns (B, T, C) and optional weights (B, H, T, Lk).
         """
         if x.dim() != 3 or x.shape[-1] != self.n_heads * self.head_dim:
             raise ValueError(f"x must be (batch, length, d_model={self.n_heads * self.head_dim})"
                              f", got shape {tuple(x.shape)}")
-        check_positions("pos", pos, x.shape[1])
         b, t, c = x.shape
+        check_positions("pos", pos, t, b)
         dropout = self.dropout if self.training else 0.0
+        if documents is not None and cache is not None:
+            raise ValueError("documents (packed rows) cannot be combined with a KV cache")
         if self.cross:
             q = self.heads(self.q_proj(x))
             if cache is not None and cache.length:                # encoder memory cached
                 k, v, k_pos = (cache.k[:, :, :cache.length], cache.v[:, :, :cache.length],
-                               cache.pos[:cache.length])
+                               cache.positions())
+                memory_valid = cache.valid()
             else:
                 k, v = (self.heads(z) for z in self.kv_proj(memory).chunk(2, dim=-1))
                 k_pos = memory_pos
                 if cache is not None:
-                    k, v, k_pos = cache.append(k, v, memory_pos)
+                    k, v, k_pos = cache.append(k, v, memory_pos, memory_valid)
+            masks = Masks(key_valid=memory_valid, self_attention=False)
             implementation = route(pe, q, k, v, requested=backend, need_weights=need_weights,
                                    dropout=dropout)
         else:
@@ -80,15 +89,17 @@ class MultiHeadAttention(nn.Module):
                 consecutive = cache.note_consecutive(consecutive)
                 if pe.cache_transformed_keys:
                     q, k = pe.transform_qk(q, k, pos, pos, consecutive=consecutive, **hints)
-                    k, v, k_pos = cache.append(k, v, pos)
+                    k, v, k_pos = cache.append(k, v, pos, key_valid)
                 else:                                              # re-transform all keys
-                    k_raw, v, k_pos = cache.append(k, v, pos)
+                    k_raw, v, k_pos = cache.append(k, v, pos, key_valid)
                     q, k = pe.transform_qk(q, k_raw, pos, k_pos, consecutive=consecutive,
                                            **hints)
+                key_valid = cache.valid()
             if causal and k.shape[2] < t:
                 raise ValueError(f"causal attention with {t} queries over {k.shape[2]} keys")
+            masks = Masks(key_valid=key_valid, documents=documents)
         out, weights = attend(q, k, v, pe, pos, k_pos, causal=causal, dropout=dropout,
                               need_weights=need_weights, consecutive=consecutive,
-                              implementation=implementation)
+                              masks=masks, implementation=implementation)
         out = out.transpose(1, 2).reshape(b, t, c)                 # (B, T, C)
         return self.out_proj(out), weights

@@ -8,8 +8,9 @@
 - ``flex``: FlexAttention with the encoding's ``score_mod``; never builds the (H, n, n) bias.
 - ``eager``: explicit softmax; supports every hook (value terms) and returns the weights.
 
-Causal masks come from the two lengths (queries are the last Lq keys; masks.py), so caches
-and offsets need no special cases and nothing is read back from a tensor.
+Masks come from the two lengths (causal: queries are the last Lq keys) and from the padding
+and document masks a caller gives (masks.py), never from positions, so caches, offsets,
+padded and packed rows need no special cases and nothing is read back from a tensor.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from torch import Tensor
 
 from ..encodings.base import PositionalEncoding
 from .biased import biased_attention
-from .masks import causal_additive, causal_visible
+from .masks import Masks, additive, causal_additive, causal_visible
 from .routing import BACKENDS, FLEX_MIN_LEN, choose_backend
 
 __all__ = ["BACKENDS", "FLEX_MIN_LEN", "attend", "route"]
@@ -49,12 +50,14 @@ def route(pe: PositionalEncoding, q: Tensor, k: Tensor, v: Tensor, *, requested:
 def attend(q: Tensor, k: Tensor, v: Tensor, pe: PositionalEncoding, q_pos: Tensor,
            k_pos: Tensor, *, causal: bool, backend: str = "auto", dropout: float = 0.0,
            need_weights: bool = False, consecutive: bool = False,
+           masks: Masks | None = None,
            implementation: str | None = None) -> tuple[Tensor, Tensor | None]:
     """Attention over already transformed q (B, H, Lq, D), k, v (B, H, Lk, D).
 
     Applies the encoding's temperature, bias/score_mod and value term. ``causal``: the
     queries are the last Lq keys and see the keys up to themselves. ``consecutive``: the
     caller knows q_pos and k_pos are runs p0, p0 + 1, ... (passed on to the hooks).
+    ``masks``: padding and document masks (:class:`~posenc.attention.masks.Masks`).
     ``implementation``: what :func:`route` already chose for this call (else it routes
     ``backend``). Returns the output (B, H, Lq, D) and, for eager with ``need_weights``, the
     weights (B, H, Lq, Lk).
@@ -63,23 +66,30 @@ def attend(q: Tensor, k: Tensor, v: Tensor, pe: PositionalEncoding, q_pos: Tenso
                                    dropout=dropout)
     q_scale = pe.attn_scale(q_pos, k_pos, causal)
     if q_scale is not None:
-        q = q * q_scale.to(q.dtype)[:, None]                      # (B, H, Lq, D)
+        q = q * q_scale.to(q.dtype)[..., None, :, None]           # (B, H, Lq, D)
     hints = {"consecutive": consecutive}
+    masks = masks if masks is not None and masks.any() else None
     if name == "sdpa":
         bias = pe.score_bias(q, k, q_pos, k_pos, causal, **hints)
-        return _sdpa(q, k, v, bias, causal, dropout, pe.sm_scale()), None
+        return _sdpa(q, k, v, bias, causal, dropout, pe.sm_scale(), masks), None
     if name == "fused":
-        return _fused(q, k, v, pe, q_pos, k_pos, causal, hints), None
+        return _fused(q, k, v, pe, q_pos, k_pos, causal, hints, masks), None
     if name == "flex":
-        return _flex(q, k, v, pe, q_pos, k_pos, causal, hints), None
-    return _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights, hints)
+        return _flex(q, k, v, pe, q_pos, k_pos, causal, hints, masks), None
+    return _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights, hints, masks)
 
 
-def _sdpa(q, k, v, bias, causal, dropout, scale):
+def _sdpa(q, k, v, bias, causal, dropout, scale, masks=None):
     """SDPA with an optional additive bias; the causal mask as ``is_causal`` for a square
     block, none for a single query (the last key: it sees them all), a mask otherwise."""
     lq, lk = q.shape[2], k.shape[2]
     masked = causal and lq > 1
+    if masks is not None:                       # padding or documents: one boolean mask
+        visible = masks.visibility(lq, lk, q.device, causal)
+        if bias is not None:
+            visible = bias.to(q.dtype).masked_fill(~visible, float("-inf"))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, dropout_p=dropout,
+                                              scale=scale)
     if bias is None:
         # branches, not boolean expressions: traced lengths then give plain bools
         if not masked:
@@ -96,19 +106,22 @@ def _sdpa(q, k, v, bias, causal, dropout, scale):
                                           scale=scale)
 
 
-def _fused(q, k, v, pe, q_pos, k_pos, causal, hints):
+def _fused(q, k, v, pe, q_pos, k_pos, causal, hints, masks=None):
     value_term = pe.backends() == ("eager",)          # this instance adds a value term
-    bias = pe.fused_bias(q, k, q_pos, k_pos, causal, **hints)
+    bias = pe.fused_bias(q, k, q_pos, k_pos, causal, **hints) if masks is None else None
     if bias is None:
         bias = pe.score_bias(q, k, q_pos, k_pos, causal, **hints)
     if bias is None and not value_term:                # e.g. xl in its rotary form
-        return _sdpa(q, k, v, None, causal, 0.0, pe.sm_scale())
+        return _sdpa(q, k, v, None, causal, 0.0, pe.sm_scale(), masks)
     if bias is None:
         bias = q.new_zeros(())
+    hidden = None if masks is None else ~masks.visibility(q.shape[2], k.shape[2], q.device,
+                                                          causal=False)
     if not value_term:
-        return biased_attention(q, k, v, bias, causal=causal, scale=pe.sm_scale())
+        return biased_attention(q, k, v, bias, causal=causal, scale=pe.sm_scale(),
+                                hidden=hidden)
     out, weights = biased_attention(q, k, v, bias, causal=causal, scale=pe.sm_scale(),
-                                    with_weights=True)
+                                    with_weights=True, hidden=hidden)
     extra = pe.value_term(weights, q_pos, k_pos, causal, **hints)
     return out if extra is None else out + extra
 
@@ -146,26 +159,58 @@ def _ordered(blocks: Tensor) -> tuple[Tensor, Tensor]:
     return count[None, None].contiguous(), order[None, None].contiguous()   # (1, 1, nq[, nk])
 
 
-def _causal_block_mask(lq: int, lk: int, device):
-    """The causal BlockMask (query i sees keys up to i + Lk - Lq) from block index ranges,
-    without the (Lq, Lk) mask ``create_block_mask`` would evaluate. A block is skipped where
-    no key is visible, full where every key is (mask_mod skipped), partial otherwise."""
+def _block_mask(lq: int, lk: int, device, causal: bool, mask_mod, partial_only: bool):
+    """A BlockMask from block index ranges, without the (Lq, Lk) mask ``create_block_mask``
+    would evaluate. Causal (query i sees keys up to i + Lk - Lq): a block is skipped where no
+    key is visible, full where every key is (mask_mod skipped), partial otherwise; with
+    ``partial_only`` (padding or documents hide more) no block is full."""
     from torch.nn.attention.flex_attention import BlockMask
     offset = lk - lq
     n_q, n_k = -(-lq // _FLEX_BLOCK), -(-lk // _FLEX_BLOCK)
     q_lo, q_hi, q_complete = _block_extent(lq, n_q, device)
     k_lo, k_hi, k_complete = _block_extent(lk, n_k, device)
-    some = k_lo[None, :] <= q_hi[:, None] + offset                        # (nq, nk)
-    every = (k_hi[None, :] <= q_lo[:, None] + offset) & q_complete[:, None] & k_complete[None, :]
+    if causal:
+        some = k_lo[None, :] <= q_hi[:, None] + offset                    # (nq, nk)
+        every = (k_hi[None, :] <= q_lo[:, None] + offset) & q_complete[:, None] & \
+            k_complete[None, :]
+    else:
+        some = torch.ones(n_q, n_k, dtype=torch.bool, device=device)
+        every = q_complete[:, None] & k_complete[None, :]
+    if partial_only:
+        every = torch.zeros_like(every)
     partial_count, partial_index = _ordered(some & ~every)
     full_count, full_index = _ordered(every)
+    return BlockMask.from_kv_blocks(partial_count, partial_index, full_count, full_index,
+                                    BLOCK_SIZE=_FLEX_BLOCK, mask_mod=mask_mod,
+                                    seq_lengths=(lq, lk))
+
+
+def _causal_block_mask(lq: int, lk: int, device):
+    """The causal BlockMask: query i sees keys up to i + Lk - Lq."""
+    offset = lk - lq
 
     def causal(b, h, q_idx, kv_idx):
         return kv_idx <= q_idx + offset
 
-    return BlockMask.from_kv_blocks(partial_count, partial_index, full_count, full_index,
-                                    BLOCK_SIZE=_FLEX_BLOCK, mask_mod=causal,
-                                    seq_lengths=(lq, lk))
+    return _block_mask(lq, lk, device, True, causal, partial_only=False)
+
+
+def _masked_block_mask(lq: int, lk: int, device, causal: bool, masks: Masks):
+    """The BlockMask of :meth:`Masks.visibility` (padding, documents, causal or not), with
+    the per-sequence masks read inside the mask_mod."""
+    offset = lk - lq
+    key_valid, documents, own = masks.key_valid, masks.documents, masks.self_attention
+
+    def visible(b, h, q_idx, kv_idx):
+        ok = kv_idx <= q_idx + offset if causal else kv_idx >= 0
+        if key_valid is not None:
+            keep = key_valid[b, kv_idx]
+            ok = ok & ((keep | (kv_idx == q_idx + offset)) if own else keep)
+        if documents is not None:
+            ok = ok & (documents[b, q_idx + offset] == documents[b, kv_idx])
+        return ok
+
+    return _block_mask(lq, lk, device, causal, visible, partial_only=True)
 
 
 #: torch 2.13's CPU flex kernel returns wrong values (NaN, run-to-run differences) for head
@@ -174,9 +219,13 @@ def _causal_block_mask(lq: int, lk: int, device):
 _FLEX_CPU_MIN_HEAD_DIM = 32
 
 
-def _flex(q, k, v, pe, q_pos, k_pos, causal, hints):
+def _flex(q, k, v, pe, q_pos, k_pos, causal, hints, masks=None):
     score_mod = pe.score_mod(q, k, q_pos, k_pos, causal, **hints)
-    block_mask = _causal_block_mask(q.shape[2], k.shape[2], q.device) if causal else None
+    lq, lk = q.shape[2], k.shape[2]
+    if masks is not None:
+        block_mask = _masked_block_mask(lq, lk, q.device, causal, masks)
+    else:
+        block_mask = _causal_block_mask(lq, lk, q.device) if causal else None
     d_v = v.shape[-1]
     if q.device.type == "cpu":
         q, k, v = (F.pad(t, (0, _FLEX_CPU_MIN_HEAD_DIM - t.shape[-1]))
@@ -186,12 +235,16 @@ def _flex(q, k, v, pe, q_pos, k_pos, causal, hints):
     return out[..., :d_v]                                          # (B, H, Lq, Dv)
 
 
-def _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights, hints):
+def _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights, hints, masks=None):
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     addend = pe.score_bias(q, k, q_pos, k_pos, causal, **hints)   # (B|1, H, Lq, Lk) or None
     if addend is not None:
         addend = addend.float()
-    if causal and lq > 1:  # an additive -inf mask: no masked_fill forward, nothing backward
+    # an additive -inf mask: no masked_fill forward, nothing backward
+    if masks is not None:
+        mask = additive(masks.visibility(lq, lk, q.device, causal))     # (B|1, 1, Lq, Lk)
+        addend = mask if addend is None else addend + mask
+    elif causal and lq > 1:
         mask = causal_additive(lq, lk, q.device)
         addend = mask if addend is None else addend + mask
     if addend is not None and addend.dim() > 2:

@@ -78,10 +78,14 @@ def _add_key_rows(total: Tensor | None, part: Tensor, lk: int) -> Tensor:
     return total
 
 
+#: where a fused bias's inputs start among _BiasedAttention's arguments
+_FUSED_INPUTS = 9
+
+
 class _BiasedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None,
-                fused: FusedBias | None, causal: bool, scale: float,
+                fused: FusedBias | None, causal: bool, hidden: Tensor | None, scale: float,
                 with_weights: bool, *fused_inputs: Tensor):
         b, h, lq, d = q.shape
         lk = k.shape[2]
@@ -92,6 +96,10 @@ class _BiasedAttention(torch.autograd.Function):
         mask = None
         if causal and fused is None:               # bias + (0 or -inf): one pass
             mask = causal_additive(lq, lk, q.device, q.dtype)
+        if hidden is not None:                     # padding, documents: (B|1, 1, Lq, Lk)
+            extra = torch.zeros(hidden.shape, dtype=q.dtype, device=q.device)
+            extra.masked_fill_(hidden, float("-inf"))
+            mask = extra if mask is None else extra + mask
         blocks = _row_blocks(causal, lq, lk, whole=with_weights)
         out = q3.new_empty(b * h, lq, v.shape[-1]) if len(blocks) > 1 else None
         weights = []
@@ -102,7 +110,7 @@ class _BiasedAttention(torch.autograd.Function):
             elif mask is None:
                 logits.copy_(full_bias[:, :, r0:r1, :keys])
             else:
-                torch.add(full_bias[:, :, r0:r1, :keys], mask[r0:r1, :keys], out=logits)
+                torch.add(full_bias[:, :, r0:r1, :keys], mask[..., r0:r1, :keys], out=logits)
             logits = logits.view(b * h, r1 - r0, keys).baddbmm_(
                 q3[:, r0:r1], k3[:, :keys].transpose(1, 2), alpha=scale)
             w = torch.softmax(logits, dim=-1, out=logits)             # (B * H, rows, keys)
@@ -129,7 +137,7 @@ class _BiasedAttention(torch.autograd.Function):
         row = (go * out).sum(dim=-1, keepdim=True)                    # sum_j P dP, from dO
         lq, lk = q_shape[2], k_shape[2]
         need_q, need_k, need_v, need_bias = ctx.needs_input_grad[:4]
-        fused = ctx.fused if any(ctx.needs_input_grad[8:]) else None
+        fused = ctx.fused if any(ctx.needs_input_grad[_FUSED_INPUTS:]) else None
         split = len(blocks) > 1
         grad_s = q3.new_empty(q3.shape[0], lq, lk) if split and need_bias else None
         fused_blocks = []
@@ -169,30 +177,36 @@ class _BiasedAttention(torch.autograd.Function):
         grad_bias = grad_s.view(*q_shape[:3], lk).sum_to_size(bias_shape) if need_bias \
             else None
         fused_grads = fused.grads(fused_blocks) if fused is not None else \
-            (None,) * (len(ctx.needs_input_grad) - 8)
-        return grad_q, grad_k, grad_v, grad_bias, None, None, None, None, *fused_grads
+            (None,) * (len(ctx.needs_input_grad) - _FUSED_INPUTS)
+        return (grad_q, grad_k, grad_v, grad_bias) + (None,) * (_FUSED_INPUTS - 4) + \
+            tuple(fused_grads)
 
 
 def biased_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | FusedBias, *,
-                     causal: bool = False, scale: float,
-                     with_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+                     causal: bool = False, scale: float, with_weights: bool = False,
+                     hidden: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
     """softmax(scale * q k^T + bias, causally masked if ``causal``) v.
 
     q (B, H, Lq, D), k (B, H, Lk, D), v (B, H, Lk, Dv), bias broadcastable to
     (B, H, Lq, Lk) or a :class:`~posenc.encodings.base.FusedBias` of a causal square block
     (B, H, L, L), which masks its own hidden pairs (``causal`` must be True). Under
-    ``causal`` the queries are the last Lq of the keys. Returns (B, H, Lq, Dv), and with
+    ``causal`` the queries are the last Lq of the keys. ``hidden`` (B or 1, 1, Lq, Lk) bool
+    hides more pairs (padding, other documents; not with a fused bias); every query must
+    still see a key. Returns (B, H, Lq, Dv), and with
     ``with_weights`` also the weights (B, H, Lq, Lk), for a value term computed from them;
     differentiable in q, k, v and bias (a fused bias: its ``inputs``), through both outputs.
     The weights are the buffer the backward keeps: read them, never modify them in place.
     """
     if isinstance(bias, Tensor):
-        return _BiasedAttention.apply(q, k, v, bias, None, causal, scale, with_weights)
+        return _BiasedAttention.apply(q, k, v, bias, None, causal, hidden, scale,
+                                      with_weights)
+    if hidden is not None:
+        raise ValueError("a fused bias covers a causal block without padding or documents")
     if tuple(bias.shape) != (*q.shape[:3], k.shape[2]) or q.shape[2] != k.shape[2]:
         raise ValueError(f"fused bias of shape {tuple(bias.shape)} for attention logits "
                          f"{(*q.shape[:3], k.shape[2])}: it covers a causal square block")
     if not causal:
         raise ValueError("a fused bias masks the hidden pairs of a causal block: pass "
                          "causal=True")
-    return _BiasedAttention.apply(q, k, v, None, bias, causal, scale, with_weights,
+    return _BiasedAttention.apply(q, k, v, None, bias, causal, None, scale, with_weights,
                                   *bias.inputs)

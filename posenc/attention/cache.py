@@ -9,10 +9,14 @@ from ..encodings.base import PositionalEncoding
 
 
 class KVCache:
-    """Keys and values (B, H, capacity, D) plus their positions (capacity,).
+    """Keys and values (B, H, capacity, D), their positions and which keys are real.
 
-    Whether keys are stored before or after the encoding's ``transform_qk`` is the attention
-    layer's choice (see ``PositionalEncoding.cache_transformed_keys``); the cache only stores.
+    Positions are kept per sequence (B, capacity) and handed out as (L,) while every append
+    gave one row shared by the batch, as (B, L) once one gave a row per sequence; the key
+    padding mask (B, capacity) is handed out once an append had padding (else None). Both
+    decisions are host flags, never read from the tensors. Whether keys are stored before or
+    after the encoding's ``transform_qk`` is the attention layer's choice (see
+    ``PositionalEncoding.cache_transformed_keys``); the cache only stores.
     """
 
     def __init__(self, batch: int, n_heads: int, head_dim: int, capacity: int,
@@ -23,9 +27,16 @@ class KVCache:
         shape = (batch, n_heads, capacity, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.pos = torch.zeros(capacity, dtype=torch.long, device=device)
+        self.pos = torch.zeros(batch, capacity, dtype=torch.long, device=device)
+        self.key_valid = torch.ones(batch, capacity, dtype=torch.bool, device=device)
         self.capacity = capacity
         self.length = 0
+        #: host flags: some append gave positions per sequence / a key padding mask
+        self.per_sample = False
+        self.padded = False
+        #: the position each sequence continues at (B,): real tokens seen so far unless the
+        #: caller gave positions (kept by the model in the first layer's cache)
+        self.next_pos = torch.zeros(batch, dtype=torch.long, device=device)
         #: whether every position appended so far continued one run p0, p0 + 1, ... (as the
         #: callers promised, see ``note_consecutive``)
         self.consecutive = True
@@ -39,6 +50,7 @@ class KVCache:
         """Forget the cached tokens and the encoding's decode state (buffers are kept)."""
         self.length = 0
         self.consecutive = True
+        self.per_sample = self.padded = False
         self.extra = {}
 
     def note_consecutive(self, consecutive: bool) -> bool:
@@ -48,8 +60,11 @@ class KVCache:
         self.consecutive = consecutive and (self.length == 0 or self.consecutive)
         return self.consecutive
 
-    def append(self, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Store k, v (B, H, T, D) at positions pos (T,); return all cached (k, v, pos)."""
+    def append(self, k: Tensor, v: Tensor, pos: Tensor, key_valid: Tensor | None = None
+               ) -> tuple[Tensor, Tensor, Tensor]:
+        """Store k, v (B, H, T, D) at positions pos (T,) or (B, T), with ``key_valid``
+        (B, T) bool (None: all real); return all cached (k, v, pos). The cached padding
+        mask is :meth:`valid`."""
         t = k.shape[2]
         if self.length + t > self.capacity:
             raise ValueError(f"sequence length {self.length + t} exceeds the KV cache size "
@@ -57,9 +72,20 @@ class KVCache:
         end = self.length + t
         self.k[:, :, self.length:end] = k
         self.v[:, :, self.length:end] = v
-        self.pos[self.length:end] = pos
+        self.pos[:, self.length:end] = pos
+        self.per_sample = self.per_sample or pos.dim() == 2
+        self.key_valid[:, self.length:end] = True if key_valid is None else key_valid
+        self.padded = self.padded or key_valid is not None
         self.length = end
-        return self.k[:, :, :end], self.v[:, :, :end], self.pos[:end]
+        return self.k[:, :, :end], self.v[:, :, :end], self.positions()
+
+    def positions(self) -> Tensor:
+        """Positions of the cached keys: (L,) or, once given per sequence, (B, L)."""
+        return self.pos[:, :self.length] if self.per_sample else self.pos[0, :self.length]
+
+    def valid(self) -> Tensor | None:
+        """Which cached keys are real (B, L) bool, or None if no append had padding."""
+        return self.key_valid[:, :self.length] if self.padded else None
 
 
 def make_caches(n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int,
@@ -69,8 +95,10 @@ def make_caches(n_layers: int, batch: int, n_heads: int, head_dim: int, capacity
 
 
 def replay_if_stale(pe: PositionalEncoding, ids: Tensor, pos: Tensor, caches: list[KVCache],
-                    seq_len: int | None = None) -> tuple[Tensor, Tensor]:
-    """The tokens a model runs through its caches: ids (B, T) / pos (T,), or the whole history.
+                    key_valid: Tensor | None = None, seq_len: int | None = None
+                    ) -> tuple[Tensor, Tensor, Tensor | None]:
+    """The tokens a model runs through its caches: ids (B, T), pos (T,) or (B, T) and their
+    padding mask key_valid (B, T) or None, or the whole history's.
 
     A length-dependent encoding (dynamic NTK, LongRoPE) changes how every position is encoded
     when the sequence grows, so the hidden states cached for earlier tokens go stale in every
@@ -78,24 +106,44 @@ def replay_if_stale(pe: PositionalEncoding, ids: Tensor, pos: Tensor, caches: li
     history is returned to be recomputed, so decoding equals a full recompute (past the
     original length, dynamic NTK then recomputes at every step). The model returns only the
     last T positions' outputs. ``seq_len``: 1 + the largest position if the caller knows it
-    (positions it built), else it is read from ``pos``.
+    (positions it built), else it is read from ``pos`` (the largest of the batch: one set of
+    frequencies serves every sequence).
     """
     if not pe.length_dependent:
-        return ids, pos
+        return ids, pos, key_valid
     signature = pe.length_signature(int(pos.max()) + 1 if seq_len is None else seq_len)
     if signature is None:
-        return ids, pos
+        return ids, pos, key_valid
     first, book = caches[0], caches[0].replay
     if not first.length:
-        book.update(signature=signature, ids=ids, pos=pos)
-        return ids, pos
+        book.update(signature=signature, ids=ids, pos=pos, valid=key_valid)
+        return ids, pos, key_valid
     if first.length + ids.shape[1] > first.capacity:
-        return ids, pos                          # the cache itself raises, nothing is lost
-    all_ids, all_pos = torch.cat([book["ids"], ids], dim=1), torch.cat([book["pos"], pos])
+        return ids, pos, key_valid               # the cache itself raises, nothing is lost
+    history = (torch.cat([book["ids"], ids], dim=1), _join(book["pos"], pos),
+               _join_valid(book["valid"], key_valid, book["ids"].shape, ids.shape))
     stale = signature != book["signature"]
-    book.update(signature=signature, ids=all_ids, pos=all_pos)
+    book.update(signature=signature, ids=history[0], pos=history[1], valid=history[2])
     if not stale:
-        return ids, pos
+        return ids, pos, key_valid
     for cache in caches:
         cache.reset()
-    return all_ids, all_pos
+    return history
+
+
+def _join(before: Tensor, after: Tensor) -> Tensor:
+    """Positions (L1,) or (B, L1) then (L2,) or (B, L2): (L1 + L2,) if both are shared."""
+    if before.dim() == after.dim() == 1:
+        return torch.cat([before, after])
+    batch = before.shape[0] if before.dim() == 2 else after.shape[0]
+    return torch.cat([before.expand(batch, -1), after.expand(batch, -1)], dim=1)
+
+
+def _join_valid(before: Tensor | None, after: Tensor | None, before_shape, after_shape
+                ) -> Tensor | None:
+    """Padding masks of two chunks (None: all real): None if both are."""
+    if before is None and after is None:
+        return None
+    fill = [m if m is not None else torch.ones(s, dtype=torch.bool, device=o.device)
+            for m, s, o in ((before, before_shape, after), (after, after_shape, before))]
+    return torch.cat(fill, dim=1)

@@ -8,6 +8,8 @@ documents) or skip (padding) without changing who sees whom.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
@@ -25,4 +27,59 @@ def causal_additive(lq: int, lk: int, device: torch.device | str,
     """(Lq, Lk): 0 where visible, -inf where hidden (added to logits)."""
     mask = torch.zeros(lq, lk, dtype=dtype, device=device)
     return mask.masked_fill_(~causal_visible(lq, lk, device), float("-inf"))
+
+
+
+def visibility(lq: int, lk: int, device: torch.device | str, *, causal: bool,
+               key_valid: Tensor | None = None, documents: Tensor | None = None,
+               self_attention: bool = True) -> Tensor | None:
+    """Which keys each query sees: (B or 1, 1, Lq, Lk) bool, or None when it sees them all.
+
+    ``causal``: key j <= i + Lk - Lq. ``key_valid`` (B, Lk) bool: False for padding, which no
+    query sees. ``documents`` (B, Lk) ids (queries: the last Lq of them): a query sees keys of
+    its own document only (packed rows). In self-attention a query always sees its own key,
+    so a padding query that would see nothing stays finite; real queries are unaffected (their
+    own key is visible anyway). Built from shapes and the given masks, never from positions.
+    """
+    visible = causal_visible(lq, lk, device)[None, None] if causal and lq > 1 else None
+    if key_valid is not None:
+        keys = key_valid[:, None, None, :]                                # (B, 1, 1, Lk)
+        if self_attention:
+            own = torch.zeros(lq, lk, dtype=torch.bool, device=device)
+            own.diagonal(lk - lq).fill_(True)                            # key i + Lk - Lq
+            keys = keys | own
+        visible = keys if visible is None else visible & keys
+    if documents is not None:
+        same = documents[:, None, -lq:, None] == documents[:, None, None, :]   # (B,1,Lq,Lk)
+        visible = same if visible is None else visible & same
+    return visible
+
+
+def additive(visible: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """A visibility mask as a logits term: 0 where visible, -inf where hidden."""
+    return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(
+        ~visible, float("-inf"))
+
+
+@dataclass(frozen=True)
+class Masks:
+    """The padding and document masks of one attention call (None: none of that kind).
+
+    ``key_valid`` (B, Lk) bool: False for padding keys. ``documents`` (B, Lk) ids of the
+    documents packed into each row (the queries are the last Lq keys). ``self_attention``:
+    queries are among the keys (each sees its own key; see :func:`visibility`).
+    """
+
+    key_valid: Tensor | None = None
+    documents: Tensor | None = None
+    self_attention: bool = True
+
+    def any(self) -> bool:
+        return self.key_valid is not None or self.documents is not None
+
+    def visibility(self, lq: int, lk: int, device: torch.device | str, causal: bool
+                   ) -> Tensor | None:
+        """:func:`visibility` of these masks: (B or 1, 1, Lq, Lk) bool."""
+        return visibility(lq, lk, device, causal=causal, key_valid=self.key_valid,
+                          documents=self.documents, self_attention=self.self_attention)
 

@@ -6,7 +6,7 @@ import argparse
 
 import torch
 
-from ..encodings import encoding_options, list_encodings
+from ..encodings import list_encodings
 from ..models import LMConfig, TransformerLM
 
 from .devices import add_device_arguments, resolve_device
@@ -26,10 +26,7 @@ def run(args: argparse.Namespace) -> int:
     prompt = torch.tensor([list(b"positions ")], device=device)
     for name in list_encodings():
         torch.manual_seed(args.seed)
-        declared = encoding_options(name)            # token-id tables need the vocabulary
-        options = {"vocab_size": 256} if declared.get("vocab_size", 0) is None else {}
-        model = TransformerLM(LMConfig(pe=name, max_len=64, d_model=64, n_heads=4,
-                                       pe_options=options)).eval()
+        model = TransformerLM(LMConfig(pe=name, max_len=64, d_model=64, n_heads=4)).eval()
         model = model.to(device, getattr(torch, args.dtype))
         try:
             cached = model.generate(prompt, args.tokens)

@@ -169,17 +169,23 @@ class PositionalEncoding(nn.Module):
         return 1.0 / math.sqrt(self.head_dim)
 
     def attn_scale(self, q_pos: Tensor, k_pos: Tensor, causal: bool) -> Tensor | None:
-        """Per-query logits multiplier (Lq,) or None. Implements log-n scaling.
+        """Per-query logits multiplier (Lq,) or (B, Lq) (the shape of q_pos; (B, Lq) when
+        k_pos is per sequence), or None. Implements log-n scaling.
 
         A causal query at position p sees ``p + 1`` keys, so its factor depends on ``p`` only
-        and cached decoding equals a full forward pass; a bidirectional query sees all Lk keys.
+        and cached decoding equals a full forward pass; a bidirectional query sees all Lk keys
+        (per sequence: the span of its key positions, which counts its real tokens when
+        padding repeats an edge position).
         """
         if self.logn_base_len is None:
             return None
         if causal:
             n = (q_pos.to(torch.float32) + 1.0)
+        elif k_pos.dim() == 2:                  # per sequence: the span of its positions
+            span = (k_pos.amax(-1) - k_pos.amin(-1) + 1).to(torch.float32)       # (B,)
+            n = span[:, None].expand(k_pos.shape[0], q_pos.shape[-1])
         else:
-            n = torch.full(q_pos.shape, float(k_pos.numel()), dtype=torch.float32,
+            n = torch.full(q_pos.shape, float(k_pos.shape[-1]), dtype=torch.float32,
                            device=q_pos.device)
         return (torch.log(n) / math.log(self.logn_base_len)).clamp(min=1.0)
 
@@ -263,6 +269,24 @@ def encoding_options(name: str) -> dict[str, Any]:
     return options
 
 
+#: facts about the model an encoding may declare as options (with default None): a model
+#: passes its own value unless the user gave one
+MODEL_FACTS = ("vocab_size", "n_layers", "d_model")
+
+
+def with_model_facts(name: str, options: dict[str, Any], **facts: Any) -> dict[str, Any]:
+    """``options`` plus the model ``facts`` (:data:`MODEL_FACTS`) the encoding ``name``
+    declares and the user did not set; ValueError for an unknown fact."""
+    unknown = sorted(set(facts) - set(MODEL_FACTS))
+    if unknown:
+        raise ValueError(f"unknown model fact(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(MODEL_FACTS)}")
+    declared = encoding_options(name)
+    given = {key: value for key, value in facts.items()
+             if key in declared and options.get(key) is None}
+    return {**options, **given}
+
+
 def build_encoding(name: str, *, n_heads: int, head_dim: int, max_len: int | None = None,
                    **options: Any) -> PositionalEncoding:
     """Build the encoding registered as ``name``.
@@ -334,27 +358,52 @@ def _is_integer(t: Tensor) -> bool:
     return not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
 
 
-def check_positions(name: str, pos: Any, length: int | None) -> None:
-    """Positions must be an integer tensor of shape (length,) (any length if None), shared
-    by every sequence of the batch. Metadata only (no sync).
+def check_positions(name: str, pos: Any, length: int | None, batch: int | None = None
+                    ) -> None:
+    """Positions must be an integer tensor of shape (length,), shared by every sequence of
+    the batch, or (batch, length), one row per sequence (any length or batch if None).
+    Metadata only (no sync).
 
     Raises ValueError naming ``name``, the expected and the actual shape or dtype.
     """
     if not isinstance(pos, Tensor) or not _is_integer(pos):
         got = f"dtype {pos.dtype}" if isinstance(pos, Tensor) else type(pos).__name__
         raise ValueError(f"{name} must be an integer tensor of positions, got {got}")
-    if pos.dim() != 1 or (length is not None and pos.shape[-1] != length):
-        want = "(length,)" if length is None else f"({length},)"
-        raise ValueError(f"{name} must have shape {want}, one position per token, got "
-                         f"shape {tuple(pos.shape)}")
+    ok = pos.dim() in (1, 2) and (length is None or pos.shape[-1] == length) and (
+        pos.dim() == 1 or batch is None or pos.shape[0] == batch)
+    if not ok:
+        n = "length" if length is None else str(length)
+        rows = "batch" if batch is None else str(batch)
+        raise ValueError(f"{name} must have shape ({n},) or ({rows}, {n}), one position per "
+                         f"token, got shape {tuple(pos.shape)}")
+
+
+def position_reader(pos: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
+    """A function (b, idx) -> the position of token idx of sequence b, for a score_mod:
+    pos (L,) shared by the batch, or (B, L) per sequence (decided here, once)."""
+    if pos.dim() == 2:
+        return lambda b, idx: pos[b, idx]
+    return lambda b, idx: pos[idx]
+
+
+def pairs_per_head(pairs: Tensor) -> Tensor:
+    """A per-pair tensor (Lq, Lk), or (B, Lq, Lk) for positions per sequence, as
+    (1 or B, 1, Lq, Lk): it broadcasts against per-head tensors (B, H, Lq, Lk)."""
+    return pairs[None, None] if pairs.dim() == 2 else pairs[:, None]
+
+
+def heads_first(rows: Tensor, n_heads: int) -> Tensor:
+    """Per-position vectors in head space (..., L, H * D) -> (..., H, L, D): (H, L, D) for
+    shared positions, (B, H, L, D) per sequence (both broadcast against (B, H, L, D))."""
+    return rows.unflatten(-1, (n_heads, -1)).transpose(-3, -2)
 
 
 def check_qk(encoding: PositionalEncoding, q: Any, k: Any, q_pos: Any, k_pos: Any,
              *, bias: bool = False) -> None:
     """Arguments of a hook: floating-point q (B, H, Lq, D) and k (B, H', Lk, D) with
-    integer positions (Lq,) and (Lk,). For a per-head ``bias`` hook, q and k may be None
-    (the term depends on positions only) and a given q must have the encoding's n_heads.
-    Metadata only (no sync)."""
+    integer positions (Lq,) or (B, Lq) and (Lk,) or (B, Lk). For a per-head ``bias`` hook, q
+    and k may be None (the term depends on positions only) and a given q must have the
+    encoding's n_heads. Metadata only (no sync)."""
     for name, x, pos in (("q", q, q_pos), ("k", k, k_pos)):
         if x is None and bias:
             check_positions(f"{name}_pos", pos, None)
@@ -364,7 +413,7 @@ def check_qk(encoding: PositionalEncoding, q: Any, k: Any, q_pos: Any, k_pos: An
                    else type(x).__name__)
             raise ValueError(f"{name} must be a floating-point tensor (batch, heads, length, "
                              f"head_dim), got {got}")
-        check_positions(f"{name}_pos", pos, x.shape[2])
+        check_positions(f"{name}_pos", pos, x.shape[2], x.shape[0])
     if bias and q is not None and q.shape[1] != encoding.n_heads:
         raise ValueError(f"q has {q.shape[1]} heads but this {encoding.name or 'encoding'} "
                          f"was built for n_heads={encoding.n_heads}")

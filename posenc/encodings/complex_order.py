@@ -41,8 +41,8 @@ class ComplexOrderEncoding(PositionalEncoding):
     """Word-dependent frequencies and phases turn the token embedding into a complex wave.
 
     Options:
-        vocab_size: size of the frequency and phase tables (required; token ids must be below
-            it).
+        vocab_size: size of the frequency and phase tables (token ids must be below it); a
+            model passes its own vocabulary size.
         freq_base: frequencies start at the sinusoidal profile base^(-i/C) for every word
             (10000, > 1); they are then learned per word.
     Phases start uniform in [0, 2π).
@@ -56,7 +56,7 @@ class ComplexOrderEncoding(PositionalEncoding):
         super().__init__(**kw)
         if vocab_size is None:
             raise ValueError("complex_order needs vocab_size (the number of token ids), a "
-                             "positive int; pass it in pe_options")
+                             "positive int (a model passes its own)")
         require_positive_int("vocab_size", vocab_size)
         self.freq_base = require_float_in("freq_base", freq_base, 1.0, float("inf"))
         self.vocab_size = vocab_size
@@ -69,7 +69,8 @@ class ComplexOrderEncoding(PositionalEncoding):
                                            dim=1))                                # (C, 2C)
 
     def angles(self, x: Tensor, pos: Tensor, ids: Tensor | None) -> Tensor:
-        """φ = ω_ids * pos + θ_ids in fp32. x (B, T, C), pos (T,), ids (B, T) -> (B, T, C)."""
+        """φ = ω_ids * pos + θ_ids in fp32. x (B, T, C), pos (T,) or (B, T), ids (B, T)
+        -> (B, T, C)."""
         if ids is None:
             raise ValueError("complex_order needs the token ids (embed(..., ids=ids))")
         if ids.shape != x.shape[:2]:
@@ -81,8 +82,8 @@ class ComplexOrderEncoding(PositionalEncoding):
         if x.shape[-1] != self.frequency.shape[-1]:
             raise ValueError(f"complex_order width {self.frequency.shape[-1]} != model width "
                              f"{x.shape[-1]}")
-        return (self.frequency[ids].float() * pos.to(torch.float32)[None, :, None]
-                + self.phase[ids].float())
+        return (self.frequency[ids].float() * pos.to(torch.float32)[..., None]
+                + self.phase[ids].float())                          # pos (T,) or (B, T)
 
     def complex_embedding(self, x: Tensor, pos: Tensor, ids: Tensor) -> Tensor:
         """z = x ⊙ exp(i φ), the amplitude x being the token embedding: complex (B, T, C)."""

@@ -16,7 +16,11 @@ with a per-channel kernel of ``kernel_size`` taps and zero padding:
   sequence are marked. It reads future tokens, so it cannot decode token by token.
 
 The convolution sees the window it is given: a sequence evaluated in windows (without a
-cache) restarts its zero padding at every window start.
+cache) restarts its zero padding at every window start. Positions say where a sequence
+starts, so padded and packed batches get the same borders: a tap reads the token ``j`` back
+only if the current position is at least ``j`` (causal; a packed document restarts at 0, a
+left-padded row's first token is at 0), and, centered, the token ``j`` away only if its
+position is exactly ``j`` away (the same run of positions); other taps read zeros.
 """
 
 from __future__ import annotations
@@ -62,12 +66,21 @@ class ConvEncoding(PositionalEncoding):
         self.weight = nn.Parameter(torch.empty(width, 1, kernel_size).uniform_(-bound, bound))
         self.bias = nn.Parameter(torch.zeros(width)) if bias else None
 
-    def _conv(self, padded: Tensor) -> Tensor:
-        """Valid depthwise convolution. padded (B, T + k - 1, C) -> (B, T, C)."""
-        out = F.conv1d(padded.transpose(1, 2), self.weight.to(padded.dtype),
-                       None if self.bias is None else self.bias.to(padded.dtype),
-                       groups=padded.shape[-1])                      # (B, C, T)
-        return out.transpose(1, 2)
+    def _conv(self, padded: Tensor, keep) -> Tensor:
+        """Valid depthwise convolution whose tap reading ``lag`` tokens back (negative:
+        ahead) is multiplied by ``keep(lag)`` ((T,) or (B, T) bool, or None for all).
+        padded (B, T + k - 1, C) -> (B, T, C)."""
+        k, t = self.kernel_size, padded.shape[1] - self.kernel_size + 1
+        first = k - 1 if self.padding == "causal" else (k - 1) // 2      # lag of tap 0
+        weight = self.weight.to(padded.dtype)[:, 0]                       # (C, k)
+        out = None
+        for i in range(k):
+            term = padded[:, i:i + t] * weight[:, i]                     # (B, T, C)
+            mask = keep(first - i)
+            if mask is not None:
+                term = term * mask[..., None].to(term.dtype)
+            out = term if out is None else out + term
+        return out if self.bias is None else out + self.bias.to(padded.dtype)
 
     def embed(self, x: Tensor, pos: Tensor, *, ids: Tensor | None = None,
               state: dict | None = None) -> Tensor:
@@ -80,7 +93,7 @@ class ConvEncoding(PositionalEncoding):
                 raise ValueError("padding='centered' reads future tokens and cannot decode "
                                  "token by token with a cache; use padding='causal'")
             half = (k - 1) // 2
-            return x + self._conv(F.pad(x, (0, 0, half, half)))
+            return x + self._conv(F.pad(x, (0, 0, half, half)), _same_run(pos))
         history = None if state is None else state.get(STATE_KEY)
         if history is None:
             history = x.new_zeros(b, k - 1, c)                       # causal zero padding
@@ -90,7 +103,24 @@ class ConvEncoding(PositionalEncoding):
         padded = torch.cat((history.to(x.dtype), x), dim=1)         # (B, k - 1 + T, C)
         if state is not None:
             state[STATE_KEY] = padded[:, -(k - 1):].detach()
-        return x + self._conv(padded)
+        return x + self._conv(padded, lambda lag: pos >= lag if lag > 0 else None)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, kernel_size={self.kernel_size}, padding={self.padding!r}"
+
+
+def _same_run(pos: Tensor):
+    """keep(lag) for a centered kernel: the token ``lag`` back (negative: ahead) lies in the
+    same run of positions, pos[t - lag] == pos[t] - lag (out of the window: no)."""
+    def keep(lag: int) -> Tensor | None:
+        if lag == 0:
+            return None
+        n = pos.shape[-1]
+        shifted = torch.full_like(pos, -(1 << 40))                       # no position
+        if lag > 0:
+            shifted[..., lag:] = pos[..., :n - lag]
+        else:
+            shifted[..., :n + lag] = pos[..., -lag:]
+        return shifted == pos - lag
+    return keep
+

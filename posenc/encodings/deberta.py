@@ -33,7 +33,6 @@ does, or pick the last layers; a model chooses which layers get the option.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -43,32 +42,36 @@ from ..kernels.layouts.causal_pairs import CausalPairBias, causal_pair_bias
 from ..kernels.layouts.relative_shift import PairLayout, head_table, layout_kind, pair_layout
 from ..kernels.pairs import pair_kernel_ready
 from .absolute import LearnedEncoding
-from .base import PositionalEncoding, ScoreMod, register, require_float_in, require_int_at_least
+from .base import (PositionalEncoding, ScoreMod, heads_first, pairs_per_head, position_reader,
+                   register, require_float_in, require_int_at_least)
 
 TERMS = ("c2p", "p2c")
 LAYER_NORM_EPS = 1e-7           # DeBERTa-v2's layer_norm_eps
 
 
-@functools.cache
-def _log_ratio(max_position: int, mid: int) -> float:
-    """log((max_position - 1) / mid) evaluated in float32, as a host number (no tensor is
-    made where the buckets are computed, e.g. inside a FlexAttention score_mod)."""
+def log_ratio(position_buckets: int, max_position: int) -> float:
+    """log((max_position - 1) / mid), mid = position_buckets // 2, evaluated in float32 as
+    the reference does, returned as a host number."""
+    mid = position_buckets // 2
     return float(torch.log(torch.tensor((max_position - 1) / mid, dtype=torch.float32)))
 
 
-def log_bucket_position(rel: Tensor, position_buckets: int, max_position: int) -> Tensor:
+def log_bucket_position(rel: Tensor, position_buckets: int, max_position: int,
+                        ratio: float | None = None) -> Tensor:
     """DeBERTa's log buckets of signed distances (any int shape -> same shape, long).
 
     |rel| <= position_buckets // 2 keeps its value; larger distances map to
     sign * (mid + ceil(log(|rel| / mid) / log((max_position - 1) / mid) * (mid - 1))),
-    evaluated in float32 like the reference so bucket edges agree.
+    evaluated in float32 like the reference so bucket edges agree. ``ratio``:
+    :func:`log_ratio` if already computed (then no tensor is made here, e.g. inside a
+    FlexAttention score_mod).
     """
     mid = position_buckets // 2
+    ratio = log_ratio(position_buckets, max_position) if ratio is None else ratio
     magnitude = rel.abs()
     far = magnitude > mid
     safe = torch.where(far, magnitude, torch.full_like(magnitude, mid)).to(torch.float32)
-    log_pos = torch.ceil(torch.log(safe / mid) / _log_ratio(max_position, mid) * (mid - 1)) \
-        + mid
+    log_pos = torch.ceil(torch.log(safe / mid) / ratio * (mid - 1)) + mid
     return torch.where(far, log_pos.to(rel.dtype) * torch.sign(rel), rel)
 
 
@@ -117,6 +120,8 @@ class DeBERTaEncoding(PositionalEncoding):
         self.max_relative_positions = max_relative_positions
         self.terms = terms
         self.span = position_buckets if position_buckets is not None else max_relative_positions
+        self.log_ratio = None if position_buckets is None else log_ratio(
+            position_buckets, max_relative_positions)
         width = self.n_heads * self.head_dim
         self.rel_embeddings = nn.Parameter(torch.randn(2 * self.span, width) * init_std)
         self.rel_norm = nn.LayerNorm(width, eps=LAYER_NORM_EPS) if rel_layer_norm else None
@@ -141,12 +146,14 @@ class DeBERTaEncoding(PositionalEncoding):
     def distance_rows(self, rel: Tensor) -> Tensor:
         """Table row of each signed distance in ``rel`` (any int shape -> same shape)."""
         if self.position_buckets is not None:
-            rel = log_bucket_position(rel, self.position_buckets, self.max_relative_positions)
+            rel = log_bucket_position(rel, self.position_buckets, self.max_relative_positions,
+                                      self.log_ratio)
         return (rel + self.span).clamp(0, 2 * self.span - 1)
 
     def pair_rows(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """Table row of every (query, key) pair: (Lq,), (Lk,) -> (Lq, Lk)."""
-        return self.distance_rows(q_pos[:, None] - k_pos[None, :])
+        """Table row of every (query, key) pair: (Lq,), (Lk,) -> (Lq, Lk); (B, Lq, Lk) for
+        positions per sequence."""
+        return self.distance_rows(q_pos[..., :, None] - k_pos[..., None, :])
 
     @staticmethod
     def distinct_rows(*rows: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
@@ -210,8 +217,8 @@ class DeBERTaEncoding(PositionalEncoding):
         if self.absolute is None:
             return q, k
         self.check_positions(q_pos)
-        p = self.absolute.table[q_pos].view(-1, self.n_heads, self.head_dim)  # (Lq, H, D)
-        return q + p.transpose(0, 1).to(q.dtype), k
+        p = heads_first(self.absolute.table[q_pos], self.n_heads)      # ([B,] H, Lq, D)
+        return q + p.to(q.dtype), k
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                    causal: bool = False, *, consecutive: bool = False) -> Tensor:
@@ -220,13 +227,14 @@ class DeBERTaEncoding(PositionalEncoding):
             q_pos.shape[-1] + k_pos.shape[-1] - 1
         if kind != "gather" and distances <= 2 * self.span:
             return self._shifted_bias(q, k, pair_layout(q_pos, k_pos, causal, consecutive))
-        index = self.pair_rows(q_pos, k_pos)                          # (Lq, Lk)
+        index = pairs_per_head(self.pair_rows(q_pos, k_pos))          # (1|B, 1, Lq, Lk)
         c2p, p2c = self.term_tables(q, k)
         bias = 0
         if c2p is not None:
-            bias = bias + c2p.gather(-1, index.expand(*c2p.shape[:2], *index.shape))
+            bias = bias + c2p.gather(-1, index.expand(*c2p.shape[:2], *index.shape[2:]))
         if p2c is not None:
-            index_t = index.t().expand(*p2c.shape[:2], *index.t().shape)  # (B, H, Lk, Lq)
+            index_t = index.transpose(-2, -1)                         # (1|B, 1, Lk, Lq)
+            index_t = index_t.expand(*p2c.shape[:2], *index_t.shape[2:])
             bias = bias + p2c.gather(-1, index_t).transpose(-2, -1)
         return bias                                                   # (B, H, Lq, Lk)
 
@@ -271,9 +279,10 @@ class DeBERTaEncoding(PositionalEncoding):
                   causal: bool = False, *, consecutive: bool = False) -> ScoreMod:
         c2p, p2c = self.term_tables(q, k)
         rows_of = self.distance_rows
+        q_at, k_at = position_reader(q_pos), position_reader(k_pos)
 
         def add_disentangled(score, b, h, q_idx, kv_idx):
-            r = rows_of(q_pos[q_idx] - k_pos[kv_idx])
+            r = rows_of(q_at(b, q_idx) - k_at(b, kv_idx))
             if c2p is not None:
                 score = score + c2p[b, h, q_idx, r]
             if p2c is not None:

@@ -31,8 +31,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .base import (PositionalEncoding, ScoreMod, register, require_float_in,
-                   require_positive_int)
+from .base import (PositionalEncoding, ScoreMod, position_reader, register,
+                   require_float_in, require_positive_int)
 
 
 @register("fire")
@@ -66,15 +66,17 @@ class FireEncoding(PositionalEncoding):
         self.L_multiplier = nn.Parameter(torch.tensor(1.0))
 
     def inverse_normaliser(self, q_pos: Tensor) -> Tensor:
-        """1 / (psi(max(L, i)) + eps) per query: (Lq,) fp32."""
+        """1 / (psi(max(L, i)) + eps) per query: (Lq,) or (B, Lq) fp32."""
         threshold = (self.L_multiplier * self.init_L).abs()
         norm = torch.maximum(q_pos.to(torch.float32), threshold)
         return 1.0 / (torch.log(torch.abs(self.c * norm) + 1.0) + self.eps)
 
     def normalised_distance(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """psi(i - j) / psi(max(L, i)): (Lq, Lk) fp32 in [0, 1] for visible keys."""
-        rel = q_pos.to(torch.float32)[:, None] - k_pos.to(torch.float32)[None, :]
-        return torch.log(torch.abs(self.c * rel) + 1.0) * self.inverse_normaliser(q_pos)[:, None]
+        """psi(i - j) / psi(max(L, i)): (Lq, Lk) fp32 in [0, 1] for visible keys ((B, Lq, Lk)
+        for positions per sequence)."""
+        rel = q_pos.to(torch.float32)[..., :, None] - k_pos.to(torch.float32)[..., None, :]
+        return torch.log(torch.abs(self.c * rel) + 1.0) * \
+            self.inverse_normaliser(q_pos)[..., :, None]
 
     def mlp(self, x: Tensor) -> Tensor:
         """f: (...,) fp32 -> (..., H) fp32, whatever dtype the weights are kept in."""
@@ -84,18 +86,22 @@ class FireEncoding(PositionalEncoding):
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                    causal: bool = False, *, consecutive: bool = False) -> Tensor:
-        bias = self.mlp(self.normalised_distance(q_pos, k_pos))         # (Lq, Lk, H)
-        return bias.permute(2, 0, 1).unsqueeze(0)                        # (1, H, Lq, Lk)
+        bias = self.mlp(self.normalised_distance(q_pos, k_pos))         # ([B,] Lq, Lk, H)
+        if bias.dim() == 3:
+            bias = bias[None]
+        return bias.permute(0, 3, 1, 2)                                  # (1|B, H, Lq, Lk)
 
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                   causal: bool = False, *, consecutive: bool = False) -> ScoreMod:
-        qp, kp = q_pos.to(torch.float32), k_pos.to(torch.float32)
-        inv_norm = self.inverse_normaliser(q_pos)                        # (Lq,)
+        q_at = position_reader(q_pos.to(torch.float32))
+        k_at = position_reader(k_pos.to(torch.float32))
+        norm_at = position_reader(self.inverse_normaliser(q_pos))       # (Lq,) or (B, Lq)
         c, w1, b1, w2, b2 = self.c, self.w1, self.b1, self.w2, self.b2
         width = self.mlp_width
 
         def add_bias(score, b, h, q_idx, kv_idx):
-            x = torch.log(torch.abs(c * (qp[q_idx] - kp[kv_idx])) + 1.0) * inv_norm[q_idx]
+            x = torch.log(torch.abs(c * (q_at(b, q_idx) - k_at(b, kv_idx))) + 1.0) * \
+                norm_at(b, q_idx)
             acc = b2[h]
             for u in range(width):                                       # unrolled MLP
                 acc = acc + w2[h, u] * torch.relu(w1[u] * x + b1[u])

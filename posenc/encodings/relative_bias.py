@@ -17,15 +17,17 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from .base import PositionalEncoding, ScoreMod, check_qk
+from .base import PositionalEncoding, ScoreMod, check_qk, pairs_per_head, position_reader
 
 #: f(rel, head) -> bias: integer distances k_pos - q_pos and head indices, broadcast
 BiasFunction = Callable[[Tensor, Tensor], Tensor]
 
 
 def pair_distances(q_pos: Tensor, k_pos: Tensor) -> Tensor:
-    """k_pos - q_pos for every (query, key) pair: (Lq,), (Lk,) -> (Lq, Lk)."""
-    return k_pos[None, :] - q_pos[:, None]
+    """k_pos - q_pos for every (query, key) pair: (Lq,), (Lk,) -> (Lq, Lk); with positions
+    per sequence (B, Lq) or (B, Lk) -> (B, Lq, Lk)."""
+    return k_pos[..., None, :] - q_pos[..., :, None]
+
 
 
 class DistanceBiasEncoding(PositionalEncoding):
@@ -46,16 +48,17 @@ class DistanceBiasEncoding(PositionalEncoding):
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                    causal: bool = False, *, consecutive: bool = False) -> Tensor:
         check_qk(self, q, k, q_pos, k_pos, bias=True)
-        rel = pair_distances(q_pos, k_pos)                           # (Lq, Lk)
-        heads = torch.arange(self.n_heads, device=rel.device)
-        return self.bias_function()(rel[None], heads[:, None, None])[None]   # (1, H, Lq, Lk)
+        rel = pairs_per_head(pair_distances(q_pos, k_pos))           # (1|B, 1, Lq, Lk)
+        heads = torch.arange(self.n_heads, device=rel.device)[:, None, None]
+        return self.bias_function()(rel, heads)                      # (1|B, H, Lq, Lk)
 
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                   causal: bool = False, *, consecutive: bool = False) -> ScoreMod:
         check_qk(self, q, k, q_pos, k_pos, bias=True)
         bias = self.bias_function()
+        q_at, k_at = position_reader(q_pos), position_reader(k_pos)
 
         def add_bias(score, b, h, q_idx, kv_idx):
-            return score + bias(k_pos[kv_idx] - q_pos[q_idx], h).to(score.dtype)
+            return score + bias(k_at(b, kv_idx) - q_at(b, q_idx), h).to(score.dtype)
 
         return add_bias

@@ -26,8 +26,8 @@ from torch import Tensor, nn
 
 from ..kernels.layouts.clipped_pairs import ClippedPairBias, collect_clipped, spread_clipped
 from ..kernels.layouts.relative_shift import layout_kind
-from .base import (PositionalEncoding, ScoreMod, register, require_choice, require_float_in,
-                   require_positive_int)
+from .base import (PositionalEncoding, ScoreMod, pairs_per_head, position_reader, register,
+                   require_choice, require_float_in, require_positive_int)
 from .sinusoidal import sinusoidal_at
 
 #: backends that compute the key term alone exactly
@@ -81,9 +81,10 @@ class ShawEncoding(PositionalEncoding):
             self.backends = _key_term_backends
 
     def clipped_index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """Row of each (query, key) pair in the tables: clip(j - i, -K, K) + K. -> (Lq, Lk)."""
+        """Row of each (query, key) pair in the tables: clip(j - i, -K, K) + K. -> (Lq, Lk),
+        or (B, Lq, Lk) for positions per sequence."""
         k = self.max_relative_position
-        return (k_pos[None, :] - q_pos[:, None]).clamp(-k, k) + k
+        return (k_pos[..., None, :] - q_pos[..., :, None]).clamp(-k, k) + k
 
     def key_scores(self, q: Tensor, rows: int | None = None) -> Tensor:
         """q . A^K[r] / sqrt(d) for every clipped distance r, or the first ``rows`` of them:
@@ -96,8 +97,8 @@ class ShawEncoding(PositionalEncoding):
         if layout_kind(q_pos, k_pos, causal, consecutive) == "causal":  # j <= i: rows <= K
             return spread_clipped(self.key_scores(q, clip + 1), clip)  # (B, H, L, K+1)
         table = self.key_scores(q)                                     # (B, H, Lq, 2K+1)
-        index = self.clipped_index(q_pos, k_pos)                       # (Lq, Lk)
-        return table.gather(-1, index.expand(*table.shape[:2], *index.shape))
+        index = pairs_per_head(self.clipped_index(q_pos, k_pos))       # (1|B, 1, Lq, Lk)
+        return table.gather(-1, index.expand(*table.shape[:2], *index.shape[2:]))
 
     def fused_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                    causal: bool = False, *, consecutive: bool = False
@@ -111,9 +112,10 @@ class ShawEncoding(PositionalEncoding):
                   causal: bool = False, *, consecutive: bool = False) -> ScoreMod:
         table = self.key_scores(q)                                     # (B, H, Lq, 2K+1)
         clip = self.max_relative_position
+        q_at, k_at = position_reader(q_pos), position_reader(k_pos)
 
         def add_key_term(score, b, h, q_idx, kv_idx):
-            r = (k_pos[kv_idx] - q_pos[q_idx]).clamp(-clip, clip) + clip
+            r = (k_at(b, kv_idx) - q_at(b, q_idx)).clamp(-clip, clip) + clip
             return score + table[b, h, q_idx, r]
 
         return add_key_term
@@ -127,7 +129,7 @@ class ShawEncoding(PositionalEncoding):
         if layout_kind(q_pos, k_pos, causal, consecutive) == "causal":
             per_distance = collect_clipped(weights, clip)             # (B, H, L, K+1)
             return per_distance @ table[:clip + 1].to(weights.dtype)  # (B, H, L, D)
-        index = self.clipped_index(q_pos, k_pos).expand_as(weights)    # (B, H, Lq, Lk)
+        index = pairs_per_head(self.clipped_index(q_pos, k_pos)).expand_as(weights)
         per_distance = weights.new_zeros(*weights.shape[:3], table.shape[0])
         per_distance = per_distance.scatter_add(-1, index, weights)    # (B, H, Lq, 2K+1)
         return per_distance @ table.to(weights.dtype)                  # (B, H, Lq, D)

@@ -13,16 +13,17 @@ from .base import PositionalEncoding, register, require_float_in
 
 
 def sinusoidal_angles(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
-    """Angles p / base^(2i/dim) in fp32. pos: (T,) -> (T, ceil(dim/2))."""
+    """Angles p / base^(2i/dim) in fp32. pos: (..., T) -> (..., T, ceil(dim/2))."""
     inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float32, device=pos.device) / dim)
-    return pos.to(torch.float32)[:, None] * inv_freq[None, :]
+    return pos.to(torch.float32)[..., None] * inv_freq
 
 
 def sinusoidal_at(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
-    """Sinusoidal vectors at arbitrary (even negative) positions. pos: (T,) -> (T, dim) fp32."""
-    angles = sinusoidal_angles(pos, dim, base)          # (T, ceil(dim/2))
-    table = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (T, ceil(dim/2), 2)
-    return table.flatten(-2)[:, :dim]                    # (T, dim), sin/cos interleaved
+    """Sinusoidal vectors at arbitrary (even negative) positions. pos: (..., T) ->
+    (..., T, dim) fp32."""
+    angles = sinusoidal_angles(pos, dim, base)          # (..., T, ceil(dim/2))
+    table = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (..., T, ceil(dim/2), 2)
+    return table.flatten(-2)[..., :dim]                  # (..., T, dim), sin/cos interleaved
 
 
 def sinusoidal_table(n_positions: int, dim: int) -> Tensor:

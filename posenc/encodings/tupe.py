@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .absolute import LearnedEncoding
-from .base import register
+from .base import heads_first, register
 from .t5 import T5Encoding
 
 
@@ -65,18 +65,19 @@ class TUPEEncoding(T5Encoding):
         self.absolute.check_positions(pos)
 
     def position_heads(self, pos: Tensor, side: int, dtype: torch.dtype) -> Tensor:
-        """p U_Q (side 0) or p U_K (side 1) at positions pos (L,): (H, L, D)."""
+        """p U_Q (side 0) or p U_K (side 1) at positions pos (L,) or (B, L): (H, L, D) or
+        (B, H, L, D)."""
         self.check_positions(pos)
         width = self.n_heads * self.head_dim
         rows = slice(side * width, (side + 1) * width)
-        p = self.pos_norm(self.absolute.table[pos])                   # (L, C)
+        p = self.pos_norm(self.absolute.table[pos])                   # ([B,] L, C)
         p = F.linear(p, self.pos_proj.weight[rows], self.pos_proj.bias[rows]).to(dtype)
-        return p.view(-1, self.n_heads, self.head_dim).transpose(0, 1)
+        return heads_first(p, self.n_heads)
 
     def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, *,
                      backend: str | None = None, consecutive: bool = False
                      ) -> tuple[Tensor, Tensor]:
-        pq = self.position_heads(q_pos, 0, q.dtype)                   # (H, Lq, D)
-        pk = self.position_heads(k_pos, 1, k.dtype)                   # (H, Lk, D)
+        pq = self.position_heads(q_pos, 0, q.dtype)                   # ([B,] H, Lq, D)
+        pk = self.position_heads(k_pos, 1, k.dtype)                   # ([B,] H, Lk, D)
         return (torch.cat((q, pq.expand(q.shape[0], -1, -1, -1)), dim=-1),
                 torch.cat((k, pk.expand(k.shape[0], -1, -1, -1)), dim=-1))  # (B, H, L, 2D)

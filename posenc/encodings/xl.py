@@ -79,7 +79,7 @@ class TransformerXLEncoding(PositionalEncoding):
         width = self.n_heads * self.head_dim
         inv_freq = self.base ** (-torch.arange(0, width, 2, dtype=torch.float64,
                                                device=pos.device) / width)
-        angles = pos.to(torch.float64)[:, None] * inv_freq[None, :]
+        angles = pos.to(torch.float64)[..., None] * inv_freq
         return angles.cos().float(), angles.sin().float()
 
     def rotary(self, backend: str | None, consecutive: bool) -> bool:
@@ -102,9 +102,10 @@ class TransformerXLEncoding(PositionalEncoding):
         w = torch.stack((w[..., 1], -w[..., 0]), dim=-1).flatten(-2)  # (H, D, C)
         a = torch.einsum("bhld,hdc->bhlc", q + self.v[:, None].to(q.dtype), w.to(q.dtype))
         q_rel = apply_rotary(a, *self.cos_sin(q_pos), layout="interleaved")  # (B, H, Lq, C)
-        k_rel = torch.stack(self.cos_sin(k_pos), dim=-1).flatten(-2).to(k.dtype)  # (Lk, C)
+        k_rel = torch.stack(self.cos_sin(k_pos), dim=-1).flatten(-2).to(k.dtype)  # ([B,] Lk, C)
+        k_rel = k_rel if k_rel.dim() == 2 else k_rel[:, None]          # per sequence
         q_out = torch.cat((q + self.u[:, None].to(q.dtype), q_rel), dim=-1)
-        k_out = torch.cat((k, k_rel.expand(k.shape[0], h, -1, -1)), dim=-1)
+        k_out = torch.cat((k, k_rel.expand(k.shape[0], h, k.shape[2], -1)), dim=-1)
         return q_out, k_out                                           # (B, H, L, D + C)
 
     def position_table(self, q: Tensor, distances: Tensor, q_scale: Tensor | None

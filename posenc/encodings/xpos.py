@@ -80,7 +80,8 @@ class XPosEncoding(RotaryEncoding):
         return int(limit * self.scale_base / self.steepest)
 
     def decay(self, pos: Tensor, sign: float, dtype: torch.dtype) -> Tensor:
-        """zeta^(sign * (pos - center) / scale_base): (L, R/2) fp32; ValueError on overflow
+        """zeta^(sign * (pos - center) / scale_base): (..., L, R/2) fp32 for pos (..., L);
+        ValueError on overflow
         (checked as :func:`~posenc.encodings.base.check_in_range` does)."""
         far = self.max_distance(dtype)
         check_in_range(pos, self.center - far, self.center + far + 1, lambda bad: (
@@ -88,7 +89,7 @@ class XPosEncoding(RotaryEncoding):
             f"{self.center}: |pos - center| must be <= {far} for scale_base="
             f"{self.scale_base}; set center nearer the positions or a larger scale_base"))
         rel = pos.to(torch.float32) - float(self.center)                    # (L,)
-        return torch.exp(sign * rel[:, None] * self.log_zeta[None, :] / self.scale_base)
+        return torch.exp(sign * rel[..., None] * self.log_zeta / self.scale_base)
 
     def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, *,
                      backend: str | None = None, consecutive: bool = False

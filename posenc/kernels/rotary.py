@@ -62,8 +62,8 @@ def frequency_turns(inv_freq: Tensor) -> tuple[Tensor, Tensor]:
 
 def rotary_angles(pos: Tensor, inv_freq: Tensor,
                   turns: tuple[Tensor, Tensor] | None = None) -> Tensor:
-    """Angles pos * inv_freq (modulo 2 pi from EXACT_FROM on), fp32. pos (L,), inv_freq
-    (R/2,) -> (L, R/2).
+    """Angles pos * inv_freq (modulo 2 pi from EXACT_FROM on), fp32. pos (..., L), inv_freq
+    (R/2,) -> (..., L, R/2).
 
     Below ``EXACT_FROM`` = 2^16 (and for floating-point positions) this is the plain fp32
     product. From there on, where that product is off by up to pos * 2^-24 rad (0.03 at
@@ -72,12 +72,12 @@ def rotary_angles(pos: Tensor, inv_freq: Tensor,
     1e-6 rad of the exact pos * inv_freq for |pos| < 2^31. ``turns`` is
     :func:`frequency_turns` (inv_freq) if already computed.
     """
-    p_float = pos.to(torch.float32)[:, None]                                # (L, 1)
-    plain = p_float * inv_freq.to(pos.device, torch.float32)[None, :]     # (L, R/2)
+    p_float = pos.to(torch.float32)[..., None]                              # (..., L, 1)
+    plain = p_float * inv_freq.to(pos.device, torch.float32)              # (..., L, R/2)
     if pos.is_floating_point():
         return plain
     fixed, rest = frequency_turns(inv_freq) if turns is None else turns
-    p = pos.to(torch.int64)[:, None]                                        # (L, 1)
+    p = pos.to(torch.int64)[..., None]                                      # (..., L, 1)
     units = (p * fixed.to(pos.device)).bitwise_and_((1 << TURN_BITS) - 1).to(torch.float32)
     units.addcmul_(p_float, rest.to(pos.device))                # (L, R/2), 2^-32 turns
     exact = units.mul_(2.0 * math.pi * 2.0 ** -TURN_BITS)
@@ -97,6 +97,8 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> T
     if 2 * cos.shape[-1] > x.shape[-1]:
         raise ValueError(f"cos/sin cover {2 * cos.shape[-1]} rotated dims, more than the "
                          f"head_dim={x.shape[-1]} of x")
+    if cos.dim() == 3 and x.dim() == 4:      # angles per sequence (B, L, R/2): over heads
+        return apply_rotary_reference(x, cos[:, None], sin[:, None], layout)
     if not _native_eligible(x, cos, sin):
         return apply_rotary_reference(x, cos, sin, layout)
     if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):

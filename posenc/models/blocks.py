@@ -125,24 +125,27 @@ class Block(nn.Module):
                 cache: KVCache | None = None, memory: Tensor | None = None,
                 memory_pos: Tensor | None = None, memory_pe: PositionalEncoding | None = None,
                 cross_cache: KVCache | None = None, backend: str = "auto",
-                need_weights: bool = False, consecutive: bool = False
-                ) -> tuple[Tensor, Tensor | None]:
+                need_weights: bool = False, consecutive: bool = False,
+                key_valid: Tensor | None = None, documents: Tensor | None = None,
+                memory_valid: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """x (B, T, C) -> (B, T, C) and optional self-attention weights (B, H, T, Lk).
-        ``consecutive``: pos (and memory_pos) are runs the caller built (see
-        MultiHeadAttention)."""
+        ``consecutive``, ``key_valid``, ``documents``, ``memory_valid``: as in
+        MultiHeadAttention."""
         pe = self.layer_pe if self.layer_pe is not None else pe
         weights: list[Tensor | None] = [None]
 
         def self_attn(h: Tensor) -> Tensor:
             out, weights[0] = self.attn(h, pos, pe, causal=causal, cache=cache,
                                         backend=backend, need_weights=need_weights,
-                                        consecutive=consecutive)
+                                        consecutive=consecutive, key_valid=key_valid,
+                                        documents=documents)
             return out
 
         x = self._residual(x, self.norm1, self_attn)
         if self.cross is not None:
             x = self._residual(x, self.norm_cross, lambda h: self.cross(
                 h, pos, memory_pe, causal=False, cache=cross_cache, memory=memory,
-                memory_pos=memory_pos, backend=backend, consecutive=consecutive)[0])
+                memory_pos=memory_pos, backend=backend, consecutive=consecutive,
+                memory_valid=memory_valid)[0])
         x = self._residual(x, self.norm2, self.mlp)
         return x, weights[0]

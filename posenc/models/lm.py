@@ -16,11 +16,13 @@ from torch import Tensor, nn
 from ..attention import BACKENDS, KVCache, make_caches
 from ..attention.cache import replay_if_stale
 from ..encodings import build_encoding
+from ..encodings.base import with_model_facts
 from ..encodings.base import (check_positions, check_token_ids, require_choice,
                               require_float_in, require_int_at_least, require_options,
                               require_positive_int)
 from .blocks import ACTIVATIONS, NORMS, Block, init_weights, make_norm
 from .generate import select_next
+from .positions import check_documents, check_mask, positions_from_documents, positions_from_mask
 
 
 @dataclass(frozen=True)
@@ -28,8 +30,10 @@ class LMConfig:
     """Shape and options of a :class:`TransformerLM`.
 
     ``pe`` names a registered encoding and ``pe_options`` are its options (see
-    ``posenc list``; None means no options, like {}). ``max_len`` is the training length: the
-    size of a learned table and the default original length for RoPE scalings.
+    ``posenc list``; None means no options, like {}); what the encoding needs to know about
+    the model (``vocab_size``, ``n_layers``, ``d_model``) it gets from this config. ``max_len``
+    is the training length: the size of a learned table and the default original length for
+    RoPE scalings.
     """
 
     vocab_size: int = 256
@@ -112,8 +116,10 @@ class TransformerLM(nn.Module):
 
     def _build_pe(self):
         c = self.config
+        options = with_model_facts(c.pe, c.pe_options, vocab_size=c.vocab_size,
+                                   n_layers=c.n_layers, d_model=c.d_model)
         return build_encoding(c.pe, n_heads=c.n_heads, head_dim=c.head_dim, max_len=c.max_len,
-                              **c.pe_options)
+                              **options)
 
     def _layer_pe(self, index: int):
         """Layer ``index``'s own encoding for per-layer encodings (layer 0 reuses the model's,
@@ -134,54 +140,95 @@ class TransformerLM(nn.Module):
             raise ValueError(f"ids must be (batch, length), got {got}")
         check_token_ids("ids", ids, self.config.vocab_size)
 
-    def forward(self, ids: Tensor, pos: Tensor | None = None,
-                caches: list[KVCache] | None = None, *, backend: str | None = None,
+    def forward(self, ids: Tensor, *, positions: Tensor | None = None,
+                attention_mask: Tensor | None = None, document_ids: Tensor | None = None,
+                caches: list[KVCache] | None = None, backend: str | None = None,
                 need_weights: bool = False) -> Tensor | tuple[Tensor, list[Tensor | None]]:
         """ids (B, T) -> logits (B, T, V).
 
-        ``pos`` (T,) defaults to 0..T-1, or to continue after the caches' contents.
-        With ``need_weights`` also returns each layer's attention weights (B, H, T, Lk).
+        ``attention_mask`` (B, T): 1 for real tokens, 0 for padding (left-padded prompts,
+        padded batches): no token sees a padding token, and positions count real tokens
+        only. ``document_ids`` (B, T): documents packed into each row; each restarts at
+        position 0 and sees only itself (not with caches). ``positions`` (T,) or (B, T)
+        overrides the positions (default: 0..T-1 per sequence, as the masks say, continuing
+        after the caches' contents). With ``need_weights`` also returns each layer's
+        attention weights (B, H, T, Lk). See :mod:`posenc.models.positions`.
         """
         self._check_ids(ids)
-        t = ids.shape[1]
-        consecutive = pos is None               # positions this model builds form one run
-        if pos is None:
-            start = caches[0].length if caches else 0
-            pos = torch.arange(start, start + t, device=ids.device)
-        else:
-            check_positions("pos", pos, t)
+        b, t = ids.shape
+        key_valid = None if attention_mask is None else \
+            check_mask("attention_mask", attention_mask, (b, t))
+        documents = None if document_ids is None else check_documents(document_ids, (b, t))
+        if documents is not None and caches:
+            raise ValueError("document_ids (packed rows) cannot be combined with KV caches; "
+                             "decode each document on its own")
+        positions, consecutive = self._positions(ids, positions, key_valid, documents, caches)
         if caches:
-            ids, pos = replay_if_stale(self.pe, ids, pos, caches,
-                                       seq_len=caches[0].length + t if consecutive else None)
-        x = self.pe.embed(self.tok(ids), pos, ids=ids,
+            ids, positions, key_valid = replay_if_stale(
+                self.pe, ids, positions, caches, key_valid,
+                seq_len=caches[0].length + t if consecutive else None)
+        x = self.pe.embed(self.tok(ids), positions, ids=ids,
                           state=caches[0].extra if caches else None)
         x = self.drop(x)                                              # (B, T, C)
         backend = backend or self.config.attn_backend
         all_weights = []
         for i, block in enumerate(self.blocks):
-            x, w = block(x, pos, self.pe, causal=True, cache=caches[i] if caches else None,
-                         backend=backend, need_weights=need_weights, consecutive=consecutive)
+            x, w = block(x, positions, self.pe, causal=True,
+                         cache=caches[i] if caches else None, backend=backend,
+                         need_weights=need_weights, consecutive=consecutive,
+                         key_valid=key_valid, documents=documents)
             all_weights.append(w)
         logits = self.head(self.norm(x))[:, -t:]                      # (B, T, V)
         if need_weights:
             return logits, [w if w is None else w[:, :, -t:] for w in all_weights]
         return logits
 
+    def _positions(self, ids: Tensor, positions: Tensor | None, key_valid: Tensor | None,
+                   documents: Tensor | None, caches: list[KVCache] | None
+                   ) -> tuple[Tensor, bool]:
+        """The positions of this forward ((T,) or (B, T)) and whether they are the one run
+        start..start + T - 1 this model built; records where each sequence continues."""
+        b, t = ids.shape
+        first = caches[0] if caches else None
+        start = first.next_pos if first is not None else ids.new_zeros(b)      # (B,)
+        consecutive = False
+        if positions is not None:
+            check_positions("positions", positions, t, b)
+            after = positions[..., -1] + 1
+        elif documents is not None:
+            positions = positions_from_documents(documents)
+            after = None
+        elif key_valid is not None:
+            positions = positions_from_mask(key_valid, start)
+            after = start + key_valid.sum(dim=1)
+        elif first is not None and first.per_sample:  # the cache holds padded sequences
+            positions = start[:, None] + torch.arange(t, device=ids.device)
+            after = start + t
+        else:
+            offset = first.length if first is not None else 0
+            positions = torch.arange(offset, offset + t, device=ids.device)
+            consecutive, after = True, start + t
+        if first is not None:
+            first.next_pos = after.expand(b)
+        return positions, consecutive
+
     @torch.no_grad()
     def generate(self, ids: Tensor, max_new_tokens: int, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float | None = None,
                  generator: torch.Generator | None = None,
-                 on_token: Callable[[int, Tensor], None] | None = None) -> Tensor:
+                 on_token: Callable[[int, Tensor], None] | None = None, *,
+                 attention_mask: Tensor | None = None) -> Tensor:
         """Append ``max_new_tokens`` tokens to ids (B, T) using a KV cache -> (B, T + new).
 
-        Greedy at temperature 0, else sampled (``top_k``, ``top_p``: see
-        :func:`~posenc.models.generate.select_next`). ``on_token(step, tokens (B, 1))`` is
-        called as each new token is chosen (for streaming).
+        ``attention_mask`` (B, T) marks real tokens (0: padding) of a left-padded batch of
+        prompts: each row then gets the tokens it would get alone. Greedy at temperature 0,
+        else sampled (``top_k``, ``top_p``: see :func:`~posenc.models.generate.select_next`).
+        ``on_token(step, tokens (B, 1))`` is called as each new token is chosen (streaming).
         """
         require_int_at_least("max_new_tokens", max_new_tokens, 0)
         self._check_ids(ids)
         caches = self.make_caches(ids.shape[0], ids.shape[1] + max_new_tokens)
-        logits = self(ids, caches=caches)
+        logits = self(ids, attention_mask=attention_mask, caches=caches)
         out = [ids]
         for step in range(max_new_tokens):
             nxt = select_next(logits[:, -1], temperature, top_k, generator, top_p=top_p)

@@ -5,8 +5,11 @@ self-attention over the target, then cross-attention whose queries come from the
 whose keys/values come from the encoder output. Cross-attention carries no positional
 encoding (a ``nope`` instance), as in the original Transformer and T5.
 
-Sources are fixed-length: there is no source padding mask, so a padded source would let
-the encoder and cross-attention see its padding. Target padding is ignored by the loss.
+Padded batches: ``src_mask`` (B, S) marks real source tokens (1) and padding (0); the
+encoder's self-attention and the decoder's cross-attention never see padding, and source
+positions count real tokens only, so a padded source gives the outputs of the unpadded one
+on its real tokens. ``tgt_mask`` (B, T) does the same for the decoder's targets; the loss
+ignores targets equal to ``pad_id``.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from torch import Tensor, nn
 from ..attention import KVCache, make_caches
 from ..attention.cache import replay_if_stale
 from ..encodings import PositionalEncoding, build_encoding
-from ..encodings.base import check_token_ids
+from ..encodings.base import check_token_ids, with_model_facts
 from .blocks import Block, init_weights, make_norm
 from .generate import select_next
+from .positions import check_mask, positions_from_mask
 from .seq2seq_config import Seq2SeqConfig
 
 
@@ -34,13 +38,20 @@ class Seq2SeqTransformer(nn.Module):
         self.src_tok = nn.Embedding(c.source_vocab_size, c.d_model)
         self.tgt_tok = (self.src_tok if c.share_embeddings
                         else nn.Embedding(c.vocab_size, c.d_model))
-        self.encoder_pe = self._encoding(c.encoder_pe, c.encoder_options())
-        self.decoder_pe = self._encoding(c.decoder_pe_name, c.decoder_options())
+        encoder_facts = {"vocab_size": c.source_vocab_size, "n_layers": c.n_encoder_layers,
+                         "d_model": c.d_model}
+        decoder_facts = {"vocab_size": c.vocab_size, "n_layers": c.n_decoder_layers,
+                         "d_model": c.d_model}
+        encoder_options = with_model_facts(c.encoder_pe, c.encoder_options(), **encoder_facts)
+        decoder_options = with_model_facts(c.decoder_pe_name, c.decoder_options(),
+                                           **decoder_facts)
+        self.encoder_pe = self._encoding(c.encoder_pe, encoder_options)
+        self.decoder_pe = self._encoding(c.decoder_pe_name, decoder_options)
         self.cross_pe = self._encoding("nope", {})
         self.encoder = self._stack(c.n_encoder_layers, self.encoder_pe, c.encoder_pe,
-                                   c.encoder_options(), cross=False)
+                                   encoder_options, cross=False)
         self.decoder = self._stack(c.n_decoder_layers, self.decoder_pe, c.decoder_pe_name,
-                                   c.decoder_options(), cross=True)
+                                   decoder_options, cross=True)
         def final_norm() -> nn.Module:                      # pre-norm stacks end with one
             return (make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_placement == "pre"
                     else nn.Identity())
@@ -87,35 +98,62 @@ class Seq2SeqTransformer(nn.Module):
             raise ValueError(f"{name} must be (batch, length) with length >= 1, got {got}")
         check_token_ids(name, ids, vocab_size)
 
-    def encode(self, src: Tensor) -> Tensor:
-        """src (B, S) -> encoder output (B, S, C)."""
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """src (B, S) -> encoder output (B, S, C); ``src_mask`` (B, S): 1 for real tokens,
+        0 for padding."""
         self._check_ids("src", src, self.config.source_vocab_size)
-        pos = torch.arange(src.shape[1], device=src.device)
+        valid = None if src_mask is None else check_mask("src_mask", src_mask, src.shape)
+        if valid is None:
+            pos = torch.arange(src.shape[1], device=src.device)
+        else:
+            pos = positions_from_mask(valid, src.new_zeros(src.shape[0]))
         x = self.drop(self.encoder_pe.embed(self.src_tok(src), pos, ids=src))   # (B, S, C)
         backend = self.config.attn_backend
         for block in self.encoder:
             x, _ = block(x, pos, self.encoder_pe, causal=False, backend=backend,
-                         consecutive=True)
+                         consecutive=valid is None, key_valid=valid)
         return self.encoder_norm(x)
 
     def decode(self, memory: Tensor, tgt_in: Tensor, caches: list[KVCache] | None = None,
-               cross_caches: list[KVCache] | None = None) -> Tensor:
+               cross_caches: list[KVCache] | None = None, *,
+               memory_mask: Tensor | None = None, tgt_mask: Tensor | None = None) -> Tensor:
         """Decoder logits (B, T, V) for tgt_in (B, T) given the encoder output (B, S, C).
 
-        With caches, positions continue after the self-attention caches' contents and the
-        cross-attention caches keep the encoder keys/values after their first use.
+        ``memory_mask`` (B, S): the source's padding (``src_mask``), hidden from
+        cross-attention; ``tgt_mask`` (B, T): the targets' padding. With caches, positions
+        continue after the self-attention caches' contents and the cross-attention caches
+        keep the encoder keys/values (and their mask) after their first use.
         """
         self._check_ids("tgt_in", tgt_in, self.config.vocab_size)
         if memory.dim() != 3 or memory.shape[0] != tgt_in.shape[0]:
             raise ValueError(f"memory must be (batch, source length, d_model) with the batch "
                              f"of tgt_in ({tgt_in.shape[0]}), got {tuple(memory.shape)}")
-        start = caches[0].length if caches else 0
-        t = tgt_in.shape[1]
-        pos = torch.arange(start, start + t, device=tgt_in.device)
-        if caches:      # length-dependent encodings recompute a stale history
-            tgt_in, pos = replay_if_stale(self.decoder_pe, tgt_in, pos, caches,
-                                          seq_len=start + t)
-        memory_pos = torch.arange(memory.shape[1], device=memory.device)
+        b, t = tgt_in.shape
+        memory_valid = None if memory_mask is None else \
+            check_mask("memory_mask", memory_mask, memory.shape[:2])
+        valid = None if tgt_mask is None else check_mask("tgt_mask", tgt_mask, (b, t))
+        first = caches[0] if caches else None
+        start = first.length if first is not None else 0
+        if valid is None and (first is None or not first.per_sample):
+            pos = torch.arange(start, start + t, device=tgt_in.device)
+            after = first.next_pos + t if first is not None else None
+        elif valid is None:
+            pos = first.next_pos[:, None] + torch.arange(t, device=tgt_in.device)
+            after = first.next_pos + t
+        else:
+            begin = first.next_pos if first is not None else tgt_in.new_zeros(b)
+            pos = positions_from_mask(valid, begin)
+            after = begin + valid.sum(dim=1)
+        consecutive = pos.dim() == 1
+        if first is not None:
+            first.next_pos = after
+            tgt_in, pos, valid = replay_if_stale(  # length-dependent: a stale history
+                self.decoder_pe, tgt_in, pos, caches, valid,
+                seq_len=start + t if consecutive else None)
+        if memory_valid is None:
+            memory_pos = torch.arange(memory.shape[1], device=memory.device)
+        else:
+            memory_pos = positions_from_mask(memory_valid, memory.new_zeros(b, dtype=torch.long))
         x = self.decoder_pe.embed(self.tgt_tok(tgt_in), pos, ids=tgt_in,
                                   state=caches[0].extra if caches else None)
         x = self.drop(x)                                                        # (B, T, C)
@@ -124,36 +162,45 @@ class Seq2SeqTransformer(nn.Module):
                          cache=caches[i] if caches else None, memory=memory,
                          memory_pos=memory_pos, memory_pe=self.cross_pe,
                          cross_cache=cross_caches[i] if cross_caches else None,
-                         backend=self.config.attn_backend, consecutive=True)
+                         backend=self.config.attn_backend, consecutive=consecutive,
+                         key_valid=valid, memory_valid=memory_valid)
         return self.head(self.decoder_norm(x))[:, -t:]                          # (B, T, V)
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """src (B, S), tgt_in (B, T) -> logits (B, T, V) for the next target token."""
+    def forward(self, src: Tensor, tgt_in: Tensor, *, src_mask: Tensor | None = None,
+                tgt_mask: Tensor | None = None) -> Tensor:
+        """src (B, S), tgt_in (B, T) -> logits (B, T, V) for the next target token.
+        ``src_mask`` (B, S), ``tgt_mask`` (B, T): 1 for real tokens, 0 for padding."""
         if src.dim() == 2 and tgt_in.dim() == 2 and src.shape[0] != tgt_in.shape[0]:
             raise ValueError(f"src and tgt_in batch sizes differ: {src.shape[0]} and "
                              f"{tgt_in.shape[0]}")
-        return self.decode(self.encode(src), tgt_in)
+        return self.decode(self.encode(src, src_mask), tgt_in, memory_mask=src_mask,
+                           tgt_mask=tgt_mask)
 
-    def loss(self, src: Tensor, tgt: Tensor, pad_id: int | None = None) -> Tensor:
+    def loss(self, src: Tensor, tgt: Tensor, pad_id: int | None = None, *,
+             src_mask: Tensor | None = None) -> Tensor:
         """Teacher-forcing cross-entropy: predict tgt[:, 1:] from tgt[:, :-1].
 
-        tgt (B, T) starts with the BOS token; targets equal to ``pad_id`` are ignored.
+        tgt (B, T) starts with the BOS token; targets equal to ``pad_id`` are ignored (and,
+        as inputs, hidden from the decoder); ``src_mask`` (B, S) marks real source tokens.
         """
         if tgt.dim() != 2 or tgt.shape[1] < 2:
             raise ValueError(f"tgt must be (batch, length) with length >= 2 (BOS + at least "
                              f"one token), got shape {tuple(tgt.shape)}")
-        logits = self(src, tgt[:, :-1])                                         # (B, T-1, V)
+        tgt_mask = None if pad_id is None else tgt[:, :-1] != pad_id
+        logits = self(src, tgt[:, :-1], src_mask=src_mask, tgt_mask=tgt_mask)   # (B, T-1, V)
         return F.cross_entropy(logits.flatten(0, 1).float(), tgt[:, 1:].flatten(),
                                ignore_index=-100 if pad_id is None else pad_id)
 
     @torch.no_grad()
     def generate(self, src: Tensor, max_new_tokens: int, bos_id: int,
-                 eos_id: int | None = None, *, use_cache: bool = True) -> Tensor:
+                 eos_id: int | None = None, *, src_mask: Tensor | None = None,
+                 use_cache: bool = True) -> Tensor:
         """Greedy decoding -> (B, 1 + n): BOS then n <= ``max_new_tokens`` tokens.
 
-        Stops early once every sequence has produced ``eos_id``; a finished sequence is
-        filled with ``eos_id``. ``use_cache=False`` re-runs the decoder over the whole
-        prefix at every step (the reference the cached path must equal).
+        ``src_mask`` (B, S) marks real source tokens of a padded batch. Stops early once
+        every sequence has produced ``eos_id``; a finished sequence is filled with
+        ``eos_id``. ``use_cache=False`` re-runs the decoder over the whole prefix at every
+        step (the reference the cached path must equal).
         """
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
                 or max_new_tokens < 0:
@@ -163,14 +210,15 @@ class Seq2SeqTransformer(nn.Module):
                                       or not 0 <= token < self.config.vocab_size):
                 raise ValueError(f"{name} must be in [0, {self.config.vocab_size}), "
                                  f"got {token}")
-        memory = self.encode(src)
+        memory = self.encode(src, src_mask)
         out = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
         caches, cross_caches = (self.make_caches(src.shape[0], max(max_new_tokens, 1),
                                                  src.shape[1]) if use_cache else (None, None))
         finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
         for _ in range(max_new_tokens):
             step_in = out[:, -1:] if use_cache else out
-            logits = self.decode(memory, step_in, caches, cross_caches)[:, -1]   # (B, V)
+            logits = self.decode(memory, step_in, caches, cross_caches,
+                                 memory_mask=src_mask)[:, -1]                  # (B, V)
             nxt = select_next(logits)                                           # (B, 1)
             if eos_id is not None:
                 nxt = nxt.masked_fill(finished[:, None], eos_id)

@@ -89,7 +89,7 @@ def test_learned_table_exceeded_in_forward():
     with pytest.raises(ValueError, match=r"position 8 .*\[0, 8\) \(max_len=8\)"):
         model(torch.zeros(1, 9, dtype=torch.long))
     with pytest.raises(ValueError, match="max_len=8"):
-        model(torch.zeros(1, 2, dtype=torch.long), pos=torch.tensor([7, 8]))
+        model(torch.zeros(1, 2, dtype=torch.long), positions=torch.tensor([7, 8]))
 
 
 def test_learned_table_exceeded_in_generate():
@@ -130,7 +130,7 @@ def test_position_dependence(tiny_lm):
         model = tiny_lm(name, options, max_len=32)
         with torch.no_grad():
             a = model(ids)
-            b = model(ids, pos=torch.arange(8) + 3)
+            b = model(ids, positions=torch.arange(8) + 3)
         if name == "conv":          # position only through padding: shifts are invisible
             assert_close(a, b)
         else:

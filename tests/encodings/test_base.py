@@ -49,10 +49,16 @@ def _seq2seq() -> Seq2SeqTransformer:
 
 
 BAD_POSITIONS = [
-    (torch.arange(4), r"pos must have shape \(5,\), one position per token, got shape \(4,\)"),
-    (torch.arange(4).expand(2, 4), r"pos must have shape \(5,\).*got shape \(2, 4\)"),
-    (torch.arange(5.0), r"pos must be an integer tensor of positions, got dtype torch.float32"),
-    ([0, 1, 2, 3, 4], r"pos must be an integer tensor of positions, got list"),
+    (torch.arange(4), r"positions must have shape \(5,\) or \(2, 5\), one position per "
+                      r"token, got shape \(4,\)"),
+    (torch.arange(4).expand(2, 4), r"positions must have shape \(5,\) or \(2, 5\).*got "
+                                   r"shape \(2, 4\)"),
+    (torch.arange(5).expand(3, 5), r"positions must have shape \(5,\) or \(2, 5\).*got "
+                                   r"shape \(3, 5\)"),
+    (torch.arange(5).expand(1, 2, 5), r"got shape \(1, 2, 5\)"),
+    (torch.arange(5.0), r"positions must be an integer tensor of positions, got dtype "
+                        r"torch.float32"),
+    ([0, 1, 2, 3, 4], r"positions must be an integer tensor of positions, got list"),
 ]
 
 BIASED = [n for n in list_encodings()
@@ -183,7 +189,7 @@ def test_the_range_check_is_skipped_under_compile(monkeypatch):
 def test_positions_of_the_wrong_shape_or_dtype_are_refused(pe):
     model, ids = _lm(pe), torch.randint(0, VOCAB, (2, 5))
     for pos, message in BAD_POSITIONS:
-        _raises(message, model, ids, pos=pos)
+        _raises(message, model, ids, positions=pos)
 
 
 # ------------------------------------------------------------------------------- log-n
@@ -295,6 +301,20 @@ def test_backends_agree_with_eager(name, options, causal, monkeypatch):
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+def _captured_tensors(fn, seen=None) -> list:
+    """Tensors a function holds in its closure, also through the functions it holds."""
+    seen = set() if seen is None else seen
+    found = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        value = cell.cell_contents
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif callable(value) and id(value) not in seen:
+            seen.add(id(value))
+            found += _captured_tensors(value, seen)
+    return found
+
+
 @pytest.mark.parametrize("name,options", [c for c in CASES if c[0] != "xl"],
                          ids=[i for i, c in zip(CASE_IDS, CASES) if c[0] != "xl"])
 def test_score_mod_tables_are_linear_in_length(name, options):
@@ -305,8 +325,7 @@ def test_score_mod_tables_are_linear_in_length(name, options):
     pos = torch.arange(n)
     q, k = pe.transform_qk(q, k, pos, pos)
     mod = pe.score_mod(q, k, pos, pos)
-    captured = [c.cell_contents for c in mod.__closure__ or ()
-                if isinstance(c.cell_contents, torch.Tensor)]
+    captured = _captured_tensors(mod)
     assert captured
     for t in captured:
         assert t.numel() <= 2 * H * n * 16, tuple(t.shape)      # widest: (1, H, n, 2 span)

@@ -254,8 +254,8 @@ def test_rope_checks_position_lengths_and_dtype():
     pe = build_encoding("rope", n_heads=2, head_dim=8)
     q, k = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 4, 8)
     assert pe.transform_qk(q, k, torch.arange(1, 4), torch.arange(4))[0].shape == q.shape
-    _raises(r"q_pos must have shape \(3,\), one position per token, got shape \(4,\)",
-            pe.transform_qk, q, k, torch.arange(4), torch.arange(4))
+    _raises(r"q_pos must have shape \(3,\) or \(1, 3\), one position per token, got "
+            r"shape \(4,\)", pe.transform_qk, q, k, torch.arange(4), torch.arange(4))
     _raises(r"k_pos must have shape \(4,\)", pe.transform_qk, q, k, torch.arange(3),
             torch.arange(3))
     _raises(r"q_pos must be an integer tensor of positions, got dtype torch.float32",
@@ -322,7 +322,7 @@ def test_tiny_llama_logits_match(rope, tie, attn):
     long_ids = torch.randint(0, 96, (1, ORIG + 16))
     assert_close(model(long_ids), hf(long_ids).logits, atol=1e-4, rtol=1e-4)
     pos = torch.arange(7, 7 + 24)
-    assert_close(model(ids, pos=pos), hf(ids, position_ids=pos[None].expand(2, -1)).logits,
+    assert_close(model(ids, positions=pos), hf(ids, position_ids=pos[None].expand(2, -1)).logits,
                  atol=1e-4, rtol=1e-4)
 
 

@@ -1,0 +1,60 @@
+"""Positions and masks of real batches: padding, packed documents, continuing a KV cache.
+
+A model computes them once per forward and hands them to every layer:
+
+- no mask: positions ``start .. start + T - 1`` (one run shared by the batch);
+- ``attention_mask`` (B, T), 1 for real tokens and 0 for padding: each sequence counts its
+  real tokens only, continuing from where its cache stopped; padding takes the position of
+  the nearest real token before it (0 before the first), and no query sees it as a key;
+- ``document_ids`` (B, T): several documents packed into each row, each restarting at 0
+  and seeing only itself (attention is block-diagonal).
+
+Everything here is tensor arithmetic (no value is read on the host).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def check_mask(name: str, mask: Tensor, shape: tuple[int, int]) -> Tensor:
+    """A (B, T) mask of 0/1 or bools as bool; ValueError naming ``name`` otherwise."""
+    if not isinstance(mask, Tensor) or mask.is_floating_point() or mask.is_complex():
+        got = f"dtype {mask.dtype}" if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(f"{name} must be an integer or bool tensor of 1 (real token) and 0 "
+                         f"(padding), got {got}")
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)} (batch, length), like the "
+                         f"token ids, got {tuple(mask.shape)}")
+    return mask.bool() if mask.dtype != torch.bool else mask
+
+
+def check_documents(document_ids: Tensor, shape: tuple[int, int]) -> Tensor:
+    """document_ids must be an integer (B, T) tensor; returned as is."""
+    if not isinstance(document_ids, Tensor) or document_ids.is_floating_point() or \
+            document_ids.dtype == torch.bool or document_ids.is_complex():
+        got = f"dtype {document_ids.dtype}" if isinstance(document_ids, Tensor) \
+            else type(document_ids).__name__
+        raise ValueError(f"document_ids must be an integer tensor, got {got}")
+    if tuple(document_ids.shape) != tuple(shape):
+        raise ValueError(f"document_ids must have shape {tuple(shape)} (batch, length), "
+                         f"like the token ids, got {tuple(document_ids.shape)}")
+    return document_ids
+
+
+def positions_from_mask(mask: Tensor, start: Tensor) -> Tensor:
+    """mask (B, T) bool, start (B,) -> (B, T): start + the real tokens before each token;
+    a padding token repeats the position of the real token before it (start before any)."""
+    seen = torch.cumsum(mask.to(torch.long), dim=1)                       # (B, T)
+    return start[:, None] + (seen - 1).clamp(min=0)
+
+
+def positions_from_documents(document_ids: Tensor) -> Tensor:
+    """document_ids (B, T) -> (B, T): each token's index within its run of equal ids."""
+    b, t = document_ids.shape
+    index = torch.arange(t, device=document_ids.device).expand(b, t)
+    starts = torch.ones_like(document_ids, dtype=torch.bool)
+    starts[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    first = torch.where(starts, index, 0).cummax(dim=1).values           # (B, T)
+    return index - first
