@@ -52,7 +52,7 @@ def visibility(lq: int, lk: int, device: torch.device | str, *, causal: bool,
     if documents is not None:
         same = documents[:, None, -lq:, None] == documents[:, None, None, :]   # (B,1,Lq,Lk)
         visible = same if visible is None else visible & same
-    return visible
+    return None if visible is None else visible.expand(-1, -1, lq, lk)
 
 
 def additive(visible: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:

@@ -223,3 +223,55 @@ def test_bidirectional_flex_matches_eager_when_lengths_are_not_block_multiples()
         flex, _ = attend(q, k, v, pe, q_pos, k_pos, causal=False, backend="flex")
         eager, _ = attend(q, k, v, pe, q_pos, k_pos, causal=False, backend="eager")
     torch.testing.assert_close(flex, eager, atol=1e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------- padding and document masks
+def _masks():
+    """Left padding in row 0, two packed documents in row 1 (queries: the last 5 keys)."""
+    from posenc.attention.masks import Masks
+    key_valid = torch.ones(2, LK, dtype=torch.bool)
+    key_valid[0, :4] = False
+    documents = torch.zeros(2, LK, dtype=torch.long)
+    documents[1, 9:] = 1
+    return Masks(key_valid=key_valid, documents=documents)
+
+
+@pytest.mark.parametrize("name", list_encodings())
+@pytest.mark.parametrize("grad", [False, True], ids=["eval", "train"])
+def test_every_backend_applies_padding_and_document_masks(name, grad, monkeypatch):
+    """sdpa, the fused CPU attention (with gradients), FlexAttention (uncompiled here: the
+    same score_mod and mask_mod; one compiled run is below) and eager agree under padding
+    and document masks, queries at the end of the keys, positions per sequence."""
+    from posenc.attention import backends
+    monkeypatch.setattr(backends, "_compiled_flex", lambda: flex_attention.flex_attention)
+    pe = _encoding(name)
+    _sharpen_parameters(pe)
+    masks = _masks()
+    k_pos = torch.stack([torch.arange(LK), torch.arange(LK) + 3])           # (B, Lk)
+    q_pos = k_pos[:, -5:]
+    q, k, v = _qkv(5, LK)
+    if grad:
+        q.requires_grad_(True)
+    outs = {}
+    with torch.set_grad_enabled(grad):
+        for backend in pe.backends():
+            if backend == "flex" and grad:
+                continue
+            q2, k2 = pe.transform_qk(q, k, q_pos, k_pos, backend=backend)
+            outs[backend] = attend(q2, k2, v, pe, q_pos, k_pos, causal=True, backend=backend,
+                                   masks=masks)[0]
+    for backend, out in outs.items():
+        assert_close(out, outs["eager"], atol=1e-5, rtol=1e-5, msg=lambda m: f"{backend}: {m}")
+    if grad and pe.has_bias and "sdpa" in outs:                 # "sdpa" ran as "fused"
+        assert backends.route(pe, q, k, v, requested="sdpa") == "fused"
+
+
+def test_compiled_flex_applies_padding_and_document_masks():
+    pe = _encoding("alibi")
+    masks = _masks()
+    q, k, v = _qkv(5, LK)
+    pos = torch.arange(LK)
+    with torch.no_grad():
+        out = attend(q, k, v, pe, pos[-5:], pos, causal=True, backend="flex", masks=masks)[0]
+        ref = attend(q, k, v, pe, pos[-5:], pos, causal=True, backend="eager", masks=masks)[0]
+    assert_close(out, ref, atol=1e-5, rtol=1e-5)

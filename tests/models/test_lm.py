@@ -252,3 +252,108 @@ def test_every_encoding_runs_with_bfloat16_weights(pe):
         got = model.to(torch.bfloat16)(ids)
     assert got.dtype == torch.bfloat16
     assert (got.float() - want).abs().max() < 0.1 * want.abs().max() + 0.05
+
+
+# ----------------------------------------------------------------- real batches
+def _prompts(lengths, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(1, 48, (n,), generator=gen) for n in lengths]
+
+
+def _left_padded(prompts):
+    """Prompts of different lengths as one left-padded batch (pad id 0) and its mask."""
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    mask = torch.zeros(len(prompts), width, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):], mask[i, width - len(p):] = p, 1
+    return ids, mask
+
+
+@pytest.mark.parametrize("name", list_encodings())
+def test_left_padded_generation_equals_each_row_alone(name, tiny_lm):
+    """Greedy tokens of a left-padded batch, with the KV cache and by full recomputes,
+    are the tokens each prompt gets on its own."""
+    model = tiny_lm(name, max_len=32)
+    prompts = _prompts((5, 9, 3))
+    ids, mask = _left_padded(prompts)
+    batched = model.generate(ids, 6, attention_mask=mask)[:, -6:]
+    alone = torch.stack([model.generate(p[None], 6)[0, -6:] for p in prompts])
+    assert torch.equal(batched, alone)
+    with torch.no_grad():                          # no cache: the whole batch each step
+        for _ in range(6):
+            nxt = model(ids, attention_mask=mask)[:, -1].argmax(-1, keepdim=True)
+            ids, mask = torch.cat([ids, nxt], 1), torch.cat([mask, torch.ones_like(nxt)], 1)
+    assert torch.equal(ids[:, -6:], alone)
+
+
+@pytest.mark.parametrize("name", list_encodings())
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+def test_a_packed_row_equals_its_documents_run_alone(name, training, tiny_lm):
+    """Documents packed into one row (document_ids) give each document's own logits, in
+    evaluation and with gradients (the training backends: the fused CPU attention)."""
+    model = tiny_lm(name, max_len=32).train(training)
+    docs = _prompts((4, 7, 5), seed=2)
+    row = torch.cat(docs)[None]
+    document_ids = torch.cat([torch.full((len(d),), i) for i, d in enumerate(docs)])[None]
+    with torch.set_grad_enabled(training):
+        packed = model(row, document_ids=document_ids)
+        alone = torch.cat([model(d[None]) for d in docs], dim=1)
+    assert_close(packed, alone, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", list_encodings())
+def test_positions_per_sequence_equal_looping_over_rows(name, tiny_lm):
+    """(B, T) positions give each row what its own (T,) positions give."""
+    model = tiny_lm(name, max_len=32)
+    ids = torch.randint(0, 48, (3, 6), generator=torch.Generator().manual_seed(3))
+    positions = torch.stack([torch.arange(6) + start for start in (0, 4, 11)])
+    with torch.no_grad():
+        batched = model(ids, positions=positions)
+        rows = torch.cat([model(ids[i:i + 1], positions=positions[i]) for i in range(3)])
+    assert_close(batched, rows, atol=1e-5, rtol=1e-5)
+
+
+def test_padding_positions_count_real_tokens_and_continue_in_the_cache(tiny_lm):
+    model = tiny_lm("learned", max_len=32)
+    ids, mask = _left_padded(_prompts((2, 4)))
+    caches = model.make_caches(2, 8)
+    with torch.no_grad():
+        model(ids, attention_mask=mask, caches=caches)
+        assert caches[0].positions().tolist() == [[0, 0, 0, 1], [0, 1, 2, 3]]
+        assert caches[0].valid().tolist() == mask.bool().tolist()
+        model(ids[:, :1], caches=caches)                        # continues per sequence
+        assert caches[0].positions()[:, -1].tolist() == [2, 4]
+
+
+@pytest.mark.parametrize("bad,message", [
+    ({"attention_mask": torch.ones(2, 3)}, "attention_mask must be an integer or bool"),
+    ({"attention_mask": torch.ones(2, 4, dtype=torch.long)}, r"attention_mask must have "
+                                                            r"shape \(2, 3\)"),
+    ({"document_ids": torch.zeros(2, 3)}, "document_ids must be an integer tensor"),
+    ({"document_ids": torch.zeros(1, 3, dtype=torch.long)}, r"document_ids must have "
+                                                            r"shape \(2, 3\)"),
+])
+def test_bad_masks_are_refused(bad, message):
+    with pytest.raises(ValueError, match=message):
+        _lm()(torch.zeros(2, 3, dtype=torch.long), **bad)
+
+
+def test_documents_and_caches_are_refused_together():
+    model = _lm()
+    with pytest.raises(ValueError, match="cannot be combined with KV caches"):
+        model(torch.zeros(1, 3, dtype=torch.long), caches=model.make_caches(1, 3),
+              document_ids=torch.zeros(1, 3, dtype=torch.long))
+
+
+@pytest.mark.parametrize("name", list_encodings())
+def test_every_encoding_builds_from_its_name_alone(name):
+    """What an encoding needs to know about the model (vocab_size for complex_order) comes
+    from the model's config."""
+    model = TransformerLM(LMConfig(vocab_size=40, d_model=16, n_heads=2, n_layers=1, pe=name))
+    assert model(torch.randint(0, 40, (1, 5))).shape == (1, 5, 40)
+    if name == "complex_order":
+        assert model.pe.vocab_size == 40
+        given = TransformerLM(LMConfig(vocab_size=40, d_model=16, n_heads=2, n_layers=1,
+                                       pe=name, pe_options={"vocab_size": 64}))
+        assert given.pe.vocab_size == 64                         # the user's value wins

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.testing import assert_close
 
 from posenc import Seq2SeqConfig, Seq2SeqTransformer, list_encodings
 from posenc.encodings import encoding_class
@@ -277,3 +278,50 @@ def test_encoder_decoder_with_bidirectional_encoder(name):
     src = torch.randint(2, 16, (2, 9), generator=torch.Generator().manual_seed(0))
     cached = model.generate(src, 6, bos_id=1)
     torch.testing.assert_close(cached, model.generate(src, 6, bos_id=1, use_cache=False))
+
+
+# ----------------------------------------------------------------- padded batches
+@pytest.mark.parametrize("name", list_encodings())
+def test_padded_sources_give_the_unpadded_outputs_on_real_tokens(name):
+    """Right-padded sources with src_mask: the encoder output on real tokens, the decoder
+    logits and greedy generation equal each source run alone (a centered conv reads no
+    padding either)."""
+    options = {"padding": "centered"} if name == "conv" else {}
+    model = tiny_seq2seq(name, encoder_pe_options={**context_options(name, VOCAB), **options},
+                         decoder_pe_options={})
+    sources = [ids(1, n, seed=n, vocab=VOCAB)[0].clamp(min=2) for n in (5, 8, 3)]
+    src = torch.zeros(3, 8, dtype=torch.long)
+    src_mask = torch.zeros(3, 8, dtype=torch.long)
+    for i, s in enumerate(sources):
+        src[i, :len(s)], src_mask[i, :len(s)] = s, 1
+    tgt_in = ids(3, 6, seed=9)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        for i, s in enumerate(sources):
+            assert_close(memory[i, :len(s)], model.encode(s[None])[0], atol=1e-5, rtol=1e-5)
+        logits = model(src, tgt_in, src_mask=src_mask)
+        alone = torch.cat([model(s[None], tgt_in[i:i + 1]) for i, s in enumerate(sources)])
+    assert_close(logits, alone, atol=1e-5, rtol=1e-5)
+    generated = model.generate(src, 5, bos_id=1, src_mask=src_mask)
+    assert torch.equal(generated, torch.cat([model.generate(s[None], 5, bos_id=1)
+                                             for s in sources]))
+
+
+def test_padded_targets_are_hidden_from_the_decoder():
+    """Left-padded targets with tgt_mask give the logits of the unpadded ones; the loss
+    with pad_id equals the loss of the unpadded batch."""
+    model = tiny_seq2seq("rope")
+    src = ids(2, 6, seed=1)
+    short = torch.tensor([[1, 5, 7, 9]])
+    padded_tgt = torch.tensor([[0, 0, 1, 5, 7, 9], [1, 4, 6, 8, 3, 2]])
+    mask = padded_tgt != 0
+    with torch.no_grad():
+        logits = model(src, padded_tgt, tgt_mask=mask)
+        assert_close(logits[0, 2:], model(src[:1], short)[0], atol=1e-5, rtol=1e-5)
+    right = torch.tensor([[1, 5, 7, 9, 0, 0], [1, 4, 6, 8, 3, 2]])
+    loss = model.loss(src, right, pad_id=0)
+    want = torch.cat([F.cross_entropy(model(src[:1], right[:1, :3])[0], right[0, 1:4],
+                                      reduction="none"),
+                      F.cross_entropy(model(src[1:], right[1:, :-1])[0], right[1, 1:],
+                                      reduction="none")]).mean()
+    assert_close(loss, want, atol=1e-5, rtol=1e-5)

@@ -1,0 +1,43 @@
+"""Positions of real batches: counting real tokens (continuing a cache), restarting per
+packed document; mask and document checks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from posenc.models.positions import (check_documents, check_mask, positions_from_documents,
+                                     positions_from_mask)
+
+
+def test_positions_count_real_tokens_from_where_each_sequence_stands():
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 1, 1, 0]]).bool()
+    got = positions_from_mask(mask, torch.tensor([0, 0, 3]))
+    assert got.tolist() == [[0, 0, 0, 1, 2],       # left padding: 0 before the first
+                            [0, 1, 2, 2, 2],       # right padding repeats the last
+                            [3, 3, 4, 5, 5]]       # continuing a cache at 3
+
+
+def test_positions_restart_in_every_document():
+    documents = torch.tensor([[0, 0, 0, 1, 1, 2], [5, 5, 5, 5, 5, 5], [1, 2, 1, 1, 2, 2]])
+    assert positions_from_documents(documents).tolist() == [[0, 1, 2, 0, 1, 0],
+                                                            [0, 1, 2, 3, 4, 5],
+                                                            [0, 0, 0, 1, 0, 1]]
+
+
+def test_positions_read_nothing_on_the_host():
+    mask = torch.ones(2, 3, dtype=torch.bool, device="meta")
+    assert positions_from_mask(mask, torch.zeros(2, dtype=torch.long, device="meta")).shape \
+        == (2, 3)
+    assert positions_from_documents(torch.zeros(2, 3, dtype=torch.long, device="meta")).shape \
+        == (2, 3)
+
+
+def test_masks_and_documents_are_checked():
+    assert check_mask("m", torch.tensor([[1, 0]]), (1, 2)).dtype == torch.bool
+    with pytest.raises(ValueError, match="m must be an integer or bool tensor"):
+        check_mask("m", torch.ones(1, 2), (1, 2))
+    with pytest.raises(ValueError, match=r"m must have shape \(1, 3\)"):
+        check_mask("m", torch.ones(1, 2, dtype=torch.bool), (1, 3))
+    with pytest.raises(ValueError, match="document_ids must be an integer tensor"):
+        check_documents(torch.ones(1, 2, dtype=torch.bool), (1, 2))
