@@ -19,24 +19,26 @@ DEFAULT_NEW_TOKENS = 200
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", help="a run directory written by `posenc train`, or "
-                               "runs/<encoding>/seed<k> inside a `posenc compare` directory")
-    p.add_argument("--prompt", required=True, help="the text to continue (not empty)")
-    p.add_argument("--max-new-tokens", type=int,
+    p.add_argument("run", metavar="RUN_DIR",
+                   help="a run directory written by `posenc train`, or runs/<encoding>/seed<k> "
+                        "inside a `posenc compare` directory")
+    p.add_argument("--prompt", required=True, metavar="TEXT",
+                   help="the text to continue (not empty)")
+    p.add_argument("--max-new-tokens", type=int, metavar="N",
                    help=f"tokens to generate (default {DEFAULT_NEW_TOKENS}, or as many as a "
                         "learned position table still has room for); fewer if the "
                         "end-of-document token comes first")
-    p.add_argument("--temperature", type=float, default=0.8,
+    p.add_argument("--temperature", type=float, default=0.8, metavar="T",
                    help="divides the logits before sampling; 0 = greedy, the same text every "
                         "time (default 0.8: a little sharper than the model's distribution, "
                         "which small models need to stay on topic)")
-    p.add_argument("--top-k", type=int,
+    p.add_argument("--top-k", type=int, metavar="K",
                    help="sample among the K most probable tokens only (default: no limit)")
-    p.add_argument("--top-p", type=float, default=0.95,
+    p.add_argument("--top-p", type=float, default=0.95, metavar="P",
                    help="nucleus sampling: sample among the most probable tokens that hold "
                         "this much probability, in (0, 1]; 1 = no limit (default 0.95: drops "
                         "the long tail of unlikely tokens that derails a small model)")
-    p.add_argument("--seed", type=int,
+    p.add_argument("--seed", type=int, metavar="S",
                    help="seed of the sampling, to get the same text again on the same device "
                         "(default: a fresh one, printed to stderr)")
     p.add_argument("--ignore-end", action="store_true",
@@ -47,8 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..eval.generation import check_new_tokens, encode_prompt, generate_text, \
-        new_token_limit
+    from ..eval.generation import (check_new_tokens, encode_prompt, generate_text,
+                                   new_token_limit)
     from ..models.generate import check_sampling
     from .cmd_eval import load_checked_run
     check_sampling(args.temperature, args.top_k, args.top_p)     # before the slow load
