@@ -59,9 +59,21 @@ def load_checked_run(path: str, device: str = "auto"):
     if not run_dir.is_dir():
         raise NotADirectoryError(f"{run_dir} is not a directory")
     if not (run_dir / "config.json").exists():
-        raise ValueError(f"{run_dir} holds no run (no config.json); give a directory written "
-                         "by `posenc train` or one of `posenc compare`'s runs/<encoding>/seed<k>")
+        raise ValueError(f"{run_dir} holds no run (no config.json); {_run_choices(run_dir)}")
     return run_dir, load_run(run_dir, resolve_device(device))
+
+
+def _run_choices(folder: Path) -> str:
+    """Which runs to give instead of ``folder``: those inside it when it is a `posenc compare`
+    directory (or one encoding's folder of it), else what a run directory is."""
+    inner = sorted(p.parent.relative_to(folder).as_posix()
+                   for p in folder.glob("runs/*/seed*/config.json"))
+    inner = inner or sorted(p.parent.name for p in folder.glob("seed*/config.json"))
+    if inner:
+        shown = ", ".join(inner[:8]) + (f", ... ({len(inner)} runs)" if len(inner) > 8 else "")
+        return f"it holds runs of `posenc compare`: give one of {shown} inside it"
+    return ("give a directory written by `posenc train` or one of `posenc compare`'s "
+            "runs/<encoding>/seed<k>")
 
 
 def eval_file_name(label: str | None, setting: dict) -> str:

@@ -1,4 +1,14 @@
-"""Next-token selection shared by every generating model."""
+"""Next-token selection shared by every generating model: greedy, or sampling with a
+temperature, top-k and top-p (nucleus) filtering.
+
+Filters are pure functions of logits (B, V) that return logits (B, V) with the tokens they
+drop set to -inf; each row is filtered on its own. Ties are kept together: a filter never
+keeps one of two equally likely tokens and drops the other, so what it keeps does not depend
+on the order of the vocabulary.
+
+Reference: Holtzman, Buys, Du, Forbes, Choi, "The Curious Case of Neural Text Degeneration",
+ICLR 2020 (nucleus sampling).
+"""
 
 from __future__ import annotations
 
@@ -8,18 +18,55 @@ from torch import Tensor
 from ..encodings.base import require_float_in
 
 
-def select_next(logits: Tensor, temperature: float = 0.0, top_k: int | None = None,
-                generator: torch.Generator | None = None, *,
-                top_p: float | None = None) -> Tensor:
-    """Pick the next token from logits (B, V): greedy at temperature 0 -> (B, 1) long."""
+def check_sampling(temperature: float = 0.0, top_k: int | None = None,
+                   top_p: float | None = None) -> None:
+    """ValueError naming the option unless temperature >= 0, top_k is a positive int or None
+    and 0 < top_p <= 1 or None."""
     require_float_in("temperature", temperature, 0.0, float("inf"), low_open=False)
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
                               or top_k < 1):
         raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
+    if top_p is not None:
+        require_float_in("top_p", top_p, 0.0, 1.0, high_open=False)
+
+
+def top_k_filter(logits: Tensor, top_k: int) -> Tensor:
+    """Keep each row's ``top_k`` largest logits (and any tied with the k-th) -> (B, V)."""
+    kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B, 1)
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def top_p_filter(logits: Tensor, top_p: float) -> Tensor:
+    """Keep each row's nucleus: the smallest set of most probable tokens whose probability
+    adds up to at least ``top_p`` (always the most probable one), plus any token tied with
+    the least probable of them -> (B, V). ``top_p = 1`` keeps every token."""
+    if top_p >= 1.0:
+        return logits                       # a float cumsum may reach 1 before the last token
+    probs = logits.float().softmax(dim=-1)                                     # (B, V)
+    sorted_probs = probs.sort(dim=-1, descending=True).values                  # (B, V)
+    before = sorted_probs.cumsum(dim=-1) - sorted_probs      # mass of the more probable ones
+    in_nucleus = before < top_p                              # a prefix; position 0 always
+    n_kept = in_nucleus.sum(dim=-1, keepdim=True)                              # (B, 1)
+    threshold = sorted_probs.gather(-1, n_kept - 1)          # least probable kept, (B, 1)
+    return logits.masked_fill(probs < threshold, float("-inf"))
+
+
+def select_next(logits: Tensor, temperature: float = 0.0, top_k: int | None = None,
+                generator: torch.Generator | None = None, *,
+                top_p: float | None = None) -> Tensor:
+    """Pick the next token from logits (B, V) -> (B, 1) long.
+
+    Greedy (argmax) at temperature 0, where ``top_k`` and ``top_p`` have no effect; else the
+    logits are divided by the temperature, filtered by ``top_k`` and then ``top_p`` (each
+    row on its own), renormalised, and one token per row is drawn with ``torch.multinomial``
+    (reproducible with a seeded ``generator`` on the logits' device).
+    """
+    check_sampling(temperature, top_k, top_p)
     if temperature == 0.0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits.float() / temperature
     if top_k is not None:
-        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = top_p_filter(logits, top_p)
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)

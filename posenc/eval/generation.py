@@ -1,0 +1,148 @@
+"""Text generation from a trained run: the prompt checked against the run's tokenizer, the
+length checked against what the encoding can serve, and the continuation streamed as text.
+
+:func:`generate_text` runs :meth:`TransformerLM.generate` (KV-cached; greedy or sampled, see
+:func:`posenc.models.generate.select_next`) and hands each complete piece of text to
+``on_text`` as soon as its tokens are chosen (:class:`posenc.data.stream_decode.StreamDecoder`
+holds a character split across tokens until it is whole). Generation stops early at the
+tokenizer's end-of-document token unless ``stop_at_end`` is False.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ..data.stream_decode import StreamDecoder
+from ..data.tokenizer import Tokenizer
+from ..encodings.base import require_int_at_least
+from ..models.generate import check_sampling
+from ..models.lm import TransformerLM
+from .lengths import unsupported_length
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A prompt's token ids, the new ones, their text, and whether the end-of-document token
+    ended generation before ``max_new_tokens`` (it is neither in ``new_ids`` nor in ``text``)."""
+
+    prompt_ids: list[int]
+    new_ids: list[int]
+    text: str
+    stopped_at_end: bool
+
+
+def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
+    """The prompt's token ids; ValueError if it is empty or does not decode back to itself
+    (a character the tokenizer cannot encode)."""
+    if not isinstance(prompt, str) or not prompt:
+        raise ValueError("the prompt is empty; give some text to continue")
+    for i, ch in enumerate(prompt):
+        try:
+            ch.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"the prompt has a character that is not valid text, {ch!r} at "
+                             f"position {i}: the run's tokenizer ({tokenizer.spec}) cannot "
+                             f"encode it") from None
+    ids = tokenizer.encode(prompt)
+    back = tokenizer.decode(ids)
+    if back != prompt:
+        i = next((i for i, (a, b) in enumerate(zip(prompt, back)) if a != b),
+                 min(len(prompt), len(back)))
+        raise ValueError(f"the run's tokenizer ({tokenizer.spec}) cannot encode the prompt as "
+                         f"it is: from position {i} ({prompt[i:i + 12]!r}) it decodes back as "
+                         f"{back[i:i + 12]!r}")
+    return ids
+
+
+def servable_length(model: torch.nn.Module, upto: int) -> int:
+    """The longest sequence, at most ``upto`` tokens, whose positions every encoding of
+    ``model`` can serve (``upto`` unless an encoding bounds its positions, as a learned table
+    does). Asks the encodings through :func:`posenc.eval.lengths.unsupported_length`."""
+    if unsupported_length(model, upto) is None:
+        return upto
+    lo, hi = 0, upto                    # lo can be served (0 trivially), hi cannot
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if unsupported_length(model, mid) is None:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def new_token_limit(model: TransformerLM, prompt_len: int, want: int) -> int:
+    """The most new tokens, at most ``want``, that ``model`` can append to a prompt of
+    ``prompt_len`` tokens (n new tokens run the model at positions 0 .. prompt_len + n - 2);
+    ValueError if the prompt alone is longer than the model can serve."""
+    served = servable_length(model, prompt_len + max(want, 1) - 1)
+    if served < prompt_len:
+        raise ValueError(f"the prompt has {prompt_len} tokens, more than the {served} "
+                         f"positions this run's encoding {model.config.pe!r} can serve; "
+                         f"give a shorter prompt")
+    return min(want, served - prompt_len + 1)
+
+
+def check_new_tokens(model: TransformerLM, prompt_len: int, max_new_tokens: int) -> None:
+    """ValueError if ``model`` cannot serve the positions of a prompt of ``prompt_len``
+    tokens plus ``max_new_tokens`` new ones (it says how many new tokens would fit)."""
+    require_int_at_least("max_new_tokens", max_new_tokens, 1)
+    fit = new_token_limit(model, prompt_len, max_new_tokens)
+    if fit < max_new_tokens:
+        raise ValueError(f"a prompt of {prompt_len} tokens plus {max_new_tokens} new tokens "
+                         f"needs {prompt_len + max_new_tokens - 1} positions, but this run's "
+                         f"encoding {model.config.pe!r} serves {prompt_len + fit - 1}; at most "
+                         f"{fit} new tokens fit")
+
+
+class _EndOfText(Exception):
+    """Raised from the token callback to end generation at the end-of-document token."""
+
+
+def generate_text(model: TransformerLM, tokenizer: Tokenizer, prompt: str,
+                  max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
+                  top_p: float | None = None, seed: int | None = None,
+                  stop_at_end: bool = True,
+                  on_text: Callable[[str], None] | None = None) -> Generation:
+    """Continue ``prompt`` by up to ``max_new_tokens`` tokens; ``on_text(piece)`` gets the
+    text as it is generated (the pieces join to ``Generation.text``).
+
+    Greedy at temperature 0, else sampled with ``top_k`` / ``top_p``; ``seed`` makes sampling
+    reproducible on a given device (None: torch's global generator). All arguments are
+    checked before the model runs (one-line ValueError).
+    """
+    check_sampling(temperature, top_k, top_p)
+    if seed is not None:
+        require_int_at_least("seed", seed, 0)
+    prompt_ids = encode_prompt(tokenizer, prompt)
+    check_new_tokens(model, len(prompt_ids), max_new_tokens)
+    device = next(model.parameters()).device
+    generator = None if seed is None else torch.Generator(device=device).manual_seed(seed)
+    decoder = StreamDecoder(tokenizer, prompt_ids)
+    new_ids: list[int] = []
+    pieces: list[str] = []
+
+    def emit(piece: str) -> None:
+        if piece:
+            pieces.append(piece)
+            if on_text is not None:
+                on_text(piece)
+
+    def on_token(step: int, tokens: torch.Tensor) -> None:
+        token = int(tokens[0, 0])
+        if stop_at_end and token == tokenizer.sep_id:
+            raise _EndOfText
+        new_ids.append(token)
+        emit(decoder.push(token))
+
+    ids = torch.tensor([prompt_ids], device=device)
+    stopped = False
+    try:
+        model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                       generator=generator, on_token=on_token)
+    except _EndOfText:
+        stopped = True
+    emit(decoder.finish())
+    return Generation(prompt_ids, new_ids, "".join(pieces), stopped)
