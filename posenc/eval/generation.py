@@ -97,10 +97,6 @@ def check_new_tokens(model: TransformerLM, prompt_len: int, max_new_tokens: int)
                          f"{fit} new tokens fit")
 
 
-class _EndOfText(Exception):
-    """Raised from the token callback to end generation at the end-of-document token."""
-
-
 def generate_text(model: TransformerLM, tokenizer: Tokenizer, prompt: str,
                   max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
                   top_p: float | None = None, seed: int | None = None,
@@ -130,19 +126,19 @@ def generate_text(model: TransformerLM, tokenizer: Tokenizer, prompt: str,
             if on_text is not None:
                 on_text(piece)
 
-    def on_token(step: int, tokens: torch.Tensor) -> None:
+    stopped = []
+
+    def on_token(step: int, tokens: torch.Tensor) -> bool:
         token = int(tokens[0, 0])
-        if stop_at_end and token == tokenizer.sep_id:
-            raise _EndOfText
+        if stop_at_end and token == tokenizer.sep_id:       # the end of a document
+            stopped.append(step)
+            return True
         new_ids.append(token)
         emit(decoder.push(token))
+        return False
 
     ids = torch.tensor([prompt_ids], device=device)
-    stopped = False
-    try:
-        model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                       generator=generator, on_token=on_token)
-    except _EndOfText:
-        stopped = True
+    model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                   generator=generator, on_token=on_token)
     emit(decoder.finish())
-    return Generation(prompt_ids, new_ids, "".join(pieces), stopped)
+    return Generation(prompt_ids, new_ids, "".join(pieces), bool(stopped))

@@ -216,14 +216,15 @@ class TransformerLM(nn.Module):
     def generate(self, ids: Tensor, max_new_tokens: int, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float | None = None,
                  generator: torch.Generator | None = None,
-                 on_token: Callable[[int, Tensor], None] | None = None, *,
+                 on_token: Callable[[int, Tensor], bool | None] | None = None, *,
                  attention_mask: Tensor | None = None) -> Tensor:
         """Append ``max_new_tokens`` tokens to ids (B, T) using a KV cache -> (B, T + new).
 
         ``attention_mask`` (B, T) marks real tokens (0: padding) of a left-padded batch of
         prompts: each row then gets the tokens it would get alone. Greedy at temperature 0,
         else sampled (``top_k``, ``top_p``: see :func:`~posenc.models.generate.select_next`).
-        ``on_token(step, tokens (B, 1))`` is called as each new token is chosen (streaming).
+        ``on_token(step, tokens (B, 1))`` is called as each new token is chosen (streaming);
+        when it returns True generation stops there (the result then ends with that token).
         """
         require_int_at_least("max_new_tokens", max_new_tokens, 0)
         self._check_ids(ids)
@@ -233,8 +234,8 @@ class TransformerLM(nn.Module):
         for step in range(max_new_tokens):
             nxt = select_next(logits[:, -1], temperature, top_k, generator, top_p=top_p)
             out.append(nxt)                                           # (B, 1)
-            if on_token is not None:
-                on_token(step, nxt)
+            if on_token is not None and on_token(step, nxt) is True:
+                break
             if step + 1 < max_new_tokens:
                 logits = self(nxt, caches=caches)
         return torch.cat(out, dim=1)

@@ -37,8 +37,9 @@ class ScriptedLM(torch.nn.Module):
         for step, token in enumerate(self.script[:max_new_tokens]):
             self.events.append(("token", step))
             nxt = torch.tensor([[token]])
-            on_token(step, nxt)
             out = torch.cat([out, nxt], dim=1)
+            if on_token(step, nxt) is True:           # TransformerLM.generate's contract
+                break
         return out
 
 

@@ -143,3 +143,15 @@ def test_bad_top_p_is_refused_by_generate():
     with pytest.raises(ValueError, match="top_p"):
         _learned_model().generate(torch.zeros(1, 2, dtype=torch.long), 2, temperature=1.0,
                                   top_p=1.5)
+
+
+def test_on_token_sees_each_token_and_stops_generation_when_it_returns_true():
+    from posenc import LMConfig, TransformerLM
+    model = TransformerLM(LMConfig(vocab_size=16, d_model=16, n_heads=2, n_layers=1)).eval()
+    prompt = torch.tensor([[1, 2, 3]])
+    full = model.generate(prompt, 6)
+    seen = []
+    assert torch.equal(model.generate(prompt, 6, on_token=lambda s, t: seen.append(t)), full)
+    assert torch.equal(torch.cat(seen, dim=1), full[:, 3:])
+    stopped = model.generate(prompt, 6, on_token=lambda step, t: step == 2)
+    assert torch.equal(stopped, full[:, :6])                   # ends with the third new token
