@@ -40,6 +40,12 @@ class DistanceBiasEncoding(PositionalEncoding):
         (distances k_pos - q_pos) and ``head`` (head indices in [0, H))."""
         raise NotImplementedError
 
+    def saturation(self) -> int | None:
+        """A distance M past which the bias no longer changes (bias(rel) = bias(clamp(rel,
+        -M, M))), or None. With it the materialized bias is read from a table of the 2M + 1
+        distances (a gather, whose backward is cheap) instead of evaluated pair by pair."""
+        return None
+
     def distance_bias(self, rel: Tensor) -> Tensor:
         """Bias for integer distances rel = k_pos - q_pos. rel (N,) -> (H, N)."""
         heads = torch.arange(self.n_heads, device=rel.device)
@@ -49,8 +55,14 @@ class DistanceBiasEncoding(PositionalEncoding):
                    causal: bool = False, *, consecutive: bool = False) -> Tensor:
         check_qk(self, q, k, q_pos, k_pos, bias=True)
         rel = pairs_per_head(pair_distances(q_pos, k_pos))           # (1|B, 1, Lq, Lk)
-        heads = torch.arange(self.n_heads, device=rel.device)[:, None, None]
-        return self.bias_function()(rel, heads)                      # (1|B, H, Lq, Lk)
+        far = self.saturation()
+        if far is None:
+            heads = torch.arange(self.n_heads, device=rel.device)[:, None, None]
+            return self.bias_function()(rel, heads)                  # (1|B, H, Lq, Lk)
+        table = self.distance_bias(torch.arange(-far, far + 1, device=rel.device))  # (H, N)
+        index = (rel.clamp(-far, far) + far).expand(-1, self.n_heads, -1, -1)
+        table = table[None, :, None, :].expand(*index.shape[:3], table.shape[-1])
+        return table.gather(-1, index)                               # (1|B, H, Lq, Lk)
 
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                   causal: bool = False, *, consecutive: bool = False) -> ScoreMod:

@@ -82,6 +82,10 @@ class T5Encoding(DistanceBiasEncoding):
         self.bias = nn.Embedding(num_buckets, self.n_heads)
         nn.init.normal_(self.bias.weight, std=0.02)
 
+    def saturation(self) -> int:
+        """Distances from max_distance on share the last bucket."""
+        return self.max_distance
+
     def bias_function(self) -> BiasFunction:
         table, options = self.bias.weight, (self.bidirectional, self.num_buckets,
                                             self.max_distance)
