@@ -135,10 +135,12 @@ class PositionalEncoding(nn.Module):
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                    causal: bool = False, *, consecutive: bool = False) -> Tensor | None:
-        """Additive logits term broadcastable to (B, H, Lq, Lk), or None.
+        """Additive logits term broadcastable to (B, H, Lq, Lk), or None; float32 for the
+        distance biases whatever q's dtype (cast it before handing it to SDPA).
 
         ``causal``, ``consecutive``: what attention promises about the pairs (module
-        docstring); under ``causal`` the term may hold any finite value at hidden pairs.
+        docstring); under ``causal`` the term may hold any finite value at hidden pairs. A
+        bias built in its causal form (``bidirectional=False``) refuses ``causal=False``.
         """
         return None
 

@@ -23,7 +23,6 @@ import math
 
 import torch
 from torch import Tensor, nn
-from torchdiffeq import odeint
 
 from .base import (register, require_choice, require_float_in, require_int_at_least,
                    require_positive_int)
@@ -97,6 +96,7 @@ class FloaterEncoding(TrajectoryEncoding):
 
     def trajectory(self, n: int) -> Tensor:
         """p at positions 0..n-1: (n, C), fp32 (integer times stay exact in bf16 models)."""
+        from torchdiffeq import odeint        # imported on use: it loads scipy (~0.5 s)
         p0 = self.p0.float()
         if n == 1:
             return p0[None, :]

@@ -40,6 +40,14 @@ class DistanceBiasEncoding(PositionalEncoding):
         (distances k_pos - q_pos) and ``head`` (head indices in [0, H))."""
         raise NotImplementedError
 
+    def check_direction(self, causal: bool) -> None:
+        """ValueError if attention without a causal mask asks for a bias built in its causal
+        form (``bidirectional=False``: keys after the query would get a meaningless term)."""
+        if not causal and getattr(self, "bidirectional", True) is False:
+            raise ValueError(f"this {self.name} bias is built for causal attention "
+                             f"(bidirectional=False); build it with bidirectional=True for "
+                             f"attention without a causal mask (encoders)")
+
     def saturation(self) -> int | None:
         """A distance M past which the bias no longer changes (bias(rel) = bias(clamp(rel,
         -M, M))), or None. With it the materialized bias is read from a table of the 2M + 1
@@ -54,6 +62,7 @@ class DistanceBiasEncoding(PositionalEncoding):
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                    causal: bool = False, *, consecutive: bool = False) -> Tensor:
         check_qk(self, q, k, q_pos, k_pos, bias=True)
+        self.check_direction(causal)
         rel = pairs_per_head(pair_distances(q_pos, k_pos))           # (1|B, 1, Lq, Lk)
         far = self.saturation()
         if far is None:
@@ -67,6 +76,7 @@ class DistanceBiasEncoding(PositionalEncoding):
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                   causal: bool = False, *, consecutive: bool = False) -> ScoreMod:
         check_qk(self, q, k, q_pos, k_pos, bias=True)
+        self.check_direction(causal)
         bias = self.bias_function()
         q_at, k_at = position_reader(q_pos), position_reader(k_pos)
 

@@ -17,6 +17,7 @@ from torch.nn.attention import flex_attention
 from torch.testing import assert_close
 
 from posenc import LMConfig, TransformerLM, build_encoding, list_encodings
+from posenc.encodings import encoding_options
 from posenc.attention import attend, route
 from posenc.attention.backends import _causal_block_mask
 
@@ -83,6 +84,8 @@ def _attend_both(pe, q_pos, k_pos):
 @pytest.mark.parametrize("name,options", CASES, ids=lambda x: str(x))
 @pytest.mark.parametrize("causal", [True, False])
 def test_sdpa_matches_eager(name, options, causal):
+    if not causal and "bidirectional" in encoding_options(name):   # the encoder form
+        options = {"bidirectional": True, **options}
     pe = _encoding(name, **options)
     _sharpen_parameters(pe)
     if "sdpa" not in pe.backends():
@@ -118,11 +121,11 @@ def test_score_mod_equals_score_bias():
     k_pos, q_pos = torch.arange(LK) + 3, torch.arange(LK - 5, LK) + 3
     for name in list_encodings():
         pe = _encoding(name)
-        if not pe.has_bias or pe.score_mod(q, k, q_pos, k_pos) is None:
+        if not pe.has_bias or pe.score_mod(q, k, q_pos, k_pos, True) is None:
             continue
         _sharpen_parameters(pe)
-        bias = pe.score_bias(q, k, q_pos, k_pos).expand(1, H, 5, LK)
-        mod = pe.score_mod(q, k, q_pos, k_pos)
+        bias = pe.score_bias(q, k, q_pos, k_pos, True).expand(1, H, 5, LK)
+        mod = pe.score_mod(q, k, q_pos, k_pos, True)
         b, h, qi, ki = torch.meshgrid(torch.arange(1), torch.arange(H), torch.arange(5),
                                       torch.arange(LK), indexing="ij")
         got = mod(torch.zeros(b.shape), b, h, qi, ki)

@@ -37,7 +37,7 @@ def test_alibi_slopes_other_head_counts(n):
 def test_alibi_bias_values(bidirectional):
     pe = build_encoding("alibi", n_heads=4, head_dim=8, bidirectional=bidirectional)
     pos = torch.arange(6)
-    bias = pe.score_bias(None, None, pos, pos)[0]              # (H, Lq, Lk)
+    bias = pe.score_bias(None, None, pos, pos, causal=not bidirectional)[0]  # (H, Lq, Lk)
     rel = (pos[None, :] - pos[:, None]).float()                # j - i
     dist = -rel.abs() if bidirectional else rel
     assert_close(bias, alibi_slopes(4)[:, None, None] * dist)

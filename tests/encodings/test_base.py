@@ -226,7 +226,8 @@ def test_logn_changes_logits_only_past_base_len(tiny_lm):
 @pytest.mark.parametrize("name", BIASED)
 def test_causal_bias_equals_the_full_one_where_visible(name):
     """``causal=True`` may skip hidden pairs; at visible pairs its values and gradients (into
-    q, k and every parameter) are those of the full bias."""
+    q, k and every parameter) are those of the full bias (for a bias built in its causal
+    form, which refuses causal=False: its per-distance formula, ``distance_bias``)."""
     pe = sharpen(build_encoding(name, n_heads=2, head_dim=8, max_len=64,
                                 **context_options(name)), std=0.5)
     gen = torch.Generator().manual_seed(1)
@@ -237,8 +238,15 @@ def test_causal_bias_equals_the_full_one_where_visible(name):
     grad = torch.randn(2, 2, 9, 9, generator=gen) * seen
     leaves = [q, k, *pe.parameters()]
     results = []
+    causal_form = getattr(pe, "bidirectional", True) is False
     for causal in (False, True):
-        bias = pe.score_bias(q, k, pos, pos, causal).expand(2, 2, 9, 9)
+        if causal_form and not causal:
+            with pytest.raises(ValueError, match="built for causal attention"):
+                pe.score_bias(q, k, pos, pos, causal)
+            rel = pos[None, :] - pos[:, None]                          # k_pos - q_pos
+            bias = pe.distance_bias(rel.flatten()).view(1, 2, 9, 9).expand(2, 2, 9, 9)
+        else:
+            bias = pe.score_bias(q, k, pos, pos, causal).expand(2, 2, 9, 9)
         assert torch.isfinite(bias).all()
         grads = (torch.autograd.grad(bias, leaves, grad, allow_unused=True)
                  if bias.requires_grad else [None] * len(leaves))      # fixed biases (ALiBi)
@@ -291,6 +299,10 @@ def test_backends_agree_with_eager(name, options, causal, monkeypatch):
     monkeypatch.setattr(backends, "_compiled_flex", lambda: flex_attention)
     pe = make(name, options)
     q, k, v = qkv(3, 7)
+    if not causal and getattr(pe, "bidirectional", True) is False:     # a decoder form
+        with pytest.raises(ValueError, match="built for causal attention"):
+            pe.score_bias(q, k, Q_POS, K_POS, causal)
+        return
     with torch.no_grad():
         q, k = pe.transform_qk(q, k, Q_POS, K_POS)
         want, _ = attend(q, k, v, pe, Q_POS, K_POS, causal=causal, backend="eager")
@@ -324,7 +336,7 @@ def test_score_mod_tables_are_linear_in_length(name, options):
     q, k, _ = qkv(n, n, batch=1)
     pos = torch.arange(n)
     q, k = pe.transform_qk(q, k, pos, pos)
-    mod = pe.score_mod(q, k, pos, pos)
+    mod = pe.score_mod(q, k, pos, pos, True)
     captured = _captured_tensors(mod)
     assert captured
     for t in captured:

@@ -52,9 +52,10 @@ def test_bias_is_translation_invariant(name, options):
         for p in pe.parameters():
             p.copy_(torch.randn(p.shape))
     q_pos, k_pos = torch.arange(20, 30), torch.arange(30)
-    base = pe.score_bias(None, None, q_pos, k_pos)
+    causal = not options.get("bidirectional", False)
+    base = pe.score_bias(None, None, q_pos, k_pos, causal)
     for shift in (1, 17, 5000):
-        assert_close(pe.score_bias(None, None, q_pos + shift, k_pos + shift), base)
+        assert_close(pe.score_bias(None, None, q_pos + shift, k_pos + shift, causal), base)
     # and not constant: it depends on the distance
     assert (base[..., -1, -1] - base[..., -1, 0]).abs().max() > 1e-3
 
@@ -65,11 +66,11 @@ def test_a_per_head_bias_refuses_q_with_other_head_counts(pe, q_heads):
     enc = build_encoding(pe, n_heads=8, head_dim=8)
     pos = torch.arange(3)
     good = torch.randn(1, 8, 3, 8)
-    assert enc.score_bias(good, good, pos, pos).shape == (1, 8, 3, 3)
+    assert enc.score_bias(good, good, pos, pos, True).shape == (1, 8, 3, 3)
     q = torch.randn(1, q_heads, 3, 8)
     _raises(rf"q has {q_heads} heads but this {pe} was built for n_heads=8", enc.score_bias,
-            q, q, pos, pos)
-    _raises(rf"q has {q_heads} heads", enc.score_mod, q, q, pos, pos)
+            q, q, pos, pos, True)
+    _raises(rf"q has {q_heads} heads", enc.score_mod, q, q, pos, pos, True)
 
 
 # --------------------------------------------------------------------- KERPLE and FIRE

@@ -15,7 +15,7 @@ from tests.encodings.helpers import K_POS, Q_POS, D, H, make, qkv, weights
 def test_tupe_matches_the_paper_formula(bidirectional):
     pe = make("tupe", {"num_buckets": 8, "max_distance": 16, "bidirectional": bidirectional})
     q, k, v = qkv(3, 7)
-    got = weights(pe, q, k, v, Q_POS, K_POS, causal=False)
+    got = weights(pe, q, k, v, Q_POS, K_POS, causal=not bidirectional)
 
     def untied(pos, proj_rows):
         p = torch.nn.functional.layer_norm(pe.absolute.table[pos], (H * D,),
@@ -27,14 +27,21 @@ def test_tupe_matches_the_paper_formula(bidirectional):
     bucket = relative_position_bucket(K_POS[None, :] - Q_POS[:, None], bidirectional, 8, 16)
     logits = ((q @ k.transpose(-2, -1) + pq @ pk.transpose(-2, -1)) / math.sqrt(2 * D)
               + pe.bias.weight[bucket].permute(2, 0, 1))
+    if not bidirectional:                                    # the decoder form: causal
+        logits = logits.masked_fill(K_POS[None, :] > Q_POS[:, None], float("-inf"))
     torch.testing.assert_close(got, logits.softmax(-1), atol=1e-6, rtol=1e-5)
 
 
-def test_tupe_bidirectional_changes_only_keys_after_the_query():
+def test_tupe_bidirectional_gives_keys_after_the_query_buckets_of_their_own():
+    """The decoder form serves causal attention only (it refuses causal=False); the encoder
+    form spends half its buckets on keys after the query, so the others move too."""
     q, k, _ = qkv(3, 7)
-    uni = make("tupe", {"num_buckets": 8, "max_distance": 16}).score_bias(q, k, Q_POS, K_POS)
+    decoder = make("tupe", {"num_buckets": 8, "max_distance": 16})
+    uni = decoder.score_bias(q, k, Q_POS, K_POS, True)
     bi = make("tupe", {"num_buckets": 8, "max_distance": 16,
                        "bidirectional": True}).score_bias(q, k, Q_POS, K_POS)
     after = (K_POS[None, :] > Q_POS[:, None]).expand_as(uni[0])
-    assert not torch.allclose(uni[0][after], bi[0][after])
+    assert after.any() and torch.isfinite(bi[0][after]).all()
     assert not torch.allclose(uni[0][~after], bi[0][~after])   # buckets move too (halved)
+    with pytest.raises(ValueError, match="built for causal attention"):
+        decoder.score_bias(q, k, Q_POS, K_POS)
