@@ -180,16 +180,16 @@ def _autocast(cfg: TrainConfig, device: torch.device):
 def validation_loss(model: nn.Module, data: TrainData, cfg: TrainConfig,
                     device: torch.device) -> float:
     """Mean loss over the run's fixed validation examples (batches of ``batch_size``)."""
-    inputs, targets = data.validation_set(cfg.eval_windows, cfg.train_len, cfg.seed)
+    examples = data.validation_set(cfg.eval_windows, cfg.train_len, cfg.seed)
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
-    for i in range(0, inputs.shape[0], cfg.batch_size):
-        x, y = inputs[i:i + cfg.batch_size].to(device), targets[i:i + cfg.batch_size].to(device)
+    for i in range(0, examples.inputs.shape[0], cfg.batch_size):
+        b = examples.rows(i, i + cfg.batch_size).to(device)
         with _autocast(cfg, device):
-            logits = model(x)
-        n = int((y != IGNORE).sum())
-        total += lm_loss(logits, y).item() * n
+            logits = model(b.inputs, document_ids=b.document_ids)
+        n = int((b.targets != IGNORE).sum())
+        total += lm_loss(logits, b.targets).item() * n
         count += n
     model.train(was_training)
     return total / max(count, 1)
@@ -266,12 +266,11 @@ def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, resume: bool,
     try:
         for step in range(start, cfg.steps):
             t0 = time.perf_counter()
-            x, y = data.batch(cfg.batch_size, cfg.train_len, cfg.seed, step, info.rank,
-                              info.world_size)
-            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+            b = data.batch(cfg.batch_size, cfg.train_len, cfg.seed, step, info.rank,
+                           info.world_size).to(dev)
             with autocast:
-                logits = net(x)                                          # (B, T, V)
-            loss = lm_loss(logits, y)
+                logits = net(b.inputs, document_ids=b.document_ids)      # (B, T, V)
+            loss = lm_loss(logits, b.targets)
             loss.backward()
             grad_norm = nn.utils.clip_grad_norm_(
                 model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
