@@ -2,9 +2,11 @@
 
 Step ``s`` (0-based) trains on a batch drawn from ``(seed, s)`` (see
 :mod:`posenc.data.batches`), so a resumed run sees the same data as an uninterrupted one, and
-with the weights, optimizer, scheduler and RNG restored its loss curve is the same. Under
-``torchrun`` the model is wrapped in DistributedDataParallel, each process trains on its
-shard of the global batch, and rank 0 alone writes files and draws the progress bar.
+with the weights, optimizer, scheduler and RNG restored its loss curve is the same. With
+``pack`` the batches (validation too) bring their ``document_ids`` and the model reads each
+document alone. Under ``torchrun`` the model is wrapped in DistributedDataParallel, each
+process trains on its shard of the global batch, and rank 0 alone writes files and draws the
+progress bar.
 
 Rank 0 holds the run folder's lock (:class:`posenc.runio.DirectoryLock`) from before it
 looks at the folder until the run ends, so a second writer is refused and ``overwrite`` never
@@ -134,7 +136,8 @@ def _load_data(cfg: TrainConfig, run_dir: Path, mode: str) -> TrainData:
     tokenizer: Any = cfg.tokenizer
     if mode == "resume" and (run_dir / ckpt.TOKENIZER_DIR).is_dir():
         tokenizer = load_tokenizer(run_dir / ckpt.TOKENIZER_DIR)
-    data = prepare_data(cfg.data, tokenizer, cfg.task, cfg.train_len, _cache_dir(cfg))
+    data = prepare_data(cfg.data, tokenizer, cfg.task, cfg.train_len, _cache_dir(cfg),
+                        pack=cfg.pack)
     if cfg.model.vocab_size < data.tokenizer.vocab_size:
         raise ValueError(f"model vocab_size={cfg.model.vocab_size} is smaller than tokenizer "
                          f"{data.tokenizer.spec!r} ({data.tokenizer.vocab_size} ids)")
