@@ -5,8 +5,9 @@ Step ``s`` (0-based) trains on a batch drawn from ``(seed, s)`` (see
 with the weights, optimizer, scheduler and RNG restored its loss curve is the same. With
 ``pack`` the batches (validation too) bring their ``document_ids`` and the model reads each
 document alone. Under ``torchrun`` the model is wrapped in DistributedDataParallel, each
-process trains on its shard of the global batch, and rank 0 alone writes files and draws the
-progress bar.
+process trains on its shard of the global batch (the loss is the mean over the global
+batch's scored targets, as in one process: :func:`rank_weight`), and rank 0 alone writes
+files and draws the progress bar.
 
 Rank 0 holds the run folder's lock (:class:`posenc.runio.DirectoryLock`) from before it
 looks at the folder until the run ends, so a second writer is refused and ``overwrite`` never
@@ -92,6 +93,18 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over positions whose target is not -100. logits (B, T, V)."""
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(),
                            ignore_index=IGNORE)
+
+
+def rank_weight(info: dist.DistInfo, targets: torch.Tensor) -> float:
+    """What this process's mean loss is multiplied by so that the mean over processes (what
+    DDP does to gradients) is the mean over the global batch's scored targets: its scored
+    targets over their mean per process. 1.0 in one process, and whenever every process
+    scores as many (packed documents and tasks ignore some targets)."""
+    if not info.enabled:
+        return 1.0
+    scored = float((targets != IGNORE).sum())
+    mean = dist.mean(info, scored)
+    return scored / mean if mean else 1.0
 
 
 def check_run_dir(run_dir: Path, cfg: TrainConfig, resume: bool, overwrite: bool) -> str:
@@ -270,10 +283,12 @@ def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, resume: bool,
         for step in range(start, cfg.steps):
             t0 = time.perf_counter()
             b = data.batch(cfg.batch_size, cfg.train_len, cfg.seed, step, info.rank,
-                           info.world_size).to(dev)
+                           info.world_size)
+            weight = rank_weight(info, b.targets)
+            b = b.to(dev)
             with autocast:
                 logits = net(b.inputs, document_ids=b.document_ids)      # (B, T, V)
-            loss = lm_loss(logits, b.targets)
+            loss = lm_loss(logits, b.targets) * weight
             loss.backward()
             grad_norm = nn.utils.clip_grad_norm_(
                 model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
