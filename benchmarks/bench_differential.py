@@ -146,8 +146,8 @@ def train(model: nn.Module, groups: list[dict], data, s: Setup, seed: int) -> fl
     model.train()
     losses = []
     for step in range(s.steps):
-        x, y = data.batch(s.batch_size, s.train_len, seed, step)
-        loss = lm_loss(model(x), y)
+        b = data.batch(s.batch_size, s.train_len, seed, step)
+        loss = lm_loss(model(b.inputs), b.targets)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
         opt.step()

@@ -133,8 +133,7 @@ def held_out_windows(loaded: LoadedRun, lengths: list[int]) -> dict[int, Tensor 
     out: dict[int, Tensor | str] = {}
     for n in lengths:
         try:
-            inputs, _ = data.validation_set(1, n, cfg.seed)
-            out[n] = inputs[:1]
+            out[n] = data.validation_set(1, n, cfg.seed).inputs[:1]
         except ValueError as err:
             out[n] = f"no held-out window of {n} tokens ({str(err).splitlines()[0]})"
     return out

@@ -38,6 +38,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "hf:NAME[:CONFIG] (default: the Python standard library source)")
     p.add_argument("--tokenizer", default="byte", help="byte (default) or bpe:N")
     p.add_argument("--task", choices=TASKS, help="train on a synthetic task instead of text")
+    p.add_argument("--pack", action="store_true",
+                   help="train on packed documents: each document in a window restarts at "
+                   "position 0 and attends only to itself, and the token after a document's "
+                   "end is not predicted (default: a window is read as one text across "
+                   "documents). Use it for corpora of many short documents, or to match "
+                   "how the model will be used (one document at a time); text data only")
     p.add_argument("--cache-dir", help="token cache folder (default: posenc's cache folder, "
                    "$POSENC_CACHE_DIR or ~/.cache/posenc)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
@@ -74,7 +80,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     opts = {k: getattr(args, k) for k in TRAIN_FLAGS if getattr(args, k) is not None}
     cfg = TrainConfig(model=model, data=args.data, tokenizer=args.tokenizer,
                       train_len=args.train_len, task=args.task, cache_dir=args.cache_dir,
-                      device=args.device, bf16=args.bf16 or args.dtype == "bfloat16", **opts)
+                      device=args.device, bf16=args.bf16 or args.dtype == "bfloat16",
+                      pack=args.pack, **opts)
     return cfg if args.vocab_size is not None else resolve_vocab(cfg)
 
 

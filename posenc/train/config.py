@@ -31,7 +31,10 @@ class TrainConfig:
     ``batch_size * world_size``. ``eval_every`` / ``checkpoint_every`` 0 mean "at the end
     only". ``cache_dir`` None means posenc's cache folder (:func:`posenc.paths.cache_dir`).
     ``skip_bad_steps`` is how many steps with a non-finite loss or gradient may be skipped
-    (no update) before the run stops as diverged (0: the first one stops it).
+    (no update) before the run stops as diverged (0: the first one stops it). ``pack`` trains
+    on packed documents: a window's documents restart at position 0, attend only to
+    themselves, and the token after a document's end is not predicted
+    (:mod:`posenc.data.batches`); text data only.
     """
 
     model: LMConfig = field(default_factory=LMConfig)
@@ -55,6 +58,7 @@ class TrainConfig:
     cache_dir: str | None = None
     device: str = "auto"
     skip_bad_steps: int = 0
+    pack: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, LMConfig):
@@ -91,10 +95,14 @@ class TrainConfig:
             if self.tokenizer != "byte":
                 raise ValueError(f"synthetic tasks are written in bytes: tokenizer must be "
                                  f"'byte', got {self.tokenizer!r}")
+            if self.pack:
+                raise ValueError(f"pack is for text data: the examples of task "
+                                 f"{self.task!r} are single documents already")
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
-        if not isinstance(self.bf16, bool):
-            raise ValueError(f"bf16 must be a bool, got {self.bf16!r}")
+        for name in ("bf16", "pack"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
     @property
     def warmup(self) -> int:

@@ -2,9 +2,12 @@
 
 Step ``s`` (0-based) trains on a batch drawn from ``(seed, s)`` (see
 :mod:`posenc.data.batches`), so a resumed run sees the same data as an uninterrupted one, and
-with the weights, optimizer, scheduler and RNG restored its loss curve is the same. Under
-``torchrun`` the model is wrapped in DistributedDataParallel, each process trains on its
-shard of the global batch, and rank 0 alone writes files and draws the progress bar.
+with the weights, optimizer, scheduler and RNG restored its loss curve is the same. With
+``pack`` the batches (validation too) bring their ``document_ids`` and the model reads each
+document alone. Under ``torchrun`` the model is wrapped in DistributedDataParallel, each
+process trains on its shard of the global batch (the loss is the mean over the global
+batch's scored targets, as in one process: :func:`rank_weight`), and rank 0 alone writes
+files and draws the progress bar.
 
 Rank 0 holds the run folder's lock (:class:`posenc.runio.DirectoryLock`) from before it
 looks at the folder until the run ends, so a second writer is refused and ``overwrite`` never
@@ -92,6 +95,18 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
                            ignore_index=IGNORE)
 
 
+def rank_weight(info: dist.DistInfo, targets: torch.Tensor) -> float:
+    """What this process's mean loss is multiplied by so that the mean over processes (what
+    DDP does to gradients) is the mean over the global batch's scored targets: its scored
+    targets over their mean per process. 1.0 in one process, and whenever every process
+    scores as many (packed documents and tasks ignore some targets)."""
+    if not info.enabled:
+        return 1.0
+    scored = float((targets != IGNORE).sum())
+    mean = dist.mean(info, scored)
+    return scored / mean if mean else 1.0
+
+
 def check_run_dir(run_dir: Path, cfg: TrainConfig, resume: bool, overwrite: bool) -> str:
     """"fresh", "overwrite" or "resume"; ValueError when the folder holds another run."""
     if run_dir.exists() and not run_dir.is_dir():
@@ -134,7 +149,8 @@ def _load_data(cfg: TrainConfig, run_dir: Path, mode: str) -> TrainData:
     tokenizer: Any = cfg.tokenizer
     if mode == "resume" and (run_dir / ckpt.TOKENIZER_DIR).is_dir():
         tokenizer = load_tokenizer(run_dir / ckpt.TOKENIZER_DIR)
-    data = prepare_data(cfg.data, tokenizer, cfg.task, cfg.train_len, _cache_dir(cfg))
+    data = prepare_data(cfg.data, tokenizer, cfg.task, cfg.train_len, _cache_dir(cfg),
+                        pack=cfg.pack)
     if cfg.model.vocab_size < data.tokenizer.vocab_size:
         raise ValueError(f"model vocab_size={cfg.model.vocab_size} is smaller than tokenizer "
                          f"{data.tokenizer.spec!r} ({data.tokenizer.vocab_size} ids)")
@@ -180,16 +196,16 @@ def _autocast(cfg: TrainConfig, device: torch.device):
 def validation_loss(model: nn.Module, data: TrainData, cfg: TrainConfig,
                     device: torch.device) -> float:
     """Mean loss over the run's fixed validation examples (batches of ``batch_size``)."""
-    inputs, targets = data.validation_set(cfg.eval_windows, cfg.train_len, cfg.seed)
+    examples = data.validation_set(cfg.eval_windows, cfg.train_len, cfg.seed)
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
-    for i in range(0, inputs.shape[0], cfg.batch_size):
-        x, y = inputs[i:i + cfg.batch_size].to(device), targets[i:i + cfg.batch_size].to(device)
+    for i in range(0, examples.inputs.shape[0], cfg.batch_size):
+        b = examples.rows(i, i + cfg.batch_size).to(device)
         with _autocast(cfg, device):
-            logits = model(x)
-        n = int((y != IGNORE).sum())
-        total += lm_loss(logits, y).item() * n
+            logits = model(b.inputs, document_ids=b.document_ids)
+        n = int((b.targets != IGNORE).sum())
+        total += lm_loss(logits, b.targets).item() * n
         count += n
     model.train(was_training)
     return total / max(count, 1)
@@ -266,12 +282,13 @@ def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, resume: bool,
     try:
         for step in range(start, cfg.steps):
             t0 = time.perf_counter()
-            x, y = data.batch(cfg.batch_size, cfg.train_len, cfg.seed, step, info.rank,
-                              info.world_size)
-            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+            b = data.batch(cfg.batch_size, cfg.train_len, cfg.seed, step, info.rank,
+                           info.world_size)
+            weight = rank_weight(info, b.targets)
+            b = b.to(dev)
             with autocast:
-                logits = net(x)                                          # (B, T, V)
-            loss = lm_loss(logits, y)
+                logits = net(b.inputs, document_ids=b.document_ids)      # (B, T, V)
+            loss = lm_loss(logits, b.targets) * weight
             loss.backward()
             grad_norm = nn.utils.clip_grad_norm_(
                 model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)

@@ -1,13 +1,18 @@
 """``posenc train``: a BPE vocabulary resolved, a run never overwritten by accident, bad
-input as one-line errors."""
+input as one-line errors, training on packed documents (and resuming it)."""
 
 from __future__ import annotations
 
-import pytest
+import json
+import math
 
-from posenc.cli import main
+import pytest
+import torch
+
+from posenc.cli import cmd_train, main
 from posenc.train import load_run
 
+from tests.data.helpers import write_short_files
 from tests.helpers import make_corpus
 
 
@@ -80,3 +85,43 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, case):
         assert [p.name for p in out.iterdir()] == ["notes.txt"]
     else:
         assert not out.exists()
+
+
+def test_cli_trains_on_packed_documents_and_resumes_only_packed(tmp_path, capsys,
+                                                                 monkeypatch):
+    data = write_short_files(tmp_path / "data", 60)
+    args = cli_args(tmp_path, tmp_path / "straight", "--data", str(data), "--pack",
+                    "--checkpoint-every", "2")
+    assert main(args) == 0
+    straight = load_run(tmp_path / "straight")
+    doc = json.loads((tmp_path / "straight" / "config.json").read_text())
+    assert doc["train"]["pack"] is True and straight.train_config.pack
+    losses = [r["loss"] for r in straight.log if "loss" in r]
+    assert len(losses) == 4 and all(math.isfinite(x) for x in losses)
+
+    def stop_after_3(cfg, out, **kw):                  # Ctrl-C after step 3: step 2 is kept
+        def stop(step, record, model):
+            if step == 3:
+                raise KeyboardInterrupt
+        return real_train(cfg, out, on_step=stop, **kw)
+
+    real_train = cmd_train.train
+    out = tmp_path / "run"
+    monkeypatch.setattr(cmd_train, "train", stop_after_3)
+    assert main(cli_args(tmp_path, out, "--data", str(data), "--pack",
+                         "--checkpoint-every", "2")) == 130
+    monkeypatch.setattr(cmd_train, "train", real_train)
+    capsys.readouterr()
+    before = snapshot(out)
+    assert main(cli_args(tmp_path, out, "--data", str(data), "--checkpoint-every", "2",
+                         "--resume")) == 2
+    one_line_error(capsys, "holds a different run (differs in pack)")
+    assert snapshot(out) == before
+    assert main(cli_args(tmp_path, out, "--data", str(data), "--pack", "--checkpoint-every",
+                         "2", "--resume")) == 0
+    resumed = load_run(out)
+    assert [r["loss"] for r in resumed.log if "loss" in r][-2:] == losses[-2:]
+    for name, value in resumed.model.state_dict().items():
+        torch.testing.assert_close(value, straight.model.state_dict()[name], rtol=0, atol=0)
+    assert main(cli_args(tmp_path, tmp_path / "task", "--task", "copy", "--pack")) == 2
+    one_line_error(capsys, "examples of task 'copy' are single documents already")

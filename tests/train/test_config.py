@@ -4,6 +4,7 @@ options."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -31,13 +32,21 @@ def test_config_round_trip_and_validation(tmp_path):
     assert cfg.differences(tiny(tmp_path, lr=0.1, model={"pe": "t5"})) == ["lr", "model.pe",
                                                                           "model.pe_options"]
     assert cfg.warmup == 0 and tiny(tmp_path, steps=50).warmup == 5
+    packed = replace(cfg, pack=True)
+    assert packed.to_dict()["pack"] is True and not cfg.pack
+    assert TrainConfig.from_dict(json.loads(json.dumps(packed.to_dict()))) == packed
+    assert packed.differences(cfg) == ["pack"]
+    before = {k: v for k, v in cfg.to_dict().items() if k != "pack"}   # a run from before
+    assert TrainConfig.from_dict(before) == cfg                        # packing: unpacked
     cases = [({"train_len": 32}, "max_len=16 is smaller than train_len=32"),
              ({"task": "copy"}, "either task or data"),
              ({"data": None, "task": "copy", "tokenizer": "bpe:500"}, "must be 'byte'"),
              ({"task": "sort", "data": None}, "valid tasks"),
              ({"tokenizer": "chars"}, "valid: byte, bpe:N"),
              ({"lr": 0}, "lr must be"), ({"warmup_steps": 6}, "warmup_steps must be < steps"),
-             ({"device": "tpu"}, "device must be one of")]
+             ({"device": "tpu"}, "device must be one of"),
+             ({"data": None, "task": "copy", "pack": True}, "single documents already"),
+             ({"pack": 1}, "pack must be a bool")]
     for change, msg in cases:
         with pytest.raises(ValueError, match=msg):
             tiny(tmp_path, **change)

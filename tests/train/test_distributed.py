@@ -1,5 +1,6 @@
 """Data-parallel training on CPU (gloo): two processes stay in sync and match one process
-training on their combined batch; the real ``torchrun ... posenc train`` command works."""
+training on their combined batch (packed documents too); the real ``torchrun ... posenc
+train`` command works."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import socket
 import subprocess
 import sys
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 
 from posenc.models import LMConfig
 from posenc.train import TrainConfig, load_run, train
+
+from tests.data.helpers import write_short_files
 
 STEPS = 4
 
@@ -31,11 +35,12 @@ def make_data(folder):
     return folder
 
 
-def config(tmp_path, batch_size):
+def config(tmp_path, batch_size, pack=False):
     model = LMConfig(d_model=32, n_layers=1, n_heads=2, max_len=16, d_ff=64, pe="alibi")
-    return TrainConfig(model=model, data=str(make_data(tmp_path / "data")), train_len=16,
-                       batch_size=batch_size, steps=STEPS, checkpoint_every=2,
-                       cache_dir=str(tmp_path / "cache"), device="cpu", eval_windows=4)
+    data = write_short_files(tmp_path / "short", 60) if pack else make_data(tmp_path / "data")
+    return TrainConfig(model=model, data=str(data), train_len=16, batch_size=batch_size,
+                       steps=STEPS, checkpoint_every=2, cache_dir=str(tmp_path / "cache"),
+                       device="cpu", eval_windows=4, pack=pack)
 
 
 def _worker(rank: int, world: int, port: int, cfg_dict: dict, run_dir: str, out: str) -> None:
@@ -51,8 +56,11 @@ def _worker(rank: int, world: int, port: int, cfg_dict: dict, run_dir: str, out:
     train(TrainConfig.from_dict(cfg_dict), run_dir, progress=False, on_step=save)
 
 
-def test_two_processes_stay_in_sync_and_match_one_process(tmp_path):
-    cfg = config(tmp_path, batch_size=2)
+@pytest.mark.parametrize("pack", [False, True])
+def test_two_processes_stay_in_sync_and_match_one_process(tmp_path, pack):
+    """Packed, the ranks score different numbers of targets: the loss is still the mean over
+    the global batch's scored targets, as one process computes it."""
+    cfg = config(tmp_path, batch_size=2, pack=pack)
     mp.spawn(_worker, args=(2, free_port(), cfg.to_dict(), str(tmp_path / "ddp"),
                             str(tmp_path)), nprocs=2, join=True)
     r0 = torch.load(tmp_path / "rank0.pt")
@@ -63,7 +71,7 @@ def test_two_processes_stay_in_sync_and_match_one_process(tmp_path):
     steps = [r for r in ddp.log if "loss" in r]
     assert [r["step"] for r in steps] == list(range(1, STEPS + 1))
     assert steps[-1]["tokens"] == STEPS * 2 * 2 * 16                  # global tokens
-    train(config(tmp_path, batch_size=4), tmp_path / "single", progress=False)
+    train(config(tmp_path, batch_size=4, pack=pack), tmp_path / "single", progress=False)
     single = load_run(tmp_path / "single")
     for name, value in single.model.state_dict().items():
         torch.testing.assert_close(r0[name], value, rtol=1e-4, atol=1e-5)

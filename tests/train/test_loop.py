@@ -1,21 +1,27 @@
 """The training loop: a run's files and what load_run restores, learning a corpus and a
-task, the learning-rate schedule, gradient clipping, bf16 autocast, progress and TensorBoard."""
+task, the learning-rate schedule, gradient clipping, bf16 autocast, progress and TensorBoard,
+and packed documents (the loss is the mean over each document run alone)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors import safe_open
 
+from posenc.data.batches import prepare_data
 from posenc.data.corpora import load_corpus
-from posenc.models import LMConfig
+from posenc.data.synthetic import IGNORE
+from posenc.models import LMConfig, TransformerLM
 from posenc.train import TrainConfig, load_run, train
 from posenc.train.checkpoint import committed_file
-from posenc.train.loop import lr_factor
+from posenc.train.loop import lm_loss, lr_factor
 
+from tests.data.helpers import write_short_files
 from tests.helpers import make_corpus
 
 
@@ -138,3 +144,58 @@ def test_bf16_autocast_progress_bar_and_tensorboard_hook(tmp_path, capsys, monke
     fp32 = train(tiny(tmp_path, steps=2, checkpoint_every=0), tmp_path / "fp32", progress=False)
     assert fp32.final_loss != result.final_loss                  # autocast changed the math
     assert fp32.final_loss == pytest.approx(result.final_loss, abs=0.1)
+
+
+# ------------------------------------------------------------ packed documents
+def documents_alone(model, batch) -> torch.Tensor:
+    """The mean cross-entropy over the scored targets of ``batch``, each document of each row
+    run through ``model`` on its own (positions from 0, nothing else in view)."""
+    total, count = torch.zeros(()), 0
+    for row in range(batch.inputs.shape[0]):
+        ids = batch.document_ids[row]
+        for doc in ids.unique():
+            keep = ids == doc                                      # one contiguous run
+            x, y = batch.inputs[row, keep][None], batch.targets[row, keep]
+            scored = y != IGNORE
+            logits = model(x)[0]                                   # (n, V)
+            total = total + F.cross_entropy(logits[scored], y[scored], reduction="sum")
+            count += int(scored.sum())
+    return total / count
+
+
+@pytest.mark.parametrize("pe", ["rope", "alibi", "learned"])
+def test_packed_loss_is_the_mean_over_documents_run_alone(tmp_path, tiny_lm, pe):
+    data = prepare_data(str(write_short_files(tmp_path / "docs", 60)), "byte", None, 16,
+                        tmp_path / "cache", pack=True)
+    plain = prepare_data(str(tmp_path / "docs"), "byte", None, 16, tmp_path / "cache")
+    model = tiny_lm(pe, vocab_size=256, max_len=16).train()        # dropout 0
+    step = next(s for s in range(100)                              # every row is packed
+                if int(data.batch(4, 16, seed=0, step=s).document_ids[:, -1].min()) >= 1)
+    b, p = data.batch(4, 16, seed=0, step=step), plain.batch(4, 16, seed=0, step=step)
+    loss = lm_loss(model(b.inputs, document_ids=b.document_ids), b.targets)
+    torch.testing.assert_close(loss, documents_alone(model, b), rtol=1e-5, atol=1e-5)
+    assert abs(loss.item() - lm_loss(model(p.inputs), p.targets).item()) > 1e-2
+
+
+def test_the_loop_trains_and_validates_on_packed_documents(tmp_path):
+    """The logged loss of step 1 is the initial model's mean over the step's documents run
+    alone; the validation loss after it is the same over the validation windows."""
+    cfg = tiny(tmp_path, data=str(write_short_files(tmp_path / "docs", 60)), pack=True,
+               steps=1, eval_every=1, checkpoint_every=0, eval_windows=16,
+               model={"pe": "learned"})
+    after = {}
+    train(cfg, tmp_path / "run", progress=False,
+          on_step=lambda s, r, m: after.update(copy.deepcopy(m.state_dict())))
+    log = load_run(tmp_path / "run").log
+    data = prepare_data(cfg.data, "byte", None, 16, cfg.cache_dir, pack=True)
+    torch.manual_seed(cfg.seed)
+    model = TransformerLM(cfg.model).train()                       # as the loop builds it
+    with torch.no_grad():
+        first = documents_alone(model, data.batch(cfg.batch_size, 16, cfg.seed, 0))
+        model.load_state_dict(after)
+        held_out = data.validation_set(cfg.eval_windows, 16, cfg.seed)
+        assert int((held_out.document_ids[:, -1] > 0).sum()) >= 4       # windows span documents
+        val = documents_alone(model.eval(), held_out)
+    assert log[0]["loss"] == pytest.approx(first.item(), rel=1e-5)
+    assert log[1]["val_loss"] == pytest.approx(val.item(), rel=1e-5)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["pack"]
