@@ -101,19 +101,23 @@ def split_pairs(grad: tuple[Tensor, Tensor], query_grad: tuple[Tensor, Tensor],
         key_grad[1].data_ptr(), key_zero.data_ptr(), n, batch, heads, _threads(batch * heads)))
 
 
-def _build():
-    openmp, why = native_build.openmp_decision()
-    if not openmp:                  # the matrices are shared among torch's OpenMP workers
-        raise RuntimeError(f"not built: {why}")
-    lib = native_build.compile_and_load(native_build.kernel_source("pairs"), "pairs",
-                                        native_build.find_compiler(),
-                                        [*native_build.compiler_flags(), "-fopenmp"])
+def _declare(lib):
+    """Declare the kernels' C signatures on the loaded library."""
     lib.posenc_pair_write.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int64] * 9
                                       + [ctypes.c_float, ctypes.c_int])
     lib.posenc_pair_split.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 3 + [ctypes.c_int]
     for fn in (lib.posenc_pair_write, lib.posenc_pair_split):
         fn.restype = ctypes.c_int
     return lib
+
+
+def _build():
+    openmp, why = native_build.openmp_decision()
+    if not openmp:                  # the matrices are shared among torch's OpenMP workers
+        raise RuntimeError(f"not built: {why}")
+    return _declare(native_build.compile_and_load(
+        native_build.kernel_source("pairs"), "pairs", native_build.find_compiler(),
+        [*native_build.compiler_flags(), "-fopenmp"]))
 
 
 _KERNEL = native_build.LazyKernel("pair", _build)

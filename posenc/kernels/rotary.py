@@ -201,14 +201,18 @@ def _native_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     return out.permute(*[order.index(i) for i in range(rows)], rows)   # (..., L, D)
 
 
-def _compile_and_load(compiler: str, flags: list[str]):
-    """Build (or reuse) the kernel with these flags and declare its signature."""
-    lib = native_build.compile_and_load(native_build.kernel_source("rotary"), "rotary",
-                                        compiler, flags)
+def _declare(lib):
+    """Declare the kernel's C signature on the loaded library."""
     fn = lib.posenc_rotary
     fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 11 + [ctypes.c_int] * 4
     fn.restype = ctypes.c_int
     return lib
+
+
+def _compile_and_load(compiler: str, flags: list[str]):
+    """Build (or reuse) the kernel with these flags and declare its signature."""
+    return _declare(native_build.compile_and_load(native_build.kernel_source("rotary"),
+                                                  "rotary", compiler, flags))
 
 
 def _build_and_load():

@@ -12,14 +12,12 @@ from torch.testing import assert_close
 from posenc.attention.biased import biased_attention
 from posenc.encodings import build_encoding
 from posenc.kernels.layouts.causal_pairs import CausalPairBias, causal_pair_bias
-from posenc.kernels.pairs import native_pair_status
 from posenc.kernels.layouts.relative_shift import head_table, pair_layout
 
 from tests.helpers import causal_layer_grads
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-needs_kernel = pytest.mark.skipif(native_pair_status() != "ready",
-                                  reason=f"pair kernel: {native_pair_status()}")
+needs_kernel = pytest.mark.usefixtures("native_pairs")
 
 
 def _leaves(batch: int, heads: int, length: int, seed: int):
