@@ -15,7 +15,7 @@ import torch
 
 import posenc
 from posenc.kernels import build as native_build
-from posenc.kernels import pairs, rotary
+from posenc.kernels import pairs, rotary_native
 
 from tests.kernels.native import require_native
 
@@ -164,8 +164,8 @@ def test_kernels_build_with_openmp_only_when_decided(monkeypatch, openmp):
     monkeypatch.setattr(native_build, "openmp_decision", lambda: (openmp, "because"))
     monkeypatch.setattr(native_build, "compile_and_load",
                         lambda source, name, compiler, flags: builds.append((name, flags)))
-    monkeypatch.setattr(rotary, "_declare", lambda lib: lib)
-    rotary._build_and_load()
+    monkeypatch.setattr(rotary_native, "_declare", lambda lib: lib)
+    rotary_native._build_and_load()
     assert builds == [("rotary", native_build.compiler_flags() + ["-fopenmp"] * openmp)]
     builds.clear()
     if openmp:
@@ -189,8 +189,8 @@ def test_openmp_build_falls_back_to_pthreads_without_compiler_support(monkeypatc
     monkeypatch.setattr(native_build, "find_compiler", lambda: "cc")
     monkeypatch.setattr(native_build, "openmp_decision", lambda: (True, "libgomp"))
     monkeypatch.setattr(native_build, "compile_and_load", build)
-    monkeypatch.setattr(rotary, "_declare", lambda lib: lib)
-    assert rotary._build_and_load() == "lib"
+    monkeypatch.setattr(rotary_native, "_declare", lambda lib: lib)
+    assert rotary_native._build_and_load() == "lib"
     assert [("-fopenmp" in f) for f in builds] == [True, False]
 
 

@@ -18,6 +18,7 @@ from torch.testing import assert_close
 
 from posenc import build_encoding
 from posenc.kernels import rotary as rk
+from posenc.kernels import rotary_native as rn
 from posenc.kernels.rotary import apply_rotary
 
 EXACT = dict(rtol=0.0, atol=0.0)
@@ -83,7 +84,7 @@ def _error_ratio(got: torch.Tensor, exact: torch.Tensor) -> float:
 def test_fast_path_equals_references(native_rotary, shape, rot, strided, dtype, layout):
     x = model_like(*shape, dtype=dtype) if strided else torch.randn(shape).to(dtype)
     cos, sin = angles(shape[-2], rot, factor=1.3, offset=5)
-    assert rk._native_eligible(x, cos, sin)
+    assert rn.fits_kernel(x, cos, sin)
     fast = rk.apply_rotary(x, cos, sin, layout)
     assert fast.dtype == dtype and fast.shape == x.shape
     assert_close(fast, rk.apply_rotary_reference(x, cos, sin, layout), **EXACT)
@@ -96,7 +97,7 @@ def test_large_threaded_streaming_call(native_rotary, layout, dtype):
     x = model_like(4, 4, 1024, 128, dtype=dtype)       # >= 4 MiB out: streaming stores
     cos, sin = angles(1024, 128)
     fast = rk.apply_rotary(x, cos, sin, layout)
-    assert fast.numel() * fast.element_size() >= rk.STREAM_MIN_BYTES
+    assert fast.numel() * fast.element_size() >= rn.STREAM_MIN_BYTES
     assert_close(fast, plain_rotary(x, cos, sin, layout), **EXACT)
 
 
@@ -104,12 +105,12 @@ def test_large_threaded_streaming_call(native_rotary, layout, dtype):
 def test_both_threading_builds_agree(native_rotary, openmp, monkeypatch):
     """The kernel runs its threads on torch's OpenMP runtime where torch uses libgomp, and
     on threads of its own otherwise; both builds give the reference's numbers."""
-    if openmp and not rk.native_build.openmp_decision()[0]:
-        pytest.skip(f"no OpenMP build here: {rk.native_build.openmp_decision()[1]}")
-    compiler = rk.native_build.find_compiler()
-    flags = rk.native_build.compiler_flags() + (["-fopenmp"] if openmp else [])
-    lib = rk._compile_and_load(compiler, flags)
-    monkeypatch.setitem(rk._state, "lib", lib)
+    build = rk.native_build
+    if openmp and not build.openmp_decision()[0]:
+        pytest.skip(f"no OpenMP build here: {build.openmp_decision()[1]}")
+    flags = build.compiler_flags() + (["-fopenmp"] if openmp else [])
+    lib = rn._compile_and_load(build.find_compiler(), flags)
+    monkeypatch.setitem(rn._KERNEL.state, "lib", lib)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     x = model_like(4, 4, 1024, 64)
     cos, sin = angles(1024, 64)
@@ -202,21 +203,28 @@ def test_input_untouched_and_output_fresh(native_rotary):
 
 
 def test_fallbacks_give_the_same_numbers(monkeypatch):
+    """What the kernel does not take (a strided last dim, fp16, angles of another shape)
+    and ``POSENC_NATIVE_KERNELS=0`` go to the reference, with the same numbers."""
+    calls = []
+    monkeypatch.setattr(rk, "rotate_native", lambda *a: calls.append(a) or rn.rotate_native(*a))
     cos, sin = angles(6, 8)
     x = torch.randn(3, 6, 16)
     expected = plain_rotary(x, cos, sin, "half")
     strided_last = torch.randn(3, 6, 32)[..., ::2]           # last stride 2: not eligible
-    assert not rk._native_eligible(strided_last, cos, sin)
+    assert not rn.fits_kernel(strided_last, cos, sin)
     assert_close(rk.apply_rotary(strided_last, cos, sin),
                  plain_rotary(strided_last, cos, sin, "half"), **EXACT)
-    assert not rk._native_eligible(x, cos[None], sin[None])   # broadcast angles: reference
-    assert_close(rk.apply_rotary(x, cos[None], sin[None]), expected, **EXACT)
     half = x.half()
     assert_close(rk.apply_rotary(half, cos, sin), plain_rotary(half, cos, sin, "half"), **EXACT)
+    shared_sin = sin[:1]                                      # (1, R/2): sin broadcast
+    assert not rn.fits_kernel(x, cos, shared_sin)
+    assert_close(rk.apply_rotary(x, cos, shared_sin), plain_rotary(x, cos, shared_sin, "half"),
+                 **EXACT)
+    assert calls == []
     monkeypatch.setenv("POSENC_NATIVE_KERNELS", "0")
-    assert not rk._native_eligible(x, cos, sin)
     assert rk.native_rotary_status() == "disabled"
     assert_close(rk.apply_rotary(x, cos, sin), expected, **EXACT)
+    assert calls == []
 
 
 def test_functorch_transforms_use_the_reference():

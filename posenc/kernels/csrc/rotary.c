@@ -17,7 +17,8 @@
 typedef struct {
   const char *x; char *out; const float *cos, *sin;
   int64_t size[4], stride[4];       /* row dims of x (outermost first), strides in elements */
-  int64_t dim, rot, ldim;           /* row width, rotated width, which row dim is L */
+  int64_t angle_stride[4];          /* strides of cos/sin rows over the same dims (0: shared) */
+  int64_t dim, rot;                 /* row width, rotated width */
   int bf16, interleaved, stream, prefetch;  /* stream: aligned streaming stores; prefetch:
                                                rows of x are not densely packed */
   int64_t rows, chunk, next;        /* threads take chunks of rows from next (atomic) */
@@ -76,11 +77,12 @@ static inline __attribute__((always_inline)) void rotate_rows_with(
                                    ahead[2] * j->stride[2] + ahead[3] * j->stride[3]);
       for (int64_t off = 0; off < d * es; off += 64) __builtin_prefetch(p + off);
     }
-    const int64_t l = idx[j->ldim];
     const char *src = j->x + es * (idx[0] * j->stride[0] + idx[1] * j->stride[1] +
                                    idx[2] * j->stride[2] + idx[3] * j->stride[3]);
     char *dst = j->out + r * d * es;
-    const float *c = j->cos + l * h, *s = j->sin + l * h;
+    const int64_t at = idx[0] * j->angle_stride[0] + idx[1] * j->angle_stride[1] +
+                       idx[2] * j->angle_stride[2] + idx[3] * j->angle_stride[3];
+    const float *c = j->cos + at, *s = j->sin + at;
     int64_t done = 0;                 /* pairs handled by the vector loop */
 #if defined(__AVX2__)
     if (!interleaved && h % 8 == 0) {
@@ -150,17 +152,18 @@ static void *run_job(void *arg) {
 }
 
 /* x: rows indexed by 4 dims (sizes s0..s3, strides t0..t3 in elements), each row dim
-   elements with unit stride; out: the same rows, contiguous, in the same order. Row dim
-   ldim is the position: cos, sin are (size[ldim], rot/2) contiguous fp32.
+   elements with unit stride; out: the same rows, contiguous, in the same order.
+   cos, sin: fp32, rot/2 angles per row with unit stride, the row of x's row (i0..i3) at
+   element offset i0 a0 + i1 a1 + i2 a2 + i3 a3 (a stride 0 where rows share angles: over
+   heads, or over the batch when every sequence has the same positions).
    Returns 0, or -1 on bad arguments. */
 int posenc_rotary(const void *x, void *out, const float *cos, const float *sin,
                   int64_t s0, int64_t s1, int64_t s2, int64_t s3,
-                  int64_t t0, int64_t t1, int64_t t2, int64_t t3, int64_t ldim, int64_t dim,
+                  int64_t t0, int64_t t1, int64_t t2, int64_t t3,
+                  int64_t a0, int64_t a1, int64_t a2, int64_t a3, int64_t dim,
                   int64_t rot, int bf16, int interleaved, int stream, int n_threads) {
   const int64_t size[4] = {s0, s1, s2, s3}, stride[4] = {t0, t1, t2, t3};
-  if (dim > MAXD || rot > dim || rot % 2 || ldim < 0 || ldim > 3 || n_threads < 1 ||
-      n_threads > 256)
-    return -1;
+  if (dim > MAXD || rot > dim || rot % 2 || n_threads < 1 || n_threads > 256) return -1;
   int64_t rows = 1;
   for (int k = 0; k < 4; k++) {
     if (size[k] < 1) return -1;
@@ -174,8 +177,8 @@ int posenc_rotary(const void *x, void *out, const float *cos, const float *sin,
   for (int64_t k = 3, packed = dim; k >= 0; packed *= size[k], k--)
     if (size[k] > 1 && stride[k] != packed) dense = 0;
   job_t job = {(const char *)x, (char *)out, cos, sin, {size[0], size[1], size[2], size[3]},
-               {stride[0], stride[1], stride[2], stride[3]}, dim, rot, ldim, bf16 != 0,
-               interleaved != 0, stream != 0, !dense, rows, chunk, 0};
+               {stride[0], stride[1], stride[2], stride[3]}, {a0, a1, a2, a3}, dim, rot,
+               bf16 != 0, interleaved != 0, stream != 0, !dense, rows, chunk, 0};
 #ifdef _OPENMP
   /* torch's own OpenMP runtime (same soname, already loaded): its worker threads, still
      spinning after the previous torch op, take the chunks; threads of our own would compete
