@@ -9,15 +9,20 @@ of angles per sequence (its own positions), broadcast over heads.
 Two implementations give bit-identical results:
 
 - :func:`apply_rotary_reference`: plain tensor ops (one rounding per multiply and add, no
-  fused multiply-add). Used under torch.compile, for other devices and dtypes, learnable
-  angles, torch.func transforms and jit tracing, and wherever the native kernel is
-  unavailable.
+  fused multiply-add). Used for other devices and dtypes, learnable angles, torch.func
+  transforms and jit tracing, and wherever the native kernel is unavailable (compiled code
+  included).
 - a small C kernel (:mod:`.rotary_native`, ``csrc/rotary.c``) for CPU fp32/bf16: one pass
   over the input, one over the output, so a plain copy of q and k is its floor (see
   BENCHMARKS.md). Eager calls reach it directly through ctypes, gradients through an
   autograd function whose backward is the inverse rotation (the same kernel with ``-sin``).
+  Under torch.compile (and torch.export) it is the custom op ``posenc::rotary`` (fake
+  implementation and autograd registered), which the compiler traces as one opaque call: no
+  graph break, the same numbers as eager. Eager calls skip the op: its dispatch costs more
+  than the kernel itself on small tensors (BENCHMARKS.md, "RoPE apply").
 
-Set ``POSENC_NATIVE_KERNELS=0`` to force the reference path.
+Set ``POSENC_NATIVE_KERNELS=0`` to force the reference path (decided when a graph is
+traced, for compiled code).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import torch
 from torch import Tensor
 
 from . import build as native_build
-from .rotary_native import fits_kernel, load, native_rotary_status, rotate_native
+from .rotary_native import fits_kernel, load, native_rotary_status, output_like, rotate_native
 
 LAYOUTS = ("half", "interleaved")
 
@@ -92,8 +97,11 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> T
     if cos.dim() == 3 and x.dim() > 3:                       # per sample: over heads too
         cos, sin = _per_sample(x, cos), _per_sample(x, sin)
     if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad) or \
-            not fits_kernel(x, cos, sin) or not native_build.plain_eager(x, cos, sin) or \
-            not _native_usable():        # compile, jit tracing, subclasses, torch.func
+            not fits_kernel(x, cos, sin) or not _native_usable():
+        return apply_rotary_reference(x, cos, sin, layout)
+    if torch.compiler.is_compiling():
+        return torch.ops.posenc.rotary(x, cos, sin, layout)
+    if not native_build.plain_eager(x, cos, sin):    # jit tracing, subclasses, torch.func
         return apply_rotary_reference(x, cos, sin, layout)
     if x.requires_grad and torch.is_grad_enabled():
         return _RotaryFunction.apply(x, cos, sin, layout)
@@ -119,14 +127,17 @@ def _per_sample(x: Tensor, angles: Tensor) -> Tensor:
     return angles[(slice(None),) + (None,) * (x.dim() - 3)]
 
 
+@torch.compiler.assume_constant_result
 def _native_usable() -> bool:
-    """Native kernels are enabled and the rotary kernel is built (building it on first use)."""
+    """Native kernels are enabled and the rotary kernel is built (building it on first use).
+    A constant for torch.compile: read once, when a graph is traced."""
     return native_build.native_enabled() and load() is not None
 
 
 def apply_rotary_reference(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half"
                            ) -> Tensor:
-    """:func:`apply_rotary` with plain tensor ops (any device, dtype and broadcastable cos)."""
+    """:func:`apply_rotary` with plain tensor ops: any device and dtype, cos/sin (L, R/2),
+    per sample (B, L, R/2), or any shape that broadcasts to x's (..., L, R/2)."""
     cos, sin = _per_sample(x, cos), _per_sample(x, sin)
     rot = 2 * cos.shape[-1]
     x_rot, x_pass = x[..., :rot], x[..., rot:]
@@ -158,4 +169,56 @@ class _RotaryFunction(torch.autograd.Function):
         return apply_rotary(grad, cos, -sin, ctx.layout), None, None, None
 
 
+# ------------------------------------------------------------- the custom op posenc::rotary
 
+@torch.library.custom_op("posenc::rotary", mutates_args=())
+def rotary_op(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """:func:`apply_rotary` as one operator: the kernel where it takes the call, else the
+    reference; the output dense in x's memory order (:func:`.rotary_native.output_like`)."""
+    _check(x, cos, layout)
+    cos, sin = _per_sample(x, cos), _per_sample(x, sin)
+    if fits_kernel(x, cos, sin) and _native_usable():
+        return rotate_native(x, cos, sin, layout)
+    return output_like(x).copy_(apply_rotary_reference(x, cos, sin, layout))
+
+
+@rotary_op.register_fake
+def _rotary_fake(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    return output_like(x)
+
+
+def _rotary_setup_context(ctx, inputs, output) -> None:
+    x, cos, sin, layout = inputs
+    ctx.layout = layout
+    ctx.save_for_backward(cos, sin, x if cos.requires_grad or sin.requires_grad else None)
+
+
+def _rotary_backward(ctx, grad: Tensor):
+    """x's gradient is grad rotated back (the op with -sin); the angles', where they need
+    one, from plain tensor ops."""
+    cos, sin, x = ctx.saved_tensors
+    grad_x = torch.ops.posenc.rotary(grad, cos, -sin, ctx.layout) \
+        if ctx.needs_input_grad[0] else None
+    grad_cos = grad_sin = None
+    if x is not None:
+        a, b = _pairs(x, cos.shape[-1], ctx.layout)                     # (..., L, R/2) each
+        ga, gb = _pairs(grad, cos.shape[-1], ctx.layout)
+        grad_cos = _sum_to(a * ga + b * gb, x, cos)
+        grad_sin = _sum_to(a * gb - b * ga, x, sin)
+    return grad_x, grad_cos, grad_sin, None
+
+
+def _sum_to(grad: Tensor, x: Tensor, angles: Tensor) -> Tensor:
+    """grad (..., L, R/2) summed over the dims the angles broadcast over, in their shape."""
+    return grad.sum_to_size(_per_sample(x, angles).shape).reshape(angles.shape)
+
+
+def _pairs(t: Tensor, half: int, layout: str) -> tuple[Tensor, Tensor]:
+    """The two members of every rotated pair of t (..., L, D), fp32: (..., L, R/2) each."""
+    rotated = t[..., :2 * half].float()
+    if layout == "interleaved":
+        return rotated[..., 0::2], rotated[..., 1::2]
+    return rotated[..., :half], rotated[..., half:]
+
+
+rotary_op.register_autograd(_rotary_backward, setup_context=_rotary_setup_context)
