@@ -29,6 +29,18 @@ fp32 on the CPU. Matrices are shared among torch's own OpenMP workers (the kerne
 built with -fopenmp against the runtime torch already loaded); :func:`pair_kernel_ready`
 says whether the kernel can run on given tensors (dtype, device, tracing, vmap,
 ``POSENC_NATIVE_KERNELS=0``).
+
+Why these are ctypes calls and not torch.library custom ops (as the rotary kernel is): a
+tensor-only signature is possible (the tables as lists of tensors, their addresses taken
+inside the op; it passed these tests), but nothing would call it. Under torch.compile the
+callers cannot be traced: the bias is a Python object that fused attention
+(posenc/attention/biased.py) carries through its own autograd function and has write its
+logits block by block (DeBERTa's materialized path wraps the same object), so tracing
+means reworking fused attention, not these kernels. In eager mode the op's dispatch
+(torch.library's Python layers, tensor lists, a mutated output) made a call take 100-180 us
+against 7-68 us for the direct call (write and split at L = 40 and 130, B <= 2, H = 2, one
+thread), so eager calls would stay on ctypes anyway. :func:`pair_kernel_ready` therefore declines while compiling, and compiled
+DeBERTa computes its bias with tensor ops (tests/kernels/test_pairs.py checks both).
 """
 
 from __future__ import annotations
