@@ -39,8 +39,9 @@ logits block by block (DeBERTa's materialized path wraps the same object), so tr
 means reworking fused attention, not these kernels. In eager mode the op's dispatch
 (torch.library's Python layers, tensor lists, a mutated output) made a call take 100-180 us
 against 7-68 us for the direct call (write and split at L = 40 and 130, B <= 2, H = 2, one
-thread), so eager calls would stay on ctypes anyway. :func:`pair_kernel_ready` therefore declines while compiling, and compiled
-DeBERTa computes its bias with tensor ops (tests/kernels/test_pairs.py checks both).
+thread), so eager calls would stay on ctypes anyway. :func:`pair_kernel_ready` therefore
+declines while compiling, and compiled DeBERTa computes its bias with tensor ops
+(tests/kernels/test_pairs.py checks both).
 """
 
 from __future__ import annotations

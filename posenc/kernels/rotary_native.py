@@ -76,21 +76,21 @@ def rotate_native(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     skip = rows + 1 - len(angles)
     angle_stride = [0 if i < skip or angles[i - skip] == 1 else angle_strides[i - skip]
                     for i in order]
-    pad = 4 - rows
+    ones, zeros = _PADS[4 - rows]                   # pad the row dims to the kernel's four
     numel = out.numel()
     threads = max(1, min(torch.get_num_threads(), numel // ELEMS_PER_THREAD))
     bf16 = x.dtype == torch.bfloat16
     code = _KERNEL.state["lib"].posenc_rotary(
         x.data_ptr(), out.data_ptr(), cos.data_ptr(), sin.data_ptr(),
-        *_PADS[pad][0], *[shape[i] for i in order], *_PADS[pad][1], *[strides[i] for i in order],
-        *_PADS[pad][1], *angle_stride, shape[-1], 2 * angles[-1], bf16,
-        layout == "interleaved", numel * (2 if bf16 else 4) >= STREAM_MIN_BYTES, threads)
+        *ones, *[shape[i] for i in order], *zeros, *[strides[i] for i in order],
+        *zeros, *angle_stride, shape[-1], 2 * angles[-1], bf16, layout == "interleaved",
+        numel * (2 if bf16 else 4) >= STREAM_MIN_BYTES, threads)
     if code != 0:
         raise RuntimeError(f"posenc rotary kernel rejected its arguments (code {code})")
     return out
 
 
-#: leading sizes (1) and strides (0) that pad x's row dims to the kernel's four
+#: leading sizes (1) and strides (0) that pad x's row dims to four
 _PADS = [((1,) * n, (0,) * n) for n in range(4)]
 
 

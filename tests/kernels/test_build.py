@@ -24,7 +24,8 @@ needs_compiler = pytest.mark.skipif(not native_build.have_compiler(),
                                     reason="no C compiler (set CC)")
 PROBE = "int probe(void) { return 7; }\n"
 FLAGS = ["-O0", "-shared", "-fPIC"]
-OPENMP_PROBE = "int omp_get_max_threads(void);\nint probe(void) { return omp_get_max_threads(); }\n"
+OPENMP_PROBE = ("int omp_get_max_threads(void);\n"
+                "int probe(void) { return omp_get_max_threads(); }\n")
 
 
 @pytest.fixture
