@@ -15,9 +15,10 @@ Candidates (each call handles q and k, shape (B, H, T, D)):
 - ``posenc half, through the op``: the custom op ``torch.ops.posenc.rotary`` called eagerly,
   to weigh its dispatch against the direct ctypes call that eager ``apply_rotary`` makes.
 - ``posenc reference``: the plain tensor-op formula the kernel is tested against.
-- ``torch.compile(reference)``: the half-layout formula compiled by inductor; and
-  ``torch.compile(posenc half)``: ``apply_rotary`` compiled, which traces the custom op (the
-  kernel). Compile time is printed, not timed.
+- ``torch.compile(reference)``: the half-layout formula compiled by inductor;
+  ``torch.compile(posenc op)``: the custom op compiled (an opaque call to the kernel); and
+  ``torch.compile(posenc half)``: ``apply_rotary`` compiled, which traces one of the two
+  (the op from ``rotary.COMPILED_OP_MIN_BYTES`` on). Compile time is printed, not timed.
 - ``HF eager``: ``transformers.models.llama.modeling_llama.apply_rotary_pos_emb`` with HF's cos/sin
   layout (B, T, D), as ``LlamaRotaryEmbedding`` returns them.
 """
@@ -111,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_compile:
         compile_s = 0.0
         for name, fn in (("torch.compile(reference)", rk.apply_rotary_reference),
+                         ("torch.compile(posenc op)", lambda x, c, s: op(x, c, s, "half")),
                          ("torch.compile(posenc half)", rk.apply_rotary)):
             compiled = torch.compile(fn, dynamic=False)
             start = time.perf_counter()

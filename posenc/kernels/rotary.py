@@ -18,8 +18,15 @@ Two implementations give bit-identical results:
   autograd function whose backward is the inverse rotation (the same kernel with ``-sin``).
   Under torch.compile (and torch.export) it is the custom op ``posenc::rotary`` (fake
   implementation and autograd registered), which the compiler traces as one opaque call: no
-  graph break, the same numbers as eager. Eager calls skip the op: its dispatch costs more
-  than the kernel itself on small tensors (BENCHMARKS.md, "RoPE apply").
+  graph break, the same numbers as eager.
+
+Which one runs (measurements in BENCHMARKS.md, "RoPE apply"): eager calls skip the op, whose
+dispatch added 50-145 us a call in the benchmark's interleaved rounds, more than a whole
+decode-sized call (about 25 us). Compiled code uses the op for outputs of
+``COMPILED_OP_MIN_BYTES`` (8 MiB) or more and the reference below: inductor compiles the
+reference into one fused loop with the kernel's results bit for bit (tested) and less fixed
+cost than an opaque call, faster up to 6 MiB here; from 8 MiB on the op is on par, and at
+16 MiB faster (0.93x the time).
 
 Set ``POSENC_NATIVE_KERNELS=0`` to force the reference path (decided when a graph is
 traced, for compiled code).
@@ -36,6 +43,9 @@ from . import build as native_build
 from .rotary_native import fits_kernel, load, native_rotary_status, output_like, rotate_native
 
 LAYOUTS = ("half", "interleaved")
+#: under torch.compile, outputs at least this large go through the op (the kernel); smaller
+#: ones through the reference, which inductor fuses with less fixed cost (BENCHMARKS.md)
+COMPILED_OP_MIN_BYTES = 8 << 20
 
 
 #: fixed-point bits of a frequency's turns per position in :func:`rotary_angles`
@@ -99,8 +109,10 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> T
     if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad) or \
             not fits_kernel(x, cos, sin) or not _native_usable():
         return apply_rotary_reference(x, cos, sin, layout)
-    if torch.compiler.is_compiling():
-        return torch.ops.posenc.rotary(x, cos, sin, layout)
+    if torch.compiler.is_compiling():                 # traced: the op, for large outputs
+        if x.numel() * x.element_size() >= COMPILED_OP_MIN_BYTES:
+            return torch.ops.posenc.rotary(x, cos, sin, layout)
+        return apply_rotary_reference(x, cos, sin, layout)
     if not native_build.plain_eager(x, cos, sin):    # jit tracing, subclasses, torch.func
         return apply_rotary_reference(x, cos, sin, layout)
     if x.requires_grad and torch.is_grad_enabled():

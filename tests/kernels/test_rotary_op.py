@@ -1,6 +1,6 @@
 """The custom op posenc::rotary: torch.library's own checks, torch.compile(fullgraph=True)
-tracing through it with the eager results (values and gradients), export, and eager calls
-staying on the direct ctypes path."""
+tracing through it with the eager results (values and gradients), the size from which
+compiled code takes it, export, and eager calls staying on the direct ctypes path."""
 
 from __future__ import annotations
 
@@ -43,6 +43,12 @@ def fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def op_at_any_size(monkeypatch):
+    """Compiled code takes the op for small tensors too (they keep these tests fast)."""
+    monkeypatch.setattr(rk, "COMPILED_OP_MIN_BYTES", 0)
 
 
 def graph_ops(fn, *args):
@@ -98,7 +104,8 @@ def test_op_gradients_of_x_and_of_the_angles():
 @pytest.mark.parametrize("layout", rk.LAYOUTS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_compiled_apply_rotary_traces_the_op_and_equals_eager(native_rotary, fresh_dynamo,
-                                                              kernel_calls, dtype, layout):
+                                                              op_at_any_size, kernel_calls,
+                                                              dtype, layout):
     """fullgraph=True (no graph break) with inductor: the op in the graph, the kernel run
     forward and backward, values and gradients equal to eager bit for bit."""
     cos, sin = angles(9, 16)
@@ -123,7 +130,8 @@ def test_compiled_apply_rotary_traces_the_op_and_equals_eager(native_rotary, fre
     assert len(kernel_calls) == 8                  # 2 forward + 2 backward, eager and compiled
 
 
-def test_compiled_rope_layer_and_dynamic_lengths(native_rotary, fresh_dynamo, kernel_calls):
+def test_compiled_rope_layer_and_dynamic_lengths(native_rotary, fresh_dynamo, op_at_any_size,
+                                                 kernel_calls):
     """RoPE's transform_qk compiled whole, with lengths marked dynamic: eager's numbers, to
     fp32 rounding (inductor computes cos and sin of the angles with its own vector code)."""
     pe = build_encoding("rope", n_heads=2, head_dim=16)
@@ -136,7 +144,27 @@ def test_compiled_rope_layer_and_dynamic_lengths(native_rotary, fresh_dynamo, ke
     assert len(kernel_calls) == 8
 
 
-def test_compiled_without_native_kernels_traces_the_reference(monkeypatch, fresh_dynamo):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_code_takes_the_op_for_large_outputs_only(native_rotary, fresh_dynamo, dtype):
+    """Below COMPILED_OP_MIN_BYTES the traced graph holds the reference (which inductor
+    fuses), from there on the op; both give eager's numbers."""
+    cos, sin = angles(4096, 128)
+    big = qkv_view(1, 4, 4096, 128, dtype)                      # 8 MiB (fp32), 4 MiB (bf16)
+    large = big.numel() * big.element_size() >= rk.COMPILED_OP_MIN_BYTES
+    assert large == (dtype == torch.float32)
+    ops = graph_ops(lambda x: rk.apply_rotary(x, cos, sin), big)
+    assert (torch.ops.posenc.rotary in ops) == large
+    small = qkv_view(2, 3, 9, 32, dtype)
+    cos, sin = angles(9, 16)
+
+    def fn(x):
+        return rk.apply_rotary(x, cos, sin, "interleaved")
+    assert torch.ops.posenc.rotary not in graph_ops(fn, small)
+    assert_close(torch.compile(fn, fullgraph=True)(small), fn(small), **EXACT)
+
+
+def test_compiled_without_native_kernels_traces_the_reference(monkeypatch, fresh_dynamo,
+                                                              op_at_any_size):
     monkeypatch.setenv("POSENC_NATIVE_KERNELS", "0")
     cos, sin = angles(6, 8)
     x = torch.randn(2, 6, 8)
@@ -146,7 +174,7 @@ def test_compiled_without_native_kernels_traces_the_reference(monkeypatch, fresh
     assert_close(compiled(x), rk.apply_rotary_reference(x, cos, sin), **EXACT)
 
 
-def test_export_keeps_the_op(native_rotary):
+def test_export_keeps_the_op(native_rotary, op_at_any_size):
     cos, sin = angles(5, 8)
 
     class Rotate(torch.nn.Module):
