@@ -21,7 +21,7 @@ Two implementations give bit-identical results:
   graph break, the same numbers as eager.
 
 Which one runs (measurements in BENCHMARKS.md, "RoPE apply"): eager calls skip the op, whose
-dispatch added 50-145 us a call in the benchmark's interleaved rounds, more than a whole
+dispatch added 51-145 us a call in the benchmark's interleaved rounds, more than a whole
 decode-sized call (about 25 us). Compiled code uses the op for outputs of
 ``COMPILED_OP_MIN_BYTES`` (8 MiB) or more and the reference below: inductor compiles the
 reference into one fused loop with the kernel's results bit for bit (tested) and less fixed
