@@ -10,9 +10,15 @@ Candidates (each call handles q and k, shape (B, H, T, D)):
 - ``posenc half`` / ``posenc interleaved``: :func:`posenc.kernels.rotary.apply_rotary`
   (the native kernel when it is available).
 - ``posenc half, cached stores``: the same kernel with streaming stores turned off.
+- ``posenc half, per-sample angles``: the kernel with cos/sin (B, T, D/2), one row of angles
+  per sequence (here the same positions in each, so the numbers match).
+- ``posenc half, through the op``: the custom op ``torch.ops.posenc.rotary`` called eagerly,
+  to weigh its dispatch against the direct ctypes call that eager ``apply_rotary`` makes.
 - ``posenc reference``: the plain tensor-op formula the kernel is tested against.
-- ``torch.compile(reference)``: the half-layout formula compiled by inductor (compile time is
-  printed, not timed).
+- ``torch.compile(reference)``: the half-layout formula compiled by inductor;
+  ``torch.compile(posenc op)``: the custom op compiled (an opaque call to the kernel); and
+  ``torch.compile(posenc half)``: ``apply_rotary`` compiled, which traces one of the two
+  (the op from ``rotary.COMPILED_OP_MIN_BYTES`` on). Compile time is printed, not timed.
 - ``HF eager``: ``transformers.models.llama.modeling_llama.apply_rotary_pos_emb`` with HF's cos/sin
   layout (B, T, D), as ``LlamaRotaryEmbedding`` returns them.
 """
@@ -26,6 +32,7 @@ import time
 import torch
 
 from posenc.kernels import rotary as rk
+from posenc.kernels import rotary_native
 
 from .common import compare, machine_line, steady_allocator
 
@@ -50,11 +57,11 @@ def _inputs(args):
 
 def _without_streaming(fn):
     def run():
-        saved, rk.STREAM_MIN_BYTES = rk.STREAM_MIN_BYTES, 1 << 62
+        saved, rotary_native.STREAM_MIN_BYTES = rotary_native.STREAM_MIN_BYTES, 1 << 62
         try:
             return fn()
         finally:
-            rk.STREAM_MIN_BYTES = saved
+            rotary_native.STREAM_MIN_BYTES = saved
     return run
 
 
@@ -82,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
 
     q, k, cos, sin, hf_cos, hf_sin = _inputs(args)
     status = rk.native_rotary_status()
+    sample_cos = cos.expand(args.batch, *cos.shape).contiguous()          # (B, T, D/2)
+    sample_sin = sin.expand(args.batch, *sin.shape).contiguous()
+    op = torch.ops.posenc.rotary
 
     def posenc(layout):
         return lambda: (rk.apply_rotary(q, cos, sin, layout), rk.apply_rotary(k, cos, sin, layout))
@@ -91,19 +101,25 @@ def main(argv: list[str] | None = None) -> int:
         "posenc half": posenc("half"),
         "posenc interleaved": posenc("interleaved"),
         "posenc half, cached stores": _without_streaming(posenc("half")),
+        "posenc half, per-sample angles": lambda: (rk.apply_rotary(q, sample_cos, sample_sin),
+                                                   rk.apply_rotary(k, sample_cos, sample_sin)),
+        "posenc half, through the op": lambda: (op(q, cos, sin, "half"), op(k, cos, sin, "half")),
         "posenc reference": lambda: (rk.apply_rotary_reference(q, cos, sin),
                                      rk.apply_rotary_reference(k, cos, sin)),
         "HF eager": lambda: apply_rotary_pos_emb(q, k, hf_cos, hf_sin),
     }
     compile_s = None
     if not args.no_compile:
-        compiled = torch.compile(rk.apply_rotary_reference, dynamic=False)
-        start = time.perf_counter()
-        compiled(q, cos, sin)
-        compiled(k, cos, sin)
-        compile_s = time.perf_counter() - start
-        candidates["torch.compile(reference)"] = lambda: (compiled(q, cos, sin),
-                                                          compiled(k, cos, sin))
+        compile_s = 0.0
+        for name, fn in (("torch.compile(reference)", rk.apply_rotary_reference),
+                         ("torch.compile(posenc op)", lambda x, c, s: op(x, c, s, "half")),
+                         ("torch.compile(posenc half)", rk.apply_rotary)):
+            compiled = torch.compile(fn, dynamic=False)
+            start = time.perf_counter()
+            compiled(q, cos, sin)
+            compiled(k, cos, sin)
+            compile_s += time.perf_counter() - start
+            candidates[name] = (lambda c: lambda: (c(q, cos, sin), c(k, cos, sin)))(compiled)
     result = compare(candidates, rounds=args.rounds, clock=args.clock)
 
     shown = " ".join(sys.argv[1:] if argv is None else argv)
@@ -122,6 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("posenc half", "posenc interleaved"):
         med, q1, q3 = result.ratio("HF eager", name)
         print(f"HF eager / {name}: {med:.2f}x (IQR {q1:.2f}-{q3:.2f})")
+    med, q1, q3 = result.ratio("posenc half, through the op", "posenc half")
+    extra_us = 500 * (result.median_ms("posenc half, through the op")      # 2 calls a round
+                      - result.median_ms("posenc half"))
+    print(f"through the op / direct: {med:.2f}x (IQR {q1:.2f}-{q3:.2f}), {extra_us:.1f} us "
+          f"more per call (difference of the medians)")
     return 0
 
 

@@ -3,39 +3,49 @@
 :func:`apply_rotary` computes, per pair ``(a, b)`` of rotated dimensions and angle ``t``,
 ``(a cos t - b sin t, a sin t + b cos t)`` in fp32, then casts to the input dtype. Pairs are
 ``(i, i + R/2)`` for ``layout="half"`` and ``(2i, 2i + 1)`` for ``layout="interleaved"``.
+Angles are shared by every sequence, cos/sin (L, R/2), or per sample, (B, L, R/2): one row
+of angles per sequence (its own positions), broadcast over heads.
 
 Two implementations give bit-identical results:
 
 - :func:`apply_rotary_reference`: plain tensor ops (one rounding per multiply and add, no
-  fused multiply-add). Used under ``torch.compile``/tracing/functorch, for other devices and
-  dtypes, and wherever the native kernel is unavailable.
-- a small C kernel (compiled once with the system C compiler, cached in posenc's cache
-  folder (:mod:`posenc.paths`), loaded with ctypes) for CPU fp32/bf16: one
-  pass over the input, one over the output (streaming stores for large outputs), any strides
-  with a unit last stride, all intra-op threads (torch's own OpenMP workers where torch runs
-  on libgomp: threads of its own would compete with them, still spinning after the previous
-  op, for the cores; POSIX threads otherwise). A plain copy of q and k makes the same two
-  passes, so this is the memory floor (see BENCHMARKS.md). Gradients go through an autograd
-  function whose backward is the inverse rotation (the same kernel with ``-sin``).
+  fused multiply-add). Used for other devices and dtypes, learnable angles, torch.func
+  transforms and jit tracing, and wherever the native kernel is unavailable (compiled code
+  included).
+- a small C kernel (:mod:`.rotary_native`, ``csrc/rotary.c``) for CPU fp32/bf16: one pass
+  over the input, one over the output, so a plain copy of q and k is its floor (see
+  BENCHMARKS.md). Eager calls reach it directly through ctypes, gradients through an
+  autograd function whose backward is the inverse rotation (the same kernel with ``-sin``).
+  Under torch.compile (and torch.export) it is the custom op ``posenc::rotary`` (fake
+  implementation and autograd registered), which the compiler traces as one opaque call: no
+  graph break, the same numbers as eager.
 
-Set ``POSENC_NATIVE_KERNELS=0`` to force the reference path.
+Which one runs (measurements in BENCHMARKS.md, "RoPE apply"): eager calls skip the op, whose
+dispatch added 51-145 us a call in the benchmark's interleaved rounds, more than a whole
+decode-sized call (about 25 us). Compiled code uses the op for outputs of
+``COMPILED_OP_MIN_BYTES`` (8 MiB) or more and the reference below: inductor compiles the
+reference into one fused loop with the kernel's results bit for bit (tested) and less fixed
+cost than an opaque call, faster up to 6 MiB here; from 8 MiB on the op is on par, and at
+16 MiB faster (0.93x the time).
+
+Set ``POSENC_NATIVE_KERNELS=0`` to force the reference path (decided when a graph is
+traced, for compiled code).
 """
 
 from __future__ import annotations
 
-import ctypes
 import math
 
 import torch
 from torch import Tensor
 
 from . import build as native_build
+from .rotary_native import fits_kernel, load, native_rotary_status, output_like, rotate_native
 
 LAYOUTS = ("half", "interleaved")
-#: outputs at least this large are written with streaming (cache-bypassing) stores
-STREAM_MIN_BYTES = 4 << 20
-#: elements of work per kernel thread, so small calls stay single-threaded
-_ELEMS_PER_THREAD = 1 << 16
+#: under torch.compile, outputs at least this large go through the op (the kernel); smaller
+#: ones through the reference, which inductor fuses with less fixed cost (BENCHMARKS.md)
+COMPILED_OP_MIN_BYTES = 8 << 20
 
 
 #: fixed-point bits of a frequency's turns per position in :func:`rotary_angles`
@@ -62,8 +72,8 @@ def frequency_turns(inv_freq: Tensor) -> tuple[Tensor, Tensor]:
 
 def rotary_angles(pos: Tensor, inv_freq: Tensor,
                   turns: tuple[Tensor, Tensor] | None = None) -> Tensor:
-    """Angles pos * inv_freq (modulo 2 pi from EXACT_FROM on), fp32. pos (..., L), inv_freq
-    (R/2,) -> (..., L, R/2).
+    """Angles pos * inv_freq (modulo 2 pi from EXACT_FROM on), fp32. pos (L,) or (B, L)
+    (per-sample positions), inv_freq (R/2,) -> (L, R/2) or (B, L, R/2).
 
     Below ``EXACT_FROM`` = 2^16 (and for floating-point positions) this is the plain fp32
     product. From there on, where that product is off by up to pos * 2^-24 rad (0.03 at
@@ -73,44 +83,74 @@ def rotary_angles(pos: Tensor, inv_freq: Tensor,
     :func:`frequency_turns` (inv_freq) if already computed.
     """
     p_float = pos.to(torch.float32)[..., None]                              # (..., L, 1)
-    plain = p_float * inv_freq.to(pos.device, torch.float32)              # (..., L, R/2)
+    plain = p_float * inv_freq.to(pos.device, torch.float32)                # (..., L, R/2)
     if pos.is_floating_point():
         return plain
     fixed, rest = frequency_turns(inv_freq) if turns is None else turns
     p = pos.to(torch.int64)[..., None]                                      # (..., L, 1)
     units = (p * fixed.to(pos.device)).bitwise_and_((1 << TURN_BITS) - 1).to(torch.float32)
-    units.addcmul_(p_float, rest.to(pos.device))                # (L, R/2), 2^-32 turns
+    units.addcmul_(p_float, rest.to(pos.device))           # (..., L, R/2), 2^-32 turns
     exact = units.mul_(2.0 * math.pi * 2.0 ** -TURN_BITS)
     return torch.where(p.abs() < EXACT_FROM, plain, exact)
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> Tensor:
-    """Rotate the first R dims of x. x (..., L, D); cos, sin (L, R/2) fp32 -> (..., L, D).
+    """Rotate the first R dims of x. x (B, ..., L, D); cos, sin fp32, shared (L, R/2) or per
+    sample (B, L, R/2) -> (B, ..., L, D).
 
     ``cos``/``sin`` may carry an attention factor (they then have norm != 1). The output is a
     new dense tensor in x's dtype (x is not modified): the native kernel lays it out in x's
     memory order of dimensions, as torch's elementwise ops do (contiguous for a contiguous x);
     the reference path returns it contiguous.
     """
+    _check(x, cos, layout)
+    if cos.dim() == 3 and x.dim() > 3:                       # per sample: over heads too
+        cos, sin = _per_sample(x, cos), _per_sample(x, sin)
+    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad) or \
+            not fits_kernel(x, cos, sin) or not _native_usable():
+        return apply_rotary_reference(x, cos, sin, layout)
+    if torch.compiler.is_compiling():                 # traced: the op, for large outputs
+        if x.numel() * x.element_size() >= COMPILED_OP_MIN_BYTES:
+            return torch.ops.posenc.rotary(x, cos, sin, layout)
+        return apply_rotary_reference(x, cos, sin, layout)
+    if not native_build.plain_eager(x, cos, sin):    # jit tracing, subclasses, torch.func
+        return apply_rotary_reference(x, cos, sin, layout)
+    if x.requires_grad and torch.is_grad_enabled():
+        return _RotaryFunction.apply(x, cos, sin, layout)
+    return rotate_native(x, cos, sin, layout)
+
+
+def _check(x: Tensor, cos: Tensor, layout: str) -> None:
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if 2 * cos.shape[-1] > x.shape[-1]:
         raise ValueError(f"cos/sin cover {2 * cos.shape[-1]} rotated dims, more than the "
                          f"head_dim={x.shape[-1]} of x")
-    if cos.dim() == 3 and x.dim() == 4:      # angles per sequence (B, L, R/2): over heads
-        return apply_rotary_reference(x, cos[:, None], sin[:, None], layout)
-    if not _native_eligible(x, cos, sin):
-        return apply_rotary_reference(x, cos, sin, layout)
-    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
-        return apply_rotary_reference(x, cos, sin, layout)
-    if torch.is_grad_enabled() and x.requires_grad:
-        return _RotaryFunction.apply(x, cos, sin, layout)
-    return _native_rotary(x, cos, sin, layout)
+    if cos.dim() == 3 and x.dim() > 3 and cos.shape[0] not in (1, x.shape[0]):
+        raise ValueError(f"per-sample cos/sin (B, L, R/2) need B = {x.shape[0]} (x's batch), "
+                         f"got {tuple(cos.shape)}")
+
+
+def _per_sample(x: Tensor, angles: Tensor) -> Tensor:
+    """Per-sample angles (B, L, R/2) for x (B, ..., L, D) with dims between B and L (heads)
+    get size-1 dims there: (B, 1, .., L, R/2). Others broadcast as they are."""
+    if angles.dim() != 3 or x.dim() <= 3:
+        return angles
+    return angles[(slice(None),) + (None,) * (x.dim() - 3)]
+
+
+@torch.compiler.assume_constant_result
+def _native_usable() -> bool:
+    """Native kernels are enabled and the rotary kernel is built (building it on first use).
+    A constant for torch.compile: read once, when a graph is traced."""
+    return native_build.native_enabled() and load() is not None
 
 
 def apply_rotary_reference(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half"
                            ) -> Tensor:
-    """:func:`apply_rotary` with plain tensor ops (any device, dtype and broadcastable cos)."""
+    """:func:`apply_rotary` with plain tensor ops: any device and dtype, cos/sin (L, R/2),
+    per sample (B, L, R/2), or any shape that broadcasts to x's (..., L, R/2)."""
+    cos, sin = _per_sample(x, cos), _per_sample(x, sin)
     rot = 2 * cos.shape[-1]
     x_rot, x_pass = x[..., :rot], x[..., rot:]
     if layout == "interleaved":
@@ -133,7 +173,7 @@ class _RotaryFunction(torch.autograd.Function):
     def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
         ctx.save_for_backward(cos, sin)
         ctx.layout = layout
-        return _native_rotary(x, cos, sin, layout)
+        return rotate_native(x, cos, sin, layout)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
@@ -141,282 +181,56 @@ class _RotaryFunction(torch.autograd.Function):
         return apply_rotary(grad, cos, -sin, ctx.layout), None, None, None
 
 
-# ------------------------------------------------------------------------ native kernel
+# ------------------------------------------------------------- the custom op posenc::rotary
 
-_KERNEL_SOURCE = r"""
-#include <stdint.h>
-#include <string.h>
-#include <pthread.h>
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
-#define MAXD 1024
-#define PREFETCH_ROWS 16
-
-typedef struct {
-  const char *x; char *out; const float *cos, *sin;
-  int64_t size[4], stride[4];       /* row dims of x (outermost first), strides in elements */
-  int64_t dim, rot, ldim;           /* row width, rotated width, which row dim is L */
-  int bf16, interleaved, stream, prefetch;  /* stream: aligned streaming stores; prefetch:
-                                               rows of x are not densely packed */
-  int64_t rows, chunk, next;        /* threads take chunks of rows from next (atomic) */
-} job_t;
-
-static inline float bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f;
-}
-static inline uint16_t f32_to_bf16(float f) {          /* round to nearest even, as c10 */
-  uint32_t u; memcpy(&u, &f, 4);
-  if (f != f) return 0x7FC0;
-  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-#if defined(__AVX2__)
-static inline __m256 load8(const char *p, int bf16) {
-  if (!bf16) return _mm256_loadu_ps((const float *)p);
-  __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-}
-static inline void store8(char *p, __m256 v, int bf16, int stream) {
-  if (!bf16) {
-    if (stream) _mm256_stream_ps((float *)p, v); else _mm256_storeu_ps((float *)p, v);
-    return;
-  }
-  __m256i u = _mm256_castps_si256(v);
-  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb);
-  r = _mm256_srli_epi32(r, 16);
-  __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), nan);
-  r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8);   /* 8 x u16 in low half */
-  __m128i h = _mm256_castsi256_si128(r);
-  if (stream) _mm_stream_si128((__m128i *)p, h); else _mm_storeu_si128((__m128i *)p, h);
-}
-#endif
-
-/* Called with constant bf16 and interleaved (see rotate_rows), so each combination compiles
-   to its own loop without per-element branches on them. */
-static inline __attribute__((always_inline)) void rotate_rows_with(
-    const job_t *j, int64_t row_begin, int64_t row_end, const int bf16, const int interleaved,
-    const int stream, const int prefetch) {
-  const int64_t d = j->dim, h = j->rot / 2, es = bf16 ? 2 : 4;
-  float xf[MAXD], of[MAXD];
-  int64_t idx[4], rest = row_begin;             /* row index as an odometer, no divisions */
-  for (int k = 3; k >= 0; k--) { idx[k] = rest % j->size[k]; rest /= j->size[k]; }
-  int64_t ahead[4];                             /* the row PREFETCH_ROWS - 1 further on */
-  rest = row_begin + PREFETCH_ROWS - 1;
-  for (int k = 3; k >= 0; k--) { ahead[k] = rest % j->size[k]; rest /= j->size[k]; }
-  for (int64_t r = row_begin; r < row_end; r++) {
-    if (r > row_begin)
-      for (int k = 3; k >= 0 && ++idx[k] == j->size[k]; k--) idx[k] = 0;
-    if (prefetch && r + PREFETCH_ROWS < row_end) {   /* rows of a strided x */
-      for (int k = 3; k >= 0 && ++ahead[k] == j->size[k]; k--) ahead[k] = 0;
-      const char *p = j->x + es * (ahead[0] * j->stride[0] + ahead[1] * j->stride[1] +
-                                   ahead[2] * j->stride[2] + ahead[3] * j->stride[3]);
-      for (int64_t off = 0; off < d * es; off += 64) __builtin_prefetch(p + off);
-    }
-    const int64_t l = idx[j->ldim];
-    const char *src = j->x + es * (idx[0] * j->stride[0] + idx[1] * j->stride[1] +
-                                   idx[2] * j->stride[2] + idx[3] * j->stride[3]);
-    char *dst = j->out + r * d * es;
-    const float *c = j->cos + l * h, *s = j->sin + l * h;
-    int64_t done = 0;                 /* pairs handled by the vector loop */
-#if defined(__AVX2__)
-    if (!interleaved && h % 8 == 0) {
-      for (int64_t i = 0; i < h; i += 8) {
-        __m256 a = load8(src + es * i, bf16), b = load8(src + es * (h + i), bf16);
-        __m256 cc = _mm256_loadu_ps(c + i), ss = _mm256_loadu_ps(s + i);
-        __m256 first = _mm256_sub_ps(_mm256_mul_ps(a, cc), _mm256_mul_ps(b, ss));
-        __m256 second = _mm256_add_ps(_mm256_mul_ps(b, cc), _mm256_mul_ps(a, ss));
-        store8(dst + es * i, first, bf16, stream);
-        store8(dst + es * (h + i), second, bf16, stream);
-      }
-      done = h;
-    } else if (interleaved && h % 4 == 0) {
-      /* 4 pairs per vector: cos/sin broadcast to both lanes, then spread in-lane */
-      const __m256i spread = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
-      for (int64_t i = 0; i < h; i += 4) {
-        __m256 cc = _mm256_permutevar_ps(_mm256_broadcast_ps((const __m128 *)(c + i)), spread);
-        __m256 ss = _mm256_permutevar_ps(_mm256_broadcast_ps((const __m128 *)(s + i)), spread);
-        __m256 v = load8(src + es * 2 * i, bf16);
-        __m256 sw = _mm256_permute_ps(v, 0xB1);                 /* (b, a) pairs */
-        /* even lanes a*c - b*s, odd lanes b*c + a*s */
-        __m256 rotated = _mm256_addsub_ps(_mm256_mul_ps(v, cc), _mm256_mul_ps(sw, ss));
-        store8(dst + es * 2 * i, rotated, bf16, stream);
-      }
-      done = h;
-    }
-#endif
-    if (done == h && j->rot == d) continue;
-    /* scalar path: the whole row (or just the pass-through tail) */
-    for (int64_t i = 0; i < d; i++)
-      xf[i] = bf16 ? bf16_to_f32(((const uint16_t *)src)[i]) : ((const float *)src)[i];
-    if (done < h) {
-      for (int64_t i = 0; i < h; i++) {
-        const int64_t p = interleaved ? 2 * i : i, q = interleaved ? 2 * i + 1 : h + i;
-        of[p] = xf[p] * c[i] - xf[q] * s[i];
-        of[q] = xf[p] * s[i] + xf[q] * c[i];
-      }
-    }
-    const int64_t from = done < h ? 0 : j->rot;
-    for (int64_t i = j->rot; i < d; i++) of[i] = xf[i];
-    for (int64_t i = from; i < d; i++) {
-      if (bf16) ((uint16_t *)dst)[i] = f32_to_bf16(of[i]);
-      else ((float *)dst)[i] = of[i];
-    }
-  }
-}
-
-static void rotate_rows(const job_t *j, int64_t row_begin, int64_t row_end) {
-#define ROWS(B, I) \
-  case B * 2 + I: rotate_rows_with(j, row_begin, row_end, B, I, j->stream, j->prefetch); break;
-  switch (j->bf16 * 2 + j->interleaved) { ROWS(0, 0) ROWS(0, 1) ROWS(1, 0) ROWS(1, 1) }
-#undef ROWS
-}
-
-/* Take chunks until none is left: a thread that starts late (a busy machine) takes less. */
-static void *run_job(void *arg) {
-  job_t *j = (job_t *)arg;
-  for (;;) {
-    const int64_t begin = __atomic_fetch_add(&j->next, j->chunk, __ATOMIC_RELAXED);
-    if (begin >= j->rows) break;
-    rotate_rows(j, begin, begin + j->chunk < j->rows ? begin + j->chunk : j->rows);
-  }
-#if defined(__AVX2__)
-  if (j->stream) _mm_sfence();
-#endif
-  return NULL;
-}
-
-/* x: rows indexed by 4 dims (sizes s0..s3, strides t0..t3 in elements), each row dim
-   elements with unit stride; out: the same rows, contiguous, in the same order. Row dim
-   ldim is the position: cos, sin are (size[ldim], rot/2) contiguous fp32.
-   Returns 0, or -1 on bad arguments. */
-int posenc_rotary(const void *x, void *out, const float *cos, const float *sin,
-                  int64_t s0, int64_t s1, int64_t s2, int64_t s3,
-                  int64_t t0, int64_t t1, int64_t t2, int64_t t3, int64_t ldim, int64_t dim,
-                  int64_t rot, int bf16, int interleaved, int stream, int n_threads) {
-  const int64_t size[4] = {s0, s1, s2, s3}, stride[4] = {t0, t1, t2, t3};
-  if (dim > MAXD || rot > dim || rot % 2 || ldim < 0 || ldim > 3 || n_threads < 1 ||
-      n_threads > 256)
-    return -1;
-  int64_t rows = 1;
-  for (int k = 0; k < 4; k++) {
-    if (size[k] < 1) return -1;
-    rows *= size[k];
-  }
-  int64_t chunk = rows / (8 * n_threads);
-  chunk = chunk < 64 ? 64 : chunk > 4096 ? 4096 : chunk;
-  const int64_t row_bytes = dim * (bf16 ? 2 : 4);
-  stream = stream && ((uintptr_t)out & 31) == 0 && (row_bytes & 31) == 0;
-  int dense = 1;
-  for (int64_t k = 3, packed = dim; k >= 0; packed *= size[k], k--)
-    if (size[k] > 1 && stride[k] != packed) dense = 0;
-  job_t job = {(const char *)x, (char *)out, cos, sin, {size[0], size[1], size[2], size[3]},
-               {stride[0], stride[1], stride[2], stride[3]}, dim, rot, ldim, bf16 != 0,
-               interleaved != 0, stream != 0, !dense, rows, chunk, 0};
-#ifdef _OPENMP
-  /* torch's own OpenMP runtime (same soname, already loaded): its worker threads, still
-     spinning after the previous torch op, take the chunks; threads of our own would compete
-     with them for the cores */
-  if (n_threads > 1) {
-#pragma omp parallel num_threads(n_threads)
-    run_job(&job);
-  } else {
-    run_job(&job);
-  }
-#else
-  pthread_t tids[256];
-  int started[256];
-  for (int t = 1; t < n_threads; t++)
-    started[t] = pthread_create(&tids[t], NULL, run_job, &job) == 0;
-  run_job(&job);                    /* a thread that failed to start leaves its share here */
-  for (int t = 1; t < n_threads; t++)
-    if (started[t]) pthread_join(tids[t], NULL);
-#endif
-  return 0;
-}
-"""
-
-_MAX_DIM = 1024
+@torch.library.custom_op("posenc::rotary", mutates_args=())
+def rotary_op(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """:func:`apply_rotary` as one operator: the kernel where it takes the call, else the
+    reference; the output dense in x's memory order (:func:`.rotary_native.output_like`)."""
+    _check(x, cos, layout)
+    cos, sin = _per_sample(x, cos), _per_sample(x, sin)
+    if fits_kernel(x, cos, sin) and _native_usable():
+        return rotate_native(x, cos, sin, layout)
+    return output_like(x).copy_(apply_rotary_reference(x, cos, sin, layout))
 
 
-def native_rotary_status() -> str:
-    """"ready", "disabled" (POSENC_NATIVE_KERNELS=0) or why the kernel could not be built.
-    Builds the kernel on first use."""
-    return _KERNEL.status()
+@rotary_op.register_fake
+def _rotary_fake(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    return output_like(x)
 
 
-_NATIVE_DTYPES = (torch.float32, torch.bfloat16)
+def _rotary_setup_context(ctx, inputs, output) -> None:
+    x, cos, sin, layout = inputs
+    ctx.layout = layout
+    ctx.save_for_backward(cos, sin, x if cos.requires_grad or sin.requires_grad else None)
 
 
-def _native_eligible(x: Tensor, cos: Tensor, sin: Tensor) -> bool:
-    """Whether the kernel can take this call."""
-    if not native_build.plain_eager(x, cos, sin):
-        return False
-    if x.dtype not in _NATIVE_DTYPES or x.device.type != "cpu" or x.stride(-1) != 1:
-        return False
-    shape = x.shape
-    if not 2 <= len(shape) <= 5 or shape[-1] > _MAX_DIM or x.numel() == 0:
-        return False
-    expected = (shape[-2], cos.shape[-1])
-    for t in (cos, sin):
-        if t.dtype != torch.float32 or t.device.type != "cpu" or t.shape != expected:
-            return False
-    if not native_build.native_enabled():
-        return False
-    return _load() is not None
+def _rotary_backward(ctx, grad: Tensor):
+    """x's gradient is grad rotated back (the op with -sin); the angles', where they need
+    one, from plain tensor ops."""
+    cos, sin, x = ctx.saved_tensors
+    grad_x = torch.ops.posenc.rotary(grad, cos, -sin, ctx.layout) \
+        if ctx.needs_input_grad[0] else None
+    grad_cos = grad_sin = None
+    if x is not None:
+        a, b = _pairs(x, cos.shape[-1], ctx.layout)                     # (..., L, R/2) each
+        ga, gb = _pairs(grad, cos.shape[-1], ctx.layout)
+        grad_cos = _sum_to(a * ga + b * gb, x, cos)
+        grad_sin = _sum_to(a * gb - b * ga, x, sin)
+    return grad_x, grad_cos, grad_sin, None
 
 
-def _native_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
-    """The kernel call; the caller checked :func:`_native_eligible`."""
-    cos = cos if cos.is_contiguous() else cos.contiguous()
-    sin = sin if sin.is_contiguous() else sin.contiguous()
-    shape, strides = x.shape, x.stride()
-    rows = len(shape) - 1
-    # Visit rows in x's memory order and lay the output out in that order too (as torch's
-    # elementwise ops do), so reads and writes both stream: for q as a (B, H, T, D) view of
-    # a (B, T, 3C) projection, rows go b, t, h.
-    order = sorted(range(rows), key=strides.__getitem__, reverse=True)   # stable for ties
-    identity = order == list(range(rows))
-    walk_shape = shape if identity else [shape[i] for i in order] + [shape[-1]]
-    out = torch.empty(walk_shape, dtype=x.dtype)                      # contiguous in walk order
-    pad = 4 - rows
-    size = [1] * pad + [walk_shape[i] for i in range(rows)]
-    stride = [0] * pad + [strides[i] for i in order]
-    nbytes = out.numel() * out.element_size()
-    threads = max(1, min(torch.get_num_threads(), out.numel() // _ELEMS_PER_THREAD))
-    code = _state["lib"].posenc_rotary(
-        x.data_ptr(), out.data_ptr(), cos.data_ptr(), sin.data_ptr(), *size, *stride,
-        pad + order.index(rows - 1), shape[-1], 2 * cos.shape[-1], x.dtype == torch.bfloat16,
-        layout == "interleaved", nbytes >= STREAM_MIN_BYTES, threads)
-    if code != 0:
-        raise RuntimeError(f"posenc rotary kernel rejected its arguments (code {code})")
-    if identity:
-        return out
-    return out.permute(*[order.index(i) for i in range(rows)], rows)   # (..., L, D)
+def _sum_to(grad: Tensor, x: Tensor, angles: Tensor) -> Tensor:
+    """grad (..., L, R/2) summed over the dims the angles broadcast over, in their shape."""
+    return grad.sum_to_size(_per_sample(x, angles).shape).reshape(angles.shape)
 
 
-def _compile_and_load(compiler: str, flags: list[str]):
-    """Build (or reuse) the kernel with these flags and declare its signature."""
-    lib = native_build.compile_and_load(_KERNEL_SOURCE, "rotary", compiler, flags)
-    fn = lib.posenc_rotary
-    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 11 + [ctypes.c_int] * 4
-    fn.restype = ctypes.c_int
-    return lib
+def _pairs(t: Tensor, half: int, layout: str) -> tuple[Tensor, Tensor]:
+    """The two members of every rotated pair of t (..., L, D), fp32: (..., L, R/2) each."""
+    rotated = t[..., :2 * half].float()
+    if layout == "interleaved":
+        return rotated[..., 0::2], rotated[..., 1::2]
+    return rotated[..., :half], rotated[..., half:]
 
 
-def _build_and_load():
-    compiler = native_build.find_compiler()
-    flags = native_build.compiler_flags()
-    if native_build.openmp_runtime_loaded():
-        try:
-            return _compile_and_load(compiler, [*flags, "-fopenmp"])
-        except RuntimeError:
-            pass                           # no OpenMP support in this compiler: pthreads
-    return _compile_and_load(compiler, flags)
-
-
-_KERNEL = native_build.LazyKernel("rotary", _build_and_load)
-_state = _KERNEL.state              # "lib": the loaded kernel, or "error": why there is none
-_load = _KERNEL.load
+rotary_op.register_autograd(_rotary_backward, setup_context=_rotary_setup_context)

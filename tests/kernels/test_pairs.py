@@ -12,14 +12,12 @@ from torch.testing import assert_close
 from posenc.attention.biased import biased_attention
 from posenc.encodings import build_encoding
 from posenc.kernels.layouts.causal_pairs import CausalPairBias, causal_pair_bias
-from posenc.kernels.pairs import native_pair_status
 from posenc.kernels.layouts.relative_shift import head_table, pair_layout
 
 from tests.helpers import causal_layer_grads
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-needs_kernel = pytest.mark.skipif(native_pair_status() != "ready",
-                                  reason=f"pair kernel: {native_pair_status()}")
+needs_kernel = pytest.mark.usefixtures("native_pairs")
 
 
 def _leaves(batch: int, heads: int, length: int, seed: int):
@@ -140,3 +138,32 @@ def test_deberta_layer_trains_the_same_with_and_without_the_kernels(monkeypatch)
     assert_close(out, want_out)
     for g, w in zip(grads, want_grads):
         assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")        # dynamo on the views' graph breaks
+def test_compiled_code_never_reaches_the_pair_kernels(monkeypatch):
+    """Under torch.compile the pair kernels decline (they are ctypes calls, not custom ops:
+    kernels/pairs.py says why) and DeBERTa's causal bias comes from the tensor-op views,
+    with the numbers of the eager views."""
+    calls = []
+    for name in ("write", "grads"):
+        original = getattr(CausalPairBias, name)
+        monkeypatch.setattr(CausalPairBias, name, lambda self, *a, original=original:
+                            calls.append(name) or original(self, *a))
+    q, k, hq, hk = _leaves(1, 2, 40, seed=8)
+    assert torch.compile(causal_pair_bias, backend="eager", fullgraph=True)(q, k, hq, hk) \
+        is None
+    pe = build_encoding("deberta", n_heads=2, head_dim=5, max_len=64, position_buckets=32,
+                        max_relative_positions=64)
+    pos = torch.arange(3, 43)
+
+    def bias(q, k):
+        return pe.score_bias(q, k, pos, pos, True, consecutive=True)
+    compiled = torch.compile(bias, backend="eager")(q, k)
+    compiled_grads = torch.autograd.grad(compiled.sum(), (q, k))
+    assert calls == []
+    monkeypatch.setenv("POSENC_NATIVE_KERNELS", "0")
+    eager = bias(q, k)
+    assert_close(compiled, eager)
+    for g, w in zip(compiled_grads, torch.autograd.grad(eager.sum(), (q, k))):
+        assert_close(g, w)

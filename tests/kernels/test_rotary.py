@@ -18,6 +18,7 @@ from torch.testing import assert_close
 
 from posenc import build_encoding
 from posenc.kernels import rotary as rk
+from posenc.kernels import rotary_native as rn
 from posenc.kernels.rotary import apply_rotary
 
 EXACT = dict(rtol=0.0, atol=0.0)
@@ -51,13 +52,6 @@ def model_like(b, h, t, d, dtype=torch.float32):
     return qkv[..., : h * d].view(b, t, h, d).transpose(1, 2)
 
 
-@pytest.fixture
-def native():
-    status = rk.native_rotary_status()
-    if status != "ready":
-        pytest.skip(status)
-
-
 CASES = [  # (shape, rotary dims, strided like the model)
     ((2, 3, 17, 16), 16, False),         # vector loop (R/2 a multiple of 8)
     ((2, 3, 17, 48), 32, True),          # vector loop + pass-through tail
@@ -87,10 +81,10 @@ def _error_ratio(got: torch.Tensor, exact: torch.Tensor) -> float:
 @pytest.mark.parametrize("layout", rk.LAYOUTS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape,rot,strided", CASES)
-def test_fast_path_equals_references(native, shape, rot, strided, dtype, layout):
+def test_fast_path_equals_references(native_rotary, shape, rot, strided, dtype, layout):
     x = model_like(*shape, dtype=dtype) if strided else torch.randn(shape).to(dtype)
     cos, sin = angles(shape[-2], rot, factor=1.3, offset=5)
-    assert rk._native_eligible(x, cos, sin)
+    assert rn.fits_kernel(x, cos, sin)
     fast = rk.apply_rotary(x, cos, sin, layout)
     assert fast.dtype == dtype and fast.shape == x.shape
     assert_close(fast, rk.apply_rotary_reference(x, cos, sin, layout), **EXACT)
@@ -99,25 +93,24 @@ def test_fast_path_equals_references(native, shape, rot, strided, dtype, layout)
 
 @pytest.mark.parametrize("layout", rk.LAYOUTS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_large_threaded_streaming_call(native, layout, dtype):
+def test_large_threaded_streaming_call(native_rotary, layout, dtype):
     x = model_like(4, 4, 1024, 128, dtype=dtype)       # >= 4 MiB out: streaming stores
     cos, sin = angles(1024, 128)
     fast = rk.apply_rotary(x, cos, sin, layout)
-    assert fast.numel() * fast.element_size() >= rk.STREAM_MIN_BYTES
+    assert fast.numel() * fast.element_size() >= rn.STREAM_MIN_BYTES
     assert_close(fast, plain_rotary(x, cos, sin, layout), **EXACT)
 
 
 @pytest.mark.parametrize("openmp", [True, False], ids=["openmp", "pthreads"])
-def test_both_threading_builds_agree(native, openmp, monkeypatch):
+def test_both_threading_builds_agree(native_rotary, openmp, monkeypatch):
     """The kernel runs its threads on torch's OpenMP runtime where torch uses libgomp, and
     on threads of its own otherwise; both builds give the reference's numbers."""
-    compiler = rk.native_build.find_compiler()
-    flags = rk.native_build.compiler_flags() + (["-fopenmp"] if openmp else [])
-    try:
-        lib = rk._compile_and_load(compiler, flags)
-    except RuntimeError as err:
-        pytest.skip(f"this compiler cannot build it: {err}")
-    monkeypatch.setitem(rk._state, "lib", lib)
+    build = rk.native_build
+    if openmp and not build.openmp_decision()[0]:
+        pytest.skip(f"no OpenMP build here: {build.openmp_decision()[1]}")
+    flags = build.compiler_flags() + (["-fopenmp"] if openmp else [])
+    lib = rn._compile_and_load(build.find_compiler(), flags)
+    monkeypatch.setitem(rn._KERNEL.state, "lib", lib)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     x = model_like(4, 4, 1024, 64)
     cos, sin = angles(1024, 64)
@@ -152,7 +145,7 @@ def test_half_layout_equals_hugging_face():
 
 @pytest.mark.parametrize("layout", rk.LAYOUTS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gradients_equal_reference(native, layout, dtype):
+def test_gradients_equal_reference(native_rotary, layout, dtype):
     base = model_like(2, 3, 13, 24, dtype=dtype)
     cos, sin = angles(13, 16, factor=0.9)
     grad_out = torch.randn(base.shape).to(dtype)
@@ -179,7 +172,7 @@ def test_gradient_is_the_inverse_rotation(layout):
                  rtol=1e-5, atol=1e-5)
 
 
-def test_double_backward_through_fast_path(native):
+def test_double_backward_through_fast_path(native_rotary):
     x = torch.randn(2, 7, 8, requires_grad=True)
     cos, sin = angles(7, 8)
     (g,) = torch.autograd.grad(rk.apply_rotary(x, cos, sin).pow(2).sum(), x, create_graph=True)
@@ -200,7 +193,7 @@ def test_learnable_angles_get_gradients():
     assert cos.grad is not None and sin.grad is not None and cos.grad.abs().sum() > 0
 
 
-def test_input_untouched_and_output_fresh(native):
+def test_input_untouched_and_output_fresh(native_rotary):
     x = torch.randn(2, 9, 8)
     before = x.clone()
     cos, sin = angles(9, 8)
@@ -210,21 +203,28 @@ def test_input_untouched_and_output_fresh(native):
 
 
 def test_fallbacks_give_the_same_numbers(monkeypatch):
+    """What the kernel does not take (a strided last dim, fp16, angles of another shape)
+    and ``POSENC_NATIVE_KERNELS=0`` go to the reference, with the same numbers."""
+    calls = []
+    monkeypatch.setattr(rk, "rotate_native", lambda *a: calls.append(a) or rn.rotate_native(*a))
     cos, sin = angles(6, 8)
     x = torch.randn(3, 6, 16)
     expected = plain_rotary(x, cos, sin, "half")
     strided_last = torch.randn(3, 6, 32)[..., ::2]           # last stride 2: not eligible
-    assert not rk._native_eligible(strided_last, cos, sin)
+    assert not rn.fits_kernel(strided_last, cos, sin)
     assert_close(rk.apply_rotary(strided_last, cos, sin),
                  plain_rotary(strided_last, cos, sin, "half"), **EXACT)
-    assert not rk._native_eligible(x, cos[None], sin[None])   # broadcast angles: reference
-    assert_close(rk.apply_rotary(x, cos[None], sin[None]), expected, **EXACT)
     half = x.half()
     assert_close(rk.apply_rotary(half, cos, sin), plain_rotary(half, cos, sin, "half"), **EXACT)
+    shared_sin = sin[:1]                                      # (1, R/2): sin broadcast
+    assert not rn.fits_kernel(x, cos, shared_sin)
+    assert_close(rk.apply_rotary(x, cos, shared_sin), plain_rotary(x, cos, shared_sin, "half"),
+                 **EXACT)
+    assert calls == []
     monkeypatch.setenv("POSENC_NATIVE_KERNELS", "0")
-    assert not rk._native_eligible(x, cos, sin)
     assert rk.native_rotary_status() == "disabled"
     assert_close(rk.apply_rotary(x, cos, sin), expected, **EXACT)
+    assert calls == []
 
 
 def test_functorch_transforms_use_the_reference():
@@ -267,7 +267,7 @@ def test_rotary_angles_are_exact_products_modulo_two_pi():
                      near.float()[:, None] * inv_freq[None, :], **EXACT)
 
 
-def test_output_follows_the_input_memory_order(native):
+def test_output_follows_the_input_memory_order(native_rotary):
     """Rows are written in the order they are read: q as a view of a qkv projection
     (B, T, H, D in memory) gives an output dense in (B, T, H, D); a contiguous q, a
     contiguous output."""

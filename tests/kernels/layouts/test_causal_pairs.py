@@ -8,11 +8,9 @@ import pytest
 import torch
 
 from posenc.kernels.layouts.causal_pairs import causal_pair_bias, row_groups
-from posenc.kernels.pairs import native_pair_status
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-needs_kernel = pytest.mark.skipif(native_pair_status() != "ready",
-                                  reason=f"pair kernel: {native_pair_status()}")
+needs_kernel = pytest.mark.usefixtures("native_pairs")
 
 
 def _leaves(batch: int, heads: int, length: int, seed: int):
