@@ -77,8 +77,18 @@ class DistanceBiasEncoding(PositionalEncoding):
                   causal: bool = False, *, consecutive: bool = False) -> ScoreMod:
         check_qk(self, q, k, q_pos, k_pos, bias=True)
         self.check_direction(causal)
-        bias = self.bias_function()
         q_at, k_at = position_reader(q_pos), position_reader(k_pos)
+        far = self.saturation()
+        if far is not None:                       # one lookup per score in a small table
+            table = self.distance_bias(torch.arange(-far, far + 1, device=k_pos.device))
+            table = table.to(q.dtype if q is not None else table.dtype)      # (H, 2M + 1)
+
+            def add_table(score, b, h, q_idx, kv_idx):
+                rel = (k_at(b, kv_idx) - q_at(b, q_idx)).clamp(-far, far) + far
+                return score + table[h, rel].to(score.dtype)
+
+            return add_table
+        bias = self.bias_function()
 
         def add_bias(score, b, h, q_idx, kv_idx):
             return score + bias(k_at(b, kv_idx) - q_at(b, q_idx), h).to(score.dtype)
