@@ -87,7 +87,9 @@ class MultiHeadAttention(nn.Module):
                 k_pos = pos
             else:
                 consecutive = cache.note_consecutive(consecutive)
-                if pe.cache_transformed_keys:
+                # a length-dependent transform may be cached when the model recomputes the
+                # cache as soon as it changes (KVCache.replays)
+                if pe.cache_transformed_keys or (cache.replays and pe.length_dependent):
                     q, k = pe.transform_qk(q, k, pos, pos, consecutive=consecutive, **hints)
                     k, v, k_pos = cache.append(k, v, pos, key_valid)
                 else:                                              # re-transform all keys

@@ -45,6 +45,9 @@ class KVCache:
         #: what a model keeps to recompute earlier tokens (ids, positions, the encoding's
         #: length signature) when a length-dependent encoding makes the cache stale
         self.replay: dict = {}
+        #: a model recomputes this cache whenever a length-dependent encoding's frequencies
+        #: change (:func:`replay_if_stale`), so keys may be stored transformed
+        self.replays = False
 
     def reset(self) -> None:
         """Forget the cached tokens and the encoding's decode state (buffers are kept)."""
@@ -111,6 +114,8 @@ def replay_if_stale(pe: PositionalEncoding, ids: Tensor, pos: Tensor, caches: li
     """
     if not pe.length_dependent:
         return ids, pos, key_valid
+    for cache in caches:
+        cache.replays = True
     signature = pe.length_signature(int(pos.max()) + 1 if seq_len is None else seq_len)
     if signature is None:
         return ids, pos, key_valid

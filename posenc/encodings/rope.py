@@ -69,6 +69,7 @@ class RotaryEncoding(PositionalEncoding):
         inv_freq, factor = compute_inv_freq(rotary_dim, self.theta, self.scaling)
         self._frequency_buffers("", inv_freq)
         self.attention_factor = factor
+        self._frequency_memo: dict = {}
         #: longrope switches to its long factors once a sequence is longer than this: both
         #: sets are kept and chosen on the device (no host read); dynamic NTK computes its
         #: frequencies on the host from the sequence length
@@ -94,6 +95,22 @@ class RotaryEncoding(PositionalEncoding):
         for name, value in kept.items():
             setattr(self, name, value.to(getattr(self, name).device))
         return self
+
+    def _dynamic_frequencies(self, seq_len: int, device) -> tuple[Tensor, float, tuple]:
+        """(inv_freq, attention factor, frequency_turns) of dynamic NTK at ``seq_len``, kept
+        for the last few lengths that fix them (``frequency_key``): decoding under the
+        stepped schedule computes them once per threshold, not once per token."""
+        key = (frequency_key(self.scaling, seq_len), str(device))
+        found = self._frequency_memo.get(key)
+        if found is None:
+            inv_freq, factor = compute_inv_freq(self.rotary_dim, self.theta, self.scaling,
+                                                seq_len)
+            inv_freq = inv_freq.to(device)
+            found = (inv_freq, factor, frequency_turns(inv_freq))
+            if len(self._frequency_memo) >= 8:
+                self._frequency_memo.pop(next(iter(self._frequency_memo)))
+            self._frequency_memo[key] = found
+        return found
 
     def frequencies(self, seq_len: int) -> tuple[Tensor, float]:
         """(inv_freq, attention_factor) in force for a sequence of ``seq_len`` positions."""
@@ -122,10 +139,8 @@ class RotaryEncoding(PositionalEncoding):
             inv_freq = torch.where(long, self.inv_freq_long, inv_freq)
             turns = (torch.where(long, self.turns_fixed_long, turns[0]),
                      torch.where(long, self.turns_rest_long, turns[1]))
-        elif self.length_dependent:           # frequencies and their split on the CPU
-            inv_freq, factor = compute_inv_freq(self.rotary_dim, self.theta, self.scaling,
-                                                seq_len)
-            turns = frequency_turns(inv_freq)
+        elif self.length_dependent:           # frequencies and their split on the host
+            inv_freq, factor, turns = self._dynamic_frequencies(seq_len, pos.device)
         angles = rotary_angles(pos, inv_freq, turns)
         if factor == 1.0:
             return angles.cos(), angles.sin()
