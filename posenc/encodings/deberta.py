@@ -16,11 +16,11 @@ k Q^r^T (B, H, Lk, 2 span) and the row of each distinct distance (Lq + Lk - 1,),
 FlexAttention score_mod never builds an (H, n, n) tensor. For consecutive positions (training,
 prefill) spanning at most 2 span distances, ``score_bias`` instead builds the tables over the
 distances that occur (0..L-1 for causal training, Lq + Lk - 1 otherwise) and reads them
-through strided views (kernels/layouts/relative_shift.py): no gathers, no scatter-add backward. With both
-terms over a causal square block (training) and the native pair kernels, the tables hold
-only the distances each row group sees, and ``fused_bias`` hands them to fused attention,
-which writes the bias straight into its logits (kernels/layouts/causal_pairs.py). The softmax scale is
-folded into the (H, rows, D) tables.
+through strided views (kernels/layouts/relative_shift.py): no gathers, no scatter-add
+backward. With both terms over a causal square block (training) and the native pair
+kernels, the tables hold only the distances each row group sees, and ``fused_bias`` hands
+them to fused attention, which writes the bias straight into its logits
+(kernels/layouts/causal_pairs.py). The softmax scale is folded into the (H, rows, D) tables.
 
 Differences from the reference: each layer has its own table P (and its LayerNorm) where
 DeBERTa shares one across layers; no dropout on P. The enhanced mask decoder (EMD) adds

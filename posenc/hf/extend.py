@@ -32,9 +32,10 @@ Neither add-on exists in Hugging Face's config, so :func:`hf_rope_parameters` re
 
 Length-dependent frequencies (dynamic, longrope) follow the length of the current input,
 ``max(position_ids) + 1`` (dynamic per token, as Hugging Face; ``schedule="stepped"`` is
-posenc's option, which plain transformers cannot save). Hugging Face's dynamic module also remembers the longest input
-it has seen and keeps those frequencies for shorter inputs above the original length; a
-fresh Hugging Face model and a patched one give the same logits for any single forward.
+posenc's option, which plain transformers cannot save). Hugging Face's dynamic module also
+remembers the longest input it has seen and keeps those frequencies for shorter inputs above
+the original length; a fresh Hugging Face model and a patched one give the same logits for
+any single forward.
 """
 
 from __future__ import annotations
