@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ..encodings.base import PositionalEncoding, check_positions
+from ..encodings.base import PositionalEncoding
+from ..encodings.checks import check_positions
 from .backends import attend, route
 from .cache import KVCache
 from .masks import Masks

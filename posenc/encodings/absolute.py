@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .base import PositionalEncoding, check_in_range, register, require_positive_int
+from .base import PositionalEncoding, register
+from .checks import check_in_range, require_positive_int
 
 
 @register("nope")
@@ -36,7 +37,7 @@ class LearnedEncoding(PositionalEncoding):
 
     def check_positions(self, pos: Tensor) -> None:
         """ValueError if any position lies outside the table [0, max_len) (checked as
-        :func:`~posenc.encodings.base.check_in_range` does: eagerly on the CPU)."""
+        :func:`~posenc.encodings.checks.check_in_range` does: eagerly on the CPU)."""
         check_in_range(pos, 0, self.max_len, lambda bad: (
             f"position {bad} is outside the learned table: positions must be in "
             f"[0, {self.max_len}) (max_len={self.max_len}); use an encoding that "

@@ -17,7 +17,8 @@ import math
 import torch
 from torch import Tensor
 
-from .base import register, require_positive_int
+from .base import register
+from .checks import require_positive_int
 from .relative_bias import BiasFunction, DistanceBiasEncoding
 
 #: largest bias magnitude: exact in fp16, with room for the logits it is added to

@@ -49,6 +49,8 @@ from typing import Any, ClassVar, Protocol
 import torch
 from torch import Tensor, nn
 
+from .checks import require_int_at_least, require_positive_int
+
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
@@ -325,61 +327,7 @@ def describe_encodings() -> list[dict[str, Any]]:
     return rows
 
 
-# ---------------------------------------------------------------- validation
-def require_positive_int(option: str, value: Any) -> None:
-    require_int_at_least(option, value, 1)
-
-
-def require_int_at_least(option: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{option} must be an integer >= {low}, got {value!r}")
-
-
-def require_float_in(option: str, value: Any, low: float, high: float,
-                     low_open: bool = True, high_open: bool = True) -> float:
-    """Check ``low < value < high`` (bounds open or closed); return it as a float."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok:
-        ok = (value > low if low_open else value >= low) and (
-            value < high if high_open else value <= high)
-    if not ok:
-        lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
-        raise ValueError(f"{option} must be a number in {lo}{low}, {high}{hi}, got {value!r}")
-    return float(value)
-
-
-def require_choice(option: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{option} must be one of {', '.join(map(repr, choices))}, "
-                         f"got {value!r}")
-    return value
-
-
-# ------------------------------------------------------------ tensor checks
-def _is_integer(t: Tensor) -> bool:
-    return not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
-
-
-def check_positions(name: str, pos: Any, length: int | None, batch: int | None = None
-                    ) -> None:
-    """Positions must be an integer tensor of shape (length,), shared by every sequence of
-    the batch, or (batch, length), one row per sequence (any length or batch if None).
-    Metadata only (no sync).
-
-    Raises ValueError naming ``name``, the expected and the actual shape or dtype.
-    """
-    if not isinstance(pos, Tensor) or not _is_integer(pos):
-        got = f"dtype {pos.dtype}" if isinstance(pos, Tensor) else type(pos).__name__
-        raise ValueError(f"{name} must be an integer tensor of positions, got {got}")
-    ok = pos.dim() in (1, 2) and (length is None or pos.shape[-1] == length) and (
-        pos.dim() == 1 or batch is None or pos.shape[0] == batch)
-    if not ok:
-        n = "length" if length is None else str(length)
-        rows = "batch" if batch is None else str(batch)
-        raise ValueError(f"{name} must have shape ({n},) or ({rows}, {n}), one position per "
-                         f"token, got shape {tuple(pos.shape)}")
-
-
+# ------------------------------------------------- per-sample position helpers
 def position_reader(pos: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
     """A function (b, idx) -> the position of token idx of sequence b, for a score_mod:
     pos (L,) shared by the batch, or (B, L) per sequence (decided here, once)."""
@@ -398,71 +346,3 @@ def heads_first(rows: Tensor, n_heads: int) -> Tensor:
     """Per-position vectors in head space (..., L, H * D) -> (..., H, L, D): (H, L, D) for
     shared positions, (B, H, L, D) per sequence (both broadcast against (B, H, L, D))."""
     return rows.unflatten(-1, (n_heads, -1)).transpose(-3, -2)
-
-
-def check_qk(encoding: PositionalEncoding, q: Any, k: Any, q_pos: Any, k_pos: Any,
-             *, bias: bool = False) -> None:
-    """Arguments of a hook: floating-point q (B, H, Lq, D) and k (B, H', Lk, D) with
-    integer positions (Lq,) or (B, Lq) and (Lk,) or (B, Lk). For a per-head ``bias`` hook, q
-    and k may be None (the term depends on positions only) and a given q must have the
-    encoding's n_heads. Metadata only (no sync)."""
-    for name, x, pos in (("q", q, q_pos), ("k", k, k_pos)):
-        if x is None and bias:
-            check_positions(f"{name}_pos", pos, None)
-            continue
-        if not isinstance(x, Tensor) or x.dim() != 4 or not x.is_floating_point():
-            got = (f"shape {tuple(x.shape)}, dtype {x.dtype}" if isinstance(x, Tensor)
-                   else type(x).__name__)
-            raise ValueError(f"{name} must be a floating-point tensor (batch, heads, length, "
-                             f"head_dim), got {got}")
-        check_positions(f"{name}_pos", pos, x.shape[2], x.shape[0])
-    if bias and q is not None and q.shape[1] != encoding.n_heads:
-        raise ValueError(f"q has {q.shape[1]} heads but this {encoding.name or 'encoding'} "
-                         f"was built for n_heads={encoding.n_heads}")
-
-
-def check_in_range(values: Tensor, low: float | None, high: float | None,
-                   message: Callable[[object], str]) -> None:
-    """Every value must lie in [low, high) (None: unbounded on that side).
-
-    Needs the values, so it is routed by device type: on the CPU it checks eagerly and raises
-    ValueError(message(a value outside)); on CUDA a device-side assert (no host
-    synchronisation; it reports when the kernel runs, with message("a value")); elsewhere
-    and under torch.compile nothing is checked. Call it once per forward, not per layer.
-    """
-    if values.numel() == 0 or torch.compiler.is_compiling():
-        return
-    if values.device.type == "cpu":
-        lo, hi = torch.aminmax(values)
-        if low is not None and lo < low:
-            raise ValueError(message(lo.item()))
-        if high is not None and hi >= high:
-            raise ValueError(message(hi.item()))
-    elif values.device.type == "cuda":
-        ok = torch.ones((), dtype=torch.bool, device=values.device)
-        if low is not None:
-            ok = ok & (values >= low).all()
-        if high is not None:
-            ok = ok & (values < high).all()
-        torch._assert_async(ok, message("a value"))
-
-
-def check_token_ids(name: str, ids: Any, vocab_size: int) -> None:
-    """Token ids must be an integer tensor with values in [0, vocab_size) (the range as
-    :func:`check_in_range` checks it)."""
-    if not isinstance(ids, Tensor) or ids.dtype not in (torch.int64, torch.int32):
-        got = f"dtype {ids.dtype}" if isinstance(ids, Tensor) else type(ids).__name__
-        raise ValueError(f"{name} must be a tensor of token ids (int64 or int32), got {got}")
-
-    check_in_range(ids, 0, vocab_size, lambda bad: (
-        f"{name} holds token id {bad}, outside the vocabulary [0, {vocab_size})"))
-
-
-def require_options(option: str, value: Any) -> dict[str, Any]:
-    """An encoding-options dict: None means {} (no options); a copy is returned."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
-        raise ValueError(f"{option} must be a dict of encoding options (or None for none), "
-                         f"got {value!r}")
-    return dict(value)

@@ -32,8 +32,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .base import (PositionalEncoding, check_in_range, register, require_float_in,
-                   require_positive_int)
+from .base import PositionalEncoding, register
+from .checks import check_in_range, require_float_in, require_positive_int
 
 
 @register("complex_order")

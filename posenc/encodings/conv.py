@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import PositionalEncoding, register, require_choice, require_int_at_least
+from .base import PositionalEncoding, register
+from .checks import require_choice, require_int_at_least
 
 STATE_KEY = "conv_history"
 

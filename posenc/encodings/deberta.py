@@ -43,7 +43,8 @@ from ..kernels.layouts.relative_shift import PairLayout, head_table, layout_kind
 from ..kernels.pairs import pair_kernel_ready
 from .absolute import LearnedEncoding
 from .base import (PositionalEncoding, ScoreMod, heads_first, pairs_per_head, position_reader,
-                   register, require_float_in, require_int_at_least)
+                   register)
+from .checks import require_float_in, require_int_at_least
 
 TERMS = ("c2p", "p2c")
 LAYER_NORM_EPS = 1e-7           # DeBERTa-v2's layer_norm_eps

@@ -31,8 +31,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .base import (PositionalEncoding, ScoreMod, position_reader, register,
-                   require_float_in, require_positive_int)
+from .base import PositionalEncoding, ScoreMod, position_reader, register
+from .checks import require_float_in, require_positive_int
 
 
 @register("fire")

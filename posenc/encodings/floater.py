@@ -24,8 +24,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .base import (register, require_choice, require_float_in, require_int_at_least,
-                   require_positive_int)
+from .base import register
+from .checks import require_choice, require_float_in, require_int_at_least, require_positive_int
 from .recurrent import TrajectoryEncoding
 
 FIXED_GRID = ("euler", "midpoint", "rk4")

@@ -24,8 +24,8 @@ import torch
 from torch import Tensor, nn
 
 from .absolute import LearnedEncoding
-from .base import (PositionalEncoding, build_encoding, check_in_range, register,
-                   require_float_in, require_int_at_least, require_positive_int)
+from .base import PositionalEncoding, build_encoding, register
+from .checks import check_in_range, require_float_in, require_int_at_least, require_positive_int
 
 
 def hierarchical_positions(table: Tensor, pos: Tensor, alpha: float) -> Tensor:

@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import register, require_choice
+from .base import register
+from .checks import require_choice
 from .relative_bias import BiasFunction, DistanceBiasEncoding
 
 _FLOOR = 1e-2

@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .base import (PositionalEncoding, check_in_range, register, require_choice,
-                   require_float_in)
+from .base import PositionalEncoding, register
+from .checks import check_in_range, require_choice, require_float_in
 from .sinusoidal import sinusoidal_at
 
 

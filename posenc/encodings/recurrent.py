@@ -19,7 +19,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .base import PositionalEncoding, register, require_float_in
+from .base import PositionalEncoding, register
+from .checks import require_float_in
 
 
 class TrajectoryEncoding(PositionalEncoding):

@@ -17,7 +17,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from .base import PositionalEncoding, ScoreMod, check_qk, pairs_per_head, position_reader
+from .base import PositionalEncoding, ScoreMod, pairs_per_head, position_reader
+from .checks import check_qk
 
 #: f(rel, head) -> bias: integer distances k_pos - q_pos and head indices, broadcast
 BiasFunction = Callable[[Tensor, Tensor], Tensor]

@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 
 from ..kernels.rotary import apply_rotary, frequency_turns, rotary_angles
-from .base import (PositionalEncoding, check_qk, register, require_choice,
-                   require_float_in)
+from .base import PositionalEncoding, register
+from .checks import check_qk, require_choice, require_float_in
 from .rope_scaling import (LENGTH_DEPENDENT, REQUIRED, compute_inv_freq, frequency_key,
                            scaling_type, validate_scaling)
 

@@ -26,8 +26,8 @@ from torch import Tensor, nn
 
 from ..kernels.layouts.clipped_pairs import ClippedPairBias, collect_clipped, spread_clipped
 from ..kernels.layouts.relative_shift import layout_kind
-from .base import (PositionalEncoding, ScoreMod, pairs_per_head, position_reader, register,
-                   require_choice, require_float_in, require_positive_int)
+from .base import PositionalEncoding, ScoreMod, pairs_per_head, position_reader, register
+from .checks import require_choice, require_float_in, require_positive_int
 from .sinusoidal import sinusoidal_at
 
 #: backends that compute the key term alone exactly

@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import PositionalEncoding, register, require_float_in
+from .base import PositionalEncoding, register
+from .checks import require_float_in
 
 
 def sinusoidal_angles(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:

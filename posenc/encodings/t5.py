@@ -21,7 +21,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .base import register, require_int_at_least
+from .base import register
+from .checks import require_int_at_least
 from .relative_bias import BiasFunction, DistanceBiasEncoding
 
 

@@ -39,7 +39,8 @@ from torch import Tensor, nn
 
 from ..kernels.layouts.relative_shift import distance_span, head_table, pair_layout
 from ..kernels.rotary import apply_rotary
-from .base import PositionalEncoding, ScoreMod, register, require_choice, require_float_in
+from .base import PositionalEncoding, ScoreMod, register
+from .checks import require_choice, require_float_in
 
 POSITION_TERMS = ("auto", "table", "rotary")
 

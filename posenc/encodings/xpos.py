@@ -33,7 +33,8 @@ import torch
 from torch import Tensor
 
 from ..kernels.rotary import apply_rotary
-from .base import check_in_range, check_qk, register, require_float_in
+from .base import register
+from .checks import check_in_range, check_qk, require_float_in
 from .rope import RotaryEncoding
 
 #: exponent headroom kept inside the dtype's normal range, for the magnitude of q and k
@@ -82,7 +83,7 @@ class XPosEncoding(RotaryEncoding):
     def decay(self, pos: Tensor, sign: float, dtype: torch.dtype) -> Tensor:
         """zeta^(sign * (pos - center) / scale_base): (..., L, R/2) fp32 for pos (..., L);
         ValueError on overflow
-        (checked as :func:`~posenc.encodings.base.check_in_range` does)."""
+        (checked as :func:`~posenc.encodings.checks.check_in_range` does)."""
         far = self.max_distance(dtype)
         check_in_range(pos, self.center - far, self.center + far + 1, lambda bad: (
             f"xpos scale overflows {dtype} at position {bad}, too far from center="

@@ -17,7 +17,7 @@ import torch
 
 from ..data.stream_decode import StreamDecoder
 from ..data.tokenizer import Tokenizer
-from ..encodings.base import require_int_at_least
+from ..encodings.checks import require_int_at_least
 from ..models.generate import check_sampling
 from ..models.lm import TransformerLM
 from .lengths import unsupported_length

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from ..encodings import list_encodings
-from ..encodings.base import require_int_at_least, require_positive_int
+from ..encodings.checks import require_int_at_least, require_positive_int
 from ..eval.inference_scaling import InferenceScaling
 
 #: RoPE inference-time scalings evaluated by default (each on the trained RoPE weights)

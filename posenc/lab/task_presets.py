@@ -22,7 +22,7 @@ from typing import Any
 
 from ..data.synthetic import SEQ2SEQ_TASKS, TASKS, min_length
 from ..encodings import list_encodings
-from ..encodings.base import require_int_at_least, require_positive_int
+from ..encodings.checks import require_int_at_least, require_positive_int
 
 #: encodings of the decoder-only part: those Kazemnejad et al. (2023) compare (NoPE, T5's
 #: bias, ALiBi, RoPE and an absolute encoding: sinusoidal, which runs past its training

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import KVCache, MultiHeadAttention
-from ..encodings.base import PositionalEncoding, require_choice
+from ..encodings.base import PositionalEncoding
+from ..encodings.checks import require_choice
 
 ACTIVATIONS = ("gelu", "relu", "silu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..encodings.base import require_float_in
+from ..encodings.checks import require_float_in
 
 
 def check_sampling(temperature: float = 0.0, top_k: int | None = None,

@@ -17,9 +17,8 @@ from ..attention import BACKENDS, KVCache, make_caches
 from ..attention.cache import replay_if_stale
 from ..encodings import build_encoding
 from ..encodings.base import with_model_facts
-from ..encodings.base import (check_positions, check_token_ids, require_choice,
-                              require_float_in, require_int_at_least, require_options,
-                              require_positive_int)
+from ..encodings.checks import (check_positions, check_token_ids, require_choice, require_float_in,
+                                require_int_at_least, require_options, require_positive_int)
 from .blocks import ACTIVATIONS, NORMS, Block, init_weights, make_norm
 from .generate import select_next
 from .positions import check_documents, check_mask, positions_from_documents, positions_from_mask

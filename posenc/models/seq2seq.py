@@ -21,7 +21,8 @@ from torch import Tensor, nn
 from ..attention import KVCache, make_caches
 from ..attention.cache import replay_if_stale
 from ..encodings import PositionalEncoding, build_encoding
-from ..encodings.base import check_token_ids, with_model_facts
+from ..encodings.base import with_model_facts
+from ..encodings.checks import check_token_ids
 from .blocks import Block, init_weights, make_norm
 from .generate import select_next
 from .positions import check_mask, positions_from_mask

@@ -7,8 +7,8 @@ from typing import Any
 
 from ..attention import BACKENDS
 from ..encodings import encoding_class, encoding_options
-from ..encodings.base import (require_choice, require_float_in, require_options,
-                              require_positive_int)
+from ..encodings.checks import (require_choice, require_float_in, require_options,
+                                require_positive_int)
 from .blocks import ACTIVATIONS, NORMS
 
 

@@ -10,11 +10,7 @@ from typing import Any
 
 from ..data.synthetic import TASKS
 from ..data.tokenizer import parse_spec
-from ..encodings.base import (
-    require_float_in,
-    require_int_at_least,
-    require_positive_int,
-)
+from ..encodings.checks import require_float_in, require_int_at_least, require_positive_int
 from ..models.lm import LMConfig
 
 DEVICES = ("auto", "cpu", "cuda")

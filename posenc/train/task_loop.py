@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from torch import Tensor, nn
 
-from ..encodings.base import require_float_in, require_int_at_least, require_positive_int
+from ..encodings.checks import require_float_in, require_int_at_least, require_positive_int
 from .loop import lm_loss, make_optimizer, make_scheduler
 
 
