@@ -15,7 +15,10 @@ symmetric value) and an ``eps`` added to the normaliser.
 The bias depends on the query position i as well as on i - j, so it is not a
 ``DistanceBiasEncoding``. ``score_bias`` evaluates the MLP on an (Lq, Lk) grid (its hidden
 layer is an (Lq, Lk, mlp_width) fp32 tensor: 128 MiB at 1024 tokens, so long evaluation
-should go through flex, which ``auto`` picks from 2048 keys without gradients). The flex
+should go through flex, which ``auto`` picks from 2048 keys without gradients). For positions
+per sequence (padded or packed batches) on the CPU it evaluates the MLP once per distinct
+(query position, key position) in the positions' ranges and gathers each sequence's bias from
+that table, instead of once per (sequence, query, key). The flex
 ``score_mod`` is exact without any (H, n, n) tensor: it computes the normalised distance of
 the one (i, j) pair it is given and evaluates the MLP there as ``mlp_width`` unrolled scalar
 terms, b2[h] + sum_u w2[h, u] * relu(w1[u] x + b1[u]); only the per-query normaliser (Lq,) is
@@ -86,10 +89,49 @@ class FireEncoding(PositionalEncoding):
 
     def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                    causal: bool = False, *, consecutive: bool = False) -> Tensor:
+        ranges = self._table_ranges(q_pos, k_pos)
+        if ranges is not None:
+            return self._bias_from_table(q_pos, k_pos, *ranges)
         bias = self.mlp(self.normalised_distance(q_pos, k_pos))         # ([B,] Lq, Lk, H)
         if bias.dim() == 3:
             bias = bias[None]
         return bias.permute(0, 3, 1, 2)                                  # (1|B, H, Lq, Lk)
+
+    def _table_ranges(self, q_pos: Tensor, k_pos: Tensor) -> tuple[int, int, int, int] | None:
+        """(q_lo, q_hi, k_lo, k_hi), the ranges of positions per sequence, when a table over
+        them is cheaper than evaluating every pair; else None.
+
+        A padded or packed batch repeats the same positions in every row, so its Nq * Nk
+        distinct (query position, key position) pairs are far fewer than its B * Lq * Lk
+        pairs. The ranges are read on the host, hence only on the CPU in eager mode (there is
+        no device to synchronise with); elsewhere, and under torch.compile, None."""
+        if (q_pos.dim() == 1 and k_pos.dim() == 1) or q_pos.device.type != "cpu" \
+                or torch.compiler.is_compiling() or q_pos.numel() == 0 or k_pos.numel() == 0:
+            return None
+        q_lo, q_hi = (int(v) for v in torch.aminmax(q_pos))
+        k_lo, k_hi = (int(v) for v in torch.aminmax(k_pos))
+        n_q, n_k, l_q, l_k = q_hi - q_lo + 1, k_hi - k_lo + 1, q_pos.shape[-1], k_pos.shape[-1]
+        batch = max(q_pos.shape[0] if q_pos.dim() == 2 else 1,
+                    k_pos.shape[0] if k_pos.dim() == 2 else 1)
+        if n_q * n_k >= batch * l_q * l_k or n_k > 2 * l_k:      # no saving, or rows too wide
+            return None
+        return q_lo, q_hi, k_lo, k_hi
+
+    def _bias_from_table(self, q_pos: Tensor, k_pos: Tensor, q_lo: int, q_hi: int, k_lo: int,
+                         k_hi: int) -> Tensor:
+        """The bias (B, H, Lq, Lk) read from the MLP evaluated once per (query position, key
+        position) in the ranges: each query's row of the (Nq, H, Nk) table, then its keys."""
+        device = q_pos.device
+        grid = self.normalised_distance(torch.arange(q_lo, q_hi + 1, device=device),
+                                        torch.arange(k_lo, k_hi + 1, device=device))
+        table = self.mlp(grid).transpose(1, 2)                           # (Nq, H, Nk)
+        batch = max(q_pos.shape[0] if q_pos.dim() == 2 else 1,
+                    k_pos.shape[0] if k_pos.dim() == 2 else 1)
+        l_q, l_k = q_pos.shape[-1], k_pos.shape[-1]
+        rows = (q_pos - q_lo).expand(batch, l_q).reshape(-1)
+        rows = table.index_select(0, rows).view(batch, l_q, self.n_heads, -1).transpose(1, 2)
+        keys = (k_pos - k_lo).expand(batch, l_k)[:, None, None, :]
+        return rows.gather(-1, keys.expand(batch, self.n_heads, l_q, l_k))  # (B, H, Lq, Lk)
 
     def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
                   causal: bool = False, *, consecutive: bool = False) -> ScoreMod:
