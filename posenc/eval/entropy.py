@@ -2,8 +2,8 @@
 
 A query at position p of a causal model spreads its attention over p + 1 keys; the entropy
 ``-sum_j w_j log w_j`` (nats) is 0 when it looks at one key and ``log(p + 1)`` when it looks at
-all of them uniformly. The seed notes claim it grows with the sequence length (attention gets
-more diffuse past the training length) and that log-n scaling counters it; this module
+all of them uniformly. It is said to grow with the sequence length (attention gets more diffuse
+past the training length), and log-n scaling (Chiang & Cholak 2022) to counter it; this module
 measures it with the eager backend's weights (``need_weights=True``), so lengths stay modest.
 """
 

@@ -42,8 +42,6 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
-import types
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -53,6 +51,7 @@ from torch import Tensor, nn
 from ..encodings import build_encoding
 from ..encodings.rope_scaling import LENGTH_DEPENDENT, validate_scaling
 from ..kernels.rotary import rotary_angles
+from .patched_attention import patch_attention, unpatch_attention
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 METHODS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
@@ -199,7 +198,7 @@ def extend(model: nn.Module, method: str, factor: float | None = None,
         else ExtendedRotary(enc)
     if ext.logn or ext.exact_cache:
         for attn in attentions:
-            _patch_attention(attn, base.rotary_emb.enc, ext.exact_cache)
+            patch_attention(attn, base.rotary_emb.enc, ext.exact_cache)
         state.attentions = attentions
     setattr(model, _STATE, state)
     # the config states the rotary part, so save_pretrained writes what transformers can load
@@ -316,8 +315,7 @@ def restore(model: nn.Module) -> None:
     base, _, config = _locate(model)
     base.rotary_emb = state.rotary
     for attn in state.attentions:
-        del attn.forward
-        del attn._posenc_attention
+        unpatch_attention(attn)
     for key, value in state.config.items():
         setattr(config, key, value)
     if hasattr(config, "posenc_extension"):
@@ -346,74 +344,3 @@ class ExtendedRotary(nn.Module):
         angles = angles.view(*position_ids.shape, -1)                  # (B, T, D/2)
         emb = torch.cat((angles, angles), dim=-1)                       # (B, T, D)
         return (emb.cos() * factor).to(x.dtype), (emb.sin() * factor).to(x.dtype)
-
-
-@dataclass
-class _AttentionPatch:
-    enc: nn.Module
-    exact_cache: bool
-    rotate: Any                  # the model family's apply_rotary_pos_emb(q, k, cos, sin)
-    eager: Any                   # the model family's eager_attention_forward
-    extra: dict[str, Any]        # extra attention-interface kwargs (Mistral/Qwen2 window)
-
-
-def _patch_attention(attn: nn.Module, enc: nn.Module, exact_cache: bool) -> None:
-    family = sys.modules[type(attn).__module__]
-    rotate = getattr(family, "apply_rotary_pos_emb", None)
-    eager = getattr(family, "eager_attention_forward", None)
-    if rotate is None or eager is None or not all(
-            hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim")):
-        raise ValueError(f"attention {type(attn).__name__} does not have the Llama layout "
-                         "posenc patches (q/k/v/o projections, apply_rotary_pos_emb)")
-    window = getattr(attn, "sliding_window", getattr(attn.config, "sliding_window", None))
-    extra = {"sliding_window": window} if window is not None else {}
-    attn._posenc_attention = _AttentionPatch(enc, exact_cache, rotate, eager, extra)
-    attn.forward = types.MethodType(_attention_forward, attn)
-
-
-def _attention_forward(self: nn.Module, hidden_states: Tensor,
-                       position_embeddings: tuple[Tensor, Tensor] | None = None,
-                       attention_mask: Tensor | None = None, past_key_values: Any = None,
-                       **kwargs: Any) -> tuple[Tensor, Tensor | None]:
-    """Llama-family attention with log-n query scaling and/or an exact raw-key cache.
-
-    The KV cache arrives as ``past_key_values`` (transformers 4.x) or ``cache`` (5.x)."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    patch: _AttentionPatch = self._posenc_attention
-    cache = kwargs.pop("cache", None)
-    past_key_values = cache if past_key_values is None else past_key_values
-    batch, length = hidden_states.shape[:2]
-    shape = (batch, length, -1, self.head_dim)
-    q = self.q_proj(hidden_states).view(shape).transpose(1, 2)      # (B, H, T, D)
-    k = self.k_proj(hidden_states).view(shape).transpose(1, 2)      # (B, Hkv, T, D)
-    v = self.v_proj(hidden_states).view(shape).transpose(1, 2)      # (B, Hkv, T, D)
-    pos = kwargs.get("position_ids")
-    if pos is None:
-        past = past_key_values.get_seq_length(self.layer_idx) if past_key_values is not None \
-            else 0
-        pos = torch.arange(past, past + length, device=q.device)[None]
-    pos = pos.expand(batch, length)                                   # (B, T)
-    if patch.exact_cache:
-        if past_key_values is not None:
-            k, v = past_key_values.update(k, v, self.layer_idx)   # raw (unrotated) keys
-        k_pos = torch.arange(k.shape[2], device=q.device)
-        if not bool((pos == k_pos[k_pos.numel() - length:]).all()):
-            raise ValueError("exact_cache needs positions 0..n-1 for every sequence (no "
-                             "padding or custom position_ids)")
-        q, k = patch.enc.transform_qk(q, k, k_pos[k_pos.numel() - length:], k_pos)
-    else:
-        cos, sin = position_embeddings
-        q, k = patch.rotate(q, k, cos, sin)
-        if past_key_values is not None:
-            k, v = past_key_values.update(k, v, self.layer_idx)
-    scale = patch.enc.attn_scale(pos.reshape(-1), pos.reshape(-1), causal=True)
-    if scale is not None:
-        q = q * scale.view(batch, 1, length, 1).to(q.dtype)          # (B, H, T, D)
-    interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
-                                                      patch.eager)
-    out, weights = interface(self, q, k, v, attention_mask,
-                             dropout=0.0 if not self.training else self.attention_dropout,
-                             scaling=self.scaling, **patch.extra, **kwargs)
-    out = out.reshape(batch, length, -1).contiguous()               # (B, T, H*D)
-    return self.o_proj(out), weights
