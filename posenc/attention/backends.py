@@ -205,7 +205,9 @@ def _masked_block_mask(lq: int, lk: int, device, causal: bool, masks: Masks):
         ok = kv_idx <= q_idx + offset if causal else kv_idx >= 0
         if key_valid is not None:
             keep = key_valid[b, kv_idx]
-            ok = ok & ((keep | (kv_idx == q_idx + offset)) if own else keep)
+            if own:                      # a padding query sees its own key only
+                keep = (keep & key_valid[b, q_idx + offset]) | (kv_idx == q_idx + offset)
+            ok = ok & keep
         if documents is not None:
             ok = ok & (documents[b, q_idx + offset] == documents[b, kv_idx])
         return ok

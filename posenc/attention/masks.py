@@ -37,9 +37,11 @@ def visibility(lq: int, lk: int, device: torch.device | str, *, causal: bool,
 
     ``causal``: key j <= i + Lk - Lq. ``key_valid`` (B, Lk) bool: False for padding, which no
     query sees. ``documents`` (B, Lk) ids (queries: the last Lq of them): a query sees keys of
-    its own document only (packed rows). In self-attention a query always sees its own key,
-    so a padding query that would see nothing stays finite; real queries are unaffected (their
-    own key is visible anyway). Built from shapes and the given masks, never from positions.
+    its own document only (packed rows). In self-attention a query always sees its own key
+    and a padding query sees nothing else, so its row stays finite and reads no real token
+    (its output does not depend on where the real tokens stand); real queries are unaffected
+    (their own key is visible anyway). Built from shapes and the given masks, never from
+    positions.
     """
     visible = causal_visible(lq, lk, device)[None, None] if causal and lq > 1 else None
     if key_valid is not None:
@@ -47,7 +49,7 @@ def visibility(lq: int, lk: int, device: torch.device | str, *, causal: bool,
         if self_attention:
             own = torch.zeros(lq, lk, dtype=torch.bool, device=device)
             own.diagonal(lk - lq).fill_(True)                            # key i + Lk - Lq
-            keys = keys | own
+            keys = (keys & key_valid[:, None, -lq:, None]) | own         # (B, 1, Lq, Lk)
         visible = keys if visible is None else visible & keys
     if documents is not None:
         same = documents[:, None, -lq:, None] == documents[:, None, None, :]   # (B,1,Lq,Lk)

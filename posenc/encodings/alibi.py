@@ -49,6 +49,7 @@ class ALiBiEncoding(DistanceBiasEncoding):
     """
 
     extrapolates = "yes"
+    distance_only = True
 
     def __init__(self, *, bidirectional: bool = False, **kw) -> None:
         super().__init__(**kw)

@@ -102,6 +102,9 @@ class PositionalEncoding(nn.Module):
     #: the transform depends on the sequence length, not only on positions (dynamic NTK,
     #: LongRoPE): see ``length_signature``
     length_dependent: bool = False
+    #: every term reads positions only through the distances k_pos - q_pos (see
+    #: ``translation_invariant``)
+    distance_only: ClassVar[bool] = False
 
     def __init__(self, *, n_heads: int, head_dim: int, max_len: int | None = None,
                  logn_base_len: int | None = None) -> None:
@@ -116,6 +119,14 @@ class PositionalEncoding(nn.Module):
         self.head_dim = head_dim
         self.max_len = max_len
         self.logn_base_len = logn_base_len
+
+    @property
+    def translation_invariant(self) -> bool:
+        """Whether adding one constant to every position of a sequence changes no term: a
+        ``distance_only`` class without log-n scaling (whose factor reads the query's own
+        position). A model may then hand such an encoding the run 0..T-1 in place of
+        per-sequence positions whose distances it equals at every visible pair."""
+        return self.distance_only and self.logn_base_len is None
 
     # ----------------------------------------------------------------- hooks
     def embed(self, x: Tensor, pos: Tensor, *, ids: Tensor | None = None,

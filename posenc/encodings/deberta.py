@@ -93,6 +93,7 @@ class DeBERTaEncoding(PositionalEncoding):
 
     family = "relative"
     extrapolates = "yes (distances past max_relative_positions share the last bucket)"
+    distance_only = True
     per_layer = True
 
     def __init__(self, *, position_buckets: int | None = 256, max_relative_positions: int = 512,
@@ -139,6 +140,10 @@ class DeBERTaEncoding(PositionalEncoding):
         self.absolute = LearnedEncoding(n_heads=self.n_heads, head_dim=self.head_dim,
                                         max_len=self.max_len,
                                         init_std=init_std) if absolute_query else None
+
+    @property
+    def translation_invariant(self) -> bool:
+        return super().translation_invariant and self.absolute is None
 
     def sm_scale(self) -> float:
         return 1.0 / math.sqrt(self.head_dim * (1 + len(self.terms)))

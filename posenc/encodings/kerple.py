@@ -42,6 +42,7 @@ class KerpleEncoding(DistanceBiasEncoding):
     """
 
     extrapolates = "yes"
+    distance_only = True
     per_layer = True
 
     def __init__(self, *, variant: str = "log", **kw) -> None:

@@ -52,6 +52,7 @@ class ShawEncoding(PositionalEncoding):
 
     family = "relative"
     extrapolates = "yes (distances past K share one embedding)"
+    distance_only = True
     per_layer = True
 
     def __init__(self, *, max_relative_position: int = 16, table: str = "learned",

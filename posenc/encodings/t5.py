@@ -60,6 +60,7 @@ class T5Encoding(DistanceBiasEncoding):
     """
 
     extrapolates = "yes (distances past max_distance share one bucket)"
+    distance_only = True
 
     @property
     def lr_scale(self) -> float:

@@ -41,6 +41,7 @@ class TUPEEncoding(T5Encoding):
 
     family = "relative"
     extrapolates = "no (absolute table of max_len positions)"
+    distance_only = False                      # the absolute correlation reads positions
     cache_note = "exact (raw keys cached; position dims re-appended)"
     cache_transformed_keys = False
 

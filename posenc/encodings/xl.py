@@ -56,6 +56,7 @@ class TransformerXLEncoding(PositionalEncoding):
 
     family = "relative"
     extrapolates = "partly (unclipped sinusoidal distances; unseen ones are new inputs)"
+    distance_only = True
     cache_note = "exact (raw keys cached; u or the rotary position dims re-applied)"
     cache_transformed_keys = False
     per_layer = True

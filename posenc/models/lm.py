@@ -21,7 +21,8 @@ from ..encodings.checks import (check_positions, check_token_ids, require_choice
                                 require_int_at_least, require_options, require_positive_int)
 from .blocks import ACTIVATIONS, NORMS, Block, init_weights, make_norm
 from .generate import select_next
-from .positions import check_documents, check_mask, positions_from_documents, positions_from_mask
+from .positions import (check_documents, check_mask, distances_match_indices,
+                        positions_from_documents, positions_from_mask)
 
 
 @dataclass(frozen=True)
@@ -161,18 +162,24 @@ class TransformerLM(nn.Module):
         if documents is not None and caches:
             raise ValueError("document_ids (packed rows) cannot be combined with KV caches; "
                              "decode each document on its own")
+        built = positions is None
         positions, consecutive = self._positions(ids, positions, key_valid, documents, caches)
         if caches:
             ids, positions, key_valid = replay_if_stale(
                 self.pe, ids, positions, caches, key_valid,
                 seq_len=caches[0].length + t if consecutive else None)
+        layer_positions = positions
+        if built and not caches and self.pe.translation_invariant and \
+                distances_match_indices(key_valid, documents):
+            # the same distances at every visible pair, as one run shared by the batch
+            layer_positions, consecutive = torch.arange(t, device=ids.device), True
         x = self.pe.embed(self.tok(ids), positions, ids=ids,
                           state=caches[0].extra if caches else None)
         x = self.drop(x)                                              # (B, T, C)
         backend = backend or self.config.attn_backend
         all_weights = []
         for i, block in enumerate(self.blocks):
-            x, w = block(x, positions, self.pe, causal=True,
+            x, w = block(x, layer_positions, self.pe, causal=True,
                          cache=caches[i] if caches else None, backend=backend,
                          need_weights=need_weights, consecutive=consecutive,
                          key_valid=key_valid, documents=documents)

@@ -58,3 +58,32 @@ def positions_from_documents(document_ids: Tensor) -> Tensor:
     starts[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
     first = torch.where(starts, index, 0).cummax(dim=1).values           # (B, T)
     return index - first
+
+
+def distances_match_indices(key_valid: Tensor | None, documents: Tensor | None) -> bool:
+    """Whether the positions a model builds from these masks (no cache) differ from the
+    indices 0..T-1 by one constant over every pair a query sees, so that a translation-
+    invariant encoding may read the run 0..T-1 instead of the (B, T) positions.
+
+    A padding query sees its own key only (distance 0 either way), so only the real tokens
+    count: True when each document id forms one run of its row (positions restart per run
+    and a query sees its own run only), or, without documents, when the real tokens of every
+    row are contiguous (padding on the left, the right or both: they count on from 0). Padding
+    between real tokens gives False. The answer is read on the host: only for CPU tensors
+    outside torch.compile (elsewhere False, so nothing waits for a device).
+    """
+    masks = [m for m in (documents, key_valid) if m is not None]
+    if not masks or any(m.device.type != "cpu" for m in masks) or \
+            torch.compiler.is_compiling():
+        return False
+    if documents is not None:
+        runs = (documents[:, 1:] != documents[:, :-1]).sum(dim=1)                  # (B,)
+        ordered = documents.sort(dim=1).values
+        distinct = (ordered[:, 1:] != ordered[:, :-1]).sum(dim=1)                  # (B,)
+        return bool((runs == distinct).all())
+    t = key_valid.shape[1]
+    index = torch.arange(t)
+    first = torch.where(key_valid, index, t).amin(dim=1)                            # (B,)
+    last = torch.where(key_valid, index, -1).amax(dim=1)
+    count = key_valid.sum(dim=1)
+    return bool(((count == 0) | (last - first + 1 == count)).all())

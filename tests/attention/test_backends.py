@@ -230,10 +230,12 @@ def test_bidirectional_flex_matches_eager_when_lengths_are_not_block_multiples()
 
 # ------------------------------------------------------- padding and document masks
 def _masks():
-    """Left padding in row 0, two packed documents in row 1 (queries: the last 5 keys)."""
+    """Left and right padding in row 0 (two of its queries are padding, which see their own
+    key only), two packed documents in row 1 (queries: the last 5 keys)."""
     from posenc.attention.masks import Masks
     key_valid = torch.ones(2, LK, dtype=torch.bool)
     key_valid[0, :4] = False
+    key_valid[0, -2:] = False
     documents = torch.zeros(2, LK, dtype=torch.long)
     documents[1, 9:] = 1
     return Masks(key_valid=key_valid, documents=documents)

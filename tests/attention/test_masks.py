@@ -1,5 +1,5 @@
 """Visibility from lengths and masks: causal with the queries at the end of the keys,
-padding hidden from every query (a padding query keeps its own key), packed documents
+padding hidden from every query (a padding query sees its own key only), packed documents
 block-diagonal."""
 
 from __future__ import annotations
@@ -27,6 +27,17 @@ def test_padding_is_hidden_but_each_query_sees_its_own_key():
     assert cross[0, 0].tolist() == [[False, False, True, True]] * 2
 
 
+def test_a_padding_query_sees_no_real_token():
+    """Right padding or an encoder's padded source: the padding rows keep their own key."""
+    valid = torch.tensor([[True, True, False]])
+    assert visibility(3, 3, "cpu", causal=True, key_valid=valid)[0, 0].tolist() == [
+        [True, False, False], [True, True, False], [False, False, True]]
+    assert visibility(3, 3, "cpu", causal=False, key_valid=valid)[0, 0].tolist() == [
+        [True, True, False], [True, True, False], [False, False, True]]
+    cached = visibility(1, 3, "cpu", causal=True, key_valid=valid)   # the last query: padding
+    assert cached[0, 0].tolist() == [[False, False, True]]
+
+
 def test_documents_are_block_diagonal():
     documents = torch.tensor([[0, 0, 1, 1, 1]])
     seen = visibility(3, 5, "cpu", causal=True, documents=documents)[0, 0]
@@ -39,4 +50,4 @@ def test_masks_bundle_and_additive_form():
     masks = Masks(key_valid=torch.tensor([[True, False]]))
     assert masks.any() and not Masks().any()
     seen = masks.visibility(2, 2, "cpu", causal=False)
-    assert additive(seen)[0, 0].tolist() == [[0.0, float("-inf")], [0.0, 0.0]]
+    assert additive(seen)[0, 0].tolist() == [[0.0, float("-inf")], [float("-inf"), 0.0]]

@@ -1,5 +1,6 @@
-"""The encoding interface: the registry and option errors, log-n attention scaling and
-``score_bias(causal=True)`` of every biased encoding."""
+"""The encoding interface: the registry and option errors, log-n attention scaling, which
+encodings are translation invariant and ``score_bias(causal=True)`` of every biased
+encoding."""
 
 from __future__ import annotations
 
@@ -121,6 +122,19 @@ def test_logn_changes_logits_only_past_base_len(tiny_lm):
     scaled = tiny_lm("alibi", {"logn_base_len": 6})(ids)          # same weights (same seed)
     assert_close(scaled[:, :6], plain[:, :6])
     assert ((scaled[:, 6:] - plain[:, 6:]).abs().amax(-1) > 1e-4).all()
+
+
+def test_translation_invariance_is_the_distance_only_encodings_without_position_reads():
+    """Log-n (a factor of the query's own position) and DeBERTa's absolute queries take it
+    away; TUPE's absolute correlation never has it."""
+    def pe(name, **options):
+        return build_encoding(name, n_heads=2, head_dim=8, max_len=32, **options)
+    invariant = {name for name in list_encodings() if pe(name, **context_options(name))
+                 .translation_invariant}
+    assert invariant == {"alibi", "t5", "kerple", "shaw", "xl", "deberta"}
+    for name in invariant:
+        assert not pe(name, logn_base_len=8).translation_invariant
+    assert not pe("deberta", absolute_query=True).translation_invariant
 
 
 # ------------------------------------------------------------- score_bias(causal=True)

@@ -17,6 +17,7 @@ from torch.testing import assert_close
 
 from posenc import LMConfig, TransformerLM, list_encodings
 from posenc.attention import MultiHeadAttention
+from posenc.models.positions import positions_from_documents, positions_from_mask
 
 from tests.helpers import context_options, raises_one_line as _raises
 
@@ -312,6 +313,36 @@ def test_positions_per_sequence_equal_looping_over_rows(name, tiny_lm):
         batched = model(ids, positions=positions)
         rows = torch.cat([model(ids[i:i + 1], positions=positions[i]) for i in range(3)])
     assert_close(batched, rows, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", list_encodings())
+def test_translation_invariant_encodings_read_one_shared_run(name, tiny_lm):
+    """An encoding that says it is translation invariant gives the same logits when every
+    position moves by one constant. For it, the model hands the layers the run 0..T-1 in
+    place of the (B, T) positions of packed documents or padded rows, with the logits of
+    those (B, T) positions at every token, padding included; padding between real tokens
+    and every other encoding keep the (B, T) positions."""
+    model = tiny_lm(name, max_len=32)
+    invariant = model.pe.translation_invariant
+    ids = torch.randint(0, 48, (2, 12), generator=torch.Generator().manual_seed(5))
+    sides, inner = torch.ones(2, 12, dtype=torch.long), torch.ones(2, 12, dtype=torch.long)
+    sides[0, :5], sides[1, 8:], inner[1, 3:6] = 0, 0, 0           # left, right; in between
+    documents = torch.tensor([[0] * 4 + [1] * 8, [3] * 7 + [1] * 5])
+    no_cache = torch.zeros(2, dtype=torch.long)
+    cases = [({"attention_mask": sides}, positions_from_mask(sides.bool(), no_cache), invariant),
+             ({"attention_mask": inner}, positions_from_mask(inner.bool(), no_cache), False),
+             ({"document_ids": documents}, positions_from_documents(documents), invariant)]
+    dims = []
+    model.blocks[0].register_forward_pre_hook(lambda module, args: dims.append(args[1].dim()))
+    with torch.no_grad():
+        if invariant:
+            assert_close(model(ids, positions=torch.arange(12) + 9),
+                         model(ids, positions=torch.arange(12)), atol=1e-5, rtol=1e-5)
+        for kwargs, positions, shared in cases:
+            dims.clear()
+            got = model(ids, **kwargs)
+            assert dims == [1 if shared else 2], kwargs
+            assert_close(got, model(ids, positions=positions, **kwargs), atol=1e-5, rtol=1e-5)
 
 
 def test_padding_positions_count_real_tokens_and_continue_in_the_cache(tiny_lm):

@@ -1,13 +1,13 @@
 """Positions of real batches: counting real tokens (continuing a cache), restarting per
-packed document; mask and document checks."""
+packed document; when their distances are those of the indices; mask and document checks."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from posenc.models.positions import (check_documents, check_mask, positions_from_documents,
-                                     positions_from_mask)
+from posenc.models.positions import (check_documents, check_mask, distances_match_indices,
+                                     positions_from_documents, positions_from_mask)
 
 
 def test_positions_count_real_tokens_from_where_each_sequence_stands():
@@ -41,3 +41,27 @@ def test_masks_and_documents_are_checked():
         check_mask("m", torch.ones(1, 2, dtype=torch.bool), (1, 3))
     with pytest.raises(ValueError, match="document_ids must be an integer tensor"):
         check_documents(torch.ones(1, 2, dtype=torch.bool), (1, 2))
+
+
+def test_distances_match_indices_for_contiguous_real_tokens_and_documents_in_runs():
+    for contiguous in ([[0, 0, 1, 1], [1, 1, 1, 1]], [[1, 1, 1, 0], [0, 1, 1, 0]],
+                       [[0, 0, 0, 0], [1, 0, 0, 0]]):
+        assert distances_match_indices(torch.tensor(contiguous).bool(), None)
+    for inner in ([[1, 0, 1, 1], [1, 1, 1, 1]], [[1, 1, 1, 1], [0, 1, 0, 1]]):
+        assert not distances_match_indices(torch.tensor(inner).bool(), None)
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]]).bool()
+    runs = torch.tensor([[0, 0, 1, 1, 1], [7, 2, 2, 5, 5]])
+    assert distances_match_indices(None, runs)
+    assert distances_match_indices(~mask[:, :1].expand(2, 5), runs)   # padding inside runs
+    split = torch.tensor([[0, 0, 1, 1, 1], [2, 2, 5, 2, 2]])          # id 2 in two runs
+    assert not distances_match_indices(None, split)
+    assert not distances_match_indices(None, None)
+
+
+def test_distances_match_indices_reads_no_device_and_nothing_compiled():
+    """Elsewhere than on the CPU the answer would need a host read: it is False."""
+    assert not distances_match_indices(torch.ones(2, 3, dtype=torch.bool, device="meta"), None)
+    assert not distances_match_indices(None, torch.zeros(2, 3, dtype=torch.long, device="meta"))
+    compiled = torch.compile(lambda m: torch.tensor(distances_match_indices(m, None)),
+                             backend="eager", fullgraph=True)
+    assert not bool(compiled(torch.ones(2, 3, dtype=torch.bool)))
