@@ -67,13 +67,19 @@ class TUPEEncoding(T5Encoding):
 
     def position_heads(self, pos: Tensor, side: int, dtype: torch.dtype) -> Tensor:
         """p U_Q (side 0) or p U_K (side 1) at positions pos (L,) or (B, L): (H, L, D) or
-        (B, H, L, D)."""
+        (B, H, L, D). LayerNorm and projection act row by row, so when (B, L) positions are
+        at least as many as the table's rows, the whole table is projected once and each
+        sequence gathers its rows (a choice by shapes alone)."""
         self.check_positions(pos)
         width = self.n_heads * self.head_dim
         rows = slice(side * width, (side + 1) * width)
-        p = self.pos_norm(self.absolute.table[pos])                   # ([B,] L, C)
-        p = F.linear(p, self.pos_proj.weight[rows], self.pos_proj.bias[rows]).to(dtype)
-        return heads_first(p, self.n_heads)
+        weight, bias = self.pos_proj.weight[rows], self.pos_proj.bias[rows]
+        if pos.dim() == 2 and self.max_len <= pos.numel():
+            table = F.linear(self.pos_norm(self.absolute.table), weight, bias)  # (max_len, C)
+            p = F.embedding(pos, table)                                        # (B, L, C)
+        else:
+            p = F.linear(self.pos_norm(self.absolute.table[pos]), weight, bias)  # ([B,] L, C)
+        return heads_first(p.to(dtype), self.n_heads)
 
     def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, *,
                      backend: str | None = None, consecutive: bool = False

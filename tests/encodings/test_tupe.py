@@ -1,14 +1,18 @@
-"""TUPE: the paper's formula (untied absolute terms plus T5 buckets) and its bidirectional
-buckets."""
+"""TUPE: the paper's formula (untied absolute terms plus T5 buckets), its bidirectional
+buckets, and position heads per sequence."""
 
 import math
 
 import pytest
 import torch
 
+from torch.testing import assert_close
+
+from posenc.encodings import build_encoding
 from posenc.encodings.t5 import relative_position_bucket
 
 from tests.encodings.helpers import K_POS, Q_POS, D, H, make, qkv, weights
+from tests.helpers import sharpen
 
 
 @pytest.mark.parametrize("bidirectional", [False, True])
@@ -45,3 +49,22 @@ def test_tupe_bidirectional_gives_keys_after_the_query_buckets_of_their_own():
     assert not torch.allclose(uni[0][~after], bi[0][~after])   # buckets move too (halved)
     with pytest.raises(ValueError, match="built for causal attention"):
         decoder.score_bias(q, k, Q_POS, K_POS)
+
+
+@pytest.mark.parametrize("max_len", [8, 64], ids=["table-gathered", "per-token"])
+def test_position_heads_per_sequence_equal_each_row_alone(max_len):
+    """(B, L) positions as many as the table's rows or more read the projected table; fewer
+    project each token. Either way each row equals its own (L,) positions, with gradients."""
+    pe = sharpen(build_encoding("tupe", n_heads=2, head_dim=4, max_len=max_len))
+    pos = torch.tensor([[0, 1, 2, 3, 4, 5], [2, 2, 3, 4, 5, 7]])          # 12 positions
+    got = pe.position_heads(pos, 1, torch.float32)                        # (B, H, L, D)
+    rows = torch.stack([pe.position_heads(p, 1, torch.float32) for p in pos])
+    assert_close(got, rows, atol=1e-6, rtol=1e-6)
+    upstream = torch.randn(got.shape, generator=torch.Generator().manual_seed(0))
+    params = list(pe.parameters())
+    grads = torch.autograd.grad((got * upstream).sum(), params, allow_unused=True)
+    expected = torch.autograd.grad((rows * upstream).sum(), params, allow_unused=True)
+    for g, e in zip(grads, expected):
+        assert (g is None) == (e is None)
+        if g is not None:
+            assert_close(g, e, atol=1e-5, rtol=1e-5)
