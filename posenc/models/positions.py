@@ -5,7 +5,8 @@ A model computes them once per forward and hands them to every layer:
 - no mask: positions ``start .. start + T - 1`` (one run shared by the batch);
 - ``attention_mask`` (B, T), 1 for real tokens and 0 for padding: each sequence counts its
   real tokens only, continuing from where its cache stopped; padding takes the position of
-  the nearest real token before it (0 before the first), and no query sees it as a key;
+  the nearest real token before it (0 before the first), no query sees it as a key, and as
+  a query it sees its own key only;
 - ``document_ids`` (B, T): several documents packed into each row, each restarting at 0
   and seeing only itself (attention is block-diagonal).
 
