@@ -1,5 +1,5 @@
-"""Shared by the relative-family tests (shaw, xl, deberta, tupe): encodings built with
-parameters moved off their small init, random q/k/v, and attention weights."""
+"""Shared by the encoding tests: encodings built with parameters moved off their small init
+(or redrawn at unit scale), random q/k/v, and attention weights."""
 
 import torch
 
@@ -17,6 +17,20 @@ def boost(module: torch.nn.Module, std: float = 0.5) -> None:
     with torch.no_grad():
         for p in module.parameters():
             p.normal_(0.0, std)
+
+
+def build(name, **options):
+    """An encoding of H heads of width D serving positions below 64, at its own init."""
+    return build_encoding(name, n_heads=H, head_dim=D, max_len=64, **options)
+
+
+def randomize(pe, seed=2):
+    """Redraw every parameter from N(0, 1) (deterministic); returns pe."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in pe.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+    return pe
 
 
 def make(name, options, max_len=64):

@@ -13,8 +13,6 @@ from torch.testing import assert_close
 from posenc import list_encodings
 from posenc.encodings import build_encoding
 from posenc.models.lm import LMConfig, TransformerLM
-from posenc.models.seq2seq import Seq2SeqTransformer
-from posenc.models.seq2seq_config import Seq2SeqConfig
 
 from tests.helpers import context_options, sharpen
 
@@ -23,22 +21,6 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 def _rope(head_dim=8, **options):
     return build_encoding("rope", n_heads=2, head_dim=head_dim, **options)
-
-
-VOCAB = 16
-
-
-def _lm(pe: str = "rope") -> TransformerLM:
-    return TransformerLM(LMConfig(vocab_size=VOCAB, d_model=16, n_heads=2, n_layers=1,
-                                  max_len=32, pe=pe,
-                                  pe_options=context_options(pe, VOCAB))).eval()
-
-
-def _seq2seq() -> Seq2SeqTransformer:
-    return Seq2SeqTransformer(Seq2SeqConfig(vocab_size=VOCAB, src_vocab_size=12,
-                                            share_embeddings=False, d_model=16, n_heads=2,
-                                            n_encoder_layers=1, n_decoder_layers=1,
-                                            max_len=32)).eval()
 
 
 BIASED = [n for n in list_encodings()

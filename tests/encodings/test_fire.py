@@ -6,21 +6,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc import build_encoding
-
-H, D = 2, 8
-
-
-def _pe(name, **options):
-    return build_encoding(name, n_heads=H, head_dim=D, max_len=64, **options)
-
-
-def _randomize(pe, seed=2):
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in pe.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen))
-    return pe
+from tests.encodings.helpers import build as _pe, randomize as _randomize
 
 
 def _fire_reference(pe, q_pos, k_pos):

@@ -8,21 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from posenc import build_encoding
-
-H, D = 2, 8
-
-
-def _pe(name, **options):
-    return build_encoding(name, n_heads=H, head_dim=D, max_len=64, **options)
-
-
-def _randomize(pe, seed=2):
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in pe.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen))
-    return pe
+from tests.encodings.helpers import build as _pe, randomize as _randomize
 
 
 @pytest.mark.parametrize("variant", ["log", "power"])

@@ -11,24 +11,12 @@ from torch.testing import assert_close
 from posenc import build_encoding
 from posenc.attention import attend
 
+from tests.encodings.helpers import D, H, build as _pe, randomize as _randomize
 from tests.helpers import raises_one_line as _raises
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-H, D = 2, 8
 V = 48
-
-
-def _pe(name, **options):
-    return build_encoding(name, n_heads=H, head_dim=D, max_len=64, **options)
-
-
-def _randomize(pe, seed=2):
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in pe.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen))
-    return pe
 
 
 def _decode(model, ids, prefill):

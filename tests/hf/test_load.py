@@ -4,7 +4,6 @@ network."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import pytest
