@@ -66,6 +66,14 @@ def tiny_lm_factory(pe: str, pe_options: dict | None = None, *, max_len: int = 3
     return sharpen(TransformerLM(cfg), std).eval()
 
 
+def model_for(pe: str, **kw) -> TransformerLM:
+    """A 3-layer, width-64 TransformerLM over ``pe`` at its own init; ``kw``: LMConfig fields."""
+    cfg = dict(vocab_size=64, d_model=64, n_layers=3, n_heads=4, max_len=32, pe=pe,
+               pe_options=context_options(pe, 64))
+    cfg.update(kw)
+    return TransformerLM(LMConfig(**cfg))
+
+
 def make_corpus(folder, n=30):
     folder.mkdir(parents=True, exist_ok=True)
     for i in range(n):

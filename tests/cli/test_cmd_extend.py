@@ -22,16 +22,9 @@ from tests.hf.helpers import (byte_bpe_tokenizer as _tokenizer, peaked_model as 
 transformers = pytest.importorskip("transformers")
 
 from posenc.cli import main  # noqa: E402
-from posenc.eval.perplexity import perplexity  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one thread (two spin-waiting threads lose on a busy box)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,8 @@ from tests.hf.helpers import T, VOCAB
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one thread (two spin-waiting threads lose on a busy box)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(single_thread):
+    """Every module here runs tiny models: one intra-op thread (tests/conftest.py)."""
 
 
 @pytest.fixture(scope="module")

@@ -15,19 +15,10 @@ from posenc.kernels.layouts.causal_pairs import CausalPairBias, causal_pair_bias
 from posenc.kernels.layouts.relative_shift import head_table, pair_layout
 
 from tests.helpers import causal_layer_grads
+from tests.kernels.helpers import pair_leaves as _leaves
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 needs_kernel = pytest.mark.usefixtures("native_pairs")
-
-
-def _leaves(batch: int, heads: int, length: int, seed: int):
-    """q, k as the attention's views of (B, L, H, D) projections, and two head tables."""
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(batch, length, heads, 5, generator=gen).transpose(1, 2).requires_grad_()
-    k = torch.randn(batch, length, heads, 5, generator=gen).transpose(1, 2).requires_grad_()
-    hq = torch.randn(heads, length, 5, generator=gen, requires_grad=True)
-    hk = torch.randn(heads, length, 5, generator=gen, requires_grad=True)
-    return q, k, hq, hk
 
 
 def _views(q, k, hq, hk):

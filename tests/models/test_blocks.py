@@ -10,22 +10,14 @@ import pytest
 import torch
 from torch import nn
 
-from posenc import LMConfig, TransformerLM
 from posenc.encodings import list_encodings
 from posenc.models.blocks import embedding_init_std, linear_init_std
 from posenc.models.seq2seq import Seq2SeqTransformer
 from posenc.models.seq2seq_config import Seq2SeqConfig
 
-from tests.helpers import context_options
+from tests.helpers import model_for
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-
-
-def model_for(pe: str, **kw) -> TransformerLM:
-    cfg = dict(vocab_size=64, d_model=64, n_layers=3, n_heads=4, max_len=32, pe=pe,
-               pe_options=context_options(pe, 64))
-    cfg.update(kw)
-    return TransformerLM(LMConfig(**cfg))
 
 
 def test_linear_std_follows_width_and_residual_outputs_are_scaled():

@@ -8,21 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from posenc.models import LMConfig
 from posenc.train import TrainConfig
 from posenc.train.config import parse_options, parse_value
 
-from tests.helpers import make_corpus
-
-
-def tiny(tmp_path, **kw):
-    model = kw.pop("model", {})
-    model = LMConfig(**{"d_model": 32, "n_layers": 1, "n_heads": 2, "max_len": 16,
-                        "d_ff": 64, "pe": "rope", **model})
-    base = {"data": str(make_corpus(tmp_path / "data")), "train_len": 16, "batch_size": 4,
-            "steps": 6, "checkpoint_every": 3, "eval_windows": 4,
-            "cache_dir": str(tmp_path / "cache"), "device": "cpu"}
-    return TrainConfig(model=model, **{**base, **kw})
+from tests.train.helpers import tiny
 
 
 def test_config_round_trip_and_validation(tmp_path):

@@ -16,23 +16,13 @@ from safetensors import safe_open
 from posenc.data.batches import prepare_data
 from posenc.data.corpora import load_corpus
 from posenc.data.synthetic import IGNORE
-from posenc.models import LMConfig, TransformerLM
-from posenc.train import TrainConfig, load_run, train
+from posenc.models import TransformerLM
+from posenc.train import load_run, train
 from posenc.train.checkpoint import committed_file
 from posenc.train.loop import lm_loss, lr_factor
 
 from tests.data.helpers import write_short_files
-from tests.helpers import make_corpus
-
-
-def tiny(tmp_path, **kw):
-    model = kw.pop("model", {})
-    model = LMConfig(**{"d_model": 32, "n_layers": 1, "n_heads": 2, "max_len": 16,
-                        "d_ff": 64, "pe": "rope", **model})
-    base = {"data": str(make_corpus(tmp_path / "data")), "train_len": 16, "batch_size": 4,
-            "steps": 6, "checkpoint_every": 3, "eval_windows": 4,
-            "cache_dir": str(tmp_path / "cache"), "device": "cpu"}
-    return TrainConfig(model=model, **{**base, **kw})
+from tests.train.helpers import tiny
 
 
 # ------------------------------------------------------------ a whole run

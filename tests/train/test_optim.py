@@ -8,21 +8,13 @@ import math
 import pytest
 import torch
 
-from posenc import LMConfig, TransformerLM
 from posenc.encodings import list_encodings
 from posenc.encodings.base import PositionalEncoding
 from posenc.train.optim import param_groups
 
-from tests.helpers import context_options
+from tests.helpers import model_for
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-
-
-def model_for(pe: str, **kw) -> TransformerLM:
-    cfg = dict(vocab_size=64, d_model=64, n_layers=3, n_heads=4, max_len=32, pe=pe,
-               pe_options=context_options(pe, 64))
-    cfg.update(kw)
-    return TransformerLM(LMConfig(**cfg))
 
 
 @pytest.mark.parametrize("pe", list_encodings())

@@ -9,18 +9,10 @@ import torch
 
 from posenc.kernels.layouts.causal_pairs import causal_pair_bias, row_groups
 
+from tests.kernels.helpers import pair_leaves as _leaves
+
 pytestmark = pytest.mark.usefixtures("single_thread")
 needs_kernel = pytest.mark.usefixtures("native_pairs")
-
-
-def _leaves(batch: int, heads: int, length: int, seed: int):
-    """q, k as the attention's views of (B, L, H, D) projections, and two head tables."""
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(batch, length, heads, 5, generator=gen).transpose(1, 2).requires_grad_()
-    k = torch.randn(batch, length, heads, 5, generator=gen).transpose(1, 2).requires_grad_()
-    hq = torch.randn(heads, length, 5, generator=gen, requires_grad=True)
-    hk = torch.randn(heads, length, 5, generator=gen, requires_grad=True)
-    return q, k, hq, hk
 
 
 def test_row_groups_cover_the_rows():
