@@ -35,6 +35,7 @@ from ..runio import DirectoryLock, has_content
 from ..viz.plots import plot_all
 from .baseline import baseline_entry
 from .presets import CompareConfig, incomparable_reason, merged
+from .progress import CompareProgress
 from .report import write_index, write_report
 from .results import RESULTS, aggregate, json_safe, read_results, save_results
 from .timing import time_training_steps
@@ -171,29 +172,6 @@ def _check_encoding(cfg: CompareConfig, encoding: str) -> None:
                    max_len=cfg.train_len, **options)
 
 
-class _Progress:
-    """One tqdm bar over the whole job; a training step counts 1, an evaluation length more."""
-
-    def __init__(self, cfg: CompareConfig, enabled: bool) -> None:
-        from tqdm.auto import tqdm
-        self.eval_unit = max(1, round(cfg.eval_tokens / (3 * cfg.batch_size * cfg.train_len)))
-        per_seed = len(cfg.encodings) * cfg.steps + len(planned_runs(cfg)) * len(
-            cfg.eval_lengths) * self.eval_unit
-        self.bar = tqdm(total=per_seed * cfg.seeds, disable=not enabled, desc="compare",
-                        dynamic_ncols=True,
-                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}"
-                                   " {postfix}")
-
-    def update(self, units: int) -> None:
-        self.bar.update(units)
-
-    def stage(self, text: str) -> None:
-        self.bar.set_postfix_str(text, refresh=True)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
 def _finished(run_dir: Path, steps: int):
     """The loaded run if ``run_dir`` holds a complete run of ``steps`` steps, else None."""
     from ..train.checkpoint import load_run
@@ -207,7 +185,7 @@ def _finished(run_dir: Path, steps: int):
 
 
 def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, vocab_size: int,
-                   progress: _Progress, seed: int | None = None) -> tuple[Any, bool]:
+                   progress: CompareProgress, seed: int | None = None) -> tuple[Any, bool]:
     """Train, resume or reuse one encoding's run; return (LoadedRun, trained now)."""
     from ..train.checkpoint import load_run
     from ..train.loop import train
@@ -238,7 +216,7 @@ def _curve(log: list[dict]) -> list[list[float]]:
 
 
 def evaluate_run(cfg: CompareConfig, loaded, test_tokens, encoding: str, scaling: str | None,
-                 progress: _Progress, run_dir: str | None = None) -> dict:
+                 progress: CompareProgress, run_dir: str | None = None) -> dict:
     """One seed's entry of a run: perplexity per length with every window's loss, entropy."""
     model = loaded.model
     tokens_per_step = cfg.batch_size * cfg.train_len
@@ -305,7 +283,7 @@ def _done(results: dict) -> set[tuple[str, str | None, int]]:
 
 
 def _measure_timing(cfg: CompareConfig, results: dict, vocab_size: int,
-                    bar: _Progress) -> None:
+                    bar: CompareProgress) -> None:
     """Interleaved step timing of every encoding, unless results hold it for these ones."""
     timing = results.get("timing") or {}
     if not cfg.timing_rounds or (set(timing.get("step_seconds", {})) == set(cfg.encodings)
@@ -373,7 +351,7 @@ def _run_compare(cfg: CompareConfig, out_dir: Path, overwrite: bool, progress: b
                                              cfg.eval_tokens)
     done = _done(results)
     save_results(out_dir, results)
-    bar = _Progress(cfg, progress)
+    bar = CompareProgress(cfg, len(planned_runs(cfg)), progress)
     trained, reused = [], []
     try:
         for seed in cfg.seed_list:
