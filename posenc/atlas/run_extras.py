@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import UserError
 from ..data.batches import prepare_data
 from ..encodings.base import PositionalEncoding
 from ..eval.lengths import encodings_of, na_note, unsupported_length
@@ -46,7 +47,7 @@ def load_atlas_run(run_dir: str | Path) -> LoadedRun:
         elif seeds:
             hint = (f"; an encoding of a compare directory: pick one of its seeds "
                     f"({', '.join(seeds)})")
-        raise ValueError(f"{run_dir} holds no trained run (no config.json){hint}")
+        raise UserError(f"{run_dir} holds no trained run (no config.json){hint}")
     return load_run(run_dir, "cpu")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from ..errors import UserError
 from ..encodings.base import PositionalEncoding
 from ..encodings.checks import check_positions
 from .backends import attend, route
@@ -22,7 +23,7 @@ class MultiHeadAttention(nn.Module):
                  dropout: float = 0.0, cross: bool = False) -> None:
         super().__init__()
         if d_model % n_heads:
-            raise ValueError(f"n_heads={n_heads} must divide d_model={d_model}; valid n_heads "
+            raise UserError(f"n_heads={n_heads} must divide d_model={d_model}; valid n_heads "
                              f"are its divisors")
         self.n_heads, self.head_dim = n_heads, d_model // n_heads
         self.cross = cross
@@ -57,13 +58,13 @@ class MultiHeadAttention(nn.Module):
         padding, for cross-attention. Returns (B, T, C) and optional weights (B, H, T, Lk).
         """
         if x.dim() != 3 or x.shape[-1] != self.n_heads * self.head_dim:
-            raise ValueError(f"x must be (batch, length, d_model={self.n_heads * self.head_dim})"
+            raise UserError(f"x must be (batch, length, d_model={self.n_heads * self.head_dim})"
                              f", got shape {tuple(x.shape)}")
         b, t, c = x.shape
         check_positions("pos", pos, t, b)
         dropout = self.dropout if self.training else 0.0
         if documents is not None and cache is not None:
-            raise ValueError("documents (packed rows) cannot be combined with a KV cache")
+            raise UserError("documents (packed rows) cannot be combined with a KV cache")
         if self.cross:
             q = self.heads(self.q_proj(x))
             if cache is not None and cache.length:                # encoder memory cached
@@ -99,7 +100,7 @@ class MultiHeadAttention(nn.Module):
                                            **hints)
                 key_valid = cache.valid()
             if causal and k.shape[2] < t:
-                raise ValueError(f"causal attention with {t} queries over {k.shape[2]} keys")
+                raise UserError(f"causal attention with {t} queries over {k.shape[2]} keys")
             masks = Masks(key_valid=key_valid, documents=documents)
         out, weights = attend(q, k, v, pe, pos, k_pos, causal=causal, dropout=dropout,
                               need_weights=need_weights, consecutive=consecutive,

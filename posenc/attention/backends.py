@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..errors import UserError
 from ..encodings.base import PositionalEncoding
 from .biased import biased_attention
 from .masks import Masks, additive, causal_additive, causal_visible
@@ -44,7 +45,7 @@ def route(pe: PositionalEncoding, q: Tensor, k: Tensor, v: Tensor, *, requested:
                               need_weights=need_weights,
                               dropout=dropout, compiling=torch.compiler.is_compiling())
     except ValueError as err:
-        raise ValueError(f"encoding {pe.name!r}: {err}") from None
+        raise UserError(f"encoding {pe.name!r}: {err}") from None
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, pe: PositionalEncoding, q_pos: Tensor,

@@ -38,6 +38,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..errors import UserError
 from ..encodings.base import FusedBias
 from .masks import causal_additive
 
@@ -201,12 +202,12 @@ def biased_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | FusedBias, 
         return _BiasedAttention.apply(q, k, v, bias, None, causal, hidden, scale,
                                       with_weights)
     if hidden is not None:
-        raise ValueError("a fused bias covers a causal block without padding or documents")
+        raise UserError("a fused bias covers a causal block without padding or documents")
     if tuple(bias.shape) != (*q.shape[:3], k.shape[2]) or q.shape[2] != k.shape[2]:
-        raise ValueError(f"fused bias of shape {tuple(bias.shape)} for attention logits "
+        raise UserError(f"fused bias of shape {tuple(bias.shape)} for attention logits "
                          f"{(*q.shape[:3], k.shape[2])}: it covers a causal square block")
     if not causal:
-        raise ValueError("a fused bias masks the hidden pairs of a causal block: pass "
+        raise UserError("a fused bias masks the hidden pairs of a causal block: pass "
                          "causal=True")
     return _BiasedAttention.apply(q, k, v, None, bias, causal, None, scale, with_weights,
                                   *bias.inputs)

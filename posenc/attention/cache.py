@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..errors import UserError
 from ..encodings.base import PositionalEncoding
 
 
@@ -23,7 +24,7 @@ class KVCache:
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
                  ) -> None:
         if capacity < 1:
-            raise ValueError(f"cache capacity must be >= 1, got {capacity}")
+            raise UserError(f"cache capacity must be >= 1, got {capacity}")
         shape = (batch, n_heads, capacity, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
@@ -70,7 +71,7 @@ class KVCache:
         mask is :meth:`valid`."""
         t = k.shape[2]
         if self.length + t > self.capacity:
-            raise ValueError(f"sequence length {self.length + t} exceeds the KV cache size "
+            raise UserError(f"sequence length {self.length + t} exceeds the KV cache size "
                              f"{self.capacity}; valid lengths are 1..{self.capacity}")
         end = self.length + t
         self.k[:, :, self.length:end] = k

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..errors import UserError
+
 
 def causal_visible(lq: int, lk: int, device: torch.device | str) -> Tensor:
     """(Lq, Lk) bool: True where key j is visible to query i (j <= i + Lk - Lq)."""
     if lk < lq:
-        raise ValueError(f"causal attention needs at least as many keys as queries (the "
+        raise UserError(f"causal attention needs at least as many keys as queries (the "
                          f"queries are the last keys), got {lq} queries and {lk} keys")
     return torch.ones(lq, lk, dtype=torch.bool, device=device).tril(lk - lq)
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import UserError
+
 #: what callers may request
 BACKENDS = ("auto", "sdpa", "flex", "eager")
 #: what may run (module docstring)
@@ -69,7 +71,7 @@ def choose_backend(backends: tuple[str, ...], has_bias: bool, *, requested: str 
     with gradients where it has no backward.
     """
     if requested not in BACKENDS:
-        raise ValueError(f"unknown attention backend {requested!r}; valid: {', '.join(BACKENDS)}")
+        raise UserError(f"unknown attention backend {requested!r}; valid: {', '.join(BACKENDS)}")
     fused = fused_fits(device_type=device_type, dtype=dtype, grad=grad, dropout=dropout,
                        compiling=compiling)
     value_term = backends == ("eager",)
@@ -77,11 +79,11 @@ def choose_backend(backends: tuple[str, ...], has_bias: bool, *, requested: str 
         return "eager"
     if requested != "auto":
         if requested not in backends:
-            raise ValueError(f"the encoding cannot run on backend {requested!r}; it supports: "
+            raise UserError(f"the encoding cannot run on backend {requested!r}; it supports: "
                              f"{', '.join(backends)}")
         if requested == "flex":
             if grad and not flex_trains(device_type):
-                raise ValueError(f"the flex backend is forward-only on {device_type}; use it "
+                raise UserError(f"the flex backend is forward-only on {device_type}; use it "
                                  "under torch.no_grad() or pick sdpa/eager for training")
             return "flex"
         if requested == "sdpa":

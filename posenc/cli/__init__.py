@@ -2,9 +2,10 @@
 
 Each subcommand lives in a module ``cmd_<name>.py`` of this package that defines ``NAME``,
 ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``; they are found automatically.
-Errors a user can fix (ValueError, FileNotFoundError, ...) print one line and exit 2; a
-training run that diverges prints one line and exits 3; output cut short by a closed pipe
-(``posenc list | head``) ends quietly.
+Errors a user can fix (:class:`~posenc.errors.UserError`) and the environment's (``OSError``:
+a missing file, a full disk, a read-only folder) print one line and exit 2; a training run
+that diverges prints one line and exits 3; output cut short by a closed pipe (``posenc list |
+head``) ends quietly. Anything else is a bug: its traceback is printed and the exit is 1.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import os
 import pkgutil
 import sys
 
-USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
-               IsADirectoryError, PermissionError, KeyError)
+from ..errors import UserError
+
+USER_ERRORS = (UserError, OSError)
 EXIT_USER_ERROR = 2
 EXIT_DIVERGED = 3
 
@@ -48,13 +50,6 @@ def main(argv: list[str] | None = None) -> int:
         code = int(args._run(args) or 0)
         sys.stdout.flush()
         return code
-    except USER_ERRORS as err:
-        msg = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"posenc {args.command}: error: {msg}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except TrainingDiverged as err:
-        print(f"posenc {args.command}: error: {err}", file=sys.stderr)
-        return EXIT_DIVERGED
     except BrokenPipeError:
         # the reader went away (``posenc list | head``): point stdout at /dev/null so the
         # interpreter's final flush does not fail again, and end as a closed pipe does
@@ -64,6 +59,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"posenc {args.command}: interrupted", file=sys.stderr)
         return 130
+    except USER_ERRORS as err:
+        print(f"posenc {args.command}: error: {one_line(err)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except TrainingDiverged as err:
+        print(f"posenc {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_DIVERGED
+
+
+def one_line(err: BaseException) -> str:
+    """The message of a user or environment error on one line (an OSError with its path)."""
+    text = str(err) or type(err).__name__
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..errors import UserError
+
 NAME = "atlas"
 HELP = "draw one figure per idea about positional encodings, with index.html and atlas.json"
 
@@ -27,11 +29,11 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file, not a directory")
+        raise UserError(f"--out {out} is a file, not a directory")
     taken = [name for name in atlas_files() if (out / name).exists()]
     if taken and not args.overwrite:
         shown = ", ".join(taken[:3]) + (", ..." if len(taken) > 3 else "")
-        raise ValueError(f"{out} already holds {shown}; pass --overwrite to replace them")
+        raise UserError(f"{out} already holds {shown}; pass --overwrite to replace them")
     start = time.perf_counter()
 
     def progress(name: str) -> None:

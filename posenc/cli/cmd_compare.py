@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from ..errors import UserError
+
 NAME = "compare"
 HELP = ("train every encoding with the same data, budget and seeds, evaluate at L..8L "
         "(plus RoPE inference-time scalings), write results.json, report.md and PNG plots")
@@ -20,7 +22,7 @@ def run_tasks(args: argparse.Namespace) -> int:
                if k not in TASK_FLAGS and k != "command" and v not in (None, False)
                and not callable(v)]
     if ignored:
-        raise ValueError(f"--preset {args.preset} takes only --encodings, --seeds, "
+        raise UserError(f"--preset {args.preset} takes only --encodings, --seeds, "
                          f"--overwrite and --no-progress; drop {', '.join(ignored)}")
     start = time.perf_counter()
     results = run_task_study(args.out, preset=args.preset, seeds=args.seeds,
@@ -109,7 +111,7 @@ def _pe_options(name: str, items: list[str] | None) -> dict | None:
         enc, colon, rest = item.partition(":")
         key, eq, value = rest.partition("=")
         if not (colon and eq and enc and key):
-            raise ValueError(f"--pe-option must look like ENC:KEY=VALUE, got {item!r}")
+            raise UserError(f"--pe-option must look like ENC:KEY=VALUE, got {item!r}")
         options.setdefault(enc, {})[key] = parse_value(value)
     return options
 
@@ -119,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     from ..lab.presets import preset
     if args.threads is not None:
         if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+            raise UserError(f"--threads must be >= 1, got {args.threads}")
         import torch
         torch.set_num_threads(args.threads)
     if args.preset in OTHER_PRESETS:

@@ -13,6 +13,7 @@ import json
 import math
 from pathlib import Path
 
+from ..errors import UserError
 from .devices import add_device_arguments, resolve_device
 
 NAME = "eval"
@@ -59,7 +60,7 @@ def load_checked_run(path: str, device: str = "auto"):
     if not run_dir.is_dir():
         raise NotADirectoryError(f"{run_dir} is not a directory")
     if not (run_dir / "config.json").exists():
-        raise ValueError(f"{run_dir} holds no run (no config.json); {_run_choices(run_dir)}")
+        raise UserError(f"{run_dir} holds no run (no config.json); {_run_choices(run_dir)}")
     return run_dir, load_run(run_dir, resolve_device(device))
 
 
@@ -121,12 +122,12 @@ def _evaluate(args: argparse.Namespace) -> int:
     for n in lengths:
         note = unsupported_length(model, n)
         if note is not None:
-            raise ValueError(f"length {n} is past the learned position table of this run "
+            raise UserError(f"length {n} is past the learned position table of this run "
                              f"({note.removeprefix('n/a (past learned table of ').rstrip(')')}"
                              f" positions, encoding {tcfg.model.pe!r}); use lengths <= "
                              f"{model.config.max_len}")
     if args.max_tokens is not None and args.max_tokens < 0:
-        raise ValueError(f"--max-tokens must be >= 0, got {args.max_tokens}")
+        raise UserError(f"--max-tokens must be >= 0, got {args.max_tokens}")
     setting = {"steps": loaded.steps, "inference_scaling": scaling.label, "split": args.split,
                "stride": args.stride, "lengths": lengths, "max_tokens": args.max_tokens,
                "entropy": args.entropy, "task": args.task, "task_examples": args.task_examples,
@@ -144,7 +145,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         from ..data.corpora import load_corpus
         corpus = load_corpus(tcfg.data)
         if corpus.info() != loaded.corpus_info:
-            raise ValueError(f"the run's corpus ({loaded.corpus_info.get('name')}, sha256 "
+            raise UserError(f"the run's corpus ({loaded.corpus_info.get('name')}, sha256 "
                              f"{str(loaded.corpus_info.get('sha256'))[:12]}) differs from "
                              f"what {tcfg.data or 'stdlib'} gives now (sha256 "
                              f"{corpus.sha256[:12]}); its held-out split is not comparable")

@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..errors import UserError
 from .devices import add_device_arguments, resolve_device
 
 NAME = "extend"
@@ -97,7 +98,7 @@ def _methods(args: argparse.Namespace) -> tuple[str, ...]:
     from ..hf.study import DEFAULT_METHODS
 
     if args.method and args.methods:
-        raise ValueError("give --method or --methods, not both")
+        raise UserError("give --method or --methods, not both")
     if args.method:
         methods = ("none",) if args.method == "none" else ("none", args.method)
     elif args.methods:
@@ -114,11 +115,11 @@ def _options(items: list[str]) -> dict:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"--option wants KEY=VALUE, got {item!r}")
+            raise UserError(f"--option wants KEY=VALUE, got {item!r}")
         try:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
-            raise ValueError(f"--option {key}: value {value!r} is not JSON") from None
+            raise UserError(f"--option {key}: value {value!r} is not JSON") from None
     return out
 
 
@@ -154,9 +155,9 @@ def _measurements(out: Path, resume: bool, setting: dict) -> tuple[dict, dict]:
         rows = _revive(dict(doc["methods"]))
         partial = _revive(dict(doc.get("partial", {})))
     except (ValueError, KeyError, TypeError):
-        raise ValueError(f"{path} is corrupt; start again with --force") from None
+        raise UserError(f"{path} is corrupt; start again with --force") from None
     if doc.get("setting") != setting:
-        raise ValueError(f"{out} holds a study with other settings (model, data, methods, "
+        raise UserError(f"{out} holds a study with other settings (model, data, methods, "
                          "lengths ...); resume with the same arguments, or choose another "
                          "--out or --force")
     return rows, partial
@@ -165,7 +166,7 @@ def _measurements(out: Path, resume: bool, setting: dict) -> tuple[dict, dict]:
 def _check_out(out: Path, force: bool, resume: bool) -> None:
     from ..hf.report import prepare_out_dir
     if force and resume:
-        raise ValueError("give --force or --resume, not both")
+        raise UserError("give --force or --resume, not both")
     from ..runio import has_content
     if resume and out.is_dir() and not (out / MEASUREMENTS).is_file() and has_content(out):
         raise FileExistsError(f"{out} holds no posenc extend study to resume")
@@ -215,9 +216,9 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     methods = _methods(args)
     options = _options(args.option)
     if args.threads is not None and args.threads < 1:
-        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        raise UserError(f"--threads must be >= 1, got {args.threads}")
     if args.finetune_len is not None and args.finetune_steps is None:
-        raise ValueError("--finetune-len needs --finetune-steps")
+        raise UserError("--finetune-len needs --finetune-steps")
     if args.lengths:
         _study_config(args, methods, options, args.lengths)
     source = resolve_model(args.model)                    # fails fast on a bad path or GGUF
@@ -228,7 +229,7 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     scaled = [m for m in methods if parse_method(m)[0] != "none"]
     if args.save:
         if args.finetune_steps or len(scaled) != 1:
-            raise ValueError("--save saves one extended model: give one method besides 'none' "
+            raise UserError("--save saves one extended model: give one method besides 'none' "
                              "and no --finetune-steps")
         if Path(args.save).exists() and any(Path(args.save).iterdir()):
             raise FileExistsError(f"--save directory {args.save} is not empty")

@@ -8,6 +8,7 @@ import argparse
 import random
 import sys
 
+from ..errors import UserError
 from .devices import add_device_arguments
 
 NAME = "generate"
@@ -55,11 +56,11 @@ def run(args: argparse.Namespace) -> int:
     from .cmd_eval import load_checked_run
     check_sampling(args.temperature, args.top_k, args.top_p)     # before the slow load
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+        raise UserError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     if args.seed is not None and args.seed < 0:
-        raise ValueError(f"--seed must be >= 0, got {args.seed}")
+        raise UserError(f"--seed must be >= 0, got {args.seed}")
     if not args.prompt:
-        raise ValueError("--prompt is empty; give some text to continue")
+        raise UserError("--prompt is empty; give some text to continue")
     _, loaded = load_checked_run(args.run, args.device)
     model = loaded.model.to(getattr(torch, args.dtype))
     n_prompt = len(encode_prompt(loaded.tokenizer, args.prompt))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..errors import UserError
+
 NAME = "plot"
 HELP = ("redraw the figures (and report) of a `posenc compare` or `posenc extend` output "
         "directory from its results.json, without training or evaluating")
@@ -43,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     elif {"config", "corpus", "runs"} <= set(results):
         paths = redraw_comparison(out)
     else:
-        raise ValueError(f"{out}/results.json is neither a `posenc compare` nor a "
+        raise UserError(f"{out}/results.json is neither a `posenc compare` nor a "
                          "`posenc extend` result")
     for path in paths:
         print(f"wrote {path}")

@@ -8,6 +8,7 @@ from dataclasses import fields
 
 import torch
 
+from ..errors import UserError
 from ..data.synthetic import TASKS
 from ..models.lm import LMConfig
 from ..train.config import TrainConfig, parse_options
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     if args.threads is not None:
         if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+            raise UserError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     result = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite,
                    progress=not args.no_progress)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import UserError
+
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("float32", "bfloat16")
 
@@ -21,5 +23,5 @@ def resolve_device(name: str) -> str:
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was asked for but torch sees no GPU")
+        raise UserError("--device cuda was asked for but torch sees no GPU")
     return name

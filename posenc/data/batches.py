@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..errors import UserError
 from .cache import default_cache_dir, document_starts, token_stream
 from .corpora import load_corpus
 from .documents import window_documents
@@ -59,7 +60,7 @@ class Batch:
 def check_stream_length(stream: np.ndarray, length: int, split: str = "train") -> None:
     """ValueError unless ``stream`` holds at least one window of ``length + 1`` tokens."""
     if len(stream) < length + 1:
-        raise ValueError(f"training length {length} is larger than the data: the {split} "
+        raise UserError(f"training length {length} is larger than the data: the {split} "
                          f"split has {len(stream)} tokens, need at least {length + 1}")
 
 
@@ -182,7 +183,7 @@ def prepare_data(data: str | None, tokenizer: str | Tokenizer, task: str | None,
     """
     if task is not None:
         if pack:
-            raise ValueError(f"packing is for text data: the examples of task {task!r} are "
+            raise UserError(f"packing is for text data: the examples of task {task!r} are "
                              f"single documents already")
         tok = tokenizer if isinstance(tokenizer, Tokenizer) else build_tokenizer(
             tokenizer, None, cache_dir or default_cache_dir())

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import UserError
 from .. import paths
 from ..runio import atomic_write, atomic_write_with, sha256_file
 from .documents import check_starts, starts_from_lengths, starts_from_separators
@@ -75,14 +76,14 @@ def document_starts(corpus: Corpus, tokenizer: Tokenizer, split: str,
         if starts is None:
             ids, starts = encode_documents(tokenizer, texts)
             if not np.array_equal(ids, stream):
-                raise ValueError(f"token cache {stream_path(corpus, tokenizer, split, cache_dir)}"
+                raise UserError(f"token cache {stream_path(corpus, tokenizer, split, cache_dir)}"
                                  f" differs from a fresh tokenization of its split; delete it "
                                  f"to rebuild it")
         _save_checked(path, starts)
         starts = _load_checked(path)
     problem = check_starts(starts, len(stream), len(texts))
     if problem is not None:
-        raise ValueError(f"token cache {path} does not fit its token stream ({problem}); "
+        raise UserError(f"token cache {path} does not fit its token stream ({problem}); "
                          f"delete it to rebuild it")
     return starts
 
@@ -123,12 +124,12 @@ def _load_checked(path: Path) -> np.ndarray | None:
     if not (path.is_file() and digest.is_file()):
         return None
     if sha256_file(path) != digest.read_text().strip():
-        raise ValueError(f"token cache {path} is corrupt (its sha256 differs from the one "
+        raise UserError(f"token cache {path} is corrupt (its sha256 differs from the one "
                          f"recorded when it was written); delete it to rebuild it")
     try:
         return np.load(path, mmap_mode="r")
     except (OSError, ValueError) as err:
-        raise ValueError(f"token cache {path} is unreadable ({err}); delete it to rebuild "
+        raise UserError(f"token cache {path} is unreadable ({err}); delete it to rebuild "
                          f"it") from None
 
 

@@ -29,6 +29,8 @@ import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import UserError
+
 SPLITS = ("train", "validation", "test")
 SPLIT_RULE = "posenc-split-v1:sha256(name)%100:<90 train,<95 validation,else test"
 _STDLIB_SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test",
@@ -49,7 +51,7 @@ class Corpus:
     def texts(self, split: str) -> list[str]:
         """The documents of ``split`` ("train", "validation" or "test")."""
         if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+            raise UserError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
         return list(self.documents[split])
 
     def info(self) -> dict[str, str]:
@@ -124,7 +126,7 @@ def _read_text_files(path: Path) -> tuple[list[tuple[str, str]], int]:
         except UnicodeDecodeError:
             skipped += 1
     if path.is_file() and skipped:
-        raise ValueError(f"data file {path} is not UTF-8 text")
+        raise UserError(f"data file {path} is not UTF-8 text")
     return named, skipped
 
 
@@ -137,7 +139,7 @@ def _import_datasets():
     try:
         import datasets
     except ImportError:
-        raise ValueError("Hugging Face datasets need the optional extra: "
+        raise UserError("Hugging Face datasets need the optional extra: "
                          "pip install 'posenc[datasets]'") from None
     return datasets
 
@@ -147,7 +149,7 @@ def _from_hf_disk(path: Path) -> Corpus:
     try:
         ds = datasets.load_from_disk(str(path))
     except Exception as err:  # noqa: BLE001 - any load failure is a bad dataset directory
-        raise ValueError(f"cannot load dataset directory {path}: {_one_line(err)}") from None
+        raise UserError(f"cannot load dataset directory {path}: {_one_line(err)}") from None
     return _from_hf_object(str(path.resolve()), ds)
 
 
@@ -155,14 +157,14 @@ def _from_hf_hub(spec: str) -> Corpus:
     datasets = _import_datasets()
     parts = spec[3:].split(":")
     if not parts[0] or len(parts) > 2:
-        raise ValueError(f"bad dataset spec {spec!r}; use hf:NAME or hf:NAME:CONFIG")
+        raise UserError(f"bad dataset spec {spec!r}; use hf:NAME or hf:NAME:CONFIG")
     hub_log = logging.getLogger("huggingface_hub")
     level = hub_log.level
     hub_log.setLevel(logging.ERROR)        # retries are reported once, as the error below
     try:
         ds = datasets.load_dataset(*parts)
     except Exception as err:  # noqa: BLE001 - network, missing name, bad config
-        raise ValueError(f"cannot load Hugging Face dataset {parts[0]!r}: "
+        raise UserError(f"cannot load Hugging Face dataset {parts[0]!r}: "
                          f"{_one_line(err)}") from None
     finally:
         hub_log.setLevel(level)
@@ -174,7 +176,7 @@ def _text_column(ds) -> str:
         return "text"
     strings = [n for n, f in ds.features.items() if getattr(f, "dtype", None) == "string"]
     if len(strings) != 1:
-        raise ValueError(f"dataset needs a 'text' column or exactly one string column; "
+        raise UserError(f"dataset needs a 'text' column or exactly one string column; "
                          f"columns: {', '.join(ds.column_names)}")
     return strings[0]
 
@@ -189,7 +191,7 @@ def _from_hf_object(name: str, ds) -> Corpus:
                "test": ("test",)}
     found = {s: next((a for a in names if a in ds), None) for s, names in aliases.items()}
     if found["train"] is None:
-        raise ValueError(f"dataset {name} has no 'train' split; splits: {', '.join(ds)}")
+        raise UserError(f"dataset {name} has no 'train' split; splits: {', '.join(ds)}")
     if found["validation"] is None or found["test"] is None:
         # one split given: split its rows like files; extra splits are not used
         return _from_hf_object(name, ds[found["train"]])
@@ -224,7 +226,7 @@ def _split_lines(text: str) -> dict[str, str]:
 def _from_named_texts(name: str, named: list[tuple[str, str]], skipped: int) -> Corpus:
     named = [(n, t) for n, t in named if t.strip()]
     if not named:
-        raise ValueError(f"corpus {name} is empty: no non-empty text found"
+        raise UserError(f"corpus {name} is empty: no non-empty text found"
                          + (f" ({skipped} binary or non-UTF-8 files skipped)" if skipped else ""))
     docs: dict[str, list[str]] = {s: [] for s in SPLITS}
     for n, t in named:
@@ -253,7 +255,7 @@ def _make(name: str, docs: dict[str, tuple[str, ...]], rule: str, skipped: int,
     h = hashlib.sha256(rule.encode())
     for split in SPLITS:
         if not docs[split]:
-            raise ValueError(f"corpus {name} has no text for the {split} split")
+            raise UserError(f"corpus {name} has no text for the {split} split")
         h.update(f"\0split:{split}:{len(docs[split])}\0".encode())
         for text in docs[split]:
             raw = text.encode("utf-8", errors="surrogatepass")

@@ -35,6 +35,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..errors import UserError
+
 TASKS = ("copy", "reverse", "addition", "passkey", "recall")
 IGNORE = -100
 PAD, SEP = ord("#"), ord("=")
@@ -75,7 +77,7 @@ def min_length(name: str, key_digits: int = 5) -> int:
         return 5
     if name == "passkey":
         return len(_key_sentence("0" * key_digits)) + len(QUESTION) + key_digits - 1
-    raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
+    raise UserError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
 
 
 def make_task(name: str, n_examples: int, length: int, seed: int | tuple[int, ...], *,
@@ -85,19 +87,19 @@ def make_task(name: str, n_examples: int, length: int, seed: int | tuple[int, ..
     ``depth`` and ``key_digits`` (default 5) apply to ``passkey`` only.
     """
     if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
+        raise UserError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
     if isinstance(n_examples, bool) or not isinstance(n_examples, int) or n_examples < 1:
-        raise ValueError(f"n_examples must be a positive int, got {n_examples!r}")
+        raise UserError(f"n_examples must be a positive int, got {n_examples!r}")
     if name != "passkey" and (depth is not None or key_digits is not None):
-        raise ValueError(f"depth and key_digits are options of the passkey task, not {name!r}")
+        raise UserError(f"depth and key_digits are options of the passkey task, not {name!r}")
     key_digits = 5 if key_digits is None else key_digits
     if isinstance(key_digits, bool) or not isinstance(key_digits, int) or key_digits < 1:
-        raise ValueError(f"key_digits must be a positive int, got {key_digits!r}")
+        raise UserError(f"key_digits must be a positive int, got {key_digits!r}")
     if depth is not None and not 0.0 <= depth <= 1.0:
-        raise ValueError(f"depth must be in [0, 1], got {depth}")
+        raise UserError(f"depth must be in [0, 1], got {depth}")
     shortest = min_length(name, key_digits)
     if isinstance(length, bool) or not isinstance(length, int) or length < shortest:
-        raise ValueError(f"length for task {name!r} must be an int >= {shortest}, got {length!r}")
+        raise UserError(f"length for task {name!r} must be an int >= {shortest}, got {length!r}")
     seeds = (seed,) if isinstance(seed, int) else tuple(seed)
     rng = np.random.default_rng([TASKS.index(name), *seeds])
     if name in ("copy", "reverse"):
@@ -197,11 +199,11 @@ def make_seq2seq_task(name: str, n_examples: int, length: int,
     """``n_examples`` sources of ``length`` random lowercase letters (byte ids) and their
     targets: ``reverse`` flips the source, ``sort`` sorts it (ties kept)."""
     if name not in SEQ2SEQ_TASKS:
-        raise ValueError(f"unknown sequence-to-sequence task {name!r}; valid tasks: "
+        raise UserError(f"unknown sequence-to-sequence task {name!r}; valid tasks: "
                          f"{', '.join(SEQ2SEQ_TASKS)}")
     for what, value in (("n_examples", n_examples), ("length", length)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{what} must be a positive int, got {value!r}")
+            raise UserError(f"{what} must be a positive int, got {value!r}")
     seeds = (seed,) if isinstance(seed, int) else tuple(seed)
     rng = np.random.default_rng([len(TASKS) + SEQ2SEQ_TASKS.index(name), *seeds])
     src = rng.integers(ord("a"), ord("z") + 1, size=(n_examples, length))

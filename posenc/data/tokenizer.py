@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..errors import UserError
 from ..runio import atomic_write
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ class ByteTokenizer(Tokenizer):
     def decode(self, ids: list[int]) -> str:
         bad = [i for i in ids if not 0 <= int(i) < 256]
         if bad:
-            raise ValueError(f"byte token ids must be in [0, 256), got {bad[0]}")
+            raise UserError(f"byte token ids must be in [0, 256), got {bad[0]}")
         return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
 
     @property
@@ -87,7 +88,7 @@ class BPETokenizer(Tokenizer):
         self.vocab_size = tok.get_vocab_size()
         sep = tok.token_to_id(SEPARATOR)
         if sep is None:
-            raise ValueError(f"BPE tokenizer has no {SEPARATOR} token")
+            raise UserError(f"BPE tokenizer has no {SEPARATOR} token")
         self.sep_id = sep
         self._json = tok.to_str()
 
@@ -120,10 +121,10 @@ def parse_spec(spec: str) -> tuple[str, int | None]:
         except ValueError:
             n = None
         if n is None or not BPE_MIN_VOCAB <= n <= BPE_MAX_VOCAB:
-            raise ValueError(f"tokenizer bpe:N needs N in [{BPE_MIN_VOCAB}, {BPE_MAX_VOCAB}],"
+            raise UserError(f"tokenizer bpe:N needs N in [{BPE_MIN_VOCAB}, {BPE_MAX_VOCAB}],"
                              f" got {spec!r}")
         return "bpe", n
-    raise ValueError(f"unknown tokenizer {spec!r}; valid: byte, bpe:N (e.g. bpe:4096)")
+    raise UserError(f"unknown tokenizer {spec!r}; valid: byte, bpe:N (e.g. bpe:4096)")
 
 
 def build_tokenizer(spec: str, corpus: Corpus, cache_dir: str | Path) -> Tokenizer:
@@ -151,7 +152,7 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
         return BPETokenizer(HFTokenizer.from_file(str(directory / BPE_FILE)), config["spec"])
     except Exception as err:  # noqa: BLE001 - any failure means an unreadable tokenizer
         line = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise ValueError(f"cannot load tokenizer from {directory}: {line}") from None
+        raise UserError(f"cannot load tokenizer from {directory}: {line}") from None
 
 
 def _train_bpe(texts: list[str], vocab_size: int):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
 from .base import PositionalEncoding, register
 from .checks import check_in_range, require_positive_int
 
@@ -30,7 +31,7 @@ class LearnedEncoding(PositionalEncoding):
     def __init__(self, *, init_std: float = 0.02, **kw) -> None:
         super().__init__(**kw)
         if self.max_len is None:
-            raise ValueError("learned encoding needs max_len (the table size), a positive int")
+            raise UserError("learned encoding needs max_len (the table size), a positive int")
         require_positive_int("max_len", self.max_len)
         self.table = nn.Parameter(torch.randn(self.max_len, self.n_heads * self.head_dim)
                                   * init_std)
@@ -47,6 +48,6 @@ class LearnedEncoding(PositionalEncoding):
               state: dict | None = None) -> Tensor:
         self.check_positions(pos)
         if x.shape[-1] != self.table.shape[-1]:
-            raise ValueError(f"learned table width {self.table.shape[-1]} != model width "
+            raise UserError(f"learned table width {self.table.shape[-1]} != model width "
                              f"{x.shape[-1]}")
         return x + self.table[pos].to(x.dtype)  # (T, C) broadcast over B

@@ -17,6 +17,7 @@ import math
 import torch
 from torch import Tensor
 
+from ..errors import UserError
 from .base import register
 from .checks import require_positive_int
 from .relative_bias import BiasFunction, DistanceBiasEncoding
@@ -54,7 +55,7 @@ class ALiBiEncoding(DistanceBiasEncoding):
     def __init__(self, *, bidirectional: bool = False, **kw) -> None:
         super().__init__(**kw)
         if not isinstance(bidirectional, bool):
-            raise ValueError(f"bidirectional must be True or False, got {bidirectional!r}")
+            raise UserError(f"bidirectional must be True or False, got {bidirectional!r}")
         self.bidirectional = bidirectional
         self.register_buffer("slopes", alibi_slopes(self.n_heads), persistent=False)
 

@@ -49,6 +49,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
 from .checks import require_int_at_least, require_positive_int
 
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
@@ -248,7 +249,7 @@ def register(name: str) -> Callable[[type[PositionalEncoding]], type[PositionalE
 
     def wrap(cls: type[PositionalEncoding]) -> type[PositionalEncoding]:
         if name in _REGISTRY:
-            raise ValueError(f"encoding {name!r} is already registered")
+            raise UserError(f"encoding {name!r} is already registered")
         cls.name = name
         _REGISTRY[name] = cls
         return cls
@@ -266,7 +267,7 @@ def encoding_class(name: str) -> type[PositionalEncoding]:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(
+        raise UserError(
             f"unknown encoding {name!r}; valid encodings: {', '.join(list_encodings())}"
         ) from None
 
@@ -294,7 +295,7 @@ def with_model_facts(name: str, options: dict[str, Any], **facts: Any) -> dict[s
     declares and the user did not set; ValueError for an unknown fact."""
     unknown = sorted(set(facts) - set(MODEL_FACTS))
     if unknown:
-        raise ValueError(f"unknown model fact(s) {', '.join(unknown)}; known: "
+        raise UserError(f"unknown model fact(s) {', '.join(unknown)}; known: "
                          f"{', '.join(MODEL_FACTS)}")
     declared = encoding_options(name)
     given = {key: value for key, value in facts.items()
@@ -313,7 +314,7 @@ def build_encoding(name: str, *, n_heads: int, head_dim: int, max_len: int | Non
     valid = set(encoding_options(name)) - {"n_heads", "head_dim", "max_len"}
     unknown = sorted(set(options) - valid)
     if unknown:
-        raise ValueError(
+        raise UserError(
             f"unknown option(s) {', '.join(unknown)} for encoding {name!r}; "
             f"valid options: {', '.join(sorted(valid)) or '(none)'}"
         )

@@ -12,6 +12,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import UserError
+
 
 # ---------------------------------------------------------------- validation
 def require_positive_int(option: str, value: Any) -> None:
@@ -20,7 +22,7 @@ def require_positive_int(option: str, value: Any) -> None:
 
 def require_int_at_least(option: str, value: Any, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{option} must be an integer >= {low}, got {value!r}")
+        raise UserError(f"{option} must be an integer >= {low}, got {value!r}")
 
 
 def require_float_in(option: str, value: Any, low: float, high: float,
@@ -32,13 +34,13 @@ def require_float_in(option: str, value: Any, low: float, high: float,
             value < high if high_open else value <= high)
     if not ok:
         lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
-        raise ValueError(f"{option} must be a number in {lo}{low}, {high}{hi}, got {value!r}")
+        raise UserError(f"{option} must be a number in {lo}{low}, {high}{hi}, got {value!r}")
     return float(value)
 
 
 def require_choice(option: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
-        raise ValueError(f"{option} must be one of {', '.join(map(repr, choices))}, "
+        raise UserError(f"{option} must be one of {', '.join(map(repr, choices))}, "
                          f"got {value!r}")
     return value
 
@@ -58,13 +60,13 @@ def check_positions(name: str, pos: Any, length: int | None, batch: int | None =
     """
     if not isinstance(pos, Tensor) or not _is_integer(pos):
         got = f"dtype {pos.dtype}" if isinstance(pos, Tensor) else type(pos).__name__
-        raise ValueError(f"{name} must be an integer tensor of positions, got {got}")
+        raise UserError(f"{name} must be an integer tensor of positions, got {got}")
     ok = pos.dim() in (1, 2) and (length is None or pos.shape[-1] == length) and (
         pos.dim() == 1 or batch is None or pos.shape[0] == batch)
     if not ok:
         n = "length" if length is None else str(length)
         rows = "batch" if batch is None else str(batch)
-        raise ValueError(f"{name} must have shape ({n},) or ({rows}, {n}), one position per "
+        raise UserError(f"{name} must have shape ({n},) or ({rows}, {n}), one position per "
                          f"token, got shape {tuple(pos.shape)}")
 
 
@@ -81,11 +83,11 @@ def check_qk(encoding: Any, q: Any, k: Any, q_pos: Any, k_pos: Any,
         if not isinstance(x, Tensor) or x.dim() != 4 or not x.is_floating_point():
             got = (f"shape {tuple(x.shape)}, dtype {x.dtype}" if isinstance(x, Tensor)
                    else type(x).__name__)
-            raise ValueError(f"{name} must be a floating-point tensor (batch, heads, length, "
+            raise UserError(f"{name} must be a floating-point tensor (batch, heads, length, "
                              f"head_dim), got {got}")
         check_positions(f"{name}_pos", pos, x.shape[2], x.shape[0])
     if bias and q is not None and q.shape[1] != encoding.n_heads:
-        raise ValueError(f"q has {q.shape[1]} heads but this {encoding.name or 'encoding'} "
+        raise UserError(f"q has {q.shape[1]} heads but this {encoding.name or 'encoding'} "
                          f"was built for n_heads={encoding.n_heads}")
 
 
@@ -103,9 +105,9 @@ def check_in_range(values: Tensor, low: float | None, high: float | None,
     if values.device.type == "cpu":
         lo, hi = torch.aminmax(values)
         if low is not None and lo < low:
-            raise ValueError(message(lo.item()))
+            raise UserError(message(lo.item()))
         if high is not None and hi >= high:
-            raise ValueError(message(hi.item()))
+            raise UserError(message(hi.item()))
     elif values.device.type == "cuda":
         ok = torch.ones((), dtype=torch.bool, device=values.device)
         if low is not None:
@@ -120,7 +122,7 @@ def check_token_ids(name: str, ids: Any, vocab_size: int) -> None:
     :func:`check_in_range` checks it)."""
     if not isinstance(ids, Tensor) or ids.dtype not in (torch.int64, torch.int32):
         got = f"dtype {ids.dtype}" if isinstance(ids, Tensor) else type(ids).__name__
-        raise ValueError(f"{name} must be a tensor of token ids (int64 or int32), got {got}")
+        raise UserError(f"{name} must be a tensor of token ids (int64 or int32), got {got}")
 
     check_in_range(ids, 0, vocab_size, lambda bad: (
         f"{name} holds token id {bad}, outside the vocabulary [0, {vocab_size})"))
@@ -131,6 +133,6 @@ def require_options(option: str, value: Any) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
-        raise ValueError(f"{option} must be a dict of encoding options (or None for none), "
+        raise UserError(f"{option} must be a dict of encoding options (or None for none), "
                          f"got {value!r}")
     return dict(value)

@@ -32,6 +32,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
 from .base import PositionalEncoding, register
 from .checks import check_in_range, require_float_in, require_positive_int
 
@@ -55,7 +56,7 @@ class ComplexOrderEncoding(PositionalEncoding):
                  **kw) -> None:
         super().__init__(**kw)
         if vocab_size is None:
-            raise ValueError("complex_order needs vocab_size (the number of token ids), a "
+            raise UserError("complex_order needs vocab_size (the number of token ids), a "
                              "positive int (a model passes its own)")
         require_positive_int("vocab_size", vocab_size)
         self.freq_base = require_float_in("freq_base", freq_base, 1.0, float("inf"))
@@ -72,15 +73,15 @@ class ComplexOrderEncoding(PositionalEncoding):
         """φ = ω_ids * pos + θ_ids in fp32. x (B, T, C), pos (T,) or (B, T), ids (B, T)
         -> (B, T, C)."""
         if ids is None:
-            raise ValueError("complex_order needs the token ids (embed(..., ids=ids))")
+            raise UserError("complex_order needs the token ids (embed(..., ids=ids))")
         if ids.shape != x.shape[:2]:
-            raise ValueError(f"ids shape {tuple(ids.shape)} != embeddings' (batch, length) "
+            raise UserError(f"ids shape {tuple(ids.shape)} != embeddings' (batch, length) "
                              f"{tuple(x.shape[:2])}")
         check_in_range(ids, 0, self.vocab_size, lambda bad: (
             f"token id {bad} is outside complex_order's tables: ids must be in "
             f"[0, {self.vocab_size}) (vocab_size={self.vocab_size})"))
         if x.shape[-1] != self.frequency.shape[-1]:
-            raise ValueError(f"complex_order width {self.frequency.shape[-1]} != model width "
+            raise UserError(f"complex_order width {self.frequency.shape[-1]} != model width "
                              f"{x.shape[-1]}")
         return (self.frequency[ids].float() * pos.to(torch.float32)[..., None]
                 + self.phase[ids].float())                          # pos (T,) or (B, T)

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..errors import UserError
 from .base import PositionalEncoding, register
 from .checks import require_choice, require_int_at_least
 
@@ -56,10 +57,10 @@ class ConvEncoding(PositionalEncoding):
         require_int_at_least("kernel_size", kernel_size, 2)
         self.padding = require_choice("padding", padding, ("causal", "centered"))
         if padding == "centered" and kernel_size % 2 == 0:
-            raise ValueError(f"kernel_size must be odd (3, 5, ...) for padding='centered', "
+            raise UserError(f"kernel_size must be odd (3, 5, ...) for padding='centered', "
                              f"got {kernel_size}")
         if not isinstance(bias, bool):
-            raise ValueError(f"bias must be True or False, got {bias!r}")
+            raise UserError(f"bias must be True or False, got {bias!r}")
         self.kernel_size = kernel_size
         width = self.n_heads * self.head_dim
         # PyTorch's Conv1d default: uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = k
@@ -87,11 +88,11 @@ class ConvEncoding(PositionalEncoding):
               state: dict | None = None) -> Tensor:
         b, t, c = x.shape
         if c != self.weight.shape[0]:
-            raise ValueError(f"conv width {self.weight.shape[0]} != model width {c}")
+            raise UserError(f"conv width {self.weight.shape[0]} != model width {c}")
         k = self.kernel_size
         if self.padding == "centered":
             if state is not None:
-                raise ValueError("padding='centered' reads future tokens and cannot decode "
+                raise UserError("padding='centered' reads future tokens and cannot decode "
                                  "token by token with a cache; use padding='causal'")
             half = (k - 1) // 2
             return x + self._conv(F.pad(x, (0, 0, half, half)), _same_run(pos))
@@ -99,7 +100,7 @@ class ConvEncoding(PositionalEncoding):
         if history is None:
             history = x.new_zeros(b, k - 1, c)                       # causal zero padding
         elif history.shape[0] != b or history.shape[-1] != c:
-            raise ValueError(f"conv decode state holds batch {history.shape[0]} x width "
+            raise UserError(f"conv decode state holds batch {history.shape[0]} x width "
                              f"{history.shape[-1]}, got input batch {b} x width {c}")
         padded = torch.cat((history.to(x.dtype), x), dim=1)         # (B, k - 1 + T, C)
         if state is not None:

@@ -38,6 +38,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
 from ..kernels.layouts.causal_pairs import CausalPairBias, causal_pair_bias
 from ..kernels.layouts.relative_shift import PairLayout, head_table, layout_kind, pair_layout
 from ..kernels.pairs import pair_kernel_ready
@@ -104,19 +105,19 @@ class DeBERTaEncoding(PositionalEncoding):
         if position_buckets is not None:
             require_int_at_least("position_buckets", position_buckets, 2)
             if max_relative_positions <= position_buckets // 2 + 1:
-                raise ValueError(
+                raise UserError(
                     f"max_relative_positions must be > position_buckets // 2 + 1 = "
                     f"{position_buckets // 2 + 1} (the log buckets start there), got "
                     f"{max_relative_positions}")
         terms = tuple(t.strip() for t in pos_att_type.split("|")) \
             if isinstance(pos_att_type, str) else ()
         if not terms or len(set(terms)) != len(terms) or not set(terms) <= set(TERMS):
-            raise ValueError(f"pos_att_type must be 'c2p|p2c', 'c2p' or 'p2c', got "
+            raise UserError(f"pos_att_type must be 'c2p|p2c', 'c2p' or 'p2c', got "
                              f"{pos_att_type!r}")
         for option, value in (("rel_layer_norm", rel_layer_norm),
                               ("absolute_query", absolute_query)):
             if not isinstance(value, bool):
-                raise ValueError(f"{option} must be True or False, got {value!r}")
+                raise UserError(f"{option} must be True or False, got {value!r}")
         require_float_in("init_std", init_std, 0.0, float("inf"))
         self.position_buckets = position_buckets
         self.max_relative_positions = max_relative_positions
@@ -134,7 +135,7 @@ class DeBERTaEncoding(PositionalEncoding):
                 nn.init.normal_(proj.weight, std=0.02)
                 nn.init.zeros_(proj.bias)
         if absolute_query and self.max_len is None:
-            raise ValueError("absolute_query needs max_len (the size of its table), a "
+            raise UserError("absolute_query needs max_len (the size of its table), a "
                              "positive int")
         self._causal_rows: dict[tuple[int, str], tuple[Tensor, tuple[Tensor, ...]]] = {}
         self.absolute = LearnedEncoding(n_heads=self.n_heads, head_dim=self.head_dim,

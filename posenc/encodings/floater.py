@@ -24,6 +24,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
 from .base import register
 from .checks import require_choice, require_float_in, require_int_at_least, require_positive_int
 from .recurrent import TrajectoryEncoding
@@ -79,10 +80,10 @@ class FloaterEncoding(TrajectoryEncoding):
         self.delta = require_float_in("delta", delta, 0.0, float("inf"))
         require_int_at_least("substeps", substeps, 1)
         if substeps & (substeps - 1):
-            raise ValueError(f"substeps must be a power of two (1, 2, 4, ...) so that every "
+            raise UserError(f"substeps must be a power of two (1, 2, 4, ...) so that every "
                              f"position lies exactly on the solver grid, got {substeps}")
         if substeps != 1 and method in ADAPTIVE:
-            raise ValueError(f"substeps applies to fixed-grid methods {FIXED_GRID}; adaptive "
+            raise UserError(f"substeps applies to fixed-grid methods {FIXED_GRID}; adaptive "
                              f"method {method!r} sets its own steps (use rtol/atol), got "
                              f"substeps={substeps}")
         self.substeps = substeps

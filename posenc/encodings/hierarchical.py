@@ -23,6 +23,7 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
 from .absolute import LearnedEncoding
 from .base import PositionalEncoding, build_encoding, register
 from .checks import check_in_range, require_float_in, require_int_at_least, require_positive_int
@@ -57,7 +58,7 @@ class HierarchicalEncoding(PositionalEncoding):
         self.alpha = require_float_in("alpha", alpha, 0.0, 1.0)
         if base_len is None:
             if self.max_len is None:
-                raise ValueError("hierarchical encoding needs base_len (rows of the trained "
+                raise UserError("hierarchical encoding needs base_len (rows of the trained "
                                  "table) or max_len to default it, a positive int")
             base_len = self.max_len
         require_positive_int("base_len", base_len)
@@ -65,7 +66,7 @@ class HierarchicalEncoding(PositionalEncoding):
             n_positions = base_len * base_len
         require_int_at_least("n_positions", n_positions, 1)
         if not base_len <= n_positions <= base_len * base_len:
-            raise ValueError(
+            raise UserError(
                 f"n_positions must be in [base_len, base_len²] = [{base_len}, "
                 f"{base_len * base_len}] (a hierarchical table of n rows serves at most n² "
                 f"positions), got {n_positions}")
@@ -83,7 +84,7 @@ class HierarchicalEncoding(PositionalEncoding):
             f"[0, {self.n_positions}) (n_positions={self.n_positions}, "
             f"base_len={self.base_len})"))
         if x.shape[-1] != self.table.shape[-1]:
-            raise ValueError(f"hierarchical table width {self.table.shape[-1]} != model "
+            raise UserError(f"hierarchical table width {self.table.shape[-1]} != model "
                              f"width {x.shape[-1]}")
         return x + hierarchical_positions(self.table, pos, self.alpha).to(x.dtype)
 
@@ -105,11 +106,11 @@ def extend_learned_model(model: nn.Module, alpha: float = 0.4,
     """
     old = getattr(model, "pe", None)
     if not isinstance(old, LearnedEncoding):
-        raise ValueError(f"extend_learned_model needs a model whose encoding is 'learned', "
+        raise UserError(f"extend_learned_model needs a model whose encoding is 'learned', "
                          f"got {getattr(old, 'name', type(old).__name__)!r}")
     config = getattr(model, "config", None)
     if config is None or not dataclasses.is_dataclass(config):
-        raise ValueError("extend_learned_model needs a model with a dataclass `config` "
+        raise UserError("extend_learned_model needs a model with a dataclass `config` "
                          "(pe, pe_options), such as TransformerLM")
     n = old.table.shape[0]
     options = {**config.pe_options, "alpha": alpha, "base_len": n}

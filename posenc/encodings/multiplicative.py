@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
 from .base import PositionalEncoding, register
 from .checks import check_in_range, require_choice, require_float_in
 from .sinusoidal import sinusoidal_at
@@ -41,7 +42,7 @@ class MultiplicativeEncoding(PositionalEncoding):
         width = self.n_heads * self.head_dim
         if positions == "learned":
             if self.max_len is None:
-                raise ValueError("multiplicative positions='learned' needs max_len (the table "
+                raise UserError("multiplicative positions='learned' needs max_len (the table "
                                  "size), a positive int")
             self.table = nn.Parameter(1.0 + torch.randn(self.max_len, width) * init_std)
         else:
@@ -62,7 +63,7 @@ class MultiplicativeEncoding(PositionalEncoding):
             return sinusoidal_at(pos, width, self.base)
         self.check_positions(pos)
         if width != self.table.shape[-1]:
-            raise ValueError(f"multiplicative table width {self.table.shape[-1]} != model "
+            raise UserError(f"multiplicative table width {self.table.shape[-1]} != model "
                              f"width {width}")
         return self.table[pos]
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
 from .base import PositionalEncoding, register
 from .checks import require_float_in
 
@@ -59,10 +60,10 @@ class TrajectoryEncoding(PositionalEncoding):
         if pos.numel() == 0:
             return x
         if int(pos.min()) < 0:
-            raise ValueError(f"{self.name} positions must be >= 0, got {int(pos.min())}")
+            raise UserError(f"{self.name} positions must be >= 0, got {int(pos.min())}")
         table = self.positions(int(pos.max()) + 1)                    # (P, C)
         if table.shape[-1] != x.shape[-1]:
-            raise ValueError(f"{self.name} width {table.shape[-1]} != model width "
+            raise UserError(f"{self.name} width {table.shape[-1]} != model width "
                              f"{x.shape[-1]}")
         return x + table[pos].to(x.dtype)                             # (T, C) over B
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from ..errors import UserError
 from .base import PositionalEncoding, ScoreMod, pairs_per_head, position_reader
 from .checks import check_qk
 
@@ -45,7 +46,7 @@ class DistanceBiasEncoding(PositionalEncoding):
         """ValueError if attention without a causal mask asks for a bias built in its causal
         form (``bidirectional=False``: keys after the query would get a meaningless term)."""
         if not causal and getattr(self, "bidirectional", True) is False:
-            raise ValueError(f"this {self.name} bias is built for causal attention "
+            raise UserError(f"this {self.name} bias is built for causal attention "
                              f"(bidirectional=False); build it with bidirectional=True for "
                              f"attention without a causal mask (encoders)")
 

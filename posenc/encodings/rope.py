@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import UserError
 from ..kernels.rotary import apply_rotary, frequency_turns, rotary_angles
 from .base import PositionalEncoding, register
 from .checks import check_qk, require_choice, require_float_in
@@ -49,18 +50,18 @@ class RotaryEncoding(PositionalEncoding):
         self.theta = require_float_in("theta", theta, 1.0, float("inf"))
         self.layout = require_choice("layout", layout, ("half", "interleaved"))
         if self.head_dim % 2:
-            raise ValueError(f"rope needs an even head_dim, got head_dim={self.head_dim}")
+            raise UserError(f"rope needs an even head_dim, got head_dim={self.head_dim}")
         rotary_dim = self.head_dim if rotary_dim is None else rotary_dim
         if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) \
                 or not 2 <= rotary_dim <= self.head_dim or rotary_dim % 2:
-            raise ValueError(f"rotary_dim must be an even integer in [2, head_dim={self.head_dim}]"
+            raise UserError(f"rotary_dim must be an even integer in [2, head_dim={self.head_dim}]"
                              f", got {rotary_dim!r}")
         self.rotary_dim = rotary_dim
         kind = scaling_type(scaling)
         if scaling is not None and "original_max_position_embeddings" in REQUIRED[kind] \
                 and scaling.get("original_max_position_embeddings") is None:
             if self.max_len is None:
-                raise ValueError(f"scaling {kind!r} needs 'original_max_position_embeddings' "
+                raise UserError(f"scaling {kind!r} needs 'original_max_position_embeddings' "
                                  "(or max_len to default it), a positive int")
             scaling = {**scaling, "original_max_position_embeddings": self.max_len}
         self.scaling = validate_scaling(scaling, rotary_dim=rotary_dim)

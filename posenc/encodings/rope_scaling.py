@@ -32,6 +32,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import UserError
+
 # keys every type accepts, then the keys of each type (required ones first in REQUIRED)
 _COMMON = {"rope_type", "type", "rope_theta"}
 _KEYS: dict[str, set[str]] = {
@@ -72,13 +74,13 @@ def scaling_type(scaling: Mapping[str, Any] | None) -> str:
     if scaling is None:
         return "default"
     if not isinstance(scaling, Mapping):
-        raise ValueError(f"scaling must be a dict like {{'rope_type': 'linear', 'factor': 2.0}},"
+        raise UserError(f"scaling must be a dict like {{'rope_type': 'linear', 'factor': 2.0}},"
                          f" got {scaling!r}")
     kind = scaling.get("rope_type", scaling.get("type"))
     if kind is None:
-        raise ValueError(f"scaling needs 'rope_type'; valid types: {', '.join(scaling_types())}")
+        raise UserError(f"scaling needs 'rope_type'; valid types: {', '.join(scaling_types())}")
     if kind not in _KEYS:
-        raise ValueError(f"unknown scaling type {kind!r}; valid types: "
+        raise UserError(f"unknown scaling type {kind!r}; valid types: "
                          f"{', '.join(scaling_types())}")
     return kind
 
@@ -96,44 +98,44 @@ def validate_scaling(scaling: Mapping[str, Any] | None, rotary_dim: int | None =
     valid = _KEYS[kind] | _COMMON
     unknown = sorted(set(scaling) - valid)
     if unknown:
-        raise ValueError(f"unknown key(s) {', '.join(unknown)} for scaling type {kind!r}; valid "
+        raise UserError(f"unknown key(s) {', '.join(unknown)} for scaling type {kind!r}; valid "
                          f"keys: {', '.join(sorted(valid - {'type'}))}")
     out = {k: v for k, v in scaling.items() if k != "type"}
     out["rope_type"] = kind
     for key in REQUIRED[kind]:
         if out.get(key) is None:
-            raise ValueError(f"scaling type {kind!r} needs {key!r}")
+            raise UserError(f"scaling type {kind!r} needs {key!r}")
     factor = out.get("factor")
     if factor is not None or kind in ("linear", "ntk", "dynamic", "yarn", "llama3"):
         _positive(kind, "factor", factor)
         if kind in ("ntk", "yarn", "llama3") and factor < 1:
-            raise ValueError(f"scaling {kind!r}: factor must be >= 1, got {factor!r}")
+            raise UserError(f"scaling {kind!r}: factor must be >= 1, got {factor!r}")
     if kind == "dynamic" and out.get("schedule", "stepped") not in DYNAMIC_SCHEDULES:
-        raise ValueError(f"scaling 'dynamic': schedule must be one of "
+        raise UserError(f"scaling 'dynamic': schedule must be one of "
                          f"{', '.join(map(repr, DYNAMIC_SCHEDULES))}, got {out['schedule']!r}")
     if "original_max_position_embeddings" in out:
         omp = out["original_max_position_embeddings"]
         if isinstance(omp, bool) or not isinstance(omp, int) or omp < 1:
-            raise ValueError(f"scaling {kind!r}: original_max_position_embeddings must be a "
+            raise UserError(f"scaling {kind!r}: original_max_position_embeddings must be a "
                              f"positive int, got {omp!r}")
     for key in ("attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
                 "low_freq_factor", "high_freq_factor", "rope_theta"):
         if out.get(key) is not None:
             _positive(kind, key, out[key])
     if kind == "llama3" and out["high_freq_factor"] <= out["low_freq_factor"]:
-        raise ValueError("scaling 'llama3': high_freq_factor must be > low_freq_factor, got "
+        raise UserError("scaling 'llama3': high_freq_factor must be > low_freq_factor, got "
                          f"{out['high_freq_factor']} <= {out['low_freq_factor']}")
     if kind == "longrope":
         if out.get("factor") is None and out.get("attention_factor") is None:
-            raise ValueError("scaling 'longrope' needs 'factor' (or an explicit "
+            raise UserError("scaling 'longrope' needs 'factor' (or an explicit "
                              "'attention_factor') to set the attention factor")
         for key in ("long_factor", "short_factor"):
             vals = out[key]
             if not isinstance(vals, (list, tuple)) or not all(
                     isinstance(v, (int, float)) and v > 0 for v in vals):
-                raise ValueError(f"scaling 'longrope': {key} must be a list of positive numbers")
+                raise UserError(f"scaling 'longrope': {key} must be a list of positive numbers")
             if rotary_dim is not None and len(vals) != rotary_dim // 2:
-                raise ValueError(f"scaling 'longrope': {key} needs rotary_dim/2 = "
+                raise UserError(f"scaling 'longrope': {key} needs rotary_dim/2 = "
                                  f"{rotary_dim // 2} values, got {len(vals)}")
     return out
 
@@ -141,7 +143,7 @@ def validate_scaling(scaling: Mapping[str, Any] | None, rotary_dim: int | None =
 def _positive(kind: str, key: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
             or not math.isfinite(value):
-        raise ValueError(f"scaling {kind!r}: {key} must be a positive number, got {value!r}")
+        raise UserError(f"scaling {kind!r}: {key} must be a positive number, got {value!r}")
 
 
 def base_inv_freq(dim: int, theta: float) -> Tensor:
@@ -276,13 +278,13 @@ def compute_inv_freq(head_dim: int, theta: float = 10000.0,
     """
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2 \
             or head_dim % 2:
-        raise ValueError(f"head_dim (rotated dims) must be an even integer >= 2, got {head_dim!r}")
+        raise UserError(f"head_dim (rotated dims) must be an even integer >= 2, got {head_dim!r}")
     if not (isinstance(theta, (int, float)) and theta > 1):
-        raise ValueError(f"theta must be a number > 1, got {theta!r}")
+        raise UserError(f"theta must be a number > 1, got {theta!r}")
     params = validate_scaling(scaling, rotary_dim=head_dim)
     kind = scaling_type(params)
     if params is not None and params.get("rope_theta") not in (None, theta):
-        raise ValueError(f"scaling rope_theta={params['rope_theta']} conflicts with "
+        raise UserError(f"scaling rope_theta={params['rope_theta']} conflicts with "
                          f"theta={theta}; give one value")
     return _INIT[kind](head_dim, float(theta), params or {}, seq_len)
 
@@ -296,14 +298,14 @@ def parse_scaling_spec(spec: str, original_max_position_embeddings: int | None =
     """
     kind, _, factor_text = spec.partition(":")
     if kind not in _KEYS or kind == "default":
-        raise ValueError(f"unknown scaling {spec!r}; valid: "
+        raise UserError(f"unknown scaling {spec!r}; valid: "
                          f"{', '.join(k + ':FACTOR' for k in scaling_types() if k != 'default')}")
     out: dict[str, Any] = {"rope_type": kind}
     if factor_text:
         try:
             out["factor"] = float(factor_text)
         except ValueError:
-            raise ValueError(f"scaling factor in {spec!r} is not a number") from None
+            raise UserError(f"scaling factor in {spec!r} is not a number") from None
     elif kind == "dynamic":
         out["factor"] = 1.0
     if "original_max_position_embeddings" in _KEYS[kind] and original_max_position_embeddings:

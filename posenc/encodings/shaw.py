@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
 from ..kernels.layouts.clipped_pairs import ClippedPairBias, collect_clipped, spread_clipped
 from ..kernels.layouts.relative_shift import layout_kind
 from .base import PositionalEncoding, ScoreMod, pairs_per_head, position_reader, register
@@ -61,7 +62,7 @@ class ShawEncoding(PositionalEncoding):
         require_positive_int("max_relative_position", max_relative_position)
         self.table_kind = require_choice("table", table, ("learned", "sinusoidal"))
         if not isinstance(relative_values, bool):
-            raise ValueError(f"relative_values must be True or False, got {relative_values!r}")
+            raise UserError(f"relative_values must be True or False, got {relative_values!r}")
         require_float_in("init_std", init_std, 0.0, float("inf"))
         self.max_relative_position = max_relative_position
         self.relative_values = relative_values

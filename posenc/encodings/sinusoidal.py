@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..errors import UserError
 from .base import PositionalEncoding, register
 from .checks import require_float_in
 
@@ -30,7 +31,7 @@ def sinusoidal_at(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
 def sinusoidal_table(n_positions: int, dim: int) -> Tensor:
     """The Vaswani table for positions 0..n_positions-1: (n_positions, dim), fp32."""
     if n_positions < 0 or dim < 1:
-        raise ValueError(f"need n_positions >= 0 and dim >= 1, got {n_positions}, {dim}")
+        raise UserError(f"need n_positions >= 0 and dim >= 1, got {n_positions}, {dim}")
     return sinusoidal_at(torch.arange(n_positions), dim)
 
 

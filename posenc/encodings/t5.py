@@ -21,6 +21,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
 from .base import register
 from .checks import require_int_at_least
 from .relative_bias import BiasFunction, DistanceBiasEncoding
@@ -71,12 +72,12 @@ class T5Encoding(DistanceBiasEncoding):
                  max_distance: int = 128, **kw) -> None:
         super().__init__(**kw)
         if not isinstance(bidirectional, bool):
-            raise ValueError(f"bidirectional must be True or False, got {bidirectional!r}")
+            raise UserError(f"bidirectional must be True or False, got {bidirectional!r}")
         require_int_at_least("num_buckets", num_buckets, 4 if bidirectional else 2)
         require_int_at_least("max_distance", max_distance, 1)
         max_exact = (num_buckets // 2 if bidirectional else num_buckets) // 2
         if max_distance <= max_exact:
-            raise ValueError(f"max_distance must be > {max_exact} (the exact-bucket range for "
+            raise UserError(f"max_distance must be > {max_exact} (the exact-bucket range for "
                              f"num_buckets={num_buckets}), got {max_distance}")
         self.bidirectional = bidirectional
         self.num_buckets = num_buckets

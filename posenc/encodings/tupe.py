@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..errors import UserError
 from .absolute import LearnedEncoding
 from .base import heads_first, register
 from .t5 import T5Encoding
@@ -48,7 +49,7 @@ class TUPEEncoding(T5Encoding):
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
         if self.max_len is None:
-            raise ValueError("tupe needs max_len (the size of its absolute table), a "
+            raise UserError("tupe needs max_len (the size of its absolute table), a "
                              "positive int")
         width = self.n_heads * self.head_dim
         self.absolute = LearnedEncoding(n_heads=self.n_heads, head_dim=self.head_dim,

@@ -37,6 +37,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
 from ..kernels.layouts.relative_shift import distance_span, head_table, pair_layout
 from ..kernels.rotary import apply_rotary
 from .base import PositionalEncoding, ScoreMod, register
@@ -69,7 +70,7 @@ class TransformerXLEncoding(PositionalEncoding):
         require_float_in("init_std", init_std, 0.0, float("inf"))
         width = self.n_heads * self.head_dim
         if width % 2:
-            raise ValueError(f"xl needs an even n_heads * head_dim (the sinusoid width), got "
+            raise UserError(f"xl needs an even n_heads * head_dim (the sinusoid width), got "
                              f"{width}")
         self.pos_proj = nn.Linear(width, width, bias=False)           # W_{K,R}
         nn.init.normal_(self.pos_proj.weight, std=init_std)

@@ -32,6 +32,7 @@ import math
 import torch
 from torch import Tensor
 
+from ..errors import UserError
 from ..kernels.rotary import apply_rotary
 from .base import register
 from .checks import check_in_range, check_qk, require_float_in
@@ -68,7 +69,7 @@ class XPosEncoding(RotaryEncoding):
         if center is None:
             center = 0 if self.max_len is None else self.max_len // 2
         if isinstance(center, bool) or not isinstance(center, int):
-            raise ValueError(f"center must be an integer (any sign), got {center!r}")
+            raise UserError(f"center must be an integer (any sign), got {center!r}")
         self.center = center
         zeta = xpos_zeta(self.rotary_dim, self.gamma)
         self.register_buffer("log_zeta", zeta.log(), persistent=False)      # (R/2,) fp32

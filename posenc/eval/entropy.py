@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
 from .lengths import as_token_tensor, na_note, unsupported_length, validate_lengths
 
 #: the "tail" of a window: its last quarter of query positions (those seeing the most keys)
@@ -75,9 +76,9 @@ def entropy_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths: S
     ``"raise"`` or ``"note"`` (a ValueError from the model gives an n/a result).
     """
     if errors not in ("raise", "note"):
-        raise ValueError(f"errors must be 'raise' or 'note', got {errors!r}")
+        raise UserError(f"errors must be 'raise' or 'note', got {errors!r}")
     if isinstance(n_windows, bool) or not isinstance(n_windows, int) or n_windows < 1:
-        raise ValueError(f"n_windows must be an integer >= 1, got {n_windows!r}")
+        raise UserError(f"n_windows must be an integer >= 1, got {n_windows!r}")
     lengths = validate_lengths(list(lengths), None, len(tokens))
     device = next(model.parameters()).device
     was_training = model.training

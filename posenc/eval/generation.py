@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import UserError
 from ..data.stream_decode import StreamDecoder
 from ..data.tokenizer import Tokenizer
 from ..encodings.checks import require_int_at_least
@@ -38,12 +39,12 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
     """The prompt's token ids; ValueError if it is empty or does not decode back to itself
     (a character the tokenizer cannot encode)."""
     if not isinstance(prompt, str) or not prompt:
-        raise ValueError("the prompt is empty; give some text to continue")
+        raise UserError("the prompt is empty; give some text to continue")
     for i, ch in enumerate(prompt):
         try:
             ch.encode("utf-8")
         except UnicodeEncodeError:
-            raise ValueError(f"the prompt has a character that is not valid text, {ch!r} at "
+            raise UserError(f"the prompt has a character that is not valid text, {ch!r} at "
                              f"position {i}: the run's tokenizer ({tokenizer.spec}) cannot "
                              f"encode it") from None
     ids = tokenizer.encode(prompt)
@@ -51,7 +52,7 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
     if back != prompt:
         i = next((i for i, (a, b) in enumerate(zip(prompt, back)) if a != b),
                  min(len(prompt), len(back)))
-        raise ValueError(f"the run's tokenizer ({tokenizer.spec}) cannot encode the prompt as "
+        raise UserError(f"the run's tokenizer ({tokenizer.spec}) cannot encode the prompt as "
                          f"it is: from position {i} ({prompt[i:i + 12]!r}) it decodes back as "
                          f"{back[i:i + 12]!r}")
     return ids
@@ -79,7 +80,7 @@ def new_token_limit(model: TransformerLM, prompt_len: int, want: int) -> int:
     ValueError if the prompt alone is longer than the model can serve."""
     served = servable_length(model, prompt_len + max(want, 1) - 1)
     if served < prompt_len:
-        raise ValueError(f"the prompt has {prompt_len} tokens, more than the {served} "
+        raise UserError(f"the prompt has {prompt_len} tokens, more than the {served} "
                          f"positions this run's encoding {model.config.pe!r} can serve; "
                          f"give a shorter prompt")
     return min(want, served - prompt_len + 1)
@@ -91,7 +92,7 @@ def check_new_tokens(model: TransformerLM, prompt_len: int, max_new_tokens: int)
     require_int_at_least("max_new_tokens", max_new_tokens, 1)
     fit = new_token_limit(model, prompt_len, max_new_tokens)
     if fit < max_new_tokens:
-        raise ValueError(f"a prompt of {prompt_len} tokens plus {max_new_tokens} new tokens "
+        raise UserError(f"a prompt of {prompt_len} tokens plus {max_new_tokens} new tokens "
                          f"needs {prompt_len + max_new_tokens - 1} positions, but this run's "
                          f"encoding {model.config.pe!r} serves {prompt_len + fit - 1}; at most "
                          f"{fit} new tokens fit")

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..errors import UserError
 from ..encodings import encoding_options, list_encodings
 from ..encodings.rope_scaling import parse_scaling_spec
 from ..models import TransformerLM
@@ -48,7 +49,7 @@ class InferenceScaling:
         logn = "logn" in parts
         rest = [p for p in parts if p != "logn"]
         if len(rest) > 1 or (logn and parts.count("logn") > 1):
-            raise ValueError(f"inference scaling {label!r}: give at most one rope scaling "
+            raise UserError(f"inference scaling {label!r}: give at most one rope scaling "
                              "and 'logn', e.g. 'yarn:4+logn'")
         return cls(rest[0] if rest else None, logn)
 
@@ -91,16 +92,16 @@ def apply_inference_scaling(model: TransformerLM, scaling: InferenceScaling,
     options = dict(config.pe_options)
     if scaling.rope_scaling is not None:
         if not accepts_rope_scaling(config.pe):
-            raise ValueError(
+            raise UserError(
                 f"--rope-scaling needs a RoPE run; this run uses encoding {config.pe!r} "
                 f"(encodings with a frequency scaling: {', '.join(scalable_encodings())})")
         if options.get("scaling") is not None:
-            raise ValueError(f"this run was trained with scaling {options['scaling']}; "
+            raise UserError(f"this run was trained with scaling {options['scaling']}; "
                              "inference scaling applies to runs trained without one")
         options["scaling"] = parse_scaling_spec(scaling.rope_scaling, original_len)
     if scaling.logn:
         if options.get("logn_base_len") is not None:
-            raise ValueError(f"this run was trained with log-n scaling (logn_base_len="
+            raise UserError(f"this run was trained with log-n scaling (logn_base_len="
                              f"{options['logn_base_len']}); --logn would apply it twice")
         options["logn_base_len"] = original_len
     param = next(model.parameters())

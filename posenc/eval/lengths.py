@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
 from .perplexity import perplexity, windows
 
 #: tokens per forward pass when windows are batched (B = batch_tokens // length)
@@ -105,19 +106,19 @@ def validate_lengths(lengths: Sequence[int], stride: int | None = None,
                      n_tokens: int | None = None) -> list[int]:
     """Check a list of evaluation lengths (and a stride) and return it sorted and unique."""
     if not lengths:
-        raise ValueError("lengths must name at least one evaluation length")
+        raise UserError("lengths must name at least one evaluation length")
     for length in lengths:
         if isinstance(length, bool) or not isinstance(length, int) or length < 2:
-            raise ValueError(f"evaluation lengths must be integers >= 2, got {length!r}")
+            raise UserError(f"evaluation lengths must be integers >= 2, got {length!r}")
     out = sorted(set(lengths))
     if stride is not None:
         if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
-            raise ValueError(f"stride must be an integer >= 1, got {stride!r}")
+            raise UserError(f"stride must be an integer >= 1, got {stride!r}")
         if stride >= out[0]:
-            raise ValueError(f"stride must be in [1, shortest length - 1 = {out[0] - 1}], "
+            raise UserError(f"stride must be in [1, shortest length - 1 = {out[0] - 1}], "
                              f"got {stride}")
     if n_tokens is not None and out[-1] > n_tokens:
-        raise ValueError(f"evaluation length {out[-1]} is longer than the held-out data "
+        raise UserError(f"evaluation length {out[-1]} is longer than the held-out data "
                          f"({n_tokens} tokens); use lengths <= {n_tokens} or more data")
     return out
 
@@ -154,14 +155,14 @@ def perplexity_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths
     Returns one :class:`LengthResult` per length, in increasing order.
     """
     if errors not in ("raise", "note"):
-        raise ValueError(f"errors must be 'raise' or 'note', got {errors!r}")
+        raise UserError(f"errors must be 'raise' or 'note', got {errors!r}")
     n_available = len(tokens)
     lengths = validate_lengths(list(lengths), stride, n_available)
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(
             max_tokens, int) or max_tokens < 1):
-        raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+        raise UserError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
     if isinstance(batch_tokens, bool) or not isinstance(batch_tokens, int) or batch_tokens < 1:
-        raise ValueError(f"batch_tokens must be an integer >= 1, got {batch_tokens!r}")
+        raise UserError(f"batch_tokens must be an integer >= 1, got {batch_tokens!r}")
     was_training = model.training
     model.eval()
     logits_fn = model_logits_fn(model, backend)

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..errors import UserError
+
 LogitsFn = Callable[[Tensor], Tensor]
 
 
@@ -44,12 +46,12 @@ def windows(n_tokens: int, length: int, stride: int | None = None,
     scored. With a stride, each window ends ``stride`` tokens after the previous one.
     """
     if length < 2:
-        raise ValueError(f"window length must be >= 2, got {length}")
+        raise UserError(f"window length must be >= 2, got {length}")
     if n_tokens < length:
-        raise ValueError(f"need at least {length} tokens for windows of {length}, "
+        raise UserError(f"need at least {length} tokens for windows of {length}, "
                          f"have {n_tokens}")
     if stride is not None and not 1 <= stride < length:
-        raise ValueError(f"stride must be in [1, length - 1 = {length - 1}], got {stride}")
+        raise UserError(f"stride must be in [1, length - 1 = {length - 1}], got {stride}")
     count = 0
     if stride is None:
         for start in range(0, n_tokens - length + 1, length):
@@ -79,9 +81,9 @@ def perplexity(logits_fn: LogitsFn, tokens: Tensor, length: int, stride: int | N
     the number of windows done after each batch.
     """
     if tokens.dim() != 1:
-        raise ValueError(f"tokens must be a 1-D stream, got shape {tuple(tokens.shape)}")
+        raise UserError(f"tokens must be a 1-D stream, got shape {tuple(tokens.shape)}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        raise UserError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     total, count, n_windows = 0.0, 0, 0
     batch: list[tuple[int, int]] = []
 

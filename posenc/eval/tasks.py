@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..errors import UserError
 from .lengths import unsupported_length
 
 IGNORE = -100
@@ -56,10 +57,10 @@ def task_accuracy_at_lengths(model: nn.Module, task: str, lengths: Sequence[int]
     """Token accuracy and exact match of ``model`` on ``task`` at each length."""
     from ..data.synthetic import TASKS, make_task
     if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; valid tasks: {', '.join(TASKS)}")
+        raise UserError(f"unknown task {task!r}; valid tasks: {', '.join(TASKS)}")
     for name, value in (("n_examples", n_examples), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            raise UserError(f"{name} must be an integer >= 1, got {value!r}")
     device = next(model.parameters()).device
     vocab = model.config.vocab_size
     was_training = model.training
@@ -74,7 +75,7 @@ def task_accuracy_at_lengths(model: nn.Module, task: str, lengths: Sequence[int]
             batch = make_task(task, n_examples, length, seed)
             inputs, targets = batch.inputs.long(), batch.targets.long()
             if int(inputs.max()) >= vocab or int(targets.max()) >= vocab:
-                raise ValueError(f"task {task!r} uses token ids up to "
+                raise UserError(f"task {task!r} uses token ids up to "
                                  f"{int(max(inputs.max(), targets.max()))}, past the model's "
                                  f"vocab_size={vocab}")
             right = total = exact = 0
@@ -98,7 +99,7 @@ def seq2seq_accuracy_at_lengths(model: nn.Module, task: str, lengths: Sequence[i
     from ..data.synthetic import BOS, EOS, make_seq2seq_task
     for name, value in (("n_examples", n_examples), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            raise UserError(f"{name} must be an integer >= 1, got {value!r}")
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()

@@ -48,6 +48,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
 from ..encodings import build_encoding
 from ..encodings.rope_scaling import LENGTH_DEPENDENT, validate_scaling
 from ..kernels.rotary import rotary_angles
@@ -114,17 +115,17 @@ def parse_method(spec: str) -> tuple[str, dict[str, bool]]:
     """``"yarn+logn"`` -> ``("yarn", {"logn": True})``; ``"logn"`` means ``none+logn``;
     ``"dynamic+exact"`` sets ``exact_cache``."""
     if not isinstance(spec, str) or not spec:
-        raise ValueError(f"method must be a name like 'yarn' or 'ntk+logn', got {spec!r}")
+        raise UserError(f"method must be a name like 'yarn' or 'ntk+logn', got {spec!r}")
     head, *adds = spec.split("+")
     flags: dict[str, bool] = {}
     if head == "logn":
         head, adds = "none", ["logn", *adds]
     for add in adds:
         if add not in ("logn", "exact"):
-            raise ValueError(f"unknown add-on {add!r} in method {spec!r}; add-ons: logn, exact")
+            raise UserError(f"unknown add-on {add!r} in method {spec!r}; add-ons: logn, exact")
         flags["logn" if add == "logn" else "exact_cache"] = True
     if head not in METHODS:
-        raise ValueError(f"unknown method {head!r}; valid methods: {', '.join(METHODS)} "
+        raise UserError(f"unknown method {head!r}; valid methods: {', '.join(METHODS)} "
                          "(add '+logn' for log-n scaling, '+exact' for an exact dynamic cache)")
     return head, flags
 
@@ -133,18 +134,18 @@ def check_supported(config: Any) -> None:
     """Raise ValueError unless ``config`` is a supported model type with plain full RoPE."""
     kind = getattr(config, "model_type", None)
     if config is None or kind is None:
-        raise ValueError(f"expected a Hugging Face causal LM with a config, got "
+        raise UserError(f"expected a Hugging Face causal LM with a config, got "
                          f"{type(config).__name__}")
     rope = getattr(config, "rope_parameters", None)
     if not rope:
-        raise ValueError(f"model type {kind!r} has no rotary position embedding (RoPE) to "
+        raise UserError(f"model type {kind!r} has no rotary position embedding (RoPE) to "
                          f"extend; supported model types: {', '.join(SUPPORTED_MODEL_TYPES)} "
                          "(and models built on them, such as SmolLM)")
     if kind not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"model type {kind!r} is not supported; supported model types: "
+        raise UserError(f"model type {kind!r} is not supported; supported model types: "
                          f"{', '.join(SUPPORTED_MODEL_TYPES)}")
     if rope.get("partial_rotary_factor", 1.0) != 1.0:
-        raise ValueError("partial rotary embeddings (partial_rotary_factor != 1) are not "
+        raise UserError("partial rotary embeddings (partial_rotary_factor != 1) are not "
                          "supported")
 
 
@@ -154,7 +155,7 @@ def _locate(model: nn.Module) -> tuple[nn.Module, list[nn.Module], Any]:
     check_supported(config)
     base = getattr(model, "model", model)
     if not isinstance(getattr(base, "rotary_emb", None), nn.Module):
-        raise ValueError(f"{type(model).__name__} has no rotary_emb module to patch")
+        raise UserError(f"{type(model).__name__} has no rotary_emb module to patch")
     return base, [layer.self_attn for layer in base.layers], config
 
 
@@ -182,7 +183,7 @@ def extend(model: nn.Module, method: str, factor: float | None = None,
     """
     base, attentions, config = _locate(model)
     if current_extension(model) is not None:
-        raise ValueError(f"model is already extended with {current_extension(model).name!r};"
+        raise UserError(f"model is already extended with {current_extension(model).name!r};"
                          " call posenc.hf.restore(model) first")
     ext = make_extension(config, method, factor, original_max_position_embeddings, **options)
     enc = build_encoding("rope", n_heads=config.num_attention_heads, head_dim=ext.head_dim,
@@ -214,46 +215,46 @@ def make_extension(config: Any, method: str, factor: float | None = None,
     """Validate the arguments of :func:`extend` against a model config."""
     check_supported(config)
     if config.rope_parameters.get("rope_type", "default") != "default":
-        raise ValueError(f"model already uses rope_type "
+        raise UserError(f"model already uses rope_type "
                          f"{config.rope_parameters['rope_type']!r}; extend applies to models "
                          "with plain RoPE (rope_type 'default')")
     method, flags = parse_method(method)
     for key, value in flags.items():
         if options.get(key) is False:
-            raise ValueError(f"method add-on '+{key}' conflicts with {key}=False")
+            raise UserError(f"method add-on '+{key}' conflicts with {key}=False")
         options[key] = value
     logn, exact = bool(options.pop("logn", False)), bool(options.pop("exact_cache", False))
     unknown = sorted(set(options) - set(METHOD_OPTIONS[method]))
     if unknown:
         valid = ", ".join(("logn", "exact_cache") + METHOD_OPTIONS[method])
-        raise ValueError(f"unknown option(s) {', '.join(unknown)} for method {method!r}; "
+        raise UserError(f"unknown option(s) {', '.join(unknown)} for method {method!r}; "
                          f"valid options: {valid}")
     if exact and method not in LENGTH_DEPENDENT:
-        raise ValueError(f"exact_cache applies to length-dependent methods "
+        raise UserError(f"exact_cache applies to length-dependent methods "
                          f"({', '.join(sorted(LENGTH_DEPENDENT))}); {method!r} caches exactly "
                          "as it is")
     if method == "none":
         if factor not in (None, 1, 1.0):
-            raise ValueError(f"method 'none' takes no factor, got factor={factor!r}")
+            raise UserError(f"method 'none' takes no factor, got factor={factor!r}")
         factor = 1.0
     elif factor is None:
-        raise ValueError(f"method {method!r} needs a factor (the context multiplier)")
+        raise UserError(f"method {method!r} needs a factor (the context multiplier)")
     elif isinstance(factor, bool) or not isinstance(factor, (int, float)) \
             or not math.isfinite(factor):
-        raise ValueError(f"factor must be a number, got {factor!r}")
+        raise UserError(f"factor must be a number, got {factor!r}")
     elif method in FACTOR_ABOVE_ONE and factor <= 1:
-        raise ValueError(f"method {method!r} needs factor > 1, got {factor!r}")
+        raise UserError(f"method {method!r} needs factor > 1, got {factor!r}")
     elif factor < 1:
-        raise ValueError(f"method {method!r} needs factor >= 1, got {factor!r}")
+        raise UserError(f"method {method!r} needs factor >= 1, got {factor!r}")
     original = original_max_position_embeddings
     if original is None:
         original = getattr(config, "max_position_embeddings", None)
         if original is None and (method != "none" or logn):
-            raise ValueError(f"method {method!r} needs original_max_position_embeddings (the "
+            raise UserError(f"method {method!r} needs original_max_position_embeddings (the "
                              "pretraining context length); the model config has none")
     if original is not None and (isinstance(original, bool) or not isinstance(original, int)
                                  or original < 2):
-        raise ValueError(f"original_max_position_embeddings must be an integer >= 2, got "
+        raise UserError(f"original_max_position_embeddings must be an integer >= 2, got "
                          f"{original!r}")
     head_dim = getattr(config, "head_dim", None) or \
         config.hidden_size // config.num_attention_heads
@@ -266,7 +267,7 @@ def make_extension(config: Any, method: str, factor: float | None = None,
             scaling["original_max_position_embeddings"] = original
         if method == "longrope" and ("long_factor" not in options
                                      or "short_factor" not in options):
-            raise ValueError(f"method 'longrope' needs long_factor and short_factor, lists of "
+            raise UserError(f"method 'longrope' needs long_factor and short_factor, lists of "
                              f"head_dim/2 = {head_dim // 2} positive numbers (found by the "
                              "LongRoPE search)")
         scaling = validate_scaling(scaling, rotary_dim=head_dim)
@@ -284,7 +285,7 @@ def hf_rope_parameters(ext: Extension, strict: bool = True) -> tuple[dict[str, A
     if strict and (ext.logn or ext.exact_cache):
         what = "log-n query scaling" if ext.logn else "an exact cache (it keeps keys " \
             "rotated at the length they were cached at)"
-        raise ValueError(f"method {ext.name!r} cannot be saved for plain transformers: its "
+        raise UserError(f"method {ext.name!r} cannot be saved for plain transformers: its "
                          f"config cannot express {what}; save without the add-on or keep the "
                          "model patched with posenc.hf.extend")
     original = ext.original_max_position_embeddings
@@ -298,7 +299,7 @@ def hf_rope_parameters(ext: Extension, strict: bool = True) -> tuple[dict[str, A
     params = {**ext.scaling, "rope_theta": ext.theta}
     if ext.method == "dynamic":
         if strict and params.get("schedule") == "stepped":
-            raise ValueError("method 'dynamic' with schedule='stepped' cannot be saved for "
+            raise UserError("method 'dynamic' with schedule='stepped' cannot be saved for "
                              "plain transformers, whose dynamic NTK follows every token")
         params.pop("schedule", None)
         # Hugging Face's dynamic NTK reads the original length from max_position_embeddings
@@ -311,7 +312,7 @@ def restore(model: nn.Module) -> None:
     """Undo :func:`extend`: the model's own rotary module, attention and config come back."""
     state = getattr(model, _STATE, None)
     if state is None:
-        raise ValueError("model is not extended (nothing to restore)")
+        raise UserError("model is not extended (nothing to restore)")
     base, _, config = _locate(model)
     base.rotary_emb = state.rotary
     for attn in state.attentions:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
+
 
 @dataclass(frozen=True)
 class FinetuneConfig:
@@ -32,13 +34,13 @@ class FinetuneConfig:
         for name in ("steps", "length", "batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"finetune {name} must be an integer >= 1, got {value!r}")
+                raise UserError(f"finetune {name} must be an integer >= 1, got {value!r}")
         if self.length < 2:
-            raise ValueError(f"finetune length must be >= 2, got {self.length}")
+            raise UserError(f"finetune length must be >= 2, got {self.length}")
         if not self.lr > 0:
-            raise ValueError(f"finetune lr must be > 0, got {self.lr!r}")
+            raise UserError(f"finetune lr must be > 0, got {self.lr!r}")
         if self.warmup < 0 or self.weight_decay < 0 or self.grad_clip <= 0:
-            raise ValueError("finetune warmup and weight_decay must be >= 0 and grad_clip > 0")
+            raise UserError("finetune warmup and weight_decay must be >= 0 and grad_clip > 0")
 
 
 def finetune(model: nn.Module, tokens: Tensor, config: FinetuneConfig,
@@ -49,7 +51,7 @@ def finetune(model: nn.Module, tokens: Tensor, config: FinetuneConfig,
     random offsets drawn from a generator seeded with ``config.seed``.
     """
     if tokens.dim() != 1 or tokens.numel() < config.length:
-        raise ValueError(f"finetune needs a 1-D stream of at least {config.length} tokens, got "
+        raise UserError(f"finetune needs a 1-D stream of at least {config.length} tokens, got "
                          f"shape {tuple(tokens.shape)}")
     device = next(model.parameters()).device
     params = [p for p in model.parameters() if p.requires_grad]

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import UserError
 from .. import paths
 from ..runio import fsync_dir, fsync_file
 from .extend import current_extension, hf_rope_parameters
@@ -75,7 +76,7 @@ def smollm2_gguf_path() -> Path:
 def resolve_model(name: str) -> ModelSource:
     """Decide what ``name`` is: "smollm2", a .gguf file, a local model directory, a hub id."""
     if not isinstance(name, str) or not name:
-        raise ValueError(f"model must be 'smollm2', a GGUF file, a model directory or a hub "
+        raise UserError(f"model must be 'smollm2', a GGUF file, a model directory or a hub "
                          f"name, got {name!r}")
     if name == SMOLLM2:
         path = smollm2_gguf_path()
@@ -92,7 +93,7 @@ def resolve_model(name: str) -> ModelSource:
                                     "Face model directory)")
         return ModelSource(name, "dir", str(path.resolve()))
     if path.exists():
-        raise ValueError(f"{name} is neither a .gguf file nor a model directory")
+        raise UserError(f"{name} is neither a .gguf file nor a model directory")
     if _HUB_NAME.match(name) and not name.startswith((".", "/", "~")):
         return ModelSource(name, "hub", name)
     raise FileNotFoundError(f"model {name!r} not found: give 'smollm2', a .gguf file, a model "
@@ -103,7 +104,7 @@ def _check_gguf_magic(path: Path) -> None:
     with open(path, "rb") as fh:
         magic = fh.read(4)
     if magic != b"GGUF":
-        raise ValueError(f"{path} is not a GGUF file (it does not start with the GGUF magic "
+        raise UserError(f"{path} is not a GGUF file (it does not start with the GGUF magic "
                          "number)")
 
 
@@ -132,7 +133,7 @@ def load_model(name: str, dtype: torch.dtype = torch.float32,
     """
     source = resolve_model(name)
     if device_map is not None and importlib.util.find_spec("accelerate") is None:
-        raise ValueError(f"device_map={device_map!r} needs accelerate: pip install accelerate")
+        raise UserError(f"device_map={device_map!r} needs accelerate: pip install accelerate")
     cached = _cache_dir(gguf_cache, source)
     placement = {"device_map": device_map} if device_map is not None else {}
     if cached is not None and (cached / "config.json").is_file():
@@ -158,7 +159,7 @@ def _from_pretrained(name: str, what: str, location: str, gguf_file: str | None,
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
-        raise ValueError("posenc.hf needs transformers: pip install 'posenc[hf]'") from None
+        raise UserError("posenc.hf needs transformers: pip install 'posenc[hf]'") from None
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, **extra)
@@ -167,7 +168,7 @@ def _from_pretrained(name: str, what: str, location: str, gguf_file: str | None,
             **placement)
     except (ValueError, OSError, KeyError, RuntimeError, TypeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"could not load {what} {name}: {first}") from None
+        raise UserError(f"could not load {what} {name}: {first}") from None
     return model, tokenizer
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
 from ..eval.perplexity import perplexity
 
 GIB = 1024 ** 3
@@ -51,7 +52,7 @@ def token_stream(tokenizer: Any, texts: Sequence[str], n_tokens: int) -> Tensor:
         ids.extend(tokenizer(text + "\n\n", add_special_tokens=False)["input_ids"])
         if len(ids) >= n_tokens:
             return torch.tensor(ids[:n_tokens], dtype=torch.long)
-    raise ValueError(f"the text holds {len(ids)} tokens, fewer than the {n_tokens} needed; "
+    raise UserError(f"the text holds {len(ids)} tokens, fewer than the {n_tokens} needed; "
                      "use shorter lengths, fewer windows or more --data")
 
 
@@ -88,7 +89,7 @@ def check_memory(config: Any, length: int, dtype: torch.dtype = torch.float32,
     need = forward_bytes(config, length, dtype)
     limit = available_memory(device) if limit is None else limit
     if need > limit:
-        raise ValueError(f"length {length} needs about {need / GIB:.1f} GiB for one forward "
+        raise UserError(f"length {length} needs about {need / GIB:.1f} GiB for one forward "
                          f"but {limit / GIB:.1f} GiB are available; use shorter lengths")
     return need
 
@@ -197,7 +198,7 @@ def perplexity_vs_length(model: nn.Module, tokens: Tensor, lengths: Sequence[int
                      next(model.parameters()).device)
         step = stride if stride is not None else max(1, length // 2)
         if step > length:
-            raise ValueError(f"stride {step} is longer than the window length {length}")
+            raise UserError(f"stride {step} is longer than the window length {length}")
         if done and length in done:
             points.append(done[length])
             if progress is not None:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import UserError
 from .measure import check_memory
 
 INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it and "
@@ -51,9 +52,9 @@ def build_prompt(tokenizer: Any, length: int | None, depth: float, key: str) -> 
     """A prompt of exactly ``length`` tokens with the needle at ``depth`` (0 = start of the
     filler, 1 = just before the question); ``length=None``: no filler."""
     if not 0.0 <= depth <= 1.0:
-        raise ValueError(f"passkey depth must be in [0, 1], got {depth!r}")
+        raise UserError(f"passkey depth must be in [0, 1], got {depth!r}")
     if not key.isdigit():
-        raise ValueError(f"passkey must be digits, got {key!r}")
+        raise UserError(f"passkey must be digits, got {key!r}")
     intro = list(tokenizer(INTRO)["input_ids"])       # with the tokenizer's own BOS, if any
     filler = _ids(tokenizer, FILLER)
     needle = _ids(tokenizer, NEEDLE.format(key=key))
@@ -61,7 +62,7 @@ def build_prompt(tokenizer: Any, length: int | None, depth: float, key: str) -> 
     fixed = len(intro) + len(needle) + len(question) + len(answer)
     room = 0 if length is None else length - fixed
     if room < 0:
-        raise ValueError(f"passkey length {length} is shorter than the prompt without filler "
+        raise UserError(f"passkey length {length} is shorter than the prompt without filler "
                          f"({fixed} tokens)")
     blocks, extra = divmod(room, len(filler))
     before = round(depth * blocks)
@@ -112,7 +113,7 @@ def passkey_grid(model: nn.Module, tokenizer: Any, lengths: Sequence[int],
     after each cell (depth i, length j); cells in ``done`` are taken from it, not measured.
     """
     if trials < 1:
-        raise ValueError(f"passkey trials must be >= 1, got {trials}")
+        raise UserError(f"passkey trials must be >= 1, got {trials}")
     for length in lengths:
         check_memory(model.config, length, next(model.parameters()).dtype, memory_limit,
                      next(model.parameters()).device)

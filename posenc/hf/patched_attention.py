@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
+
 
 @dataclass
 class _AttentionPatch:
@@ -36,7 +38,7 @@ def patch_attention(attn: nn.Module, enc: nn.Module, exact_cache: bool) -> None:
     eager = getattr(family, "eager_attention_forward", None)
     if rotate is None or eager is None or not all(
             hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim")):
-        raise ValueError(f"attention {type(attn).__name__} does not have the Llama layout "
+        raise UserError(f"attention {type(attn).__name__} does not have the Llama layout "
                          "posenc patches (q/k/v/o projections, apply_rotary_pos_emb)")
     window = getattr(attn, "sliding_window", getattr(attn.config, "sliding_window", None))
     extra = {"sliding_window": window} if window is not None else {}
@@ -78,7 +80,7 @@ def _attention_forward(self: nn.Module, hidden_states: Tensor,
             k, v = past_key_values.update(k, v, self.layer_idx)   # raw (unrotated) keys
         k_pos = torch.arange(k.shape[2], device=q.device)
         if not bool((pos == k_pos[k_pos.numel() - length:]).all()):
-            raise ValueError("exact_cache needs positions 0..n-1 for every sequence (no "
+            raise UserError("exact_cache needs positions 0..n-1 for every sequence (no "
                              "padding or custom position_ids)")
         q, k = patch.enc.transform_qk(q, k, k_pos[k_pos.numel() - length:], k_pos)
     else:

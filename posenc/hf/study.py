@@ -15,6 +15,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from ..errors import UserError
 from .extend import extend, make_extension, parse_method, restore
 from .finetune import FinetuneConfig, finetune
 from .measure import PeakMemory, PplPoint, check_memory, n_windows, perplexity_vs_length
@@ -45,22 +46,22 @@ class StudyConfig:
 
     def __post_init__(self) -> None:
         if not self.methods:
-            raise ValueError("give at least one method")
+            raise UserError("give at least one method")
         if len(set(self.methods)) != len(self.methods):
-            raise ValueError(f"methods repeat: {', '.join(self.methods)}")
+            raise UserError(f"methods repeat: {', '.join(self.methods)}")
         for name, values in (("lengths", self.lengths), ("passkey lengths",
                                                          self.passkey_lengths)):
             if any(isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in values):
-                raise ValueError(f"{name} must be integers >= 2, got {list(values)}")
+                raise UserError(f"{name} must be integers >= 2, got {list(values)}")
         if not self.lengths:
-            raise ValueError("give at least one length")
+            raise UserError("give at least one length")
         if self.max_windows < 1:
-            raise ValueError(f"windows must be >= 1, got {self.max_windows}")
+            raise UserError(f"windows must be >= 1, got {self.max_windows}")
         if self.stride is not None and not 1 <= self.stride <= min(self.lengths):
-            raise ValueError(f"stride must be in [1, shortest length {min(self.lengths)}], got "
+            raise UserError(f"stride must be in [1, shortest length {min(self.lengths)}], got "
                              f"{self.stride}")
         if any(not 0 <= d <= 1 for d in self.passkey_depths):
-            raise ValueError(f"passkey depths must be in [0, 1], got {list(self.passkey_depths)}")
+            raise UserError(f"passkey depths must be in [0, 1], got {list(self.passkey_depths)}")
 
     def factor_for(self, method: str) -> float | None:
         return None if parse_method(method)[0] == "none" else self.factor
@@ -78,7 +79,7 @@ def validate_study(model: nn.Module, config: StudyConfig, tokenizer: Any = None)
     if config.passkey and tokenizer is not None and config.passkey_lengths:
         shortest = min_length(tokenizer)
         if min(config.passkey_lengths) < shortest:
-            raise ValueError(f"passkey length {min(config.passkey_lengths)} is shorter than "
+            raise UserError(f"passkey length {min(config.passkey_lengths)} is shorter than "
                              f"the passkey prompt without filler ({shortest} tokens)")
     param = next(model.parameters())
     check_memory(model.config, max(config.lengths + config.passkey_lengths), param.dtype,

@@ -51,6 +51,7 @@ import ctypes
 import torch
 from torch import Tensor
 
+from ..errors import UserError
 from . import build as native_build
 
 
@@ -95,7 +96,7 @@ def write_pairs(query: tuple[Tensor, Tensor], key: tuple[Tensor, Tensor], out: T
     nb, nh, rows, keys = out.shape
     n = query[1].shape[1]
     if out.stride(-1) != 1 or query[1].shape != (3, n) or key[1].shape != (3, n):
-        raise ValueError("write_pairs needs a row-contiguous out and (3, L) row specs")
+        raise UserError("write_pairs needs a row-contiguous out and (3, L) row specs")
     _check(_KERNEL.state["lib"].posenc_pair_write(
         query[0].data_ptr(), query[1].data_ptr(), key[0].data_ptr(), key[1].data_ptr(),
         out.data_ptr(), out.stride(0), out.stride(1), out.stride(2), n, first_row,

@@ -39,6 +39,7 @@ import math
 import torch
 from torch import Tensor
 
+from ..errors import UserError
 from . import build as native_build
 from .rotary_native import fits_kernel, load, native_rotary_status, output_like, rotate_native
 
@@ -122,12 +123,12 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half") -> T
 
 def _check(x: Tensor, cos: Tensor, layout: str) -> None:
     if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        raise UserError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if 2 * cos.shape[-1] > x.shape[-1]:
-        raise ValueError(f"cos/sin cover {2 * cos.shape[-1]} rotated dims, more than the "
+        raise UserError(f"cos/sin cover {2 * cos.shape[-1]} rotated dims, more than the "
                          f"head_dim={x.shape[-1]} of x")
     if cos.dim() == 3 and x.dim() > 3 and cos.shape[0] not in (1, x.shape[0]):
-        raise ValueError(f"per-sample cos/sin (B, L, R/2) need B = {x.shape[0]} (x's batch), "
+        raise UserError(f"per-sample cos/sin (B, L, R/2) need B = {x.shape[0]} (x's batch), "
                          f"got {tuple(cos.shape)}")
 
 
@@ -161,7 +162,7 @@ def apply_rotary_reference(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "h
         a, b = x_rot.float().chunk(2, dim=-1)                            # (..., L, R/2) each
         rotated = torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
     else:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        raise UserError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     rotated = rotated.to(x.dtype)                                        # (..., L, R)
     return rotated if x_pass.shape[-1] == 0 else torch.cat((rotated, x_pass), dim=-1)
 

@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 
+from ..errors import UserError
+
 #: a run has learned when ppl(L) <= LEARNED_FRACTION x the unigram perplexity
 LEARNED_FRACTION = 0.7
 
@@ -21,7 +23,7 @@ def unigram_ppl(train_tokens, test_tokens, vocab_size: int) -> float:
     train = np.asarray(train_tokens).astype(np.int64, copy=False)
     test = np.asarray(test_tokens).astype(np.int64, copy=False)
     if test.size == 0:
-        raise ValueError("the unigram baseline needs at least one test token")
+        raise UserError("the unigram baseline needs at least one test token")
     counts = np.bincount(train, minlength=vocab_size).astype(float) + 1.0
     logp = np.log(counts / counts.sum())
     return float(math.exp(-logp[test].mean()))

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserError
 from ..encodings import encoding_options
 from ..eval.entropy import entropy_at_lengths
 from ..eval.inference_scaling import (InferenceScaling, accepts_rope_scaling,
@@ -78,12 +79,12 @@ def check_out_dir(cfg: CompareConfig, out_dir: Path, overwrite: bool) -> dict | 
     if existing is not None:
         reason = incomparable_reason(existing["config"], cfg)
         if reason:
-            raise ValueError(f"{out_dir} holds a different comparison whose runs are not "
+            raise UserError(f"{out_dir} holds a different comparison whose runs are not "
                              f"comparable ({reason}); pass --overwrite to replace it or "
                              "choose another --out")
         return existing
     if out_dir.exists() and has_content(out_dir):
-        raise ValueError(f"{out_dir} is not empty and holds no comparison ({RESULTS}); choose "
+        raise UserError(f"{out_dir} is not empty and holds no comparison ({RESULTS}); choose "
                          "a new or empty directory, or pass --overwrite")
     return None
 
@@ -327,11 +328,11 @@ def _run_compare(cfg: CompareConfig, out_dir: Path, overwrite: bool, progress: b
     tokenizer = build_tokenizer(cfg.tokenizer, corpus, cache_dir)
     test_tokens = token_stream(corpus, tokenizer, "test", cache_dir)
     if max(cfg.eval_lengths) > len(test_tokens):
-        raise ValueError(f"evaluation length {max(cfg.eval_lengths)} is longer than the test "
+        raise UserError(f"evaluation length {max(cfg.eval_lengths)} is longer than the test "
                          f"split ({len(test_tokens)} tokens); use shorter --lengths or more "
                          "data")
     if existing is not None and existing["corpus"] != corpus.info():
-        raise ValueError(f"{out_dir} holds a comparison on another corpus "
+        raise UserError(f"{out_dir} holds a comparison on another corpus "
                          f"({existing['corpus'].get('name')}, sha256 "
                          f"{str(existing['corpus'].get('sha256'))[:12]}); pass --overwrite "
                          "to replace it")
@@ -340,7 +341,7 @@ def _run_compare(cfg: CompareConfig, out_dir: Path, overwrite: bool, progress: b
         out_dir.mkdir(parents=True, exist_ok=True)
         lock.acquire()
         if has_content(out_dir):
-            raise ValueError(f"{out_dir} was written by another process meanwhile")
+            raise UserError(f"{out_dir} was written by another process meanwhile")
     if overwrite:
         clear_outputs(out_dir)
     results = existing or {"config": cfg.to_dict(), "corpus": corpus.info(), "runs": []}

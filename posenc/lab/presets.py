@@ -20,6 +20,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from ..errors import UserError
 from ..encodings import list_encodings
 from ..encodings.checks import require_int_at_least, require_positive_int
 from ..eval.inference_scaling import InferenceScaling
@@ -86,10 +87,10 @@ class CompareConfig:
             object.__setattr__(self, "encodings", tuple(list_encodings()))
         unknown = [e for e in self.encodings if e not in list_encodings()]
         if unknown:
-            raise ValueError(f"unknown encoding(s) {', '.join(unknown)}; valid encodings: "
+            raise UserError(f"unknown encoding(s) {', '.join(unknown)}; valid encodings: "
                              f"{', '.join(list_encodings())}")
         if len(set(self.encodings)) != len(self.encodings):
-            raise ValueError(f"encodings are listed twice: {', '.join(self.encodings)}")
+            raise UserError(f"encodings are listed twice: {', '.join(self.encodings)}")
         for name in ("train_len", "steps", "batch_size", "d_model", "n_layers", "n_heads",
                      "eval_tokens", "entropy_windows", "seeds"):
             require_positive_int(name, getattr(self, name))
@@ -98,43 +99,43 @@ class CompareConfig:
         if not self.length_multipliers or any(
                 isinstance(m, bool) or not isinstance(m, int) or m < 1
                 for m in self.length_multipliers):
-            raise ValueError("length_multipliers must be integers >= 1, got "
+            raise UserError("length_multipliers must be integers >= 1, got "
                              f"{list(self.length_multipliers)}")
         require_int_at_least("train_len", self.train_len, 2)
         require_int_at_least("entropy_max_len", self.entropy_max_len, 0)
         if self.warmup_steps is not None:
             require_int_at_least("warmup_steps", self.warmup_steps, 0)
             if self.warmup_steps >= self.steps:
-                raise ValueError(f"warmup_steps must be < steps={self.steps}, got "
+                raise UserError(f"warmup_steps must be < steps={self.steps}, got "
                                  f"{self.warmup_steps}")
         if self.d_model % self.n_heads:
-            raise ValueError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
+            raise UserError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
         for name in ("lr", "weight_decay", "grad_clip"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not math.isfinite(value) or value < 0 or (name == "lr" and value == 0):
-                raise ValueError(f"{name} must be a finite number "
+                raise UserError(f"{name} must be a finite number "
                                  f"{'> 0' if name == 'lr' else '>= 0'}, got {value!r}")
         for length in self.lengths:
             require_int_at_least("lengths", length, 2)
         if self.lengths and len(set(self.lengths)) != len(self.lengths):
-            raise ValueError(f"lengths are listed twice: {list(self.lengths)}")
+            raise UserError(f"lengths are listed twice: {list(self.lengths)}")
         if self.stride is not None:
             require_positive_int("stride", self.stride)
             if self.stride >= min(self.eval_lengths):
-                raise ValueError(f"stride must be in [1, shortest length - 1 = "
+                raise UserError(f"stride must be in [1, shortest length - 1 = "
                                  f"{min(self.eval_lengths) - 1}], got {self.stride}")
         if not isinstance(self.pe_options, dict) or not all(
                 isinstance(v, dict) for v in self.pe_options.values()):
-            raise ValueError("pe_options must map encoding names to option dicts, got "
+            raise UserError("pe_options must map encoding names to option dicts, got "
                              f"{self.pe_options!r}")
         unknown = [e for e in self.pe_options if e not in list_encodings()]
         if unknown:
-            raise ValueError(f"pe_options for unknown encoding(s) {', '.join(unknown)}; "
+            raise UserError(f"pe_options for unknown encoding(s) {', '.join(unknown)}; "
                              f"valid encodings: {', '.join(list_encodings())}")
         labels = [InferenceScaling.parse(s).label for s in self.scalings]   # raises if bad
         if None in labels or len(set(labels)) != len(labels):
-            raise ValueError(f"scalings must be distinct non-empty specs, got "
+            raise UserError(f"scalings must be distinct non-empty specs, got "
                              f"{list(self.scalings)}")
 
     @property
@@ -167,7 +168,7 @@ class CompareConfig:
         valid = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - valid)
         if unknown:
-            raise ValueError(f"unknown compare config key(s) {', '.join(unknown)}; valid: "
+            raise UserError(f"unknown compare config key(s) {', '.join(unknown)}; valid: "
                              f"{', '.join(sorted(valid))}")
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
@@ -221,14 +222,14 @@ CATALOGUE_PRESETS = ("default", "seeds3", "paper")
 def preset(name: str, **overrides: Any) -> CompareConfig:
     """The preset ``name`` with some fields replaced (None values are ignored)."""
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}")
+        raise UserError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}")
     changes = {k: v for k, v in overrides.items() if v is not None}
     if name in CATALOGUE_PRESETS:
         changes.setdefault("encodings", tuple(list_encodings()))
     valid = {f.name for f in fields(CompareConfig)}
     unknown = sorted(set(changes) - valid)
     if unknown:
-        raise ValueError(f"unknown compare option(s) {', '.join(unknown)}")
+        raise UserError(f"unknown compare option(s) {', '.join(unknown)}")
     return replace(PRESETS[name], **changes)
 
 

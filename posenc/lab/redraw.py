@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..errors import UserError
 from ..viz.plots import plot_all
 from .report import write_index, write_report
 from .results import RESULTS, read_results
@@ -25,9 +26,9 @@ def read_any_results(out_dir: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is not valid JSON ({err})") from None
+        raise UserError(f"{path} is not valid JSON ({err})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path} is not a posenc results file")
+        raise UserError(f"{path} is not a posenc results file")
     return data
 
 
@@ -38,7 +39,7 @@ def redraw_comparison(out_dir: Path) -> list[Path]:
     if results is None:
         raise FileNotFoundError(f"{out_dir} holds no {RESULTS}")
     if not results["runs"]:
-        raise ValueError(f"{out_dir}/{RESULTS} holds no finished run to draw")
+        raise UserError(f"{out_dir}/{RESULTS} holds no finished run to draw")
     plots = plot_all(results, out_dir)
     names = [p.name for p in plots]
     return [*plots, write_report(results, out_dir, names), write_index(results, out_dir, names)]

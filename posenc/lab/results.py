@@ -26,6 +26,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserError
 from ..runio import atomic_write
 from .stats import BOOTSTRAP, SEEDS, Estimate, block_bootstrap_ppl, bootstrap_ppl
 
@@ -40,10 +41,10 @@ def read_results(out_dir: Path) -> dict | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is not valid JSON ({err.msg if hasattr(err, 'msg') else err})"
+        raise UserError(f"{path} is not valid JSON ({err.msg if hasattr(err, 'msg') else err})"
                          "; pass --overwrite to start the comparison over") from None
     if not isinstance(data, dict) or not {"config", "corpus", "runs"} <= set(data):
-        raise ValueError(f"{path} is not a posenc comparison (needs config, corpus and runs); "
+        raise UserError(f"{path} is not a posenc comparison (needs config, corpus and runs); "
                          "pass --overwrite to replace it")
     return data
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import UserError
+
 #: bootstrap replicates per quantity, and the fixed seed that makes them deterministic
 BOOTSTRAP_REPLICATES = 400
 BOOTSTRAP_SEED = 0
@@ -68,7 +70,7 @@ def bootstrap_ppl(window_nll: Sequence[float], window_tokens: Sequence[int],
     nll = np.asarray(window_nll, dtype=float)
     tok = np.asarray(window_tokens, dtype=float)
     if nll.size == 0 or nll.shape != tok.shape:
-        raise ValueError(f"need one token count per window, got {nll.size} windows and "
+        raise UserError(f"need one token count per window, got {nll.size} windows and "
                          f"{tok.size} counts")
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, nll.size, size=(replicates, nll.size))
@@ -92,7 +94,7 @@ def block_bootstrap_ppl(window_nll: Sequence[float], window_tokens: Sequence[int
     nll = np.asarray(window_nll, dtype=float) * np.asarray(window_tokens, dtype=float)
     blocks = np.asarray(block_of, dtype=int)
     if nll.size == 0 or blocks.shape != nll.shape or n_blocks < 1 or blocks.max() >= n_blocks:
-        raise ValueError(f"need one block index in [0, {n_blocks}) per window")
+        raise UserError(f"need one block index in [0, {n_blocks}) per window")
     block_nll = np.bincount(blocks, weights=nll, minlength=n_blocks)
     block_tok = np.bincount(blocks, weights=np.asarray(window_tokens, dtype=float),
                             minlength=n_blocks)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from ..errors import UserError
 from ..data.synthetic import SEQ2SEQ_TASKS, TASKS, min_length
 from ..encodings import list_encodings
 from ..encodings.checks import require_int_at_least, require_positive_int
@@ -66,20 +67,20 @@ class TaskStudyConfig:
             names = getattr(self, name)
             unknown = [e for e in names if e not in list_encodings()]
             if unknown:
-                raise ValueError(f"unknown encoding(s) {', '.join(unknown)}; valid encodings: "
+                raise UserError(f"unknown encoding(s) {', '.join(unknown)}; valid encodings: "
                                  f"{', '.join(list_encodings())}")
             if len(set(names)) != len(names):
-                raise ValueError(f"{name} lists an encoding twice: {', '.join(names)}")
+                raise UserError(f"{name} lists an encoding twice: {', '.join(names)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"seeds must be distinct integers >= 0, got {list(self.seeds)}")
+            raise UserError(f"seeds must be distinct integers >= 0, got {list(self.seeds)}")
         for seed in self.seeds:
             require_int_at_least("seeds", seed, 0)
         unknown = [t for t in self.lm_tasks if t not in TASKS]
         if unknown:
-            raise ValueError(f"unknown task(s) {', '.join(unknown)}; valid tasks: "
+            raise UserError(f"unknown task(s) {', '.join(unknown)}; valid tasks: "
                              f"{', '.join(TASKS)}")
         if self.seq2seq_task is not None and self.seq2seq_task not in SEQ2SEQ_TASKS:
-            raise ValueError(f"unknown sequence-to-sequence task {self.seq2seq_task!r}; "
+            raise UserError(f"unknown sequence-to-sequence task {self.seq2seq_task!r}; "
                              f"valid: {', '.join(SEQ2SEQ_TASKS)}")
         for name in ("train_len", "d_model", "n_layers", "n_heads", "steps", "batch_size",
                      "seq2seq_len", "seq2seq_min_len", "seq2seq_layers", "seq2seq_steps",
@@ -87,23 +88,23 @@ class TaskStudyConfig:
             require_positive_int(name, getattr(self, name))
         require_int_at_least("eval_seed", self.eval_seed, 0)
         if self.d_model % self.n_heads:
-            raise ValueError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
+            raise UserError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
         for task in self.lm_tasks:
             lo = self.min_len_for(task)
             if not lo <= self.train_len:
-                raise ValueError(f"task {task!r} needs min_train_len >= {min_length(task)} "
+                raise UserError(f"task {task!r} needs min_train_len >= {min_length(task)} "
                                  f"and <= train_len={self.train_len}, got {lo}")
         if self.seq2seq_min_len > self.seq2seq_len:
-            raise ValueError(f"seq2seq_min_len={self.seq2seq_min_len} must be <= "
+            raise UserError(f"seq2seq_min_len={self.seq2seq_min_len} must be <= "
                              f"seq2seq_len={self.seq2seq_len}")
         if not self.length_multipliers or min(self.length_multipliers) != 1 \
                 or any(m < 1 for m in self.length_multipliers):
-            raise ValueError("length_multipliers must start at 1 and be >= 1, got "
+            raise UserError("length_multipliers must start at 1 and be >= 1, got "
                              f"{list(self.length_multipliers)}")
         for name in ("lr", "seq2seq_lr"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"{name} must be a number > 0, got {value!r}")
+                raise UserError(f"{name} must be a number > 0, got {value!r}")
 
     def min_len_for(self, task: str) -> int:
         """The shortest training length of ``task`` (the task's own minimum by default)."""
@@ -146,7 +147,7 @@ class TaskStudyConfig:
         valid = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - valid)
         if unknown:
-            raise ValueError(f"unknown task study key(s) {', '.join(unknown)}; valid: "
+            raise UserError(f"unknown task study key(s) {', '.join(unknown)}; valid: "
                              f"{', '.join(sorted(valid))}")
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
@@ -164,12 +165,12 @@ TASK_PRESETS: dict[str, TaskStudyConfig] = {
 def task_preset(name: str, **overrides: Any) -> TaskStudyConfig:
     """The task preset ``name`` with some fields replaced (None values are ignored)."""
     if name not in TASK_PRESETS:
-        raise ValueError(f"unknown task preset {name!r}; valid presets: "
+        raise UserError(f"unknown task preset {name!r}; valid presets: "
                          f"{', '.join(TASK_PRESETS)}")
     changes = {k: v for k, v in overrides.items() if v is not None}
     valid = {f.name for f in fields(TaskStudyConfig)}
     unknown = sorted(set(changes) - valid)
     if unknown:
-        raise ValueError(f"unknown task study option(s) {', '.join(unknown)}")
+        raise UserError(f"unknown task study option(s) {', '.join(unknown)}")
     return replace(TASK_PRESETS[name], **{k: tuple(v) if isinstance(v, list) else v
                                           for k, v in changes.items()})

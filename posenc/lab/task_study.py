@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ..errors import UserError
 from ..eval.lengths import eval_device
 from ..runio import LOCK_FILE, DirectoryLock
 from .compare import save_results
@@ -144,9 +145,9 @@ def read_results(out_dir: Path) -> dict | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ValueError(f"{path} is not valid JSON; choose another --out") from None
+        raise UserError(f"{path} is not valid JSON; choose another --out") from None
     if not isinstance(data, dict) or data.get("kind") != KIND or "runs" not in data:
-        raise ValueError(f"{path} is not a posenc task study; choose another --out")
+        raise UserError(f"{path} is not a posenc task study; choose another --out")
     return data
 
 
@@ -164,14 +165,14 @@ def check_out_dir(cfg: TaskStudyConfig, out_dir: Path, overwrite: bool = False
     if existing is None:
         if out_dir.exists() and any(p.name not in OUTPUTS and p.name != LOCK_FILE
                                     for p in out_dir.iterdir()):
-            raise ValueError(f"{out_dir} is not empty and holds no task study ({RESULTS}); "
+            raise UserError(f"{out_dir} is not empty and holds no task study ({RESULTS}); "
                              "choose a new or empty directory")
         return None
     old = TaskStudyConfig.from_dict(existing["config"]).setting()
     diff = sorted(k for k in old.keys() | cfg.setting().keys()
                   if old.get(k) != cfg.setting().get(k))
     if diff:
-        raise ValueError(f"{out_dir} holds a task study with another setting (differs in "
+        raise UserError(f"{out_dir} holds a task study with another setting (differs in "
                          f"{', '.join(diff)}); its runs are not comparable: choose another "
                          "--out")
     return existing
@@ -213,7 +214,7 @@ def resolve_config(preset: str | TaskStudyConfig, seeds: int | list[int] | None,
     changes: dict[str, Any] = {}
     if seeds is not None:
         if isinstance(seeds, bool) or (isinstance(seeds, int) and seeds < 1):
-            raise ValueError(f"seeds must be a count >= 1 or a list of seeds, got {seeds!r}")
+            raise UserError(f"seeds must be a count >= 1 or a list of seeds, got {seeds!r}")
         changes["seeds"] = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     if encodings is not None:
         changes["encodings"] = changes["seq2seq_encodings"] = list(encodings)
@@ -251,7 +252,7 @@ def _run_task_study(out_dir: Path, preset: str | TaskStudyConfig,
         out_dir.mkdir(parents=True, exist_ok=True)
         lock.acquire()
         if check_out_dir(cfg, out_dir, overwrite) is not None:
-            raise ValueError(f"{out_dir} was written by another process meanwhile")
+            raise UserError(f"{out_dir} was written by another process meanwhile")
     for name in OUTPUTS if existing is None else ():
         (out_dir / name).unlink(missing_ok=True)
     results = existing or {"kind": KIND, "config": full.to_dict(), "runs": []}

@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..errors import UserError
+
 #: exact match at the training length below which an encoding gets no verdict
 LEARNED_AT = 0.5
 #: rate differences this small are ties however precisely measured (a few examples in a
@@ -67,7 +69,7 @@ def score(values: list[float], n_examples: int) -> Score:
     with one seed only the latter exists.
     """
     if not values:
-        raise ValueError("score needs at least one value")
+        raise UserError("score needs at least one value")
     mean = sum(values) / len(values)
     error = eval_error(mean, n_examples * len(values))
     if len(values) >= 2:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+from ..errors import UserError
+
 
 def time_training_steps(build: Callable[[str], torch.nn.Module], encodings: Sequence[str],
                         batch_size: int, length: int, vocab_size: int, rounds: int,
@@ -26,7 +28,7 @@ def time_training_steps(build: Callable[[str], torch.nn.Module], encodings: Sequ
     ``build(encoding)`` returns a model (ids (B, T) -> logits (B, T, V)) in training mode.
     """
     if rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {rounds}")
+        raise UserError(f"rounds must be >= 1, got {rounds}")
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab_size, (batch_size, length + 1), generator=gen)
     x, y = ids[:, :-1], ids[:, 1:]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..errors import UserError
 from ..encodings.checks import require_float_in
 
 
@@ -25,7 +26,7 @@ def check_sampling(temperature: float = 0.0, top_k: int | None = None,
     require_float_in("temperature", temperature, 0.0, float("inf"), low_open=False)
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
                               or top_k < 1):
-        raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
+        raise UserError(f"top_k must be a positive int or None, got {top_k!r}")
     if top_p is not None:
         require_float_in("top_p", top_p, 0.0, 1.0, high_open=False)
 

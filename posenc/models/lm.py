@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..errors import UserError
 from ..attention import BACKENDS, KVCache, make_caches
 from ..attention.cache import replay_if_stale
 from ..encodings import build_encoding
@@ -57,9 +58,9 @@ class LMConfig:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
             require_positive_int(name, getattr(self, name))
         if self.d_model % self.n_heads:
-            raise ValueError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
+            raise UserError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
         if not (isinstance(self.norm_eps, (int, float)) and 0.0 < self.norm_eps < 1.0):
-            raise ValueError(f"norm_eps must be a number in (0, 1), got {self.norm_eps!r}")
+            raise UserError(f"norm_eps must be a number in (0, 1), got {self.norm_eps!r}")
         if self.d_ff is not None:
             require_positive_int("d_ff", self.d_ff)
         require_float_in("dropout", self.dropout, 0.0, 1.0, low_open=False)
@@ -69,9 +70,9 @@ class LMConfig:
         require_choice("attn_backend", self.attn_backend, BACKENDS)
         for name in ("bias", "tie_embeddings"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+                raise UserError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if not isinstance(self.pe, str):
-            raise ValueError(f"pe must be the name of an encoding (posenc list), got "
+            raise UserError(f"pe must be the name of an encoding (posenc list), got "
                              f"{self.pe!r}")
         object.__setattr__(self, "pe_options", require_options("pe_options", self.pe_options))
 
@@ -87,7 +88,7 @@ class LMConfig:
         valid = set(cls.__dataclass_fields__)
         unknown = sorted(set(data) - valid)
         if unknown:
-            raise ValueError(f"unknown LMConfig key(s) {', '.join(unknown)}; valid: "
+            raise UserError(f"unknown LMConfig key(s) {', '.join(unknown)}; valid: "
                              f"{', '.join(sorted(valid))}")
         return cls(**data)
 
@@ -137,7 +138,7 @@ class TransformerLM(nn.Module):
     def _check_ids(self, ids: Tensor) -> None:
         if not isinstance(ids, Tensor) or ids.dim() != 2:
             got = f"shape {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
-            raise ValueError(f"ids must be (batch, length), got {got}")
+            raise UserError(f"ids must be (batch, length), got {got}")
         check_token_ids("ids", ids, self.config.vocab_size)
 
     def forward(self, ids: Tensor, *, positions: Tensor | None = None,
@@ -160,7 +161,7 @@ class TransformerLM(nn.Module):
             check_mask("attention_mask", attention_mask, (b, t))
         documents = None if document_ids is None else check_documents(document_ids, (b, t))
         if documents is not None and caches:
-            raise ValueError("document_ids (packed rows) cannot be combined with KV caches; "
+            raise UserError("document_ids (packed rows) cannot be combined with KV caches; "
                              "decode each document on its own")
         built = positions is None
         positions, consecutive = self._positions(ids, positions, key_valid, documents, caches)

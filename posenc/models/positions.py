@@ -18,15 +18,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..errors import UserError
+
 
 def check_mask(name: str, mask: Tensor, shape: tuple[int, int]) -> Tensor:
     """A (B, T) mask of 0/1 or bools as bool; ValueError naming ``name`` otherwise."""
     if not isinstance(mask, Tensor) or mask.is_floating_point() or mask.is_complex():
         got = f"dtype {mask.dtype}" if isinstance(mask, Tensor) else type(mask).__name__
-        raise ValueError(f"{name} must be an integer or bool tensor of 1 (real token) and 0 "
+        raise UserError(f"{name} must be an integer or bool tensor of 1 (real token) and 0 "
                          f"(padding), got {got}")
     if tuple(mask.shape) != tuple(shape):
-        raise ValueError(f"{name} must have shape {tuple(shape)} (batch, length), like the "
+        raise UserError(f"{name} must have shape {tuple(shape)} (batch, length), like the "
                          f"token ids, got {tuple(mask.shape)}")
     return mask.bool() if mask.dtype != torch.bool else mask
 
@@ -37,9 +39,9 @@ def check_documents(document_ids: Tensor, shape: tuple[int, int]) -> Tensor:
             document_ids.dtype == torch.bool or document_ids.is_complex():
         got = f"dtype {document_ids.dtype}" if isinstance(document_ids, Tensor) \
             else type(document_ids).__name__
-        raise ValueError(f"document_ids must be an integer tensor, got {got}")
+        raise UserError(f"document_ids must be an integer tensor, got {got}")
     if tuple(document_ids.shape) != tuple(shape):
-        raise ValueError(f"document_ids must have shape {tuple(shape)} (batch, length), "
+        raise UserError(f"document_ids must have shape {tuple(shape)} (batch, length), "
                          f"like the token ids, got {tuple(document_ids.shape)}")
     return document_ids
 

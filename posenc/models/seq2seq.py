@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..errors import UserError
 from ..attention import KVCache, make_caches
 from ..attention.cache import replay_if_stale
 from ..encodings import PositionalEncoding, build_encoding
@@ -96,7 +97,7 @@ class Seq2SeqTransformer(nn.Module):
     def _check_ids(name: str, ids: Tensor, vocab_size: int) -> None:
         if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.shape[1] == 0:
             got = f"shape {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
-            raise ValueError(f"{name} must be (batch, length) with length >= 1, got {got}")
+            raise UserError(f"{name} must be (batch, length) with length >= 1, got {got}")
         check_token_ids(name, ids, vocab_size)
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
@@ -127,7 +128,7 @@ class Seq2SeqTransformer(nn.Module):
         """
         self._check_ids("tgt_in", tgt_in, self.config.vocab_size)
         if memory.dim() != 3 or memory.shape[0] != tgt_in.shape[0]:
-            raise ValueError(f"memory must be (batch, source length, d_model) with the batch "
+            raise UserError(f"memory must be (batch, source length, d_model) with the batch "
                              f"of tgt_in ({tgt_in.shape[0]}), got {tuple(memory.shape)}")
         b, t = tgt_in.shape
         memory_valid = None if memory_mask is None else \
@@ -172,7 +173,7 @@ class Seq2SeqTransformer(nn.Module):
         """src (B, S), tgt_in (B, T) -> logits (B, T, V) for the next target token.
         ``src_mask`` (B, S), ``tgt_mask`` (B, T): 1 for real tokens, 0 for padding."""
         if src.dim() == 2 and tgt_in.dim() == 2 and src.shape[0] != tgt_in.shape[0]:
-            raise ValueError(f"src and tgt_in batch sizes differ: {src.shape[0]} and "
+            raise UserError(f"src and tgt_in batch sizes differ: {src.shape[0]} and "
                              f"{tgt_in.shape[0]}")
         return self.decode(self.encode(src, src_mask), tgt_in, memory_mask=src_mask,
                            tgt_mask=tgt_mask)
@@ -185,7 +186,7 @@ class Seq2SeqTransformer(nn.Module):
         as inputs, hidden from the decoder); ``src_mask`` (B, S) marks real source tokens.
         """
         if tgt.dim() != 2 or tgt.shape[1] < 2:
-            raise ValueError(f"tgt must be (batch, length) with length >= 2 (BOS + at least "
+            raise UserError(f"tgt must be (batch, length) with length >= 2 (BOS + at least "
                              f"one token), got shape {tuple(tgt.shape)}")
         tgt_mask = None if pad_id is None else tgt[:, :-1] != pad_id
         logits = self(src, tgt[:, :-1], src_mask=src_mask, tgt_mask=tgt_mask)   # (B, T-1, V)
@@ -205,11 +206,11 @@ class Seq2SeqTransformer(nn.Module):
         """
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
                 or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+            raise UserError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
         for name, token in (("bos_id", bos_id), ("eos_id", eos_id)):
             if token is not None and (isinstance(token, bool) or not isinstance(token, int)
                                       or not 0 <= token < self.config.vocab_size):
-                raise ValueError(f"{name} must be in [0, {self.config.vocab_size}), "
+                raise UserError(f"{name} must be in [0, {self.config.vocab_size}), "
                                  f"got {token}")
         memory = self.encode(src, src_mask)
         out = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..errors import UserError
 from ..attention import BACKENDS
 from ..encodings import encoding_class, encoding_options
 from ..encodings.checks import (require_choice, require_float_in, require_options,
@@ -61,7 +62,7 @@ class Seq2SeqConfig:
             if getattr(self, name) is not None:
                 require_positive_int(name, getattr(self, name))
         if self.d_model % self.n_heads:
-            raise ValueError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
+            raise UserError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
         require_float_in("dropout", self.dropout, 0.0, 1.0, low_open=False)
         require_choice("activation", self.activation, ACTIVATIONS)
         require_choice("norm", self.norm, NORMS)
@@ -70,15 +71,15 @@ class Seq2SeqConfig:
         require_choice("attn_backend", self.attn_backend, BACKENDS)
         for name in ("share_embeddings", "tie_embeddings", "bias"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+                raise UserError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.share_embeddings and self.source_vocab_size != self.vocab_size:
-            raise ValueError(
+            raise UserError(
                 f"share_embeddings=True needs src_vocab_size == vocab_size, got "
                 f"{self.src_vocab_size} and {self.vocab_size}; set share_embeddings=False")
         for name in ("encoder_pe", "decoder_pe"):
             value = getattr(self, name)
             if not isinstance(value, str) and not (name == "decoder_pe" and value is None):
-                raise ValueError(f"{name} must be the name of an encoding (posenc list), got "
+                raise UserError(f"{name} must be the name of an encoding (posenc list), got "
                                  f"{value!r}")
         encoding_class(self.encoder_pe)                         # unknown name -> ValueError
         encoding_class(self.decoder_pe_name)
@@ -122,6 +123,6 @@ class Seq2SeqConfig:
         valid = set(cls.__dataclass_fields__)
         unknown = sorted(set(data) - valid)
         if unknown:
-            raise ValueError(f"unknown Seq2SeqConfig key(s) {', '.join(unknown)}; valid: "
+            raise UserError(f"unknown Seq2SeqConfig key(s) {', '.join(unknown)}; valid: "
                              f"{', '.join(sorted(valid))}")
         return cls(**data)

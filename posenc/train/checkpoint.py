@@ -36,6 +36,7 @@ from safetensors import safe_open
 from safetensors.torch import load_model, save_model
 from torch import nn
 
+from ..errors import UserError
 from ..data.tokenizer import Tokenizer, load_tokenizer
 from ..models.lm import TransformerLM
 from ..runio import (
@@ -100,17 +101,17 @@ def read_config(run_dir: str | Path) -> dict[str, Any]:
     """The parsed ``config.json`` with ``doc["train"]`` as a TrainConfig; ValueError if bad."""
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
-        raise ValueError(f"{run_dir} is not a posenc run: {CONFIG_FILE} is missing")
+        raise UserError(f"{run_dir} is not a posenc run: {CONFIG_FILE} is missing")
     try:
         doc = json.loads(path.read_text())
         if doc.get("format") != FORMAT:
-            raise ValueError(f"format is {doc.get('format')!r}, expected {FORMAT!r}")
+            raise UserError(f"format is {doc.get('format')!r}, expected {FORMAT!r}")
         if doc.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"format_version {doc.get('format_version')!r} is not supported")
+            raise UserError(f"format_version {doc.get('format_version')!r} is not supported")
         doc["train"] = TrainConfig.from_dict(doc["train"])
         doc["corpus"] = dict(doc["corpus"])
     except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise ValueError(f"corrupt run config {path}: {_one_line(err)}") from None
+        raise UserError(f"corrupt run config {path}: {_one_line(err)}") from None
     return doc
 
 
@@ -123,7 +124,7 @@ def read_progress(run_dir: str | Path) -> dict[str, Any] | None:
         doc = json.loads(path.read_text())
         int(doc["step"])
     except (ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"corrupt checkpoint {path}: {_one_line(err)}") from None
+        raise UserError(f"corrupt checkpoint {path}: {_one_line(err)}") from None
     return doc
 
 
@@ -148,7 +149,7 @@ def committed_file(run_dir: str | Path, name: str = MODEL_FILE) -> Path:
     """The path of file ``name`` of the run's committed checkpoint (ValueError if none)."""
     progress = read_progress(run_dir)
     if progress is None:
-        raise ValueError(f"run {run_dir} has no checkpoint yet ({PROGRESS_FILE} is missing)")
+        raise UserError(f"run {run_dir} has no checkpoint yet ({PROGRESS_FILE} is missing)")
     return checkpoint_dir(run_dir, progress) / name
 
 
@@ -226,11 +227,11 @@ def verify_file(folder: Path, name: str, progress: dict[str, Any]) -> Path:
     path = folder / name
     expected = (progress.get("files") or {}).get(name)
     if not path.is_file():
-        raise ValueError(f"corrupt checkpoint {path}: the file is missing")
+        raise UserError(f"corrupt checkpoint {path}: the file is missing")
     if expected is not None:
         actual = sha256_file(path)
         if actual != expected:
-            raise ValueError(f"corrupt checkpoint {path}: sha256 {actual[:12]}... differs from "
+            raise UserError(f"corrupt checkpoint {path}: sha256 {actual[:12]}... differs from "
                              f"the recorded {expected[:12]}... (the file changed after it was "
                              f"written)")
     return path
@@ -242,7 +243,7 @@ def _weights_step(path: Path) -> int:
             meta = f.metadata() or {}
         return int(meta["step"])
     except Exception as err:  # noqa: BLE001 - any failure to read the header is corruption
-        raise ValueError(f"corrupt checkpoint {path}: {_one_line(err)}") from None
+        raise UserError(f"corrupt checkpoint {path}: {_one_line(err)}") from None
 
 
 def load_weights(model: nn.Module, run_dir: Path, device: str | torch.device = "cpu",
@@ -250,15 +251,15 @@ def load_weights(model: nn.Module, run_dir: Path, device: str | torch.device = "
     """Load the committed weights into ``model``; returns their step. ValueError if corrupt."""
     progress = read_progress(run_dir) if progress is None else progress
     if progress is None:
-        raise ValueError(f"run {run_dir} has no checkpoint yet ({PROGRESS_FILE} is missing)")
+        raise UserError(f"run {run_dir} has no checkpoint yet ({PROGRESS_FILE} is missing)")
     path = verify_file(checkpoint_dir(run_dir, progress), MODEL_FILE, progress)
     step = _weights_step(path)
     try:
         load_model(model, path, strict=True, device=str(device))
     except Exception as err:  # noqa: BLE001 - shape/key mismatch or a damaged file
-        raise ValueError(f"corrupt checkpoint {path}: {_one_line(err)}") from None
+        raise UserError(f"corrupt checkpoint {path}: {_one_line(err)}") from None
     if step != int(progress["step"]):
-        raise ValueError(f"checkpoint files in {run_dir} disagree (weights at step {step}, "
+        raise UserError(f"checkpoint files in {run_dir} disagree (weights at step {step}, "
                          f"{PROGRESS_FILE} at step {progress['step']})")
     return step
 
@@ -268,7 +269,7 @@ def load_training_state(run_dir: Path, model: nn.Module, optimizer: torch.optim.
     """Restore the committed checkpoint for ``--resume``; returns ``state.json``."""
     progress = read_progress(run_dir)
     if progress is None:
-        raise ValueError(f"run {run_dir} has no checkpoint to resume from")
+        raise UserError(f"run {run_dir} has no checkpoint to resume from")
     weights_step = load_weights(model, run_dir, device, progress)
     path = verify_file(checkpoint_dir(run_dir, progress), STATE_FILE, progress)
     try:
@@ -280,10 +281,10 @@ def load_training_state(run_dir: Path, model: nn.Module, optimizer: torch.optim.
             torch.cuda.set_rng_state_all([s.cpu() for s in state["rng_cuda"]])
         state_step = int(state["step"])
     except Exception as err:  # noqa: BLE001 - unreadable or mismatched optimizer state
-        raise ValueError(f"corrupt checkpoint {path}: not a posenc optimizer state "
+        raise UserError(f"corrupt checkpoint {path}: not a posenc optimizer state "
                          f"({type(err).__name__})") from None
     if state_step != weights_step:
-        raise ValueError(f"checkpoint files in {run_dir} disagree (state.json step "
+        raise UserError(f"checkpoint files in {run_dir} disagree (state.json step "
                          f"{progress['step']}, weights step {weights_step}, optimizer step "
                          f"{state_step}): a save was interrupted; start again with "
                          f"--overwrite")
@@ -298,13 +299,13 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> LoadedR
     read: the newest committed checkpoint is then read again."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise ValueError(f"run directory {run_dir} does not exist")
+        raise UserError(f"run directory {run_dir} does not exist")
     doc = read_config(run_dir)
     cfg: TrainConfig = doc["train"]
     for attempt in range(3):
         progress = read_progress(run_dir)
         if progress is None:
-            raise ValueError(f"run {run_dir} has no checkpoint yet ({PROGRESS_FILE} is "
+            raise UserError(f"run {run_dir} has no checkpoint yet ({PROGRESS_FILE} is "
                              f"missing)")
         model = TransformerLM(cfg.model)
         try:

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserError
 from ..data.synthetic import TASKS
 from ..data.tokenizer import parse_spec
 from ..encodings.checks import require_float_in, require_int_at_least, require_positive_int
@@ -58,7 +59,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, LMConfig):
-            raise ValueError(f"model must be an LMConfig, got {type(self.model).__name__}")
+            raise UserError(f"model must be an LMConfig, got {type(self.model).__name__}")
         for name in ("train_len", "batch_size", "steps", "eval_windows"):
             require_positive_int(name, getattr(self, name))
         for name in ("eval_every", "checkpoint_every", "seed", "skip_bad_steps"):
@@ -66,12 +67,12 @@ class TrainConfig:
         if self.warmup_steps is not None:
             require_int_at_least("warmup_steps", self.warmup_steps, 0)
         if self.train_len < 2:
-            raise ValueError(f"train_len must be an integer >= 2, got {self.train_len}")
+            raise UserError(f"train_len must be an integer >= 2, got {self.train_len}")
         if self.model.max_len < self.train_len:
-            raise ValueError(f"model max_len={self.model.max_len} is smaller than "
+            raise UserError(f"model max_len={self.model.max_len} is smaller than "
                              f"train_len={self.train_len}")
         if self.warmup_steps is not None and 0 < self.steps <= self.warmup_steps:
-            raise ValueError(f"warmup_steps must be < steps={self.steps}, "
+            raise UserError(f"warmup_steps must be < steps={self.steps}, "
                              f"got {self.warmup_steps}")
         require_float_in("lr", self.lr, 0.0, math.inf)
         require_float_in("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0, low_open=False,
@@ -79,26 +80,26 @@ class TrainConfig:
         require_float_in("weight_decay", self.weight_decay, 0.0, math.inf, low_open=False)
         require_float_in("grad_clip", self.grad_clip, 0.0, math.inf, low_open=False)
         if len(self.betas) != 2:
-            raise ValueError(f"betas must be two floats in [0, 1), got {self.betas!r}")
+            raise UserError(f"betas must be two floats in [0, 1), got {self.betas!r}")
         for i, b in enumerate(self.betas):
             require_float_in(f"betas[{i}]", b, 0.0, 1.0, low_open=False)
         parse_spec(self.tokenizer)
         if self.task is not None:
             if self.task not in TASKS:
-                raise ValueError(f"unknown task {self.task!r}; valid tasks: {', '.join(TASKS)}")
+                raise UserError(f"unknown task {self.task!r}; valid tasks: {', '.join(TASKS)}")
             if self.data is not None:
-                raise ValueError("give either task or data, not both")
+                raise UserError("give either task or data, not both")
             if self.tokenizer != "byte":
-                raise ValueError(f"synthetic tasks are written in bytes: tokenizer must be "
+                raise UserError(f"synthetic tasks are written in bytes: tokenizer must be "
                                  f"'byte', got {self.tokenizer!r}")
             if self.pack:
-                raise ValueError(f"pack is for text data: the examples of task "
+                raise UserError(f"pack is for text data: the examples of task "
                                  f"{self.task!r} are single documents already")
         if self.device not in DEVICES:
-            raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+            raise UserError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
         for name in ("bf16", "pack"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+                raise UserError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
     @property
     def warmup(self) -> int:
@@ -121,7 +122,7 @@ class TrainConfig:
         valid = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - valid)
         if unknown:
-            raise ValueError(f"unknown TrainConfig key(s) {', '.join(unknown)}; valid: "
+            raise UserError(f"unknown TrainConfig key(s) {', '.join(unknown)}; valid: "
                              f"{', '.join(sorted(valid))}")
         data = dict(data)
         if isinstance(data.get("model"), dict):
@@ -178,8 +179,8 @@ def parse_options(items: list[str] | None, what: str = "option") -> dict[str, An
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"{what} must be key=value, got {item!r}")
+            raise UserError(f"{what} must be key=value, got {item!r}")
         if key in out:
-            raise ValueError(f"{what} {key!r} given twice")
+            raise UserError(f"{what} {key!r} given twice")
         out[key] = parse_value(value)
     return out

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from ..errors import UserError
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -39,7 +41,7 @@ def setup(device: str = "auto") -> DistInfo:
     local = int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     if use_cuda and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' was asked for but CUDA is not available")
+        raise UserError("device 'cuda' was asked for but CUDA is not available")
     if use_cuda:
         dev = torch.device("cuda", local % torch.cuda.device_count())
         torch.cuda.set_device(dev)

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserError
 from ..runio import atomic_write
 
 LOG_JSONL = "log.jsonl"
@@ -43,7 +44,7 @@ def read_log(run_dir: str | Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             if i == len(lines):
                 break                                 # torn by a crash while appending
-            raise ValueError(f"corrupt training log {path}: line {i} is not JSON") from None
+            raise UserError(f"corrupt training log {path}: line {i} is not JSON") from None
     return records
 
 

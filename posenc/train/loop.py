@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from ..errors import UserError
 from ..data.batches import TrainData, prepare_data
 from ..data.cache import default_cache_dir
 from ..data.synthetic import IGNORE
@@ -110,25 +111,25 @@ def rank_weight(info: dist.DistInfo, targets: torch.Tensor) -> float:
 def check_run_dir(run_dir: Path, cfg: TrainConfig, resume: bool, overwrite: bool) -> str:
     """"fresh", "overwrite" or "resume"; ValueError when the folder holds another run."""
     if run_dir.exists() and not run_dir.is_dir():
-        raise ValueError(f"run directory {run_dir} exists and is not a directory")
+        raise UserError(f"run directory {run_dir} exists and is not a directory")
     if not run_dir.exists() or not has_content(run_dir):
         return "fresh"
     if not (run_dir / ckpt.CONFIG_FILE).is_file():
         if overwrite:
             return "fresh"
-        raise ValueError(f"{run_dir} is not empty and holds no posenc run; choose another "
+        raise UserError(f"{run_dir} is not empty and holds no posenc run; choose another "
                          f"--out or pass --overwrite")
     if overwrite:
         return "overwrite"
     old = ckpt.read_config(run_dir)["train"]
     diffs = [d for d in cfg.differences(old) if d not in RESUMABLE_CHANGES]
     if diffs:
-        raise ValueError(f"{run_dir} holds a different run (differs in {', '.join(diffs[:8])}"
+        raise UserError(f"{run_dir} holds a different run (differs in {', '.join(diffs[:8])}"
                          f"); choose another --out or pass --overwrite")
     if not resume:
         progress = ckpt.read_progress(run_dir)
         done = f"step {progress['step']} of {old.steps}" if progress else "no checkpoint yet"
-        raise ValueError(f"{run_dir} already holds this run ({done}); pass --resume to "
+        raise UserError(f"{run_dir} already holds this run ({done}); pass --resume to "
                          f"continue it or --overwrite to start again")
     return "resume"
 
@@ -152,12 +153,12 @@ def _load_data(cfg: TrainConfig, run_dir: Path, mode: str) -> TrainData:
     data = prepare_data(cfg.data, tokenizer, cfg.task, cfg.train_len, _cache_dir(cfg),
                         pack=cfg.pack)
     if cfg.model.vocab_size < data.tokenizer.vocab_size:
-        raise ValueError(f"model vocab_size={cfg.model.vocab_size} is smaller than tokenizer "
+        raise UserError(f"model vocab_size={cfg.model.vocab_size} is smaller than tokenizer "
                          f"{data.tokenizer.spec!r} ({data.tokenizer.vocab_size} ids)")
     if mode == "resume":
         recorded = ckpt.read_config(run_dir)["corpus"]
         if recorded.get("sha256") != data.corpus_info["sha256"]:
-            raise ValueError(f"the data changed since {run_dir} started (sha256 "
+            raise UserError(f"the data changed since {run_dir} started (sha256 "
                              f"{recorded.get('sha256', '?')[:12]} != "
                              f"{data.corpus_info['sha256'][:12]}); cannot resume")
     return data
@@ -180,7 +181,7 @@ def _load_data_rank0_first(cfg: TrainConfig, run_dir: Path, mode: str,
         dist.broadcast_flag(info, True)
         return data
     if not dist.broadcast_flag(info, False):
-        raise ValueError("rank 0 could not prepare the data (its error is above)")
+        raise UserError("rank 0 could not prepare the data (its error is above)")
     return _load_data(cfg, run_dir, mode)
 
 
@@ -188,7 +189,7 @@ def _autocast(cfg: TrainConfig, device: torch.device):
     if not cfg.bf16:
         return contextlib.nullcontext()
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ValueError("bf16 was asked for but this GPU does not support bfloat16")
+        raise UserError("bf16 was asked for but this GPU does not support bfloat16")
     return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
@@ -222,7 +223,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     after every step (and its checkpoint), e.g. to stop early.
     """
     if resume and overwrite:
-        raise ValueError("pass either resume or overwrite, not both")
+        raise UserError("pass either resume or overwrite, not both")
     run_dir = Path(run_dir)
     cfg = cfg.resolved()
     info = dist.setup(cfg.device)
@@ -252,7 +253,7 @@ def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, resume: bool,
             run_dir.mkdir(parents=True, exist_ok=True)    # look again (another process
             lock.acquire()                                # may have been quicker)
             if check_run_dir(run_dir, cfg, resume, overwrite) != mode:
-                raise ValueError(f"{run_dir} was written by another process meanwhile")
+                raise UserError(f"{run_dir} was written by another process meanwhile")
         if mode == "overwrite":
             ckpt.remove_run_files(run_dir)
         ckpt.recover(run_dir)               # temporaries a crash left; see its docstring

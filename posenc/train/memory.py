@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from ..errors import UserError
 from .config import TrainConfig
 
 GIB = 2**30
@@ -47,7 +48,7 @@ def check_train_memory(cfg: TrainConfig, device: torch.device | str = "cpu",
     need = train_step_bytes(cfg)
     limit = available_memory(device) if limit is None else limit
     if need > limit:
-        raise ValueError(f"batch_size={cfg.batch_size} x train_len={cfg.train_len} needs at "
+        raise UserError(f"batch_size={cfg.batch_size} x train_len={cfg.train_len} needs at "
                          f"least {need / GIB:,.1f} GiB per training step but "
                          f"{limit / GIB:,.1f} GiB are free on {torch.device(device).type}; "
                          f"lower --batch-size or --train-len")

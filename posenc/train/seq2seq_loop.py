@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
+from ..errors import UserError
 from .task_loop import FitResult, TaskTrainConfig, fit
 
 
@@ -23,7 +24,7 @@ def train_seq2seq(model: nn.Module, task: str, cfg: TaskTrainConfig,
     make_seq2seq_task(task, 1, cfg.min_len, 0)              # unknown task -> ValueError
     needed = cfg.max_len + 1                                # BOS + answer fed to the decoder
     if getattr(model.config, "max_len", needed) < needed:
-        raise ValueError(f"model max_len={model.config.max_len} is shorter than the longest "
+        raise UserError(f"model max_len={model.config.max_len} is shorter than the longest "
                          f"decoder input ({needed} = max_len + BOS)")
     device = next(model.parameters()).device
 

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from torch import Tensor, nn
 
+from ..errors import UserError
 from ..encodings.checks import require_float_in, require_int_at_least, require_positive_int
 from .loop import lm_loss, make_optimizer, make_scheduler
 
@@ -44,7 +45,7 @@ class TaskTrainConfig:
             require_positive_int(name, getattr(self, name))
         require_int_at_least("seed", self.seed, 0)
         if self.min_len > self.max_len:
-            raise ValueError(f"min_len={self.min_len} must be <= max_len={self.max_len}")
+            raise UserError(f"min_len={self.min_len} must be <= max_len={self.max_len}")
         if self.warmup_steps is not None:
             require_int_at_least("warmup_steps", self.warmup_steps, 0)
         require_float_in("lr", self.lr, 0.0, math.inf)
@@ -53,7 +54,7 @@ class TaskTrainConfig:
         require_float_in("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0, low_open=False,
                          high_open=False)
         if len(self.betas) != 2:
-            raise ValueError(f"betas must be two floats in [0, 1), got {self.betas!r}")
+            raise UserError(f"betas must be two floats in [0, 1), got {self.betas!r}")
         for i, b in enumerate(self.betas):
             require_float_in(f"betas[{i}]", b, 0.0, 1.0, low_open=False)
 
@@ -108,7 +109,7 @@ def train_lm_task(model: nn.Module, task: str, cfg: TaskTrainConfig,
     positions only (:func:`posenc.data.synthetic.make_task`)."""
     from ..data.synthetic import make_task, min_length
     if cfg.min_len < min_length(task):
-        raise ValueError(f"min_len={cfg.min_len} is below task {task!r}'s shortest length "
+        raise UserError(f"min_len={cfg.min_len} is below task {task!r}'s shortest length "
                          f"{min_length(task)}")
     device = next(model.parameters()).device
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import matplotlib
 from matplotlib.ticker import FixedLocator, NullLocator
 
+from ..errors import UserError
 from .axes import new_figure, save_png
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
@@ -94,7 +95,7 @@ def task_figure(results: dict):
     and token accuracy below."""
     panels = _panels(results)
     if not panels:
-        raise ValueError("the results hold no scored runs to plot")
+        raise UserError("the results hold no scored runs to plot")
     encodings = list(dict.fromkeys(enc for part, task in panels
                                    for enc in panel_series(results, part, task)))
     palette = matplotlib.colormaps["tab10"].colors

@@ -26,6 +26,7 @@ import functools
 import torch
 from torch import Tensor
 
+from ...errors import UserError
 from ..pairs import pair_kernel_ready, split_pairs, table_groups, write_pairs
 
 #: most row groups, and fewest rows in a group
@@ -133,7 +134,7 @@ class CausalPairBias:
         end = 0
         for first, g in blocks:
             if first != end or g.stride(-1) != 1:
-                raise ValueError("gradient blocks must be row-contiguous and cover the rows "
+                raise UserError("gradient blocks must be row-contiguous and cover the rows "
                                  "in order")
             end += g.shape[2]
         n_groups = len(self.groups)

@@ -21,6 +21,8 @@ import functools
 import torch
 from torch import Tensor
 
+from ...errors import UserError
+
 
 
 @functools.lru_cache(maxsize=32)
@@ -125,7 +127,7 @@ class ClippedPairBias:
         end = 0
         for first, pairs in blocks:
             if first != end:
-                raise ValueError("gradient blocks must cover the rows in order")
+                raise UserError("gradient blocks must cover the rows in order")
             _collect_rows(pairs, self.clip, out, first)
             end += pairs.shape[-2]
         return (out,)

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ...errors import UserError
+
 
 def distance_span(q_pos: Tensor, k_pos: Tensor) -> tuple[int, int]:
     """Smallest and largest distance q_pos_i - k_pos_j (read on the host)."""
@@ -46,7 +48,7 @@ def sliding_window(table: Tensor, width: int, first: int, step: int) -> Tensor:
     rows, n = table.shape[-2:]
     last = first + step * (rows - 1)
     if min(first, last) < 0 or max(first, last) + width > n:
-        raise ValueError(f"window of {width} columns from {first}, step {step}, leaves the "
+        raise UserError(f"window of {width} columns from {first}, step {step}, leaves the "
                          f"{n} columns of the table")
     if table.stride()[-2:] != (n, 1):
         table = table.contiguous()
