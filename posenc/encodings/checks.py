@@ -6,7 +6,7 @@ which is routed by device type so that no check synchronises with an accelerator
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -16,6 +16,27 @@ from ..errors import UserError
 
 
 # ---------------------------------------------------------------- validation
+def require_known_keys(what: str, data: Any, valid: Iterable[str]) -> dict[str, Any]:
+    """``data`` as a dict whose keys are all in ``valid``; UserError naming ``what`` (e.g.
+    "LMConfig") and the unknown keys otherwise, or when ``data`` is not a mapping."""
+    if not isinstance(data, Mapping):
+        raise UserError(f"{what} must be a mapping of option names to values, got "
+                        f"{type(data).__name__}")
+    valid = set(valid)
+    unknown = sorted(str(key) for key in set(data) - valid)
+    if unknown:
+        raise UserError(f"unknown {what} key(s) {', '.join(unknown)}; valid: "
+                        f"{', '.join(sorted(valid))}")
+    return dict(data)
+
+
+def require_divides(n_heads: int, d_model: int) -> None:
+    """UserError unless ``n_heads`` divides ``d_model`` (both already positive ints)."""
+    if d_model % n_heads:
+        raise UserError(f"n_heads={n_heads} must divide d_model={d_model}; valid n_heads are "
+                        f"its divisors")
+
+
 def require_positive_int(option: str, value: Any) -> None:
     require_int_at_least(option, value, 1)
 
