@@ -7,7 +7,7 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from .base import PositionalEncoding, register
-from .limits import PositionLimit
+from .limits import PositionLimit, learned_table
 from .checks import check_in_range, require_positive_int
 
 
@@ -39,7 +39,7 @@ class LearnedEncoding(PositionalEncoding):
 
     @property
     def position_limit(self) -> PositionLimit:
-        return PositionLimit(self.max_len - 1, "learned", encoding=self.name)
+        return learned_table(self.max_len, self.name)
 
     def check_positions(self, pos: Tensor) -> None:
         """ValueError if any position lies outside the table [0, max_len) (checked as

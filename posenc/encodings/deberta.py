@@ -46,7 +46,7 @@ from .absolute import LearnedEncoding
 from .base import (PositionalEncoding, ScoreMod, heads_first, pairs_per_head, position_reader,
                    register)
 from .checks import require_float_in, require_int_at_least
-from .limits import PositionLimit
+from .limits import PositionLimit, learned_table
 
 TERMS = ("c2p", "p2c")
 LAYER_NORM_EPS = 1e-7           # DeBERTa-v2's layer_norm_eps
@@ -218,7 +218,7 @@ class DeBERTaEncoding(PositionalEncoding):
         """``absolute_query``'s table's last row (relative positions alone: no bound)."""
         if self.absolute is None:
             return None
-        return PositionLimit(self.max_len - 1, "learned", encoding=self.name)
+        return learned_table(self.max_len, self.name)
 
     def check_positions(self, pos: Tensor) -> None:
         """ValueError if ``absolute_query``'s table does not cover every position."""

@@ -36,6 +36,11 @@ class PositionLimit:
         return length <= self.positions
 
 
+def learned_table(rows: int, encoding: str) -> PositionLimit:
+    """The limit of a learned table of ``rows`` positions (its last row)."""
+    return PositionLimit(rows - 1, "learned", encoding=encoding)
+
+
 def tightest_limit(limits: Iterable[PositionLimit | None]) -> PositionLimit | None:
     """The smallest of the declared limits (None ignored), or None when none is declared."""
     declared = [limit for limit in limits if limit is not None]

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from ..errors import UserError
 from .base import PositionalEncoding, register
 from .checks import check_in_range, require_choice, require_float_in
-from .limits import PositionLimit
+from .limits import PositionLimit, learned_table
 from .sinusoidal import sinusoidal_at
 
 
@@ -54,7 +54,7 @@ class MultiplicativeEncoding(PositionalEncoding):
         """A learned table's last row (sinusoidal positions: no bound)."""
         if self.table is None:
             return None
-        return PositionLimit(self.max_len - 1, "learned", encoding=self.name)
+        return learned_table(self.max_len, self.name)
 
     def check_positions(self, pos: Tensor) -> None:
         """ValueError if a learned table does not cover every position (sinusoidal: any)."""

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from ..errors import UserError
 from .absolute import LearnedEncoding
 from .base import heads_first, register
-from .limits import PositionLimit
+from .limits import PositionLimit, learned_table
 from .t5 import T5Encoding
 
 
@@ -66,7 +66,7 @@ class TUPEEncoding(T5Encoding):
     @property
     def position_limit(self) -> PositionLimit:
         """The absolute table's last row."""
-        return PositionLimit(self.max_len - 1, "learned", encoding=self.name)
+        return learned_table(self.max_len, self.name)
 
     def check_positions(self, pos: Tensor) -> None:
         """ValueError if any position lies outside the absolute table [0, max_len)."""

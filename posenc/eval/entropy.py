@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import UserError
-from .lengths import NotEvaluated, as_token_tensor, not_served, validate_lengths
+from .lengths import NotEvaluated, SkippedNote, as_token_tensor, not_served, validate_lengths
 
 #: the "tail" of a window: its last quarter of query positions (those seeing the most keys)
 TAIL_FRACTION = 0.25
@@ -33,7 +33,7 @@ def attention_entropy(weights: Tensor) -> Tensor:
 
 
 @dataclass(frozen=True)
-class EntropyResult:
+class EntropyResult(SkippedNote):
     """Mean attention entropy (nats) at one length over layers, heads, windows and queries.
 
     ``tail`` averages only the last quarter of query positions; ``per_layer`` is the mean per
@@ -48,10 +48,6 @@ class EntropyResult:
     uniform_tail: float
     n_windows: int
     skipped: NotEvaluated | None = None
-
-    @property
-    def note(self) -> str | None:
-        return None if self.skipped is None else self.skipped.note
 
     def to_dict(self) -> dict:
         return {"mean": self.mean, "tail": self.tail,

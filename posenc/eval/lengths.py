@@ -60,8 +60,19 @@ def note_reason(note: str) -> str:
     return note.removeprefix("n/a (").removesuffix(")")
 
 
+class SkippedNote:
+    """For a result with a ``skipped`` field: ``note``, the text results files store for a
+    length that was not evaluated (None when it was)."""
+
+    skipped: NotEvaluated | None
+
+    @property
+    def note(self) -> str | None:
+        return None if self.skipped is None else self.skipped.note
+
+
 @dataclass(frozen=True)
-class LengthResult:
+class LengthResult(SkippedNote):
     """Perplexity at one evaluation length; ``ppl`` is None and ``skipped`` set when n/a."""
 
     length: int
@@ -71,10 +82,6 @@ class LengthResult:
     n_windows: int
     seconds: float
     skipped: NotEvaluated | None = None
-
-    @property
-    def note(self) -> str | None:
-        return None if self.skipped is None else self.skipped.note
 
     @property
     def value(self) -> float | str:

@@ -19,13 +19,13 @@ import torch
 from torch import nn
 
 from ..errors import UserError
-from .lengths import NotEvaluated, not_served
+from .lengths import NotEvaluated, SkippedNote, not_served
 
 IGNORE = -100
 
 
 @dataclass(frozen=True)
-class TaskResult:
+class TaskResult(SkippedNote):
     """Accuracy at one length; both None and ``skipped`` set when the model cannot run there
     (``note`` is its text)."""
 
@@ -35,10 +35,6 @@ class TaskResult:
     exact_match: float | None
     n_examples: int
     skipped: NotEvaluated | None = None
-
-    @property
-    def note(self) -> str | None:
-        return None if self.skipped is None else self.skipped.note
 
     def to_dict(self) -> dict:
         return {"token_accuracy": self.token_accuracy, "exact_match": self.exact_match,

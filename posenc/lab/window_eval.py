@@ -21,24 +21,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..eval.lengths import (DEFAULT_BATCH_TOKENS, NotEvaluated, as_token_tensor, model_logits_fn,
-                            not_served, validate_lengths, window_budget)
+from ..eval.lengths import (DEFAULT_BATCH_TOKENS, NotEvaluated, SkippedNote, as_token_tensor,
+                            model_logits_fn, not_served, validate_lengths, window_budget)
 from ..eval.perplexity import windows
 
 
 @dataclass(frozen=True)
-class WindowLosses:
+class WindowLosses(SkippedNote):
     """Per-window losses at one length; ``skipped`` set (and no windows) when n/a."""
 
     length: int
     nll: tuple[float, ...]          # mean nll (nats/token) of each window
     tokens: tuple[int, ...]         # tokens scored in each window
     skipped: NotEvaluated | None = None
-
-    @property
-    def note(self) -> str | None:
-        """Why the length was not scored, as results.json stores it (None when scored)."""
-        return None if self.skipped is None else self.skipped.note
 
     @property
     def n_tokens(self) -> int:
