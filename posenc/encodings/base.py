@@ -82,7 +82,8 @@ class PositionalEncoding(nn.Module):
 
     Class attributes describe the encoding for ``posenc list``:
     ``family`` ("none", "absolute", "rotary", "bias", "relative"), ``extrapolates`` (a short
-    verdict) and ``cache_note`` (how the KV cache treats it).
+    verdict) and ``cache_note`` (how the KV cache treats it). An encoding whose positions
+    stop somewhere declares where in ``position_limit`` (callers read it, never catch errors).
 
     Args:
         n_heads: attention heads H.
