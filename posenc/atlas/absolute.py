@@ -97,13 +97,8 @@ def trajectories(encodings: dict[str, PositionalEncoding], train_len: int, width
     positions stop at their table (learned) are drawn up to it."""
     out = {}
     for name, pe in encodings.items():
-        n = 4 * train_len
-        check = getattr(pe, "check_positions", None)
-        if check is not None:
-            try:
-                check(torch.tensor([n - 1]))
-            except ValueError:
-                n = pe.max_len
+        limit = pe.position_limit
+        n = 4 * train_len if limit is None else min(4 * train_len, limit.positions)
         coords, explained = pca_2d(position_vectors(pe, n, width), train_len)
         out[name] = {"positions": n, "coords": coords, "explained": explained}
     return out

@@ -19,7 +19,7 @@ from torch import Tensor
 from ..errors import UserError
 from ..data.batches import prepare_data
 from ..encodings.base import PositionalEncoding
-from ..eval.lengths import encodings_of, na_note, unsupported_length
+from ..eval.lengths import NotEvaluated, encodings_of, not_served
 from ..train.checkpoint import LoadedRun, load_run
 from .absolute import draw_trajectories, pca_2d, position_vectors
 from .biases import bias_against_distance, draw_head_curves
@@ -102,12 +102,9 @@ def learned_terms_panel(loaded: LoadedRun, out_dir: Path) -> Panel | None:
     elif type(layers[0]).overrides("embed"):
         pe = layers[0]
         width = cfg.model.d_model
-        n = 4 * train_len
-        try:
-            vectors = position_vectors(pe, n, width)
-        except ValueError:                             # a table that stops before 4L
-            n = train_len
-            vectors = position_vectors(pe, n, width)
+        limit = pe.position_limit                      # a table that may stop before 4L
+        n = 4 * train_len if limit is None else min(4 * train_len, limit.positions)
+        vectors = position_vectors(pe, n, width)
         coords, explained = pca_2d(vectors, min(train_len, n))
         found = {f"{name} after {loaded.steps} steps": {"positions": n, "coords": coords,
                                                         "explained": explained}}
@@ -159,17 +156,16 @@ def attention_maps(loaded: LoadedRun) -> dict[str, Any]:
     windows = held_out_windows(loaded, lengths)
     maps: dict[str, Any] = {}
     for n in lengths:
-        note = unsupported_length(loaded.model, n)
+        skipped = not_served(loaded.model, n)
         window = windows[n]
-        if note is None and isinstance(window, str):
-            note = window
-        if note is not None:
-            maps[str(n)] = {"note": note}
+        if skipped is not None or isinstance(window, str):
+            maps[str(n)] = {"note": window if skipped is None else skipped.note}
             continue
         try:
             _, weights = loaded.model(window, backend="eager", need_weights=True)
-        except ValueError as err:                       # positions the model cannot serve
-            maps[str(n)] = {"note": na_note(err)}
+        except ValueError as err:
+            # a refusal no limit declares (xpos's scales overflowing float16 autocast)
+            maps[str(n)] = {"note": NotEvaluated.from_error(err).note}
             continue
         layers = []
         block = 1

@@ -6,7 +6,7 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from ..encodings.base import PositionalEncoding
-from ..encodings.checks import check_positions
+from ..encodings.checks import check_positions, require_divides
 from .backends import attend, route
 from .cache import KVCache
 from .masks import Masks
@@ -22,9 +22,7 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, *, bias: bool = False,
                  dropout: float = 0.0, cross: bool = False) -> None:
         super().__init__()
-        if d_model % n_heads:
-            raise UserError(f"n_heads={n_heads} must divide d_model={d_model}; valid n_heads "
-                             f"are its divisors")
+        require_divides(n_heads, d_model)
         self.n_heads, self.head_dim = n_heads, d_model // n_heads
         self.cross = cross
         if cross:

@@ -109,7 +109,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     from ..eval.entropy import entropy_at_lengths
     from ..eval.inference_scaling import InferenceScaling, apply_inference_scaling
-    from ..eval.lengths import perplexity_at_lengths, unsupported_length, validate_lengths
+    from ..eval.lengths import perplexity_at_lengths, position_limit, validate_lengths
     from ..eval.tasks import task_accuracy_at_lengths
     from ..runio import atomic_write
     run_dir, loaded = load_checked_run(args.run, args.device)
@@ -119,13 +119,12 @@ def _evaluate(args: argparse.Namespace) -> int:
     model = model.to(getattr(torch, args.dtype))
     lengths = validate_lengths(list(args.lengths or [tcfg.train_len * m
                                                      for m in (1, 2, 4, 8, 16)]), args.stride)
-    for n in lengths:
-        note = unsupported_length(model, n)
-        if note is not None:
-            raise UserError(f"length {n} is past the learned position table of this run "
-                             f"({note.removeprefix('n/a (past learned table of ').rstrip(')')}"
-                             f" positions, encoding {tcfg.model.pe!r}); use lengths <= "
-                             f"{model.config.max_len}")
+    limit = position_limit(model)
+    past = [n for n in lengths if limit is not None and not limit.serves(n)]
+    if past:
+        raise UserError(f"length {past[0]} is past the {limit.kind} position {limit.bound} of "
+                        f"this run ({limit.positions} positions, encoding {tcfg.model.pe!r}); "
+                        f"use lengths <= {limit.positions}")
     if args.max_tokens is not None and args.max_tokens < 0:
         raise UserError(f"--max-tokens must be >= 0, got {args.max_tokens}")
     setting = {"steps": loaded.steps, "inference_scaling": scaling.label, "split": args.split,

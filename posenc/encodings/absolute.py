@@ -7,6 +7,7 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from .base import PositionalEncoding, register
+from .limits import PositionLimit, learned_table
 from .checks import check_in_range, require_positive_int
 
 
@@ -35,6 +36,10 @@ class LearnedEncoding(PositionalEncoding):
         require_positive_int("max_len", self.max_len)
         self.table = nn.Parameter(torch.randn(self.max_len, self.n_heads * self.head_dim)
                                   * init_std)
+
+    @property
+    def position_limit(self) -> PositionLimit:
+        return learned_table(self.max_len, self.name)
 
     def check_positions(self, pos: Tensor) -> None:
         """ValueError if any position lies outside the table [0, max_len) (checked as

@@ -51,6 +51,7 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from .checks import require_int_at_least, require_positive_int
+from .limits import PositionLimit
 
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
@@ -81,7 +82,8 @@ class PositionalEncoding(nn.Module):
 
     Class attributes describe the encoding for ``posenc list``:
     ``family`` ("none", "absolute", "rotary", "bias", "relative"), ``extrapolates`` (a short
-    verdict) and ``cache_note`` (how the KV cache treats it).
+    verdict) and ``cache_note`` (how the KV cache treats it). An encoding whose positions
+    stop somewhere declares where in ``position_limit`` (callers read it, never catch errors).
 
     Args:
         n_heads: attention heads H.
@@ -120,6 +122,18 @@ class PositionalEncoding(nn.Module):
         self.head_dim = head_dim
         self.max_len = max_len
         self.logn_base_len = logn_base_len
+
+    @property
+    def position_limit(self) -> PositionLimit | None:
+        """The largest position this encoding serves and what ends there, or None when it
+        serves any position >= 0. Its hooks refuse exactly the positions past it."""
+        return None
+
+    @property
+    def max_position(self) -> int | None:
+        """The largest position this encoding serves (None: no bound)."""
+        limit = self.position_limit
+        return None if limit is None else limit.max_position
 
     @property
     def translation_invariant(self) -> bool:

@@ -46,6 +46,7 @@ from .absolute import LearnedEncoding
 from .base import (PositionalEncoding, ScoreMod, heads_first, pairs_per_head, position_reader,
                    register)
 from .checks import require_float_in, require_int_at_least
+from .limits import PositionLimit, learned_table
 
 TERMS = ("c2p", "p2c")
 LAYER_NORM_EPS = 1e-7           # DeBERTa-v2's layer_norm_eps
@@ -211,6 +212,13 @@ class DeBERTaEncoding(PositionalEncoding):
         c2p = head_table(q, c2p_heads) if c2p_heads is not None else None
         p2c = head_table(k, p2c_heads) if p2c_heads is not None else None
         return c2p, p2c
+
+    @property
+    def position_limit(self) -> PositionLimit | None:
+        """``absolute_query``'s table's last row (relative positions alone: no bound)."""
+        if self.absolute is None:
+            return None
+        return learned_table(self.max_len, self.name)
 
     def check_positions(self, pos: Tensor) -> None:
         """ValueError if ``absolute_query``'s table does not cover every position."""

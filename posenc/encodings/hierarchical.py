@@ -27,6 +27,7 @@ from ..errors import UserError
 from .absolute import LearnedEncoding
 from .base import PositionalEncoding, build_encoding, register
 from .checks import check_in_range, require_float_in, require_int_at_least, require_positive_int
+from .limits import PositionLimit
 
 
 def hierarchical_positions(table: Tensor, pos: Tensor, alpha: float) -> Tensor:
@@ -76,6 +77,11 @@ class HierarchicalEncoding(PositionalEncoding):
         self.n_positions = n_positions
         self.table = nn.Parameter(torch.randn(base_len, self.n_heads * self.head_dim)
                                   * init_std)
+
+    @property
+    def position_limit(self) -> PositionLimit:
+        """The last of the ``n_positions`` the extended table serves."""
+        return PositionLimit(self.n_positions - 1, "hierarchical", encoding=self.name)
 
     def embed(self, x: Tensor, pos: Tensor, *, ids: Tensor | None = None,
               state: dict | None = None) -> Tensor:

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from ..errors import UserError
 from .base import PositionalEncoding, register
 from .checks import check_in_range, require_choice, require_float_in
+from .limits import PositionLimit, learned_table
 from .sinusoidal import sinusoidal_at
 
 
@@ -47,6 +48,13 @@ class MultiplicativeEncoding(PositionalEncoding):
             self.table = nn.Parameter(1.0 + torch.randn(self.max_len, width) * init_std)
         else:
             self.table = None
+
+    @property
+    def position_limit(self) -> PositionLimit | None:
+        """A learned table's last row (sinusoidal positions: no bound)."""
+        if self.table is None:
+            return None
+        return learned_table(self.max_len, self.name)
 
     def check_positions(self, pos: Tensor) -> None:
         """ValueError if a learned table does not cover every position (sinusoidal: any)."""

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from ..errors import UserError
 from .absolute import LearnedEncoding
 from .base import heads_first, register
+from .limits import PositionLimit, learned_table
 from .t5 import T5Encoding
 
 
@@ -61,6 +62,11 @@ class TUPEEncoding(T5Encoding):
 
     def sm_scale(self) -> float:
         return 1.0 / math.sqrt(2 * self.head_dim)
+
+    @property
+    def position_limit(self) -> PositionLimit:
+        """The absolute table's last row."""
+        return learned_table(self.max_len, self.name)
 
     def check_positions(self, pos: Tensor) -> None:
         """ValueError if any position lies outside the absolute table [0, max_len)."""

@@ -36,6 +36,7 @@ from ..errors import UserError
 from ..kernels.rotary import apply_rotary
 from .base import register
 from .checks import check_in_range, check_qk, require_float_in
+from .limits import PositionLimit
 from .rope import RotaryEncoding
 
 #: exponent headroom kept inside the dtype's normal range, for the magnitude of q and k
@@ -80,6 +81,16 @@ class XPosEncoding(RotaryEncoding):
         info = torch.finfo(dtype)
         limit = min(math.log(info.max), -math.log(info.tiny)) - _HEADROOM
         return int(limit * self.scale_base / self.steepest)
+
+    @property
+    def position_limit(self) -> PositionLimit:
+        """The farthest position above ``center`` whose scales stay finite in the dtype of
+        the encoding's buffers (the model's dtype; under autocast to float16 the forward
+        refuses sooner). Positions below ``center - max_distance`` are refused too."""
+        dtype = self.log_zeta.dtype
+        return PositionLimit(self.center + self.max_distance(dtype), "xpos",
+                             f"range in {str(dtype).removeprefix('torch.')}",
+                             encoding=self.name)
 
     def decay(self, pos: Tensor, sign: float, dtype: torch.dtype) -> Tensor:
         """zeta^(sign * (pos - center) / scale_base): (..., L, R/2) fp32 for pos (..., L);

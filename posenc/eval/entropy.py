@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import UserError
-from .lengths import as_token_tensor, na_note, unsupported_length, validate_lengths
+from .lengths import NotEvaluated, SkippedNote, as_token_tensor, not_served, validate_lengths
 
 #: the "tail" of a window: its last quarter of query positions (those seeing the most keys)
 TAIL_FRACTION = 0.25
@@ -33,12 +33,12 @@ def attention_entropy(weights: Tensor) -> Tensor:
 
 
 @dataclass(frozen=True)
-class EntropyResult:
+class EntropyResult(SkippedNote):
     """Mean attention entropy (nats) at one length over layers, heads, windows and queries.
 
     ``tail`` averages only the last quarter of query positions; ``per_layer`` is the mean per
     layer; ``uniform_tail`` is what uniform attention would give on the tail (for scale).
-    ``note`` explains an n/a result (all numbers None).
+    ``skipped`` says why a length has no result (all numbers None; ``note`` is its text).
     """
 
     length: int
@@ -47,7 +47,7 @@ class EntropyResult:
     per_layer: tuple[float, ...] | None
     uniform_tail: float
     n_windows: int
-    note: str | None = None
+    skipped: NotEvaluated | None = None
 
     def to_dict(self) -> dict:
         return {"mean": self.mean, "tail": self.tail,
@@ -73,7 +73,8 @@ def entropy_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths: S
 
     Uses the eager backend (which returns the weights), so memory grows as
     n_layers * H * length^2 per window: keep lengths modest (a few thousand). ``errors``:
-    ``"raise"`` or ``"note"`` (a ValueError from the model gives an n/a result).
+    ``"raise"`` or ``"note"`` (a ValueError from the model gives an n/a result); lengths past
+    a declared position limit are never run.
     """
     if errors not in ("raise", "note"):
         raise UserError(f"errors must be 'raise' or 'note', got {errors!r}")
@@ -87,9 +88,9 @@ def entropy_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths: S
     try:
         for length in lengths:
             uniform = uniform_tail_entropy(length)
-            note = unsupported_length(model, length)
-            if note is not None:
-                out.append(EntropyResult(length, None, None, None, uniform, 0, note))
+            skipped = not_served(model, length)
+            if skipped is not None:
+                out.append(EntropyResult(length, None, None, None, uniform, 0, skipped))
                 continue
             count = max(1, min(n_windows, len(tokens) // length))
             stream = as_token_tensor(tokens, count * length)
@@ -99,16 +100,16 @@ def entropy_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths: S
             for i in range(count):                                    # one window at a time
                 try:
                     _, weights = model(ids[i:i + 1], backend="eager", need_weights=True)
-                except ValueError as err:
-                    if errors == "raise":
+                except ValueError as err:    # a refusal no limit declares (xpos's scales
+                    if errors == "raise":    # overflowing float16 under autocast)
                         raise
-                    note = na_note(err)
+                    skipped = NotEvaluated.from_error(err)
                     break
                 ent = torch.stack([attention_entropy(w[0]) for w in weights])  # (layers, H, L)
                 means.append(ent.mean(dim=(1, 2)))                    # (layers,)
                 tails.append(ent[:, :, start:].mean(dim=(1, 2)))
-            if note is not None:
-                out.append(EntropyResult(length, None, None, None, uniform, 0, note))
+            if skipped is not None:
+                out.append(EntropyResult(length, None, None, None, uniform, 0, skipped))
                 continue
             per_layer = torch.stack(means).mean(dim=0)
             tail = torch.stack(tails).mean(dim=0)

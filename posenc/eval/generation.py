@@ -21,7 +21,7 @@ from ..data.tokenizer import Tokenizer
 from ..encodings.checks import require_int_at_least
 from ..models.generate import check_sampling
 from ..models.lm import TransformerLM
-from .lengths import unsupported_length
+from .lengths import position_limit
 
 
 @dataclass(frozen=True)
@@ -60,18 +60,10 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
 
 def servable_length(model: torch.nn.Module, upto: int) -> int:
     """The longest sequence, at most ``upto`` tokens, whose positions every encoding of
-    ``model`` can serve (``upto`` unless an encoding bounds its positions, as a learned table
-    does). Asks the encodings through :func:`posenc.eval.lengths.unsupported_length`."""
-    if unsupported_length(model, upto) is None:
-        return upto
-    lo, hi = 0, upto                    # lo can be served (0 trivially), hi cannot
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if unsupported_length(model, mid) is None:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    ``model`` can serve (``upto`` unless an encoding declares a position limit below it, as a
+    learned table does; :func:`posenc.eval.lengths.position_limit`)."""
+    limit = position_limit(model)
+    return upto if limit is None else min(upto, limit.positions)
 
 
 def new_token_limit(model: TransformerLM, prompt_len: int, want: int) -> int:

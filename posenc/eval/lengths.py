@@ -6,8 +6,9 @@ Each length is scored on the same held-out stream with :func:`posenc.eval.perple
 without a bias (memory O(n) per head), FlexAttention for biased ones from
 ``FLEX_MIN_LEN`` keys, so 16x the training length fits in memory.
 
-An encoding that cannot serve a position (a learned table) gives a result whose ``note`` says
-so (``"n/a (past learned table of 128)"``) instead of raising.
+A length past the position limit an encoding declares (a learned table) is not run: its
+result carries a :class:`NotEvaluated` saying why, whose ``note`` is the text results files
+store (``"n/a (past learned table of 128)"``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ..encodings.limits import PositionLimit, tightest_limit
 from ..errors import UserError
 from .perplexity import perplexity, windows
 
@@ -29,8 +31,49 @@ DEFAULT_BATCH_TOKENS = 8192
 
 
 @dataclass(frozen=True)
-class LengthResult:
-    """Perplexity at one evaluation length; ``ppl`` is None and ``note`` set when n/a."""
+class NotEvaluated:
+    """Why a length has no result: it is past a declared position ``limit``, or the model
+    refused it for a reason no limit declares (``refusal``: its error's first clause)."""
+
+    limit: PositionLimit | None = None
+    refusal: str | None = None
+
+    @classmethod
+    def from_error(cls, err: Exception) -> NotEvaluated:
+        return cls(refusal=str(err).split(";")[0].strip().rstrip("."))
+
+    @property
+    def reason(self) -> str:
+        """``"past learned table of 128"``, or the refusal."""
+        if self.limit is not None:
+            return f"past {self.limit.kind} {self.limit.bound} of {self.limit.positions}"
+        return self.refusal or "not evaluated"
+
+    @property
+    def note(self) -> str:
+        """The text results files store for the length: ``"n/a (<reason>)"``."""
+        return f"n/a ({self.reason})"
+
+
+def note_reason(note: str) -> str:
+    """The reason inside a stored :attr:`NotEvaluated.note` (as read back from a file)."""
+    return note.removeprefix("n/a (").removesuffix(")")
+
+
+class SkippedNote:
+    """For a result with a ``skipped`` field: ``note``, the text results files store for a
+    length that was not evaluated (None when it was)."""
+
+    skipped: NotEvaluated | None
+
+    @property
+    def note(self) -> str | None:
+        return None if self.skipped is None else self.skipped.note
+
+
+@dataclass(frozen=True)
+class LengthResult(SkippedNote):
+    """Perplexity at one evaluation length; ``ppl`` is None and ``skipped`` set when n/a."""
 
     length: int
     ppl: float | None
@@ -38,7 +81,7 @@ class LengthResult:
     n_tokens: int
     n_windows: int
     seconds: float
-    note: str | None = None
+    skipped: NotEvaluated | None = None
 
     @property
     def value(self) -> float | str:
@@ -61,27 +104,15 @@ def encodings_of(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if isinstance(m, PositionalEncoding)]
 
 
-def unsupported_length(model: nn.Module, length: int) -> str | None:
-    """The n/a note if some encoding of ``model`` cannot serve positions 0..length-1, else None.
-
-    Asks each encoding that bounds its positions (``check_positions``), never its name.
-    """
-    last = torch.tensor([length - 1])
-    for pe in encodings_of(model):
-        check = getattr(pe, "check_positions", None)
-        if check is None:
-            continue
-        try:
-            check(last)
-        except ValueError:
-            return f"n/a (past learned table of {pe.max_len})"
-    return None
+def position_limit(model: nn.Module) -> PositionLimit | None:
+    """The tightest position limit the encodings of ``model`` declare (None: no bound)."""
+    return tightest_limit(pe.position_limit for pe in encodings_of(model))
 
 
-def na_note(err: Exception) -> str:
-    """``"n/a (<first clause of the error>)"`` for a length a model refused."""
-    text = str(err).split(";")[0].strip().rstrip(".")
-    return f"n/a ({text})"
+def not_served(model: nn.Module, length: int) -> NotEvaluated | None:
+    """Why ``model`` cannot serve positions 0..length-1 (past a declared limit), else None."""
+    limit = position_limit(model)
+    return None if limit is None or limit.serves(length) else NotEvaluated(limit)
 
 
 def as_token_tensor(tokens: Tensor | np.ndarray, n: int | None = None) -> Tensor:
@@ -149,8 +180,9 @@ def perplexity_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths
         max_tokens: read at most about this many tokens per length (all windows start at 0,
             so every length scores the same leading part of the stream).
         progress: called with 1 after each length.
-        errors: ``"raise"``, or ``"note"``: a ValueError from the model at a length (an
-            encoding refusing a position) becomes an n/a result carrying its message.
+        errors: ``"raise"``, or ``"note"``: a ValueError from the model at a length it
+            declares it serves becomes an n/a result carrying its message. Lengths past a
+            declared position limit are never run (an n/a result either way).
 
     Returns one :class:`LengthResult` per length, in increasing order.
     """
@@ -170,9 +202,9 @@ def perplexity_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths
     try:
         for length in lengths:
             start = time.perf_counter()
-            note = unsupported_length(model, length)
-            if note is not None:
-                results.append(LengthResult(length, None, None, 0, 0, 0.0, note))
+            skipped = not_served(model, length)
+            if skipped is not None:
+                results.append(LengthResult(length, None, None, 0, 0, 0.0, skipped))
             else:
                 budget = window_budget(length, stride, max_tokens)
                 last_end = max(end for _, end, _ in windows(n_available, length, stride, budget))
@@ -180,11 +212,12 @@ def perplexity_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths
                 try:
                     r = perplexity(logits_fn, stream, length, stride, max_windows=budget,
                                    batch_size=max(1, batch_tokens // length))
-                except ValueError as err:
-                    if errors == "raise":
+                except ValueError as err:    # a refusal no limit declares (xpos's scales
+                    if errors == "raise":    # overflowing float16 under autocast)
                         raise
                     results.append(LengthResult(length, None, None, 0, 0,
-                                                time.perf_counter() - start, na_note(err)))
+                                                time.perf_counter() - start,
+                                                NotEvaluated.from_error(err)))
                 else:
                     results.append(LengthResult(length, r.ppl, r.nll, r.n_tokens, r.n_windows,
                                                 time.perf_counter() - start))

@@ -19,21 +19,22 @@ import torch
 from torch import nn
 
 from ..errors import UserError
-from .lengths import unsupported_length
+from .lengths import NotEvaluated, SkippedNote, not_served
 
 IGNORE = -100
 
 
 @dataclass(frozen=True)
-class TaskResult:
-    """Accuracy at one length; both None and ``note`` set when the model cannot run there."""
+class TaskResult(SkippedNote):
+    """Accuracy at one length; both None and ``skipped`` set when the model cannot run there
+    (``note`` is its text)."""
 
     task: str
     length: int
     token_accuracy: float | None
     exact_match: float | None
     n_examples: int
-    note: str | None = None
+    skipped: NotEvaluated | None = None
 
     def to_dict(self) -> dict:
         return {"token_accuracy": self.token_accuracy, "exact_match": self.exact_match,
@@ -68,9 +69,9 @@ def task_accuracy_at_lengths(model: nn.Module, task: str, lengths: Sequence[int]
     out = []
     try:
         for length in sorted(set(lengths)):
-            note = unsupported_length(model, length)
-            if note is not None:
-                out.append(TaskResult(task, length, None, None, 0, note))
+            skipped = not_served(model, length)
+            if skipped is not None:
+                out.append(TaskResult(task, length, None, None, 0, skipped))
                 continue
             batch = make_task(task, n_examples, length, seed)
             inputs, targets = batch.inputs.long(), batch.targets.long()
@@ -106,9 +107,9 @@ def seq2seq_accuracy_at_lengths(model: nn.Module, task: str, lengths: Sequence[i
     out = []
     try:
         for length in sorted(set(lengths)):
-            note = unsupported_length(model, length + 1)     # the target runs to length + 1
-            if note is not None:
-                out.append(TaskResult(task, length, None, None, 0, note))
+            skipped = not_served(model, length + 1)      # the target runs to length + 1
+            if skipped is not None:
+                out.append(TaskResult(task, length, None, None, 0, skipped))
                 continue
             batch = make_seq2seq_task(task, n_examples, length, seed)
             right = exact = 0

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from ..eval.inference_scaling import accepts_rope_scaling, run_label
+from ..eval.lengths import note_reason
 from ..runio import atomic_write
 from .baseline import LEARNED_FRACTION
 from .claims import PRESS, TOLERANCE, check_claims
@@ -34,7 +35,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def behaviour(ratio: float | None, note: str | None) -> str:
     """A word for a perplexity ratio ppl(n)/ppl(L)."""
     if note:
-        return "cannot run (" + note.removeprefix("n/a (").rstrip(")") + ")"
+        return f"cannot run ({note_reason(note)})"
     if ratio is None:
         return "not measured"
     if ratio <= TOLERANCE:

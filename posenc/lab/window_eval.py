@@ -6,8 +6,8 @@ returns, per length, each window's mean negative log-likelihood and scored-token
 overall perplexity is exp(sum(nll_i * n_i) / sum(n_i)), the number results.json reports; the
 windows feed the bootstrap of :mod:`posenc.lab.stats`.
 
-An encoding that cannot serve a length (a learned table) gives a :class:`WindowLosses` whose
-``note`` says so.
+A length past an encoding's declared position limit (a learned table) is not run: its
+:class:`WindowLosses` carries a :class:`~posenc.eval.lengths.NotEvaluated` saying why.
 """
 
 from __future__ import annotations
@@ -21,19 +21,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..eval.lengths import (DEFAULT_BATCH_TOKENS, as_token_tensor, model_logits_fn, na_note,
-                            unsupported_length, validate_lengths, window_budget)
+from ..eval.lengths import (DEFAULT_BATCH_TOKENS, NotEvaluated, SkippedNote, as_token_tensor,
+                            model_logits_fn, not_served, validate_lengths, window_budget)
 from ..eval.perplexity import windows
 
 
 @dataclass(frozen=True)
-class WindowLosses:
-    """Per-window losses at one length; ``note`` set (and no windows) when n/a."""
+class WindowLosses(SkippedNote):
+    """Per-window losses at one length; ``skipped`` set (and no windows) when n/a."""
 
     length: int
     nll: tuple[float, ...]          # mean nll (nats/token) of each window
     tokens: tuple[int, ...]         # tokens scored in each window
-    note: str | None = None
+    skipped: NotEvaluated | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -63,16 +63,17 @@ def window_losses(model: nn.Module, tokens: Tensor | np.ndarray, lengths: Sequen
     out = []
     try:
         for length in lengths:
-            note = unsupported_length(model, length)
-            if note is None:
+            skipped = not_served(model, length)
+            if skipped is None:
                 try:
                     out.append(_score(logits_fn, tokens, length, stride,
                                       window_budget(length, stride, max_tokens),
                                       max(1, batch_tokens // length)))
-                except ValueError as err:          # an encoding refusing a position
-                    note = na_note(err)
-            if note is not None:
-                out.append(WindowLosses(length, (), (), note))
+                except ValueError as err:
+                    # a refusal no limit declares (xpos's scales overflowing float16 autocast)
+                    skipped = NotEvaluated.from_error(err)
+            if skipped is not None:
+                out.append(WindowLosses(length, (), (), skipped))
             if progress is not None:
                 progress(1)
     finally:

@@ -7,28 +7,29 @@ from the cache's length, so cached decoding equals a full forward pass for every
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from ..errors import UserError
-from ..attention import BACKENDS, KVCache, make_caches
+from ..attention import KVCache, make_caches
 from ..attention.cache import replay_if_stale
 from ..encodings import build_encoding
 from ..encodings.base import with_model_facts
-from ..encodings.checks import (check_positions, check_token_ids, require_choice, require_float_in,
-                                require_int_at_least, require_options, require_positive_int)
-from .blocks import ACTIVATIONS, NORMS, Block, init_weights, make_norm
+from ..encodings.checks import (check_positions, check_token_ids, require_int_at_least,
+                                require_options, require_positive_int)
+from .blocks import Block, init_weights, make_norm
+from .config import ModelShape
 from .generate import select_next
 from .positions import (check_documents, check_mask, distances_match_indices,
                         positions_from_documents, positions_from_mask)
 
 
 @dataclass(frozen=True)
-class LMConfig:
-    """Shape and options of a :class:`TransformerLM`.
+class LMConfig(ModelShape):
+    """Shape and options of a :class:`TransformerLM` (the shared fields: :class:`ModelShape`).
 
     ``pe`` names a registered encoding and ``pe_options`` are its options (see
     ``posenc list``; None means no options, like {}); what the encoding needs to know about
@@ -37,60 +38,22 @@ class LMConfig:
     RoPE scalings.
     """
 
-    vocab_size: int = 256
-    d_model: int = 128
     n_layers: int = 2
-    n_heads: int = 4
-    max_len: int = 256
-    d_ff: int | None = None                 # default 4 * d_model
-    activation: str = "gelu"
-    norm: str = "layernorm"                 # "layernorm" | "rmsnorm"
-    norm_eps: float = 1e-5
-    norm_placement: str = "pre"             # "pre" | "post"
-    dropout: float = 0.0
-    bias: bool = False
-    tie_embeddings: bool = True
     pe: str = "rope"
     pe_options: dict[str, Any] = field(default_factory=dict)
-    attn_backend: str = "auto"
+
+    DICT_ORDER: ClassVar[tuple[str, ...]] = (
+        "vocab_size", "d_model", "n_layers", "n_heads", "max_len", "d_ff", "activation",
+        "norm", "norm_eps", "norm_placement", "dropout", "bias", "tie_embeddings", "pe",
+        "pe_options", "attn_backend")
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
-            require_positive_int(name, getattr(self, name))
-        if self.d_model % self.n_heads:
-            raise UserError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
-        if not (isinstance(self.norm_eps, (int, float)) and 0.0 < self.norm_eps < 1.0):
-            raise UserError(f"norm_eps must be a number in (0, 1), got {self.norm_eps!r}")
-        if self.d_ff is not None:
-            require_positive_int("d_ff", self.d_ff)
-        require_float_in("dropout", self.dropout, 0.0, 1.0, low_open=False)
-        require_choice("activation", self.activation, ACTIVATIONS)
-        require_choice("norm", self.norm, NORMS)
-        require_choice("norm_placement", self.norm_placement, ("pre", "post"))
-        require_choice("attn_backend", self.attn_backend, BACKENDS)
-        for name in ("bias", "tie_embeddings"):
-            if not isinstance(getattr(self, name), bool):
-                raise UserError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        super().__post_init__()
+        require_positive_int("n_layers", self.n_layers)
         if not isinstance(self.pe, str):
             raise UserError(f"pe must be the name of an encoding (posenc list), got "
                              f"{self.pe!r}")
         object.__setattr__(self, "pe_options", require_options("pe_options", self.pe_options))
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LMConfig:
-        valid = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - valid)
-        if unknown:
-            raise UserError(f"unknown LMConfig key(s) {', '.join(unknown)}; valid: "
-                             f"{', '.join(sorted(valid))}")
-        return cls(**data)
 
 
 class TransformerLM(nn.Module):

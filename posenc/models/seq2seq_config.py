@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
-from ..errors import UserError
-from ..attention import BACKENDS
 from ..encodings import encoding_class, encoding_options
-from ..encodings.checks import (require_choice, require_float_in, require_options,
-                                require_positive_int)
-from .blocks import ACTIVATIONS, NORMS
+from ..encodings.checks import require_options, require_positive_int
+from ..errors import UserError
+from .config import ModelShape, require_flags
 
 
 @dataclass(frozen=True)
-class Seq2SeqConfig:
+class Seq2SeqConfig(ModelShape):
     """Shape and options of a :class:`~posenc.models.seq2seq.Seq2SeqTransformer`.
 
     ``encoder_pe`` / ``decoder_pe`` name registered encodings for the encoder's and the
@@ -32,46 +30,28 @@ class Seq2SeqConfig:
     the longest source or target length the encodings must serve (a learned table's size).
     """
 
-    vocab_size: int = 256
     src_vocab_size: int | None = None       # default vocab_size
-    d_model: int = 128
     n_encoder_layers: int = 2
     n_decoder_layers: int = 2
-    n_heads: int = 4
-    max_len: int = 256
-    d_ff: int | None = None                 # default 4 * d_model
-    activation: str = "gelu"
-    norm: str = "layernorm"                 # "layernorm" | "rmsnorm"
-    norm_eps: float = 1e-5
-    norm_placement: str = "pre"             # "pre" | "post"
-    dropout: float = 0.0
-    bias: bool = False
     share_embeddings: bool = True
-    tie_embeddings: bool = True
     encoder_pe: str = "rope"
     encoder_pe_options: dict[str, Any] = field(default_factory=dict)
     decoder_pe: str | None = None           # default encoder_pe
     decoder_pe_options: dict[str, Any] | None = None
-    attn_backend: str = "auto"
+
+    DICT_ORDER: ClassVar[tuple[str, ...]] = (
+        "vocab_size", "src_vocab_size", "d_model", "n_encoder_layers", "n_decoder_layers",
+        "n_heads", "max_len", "d_ff", "activation", "norm", "norm_eps", "norm_placement",
+        "dropout", "bias", "share_embeddings", "tie_embeddings", "encoder_pe",
+        "encoder_pe_options", "decoder_pe", "decoder_pe_options", "attn_backend")
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "n_encoder_layers", "n_decoder_layers",
-                     "n_heads", "max_len"):
+        super().__post_init__()
+        for name in ("n_encoder_layers", "n_decoder_layers"):
             require_positive_int(name, getattr(self, name))
-        for name in ("src_vocab_size", "d_ff"):
-            if getattr(self, name) is not None:
-                require_positive_int(name, getattr(self, name))
-        if self.d_model % self.n_heads:
-            raise UserError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
-        require_float_in("dropout", self.dropout, 0.0, 1.0, low_open=False)
-        require_choice("activation", self.activation, ACTIVATIONS)
-        require_choice("norm", self.norm, NORMS)
-        require_float_in("norm_eps", self.norm_eps, 0.0, 1.0)
-        require_choice("norm_placement", self.norm_placement, ("pre", "post"))
-        require_choice("attn_backend", self.attn_backend, BACKENDS)
-        for name in ("share_embeddings", "tie_embeddings", "bias"):
-            if not isinstance(getattr(self, name), bool):
-                raise UserError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.src_vocab_size is not None:
+            require_positive_int("src_vocab_size", self.src_vocab_size)
+        require_flags(self, "share_embeddings")
         if self.share_embeddings and self.source_vocab_size != self.vocab_size:
             raise UserError(
                 f"share_embeddings=True needs src_vocab_size == vocab_size, got "
@@ -88,10 +68,6 @@ class Seq2SeqConfig:
         if self.decoder_pe_options is not None:
             object.__setattr__(self, "decoder_pe_options",
                                require_options("decoder_pe_options", self.decoder_pe_options))
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
 
     @property
     def source_vocab_size(self) -> int:
@@ -114,15 +90,3 @@ class Seq2SeqConfig:
         if self.decoder_pe_options is not None:
             return dict(self.decoder_pe_options)
         return dict(self.encoder_pe_options) if self.decoder_pe is None else {}
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Seq2SeqConfig:
-        valid = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - valid)
-        if unknown:
-            raise UserError(f"unknown Seq2SeqConfig key(s) {', '.join(unknown)}; valid: "
-                             f"{', '.join(sorted(valid))}")
-        return cls(**data)

@@ -70,3 +70,15 @@ def test_index_links_registered_pages_that_exist(tmp_path, monkeypatch):
     (tmp_path / "atlas/index.html").write_text("<html></html>")
     page = report_mod.write_index(results(), tmp_path, []).read_text()
     assert '<a href="atlas/index.html">Atlas</a>' in page and "other.html" not in page
+
+
+def test_a_stored_note_reads_back_as_its_reason():
+    from posenc.encodings.limits import learned_table
+    from posenc.eval.lengths import NotEvaluated
+    from posenc.lab.report import behaviour
+    note = NotEvaluated(learned_table(64, "learned")).note
+    assert note == "n/a (past learned table of 64)"
+    assert behaviour(None, note) == "cannot run (past learned table of 64)"
+    refused = NotEvaluated(refusal="position 9 is outside the table (n_positions=9)").note
+    assert behaviour(None, refused) == "cannot run (position 9 is outside the table " \
+                                       "(n_positions=9))"
