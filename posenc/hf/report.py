@@ -59,14 +59,16 @@ def report_markdown(results: dict[str, Any]) -> str:
     note = "Peak resident memory of the process while measuring each method (GiB):"
     lines += ["## Memory", "", note, ""]
     lines += markdown_table(["method", "peak RSS", "RSS before"],
-                    [[name, _fmt(row["peak_rss_bytes"] / 2**30),
-                      _fmt(row["rss_before_bytes"] / 2**30)] for name, row in methods.items()])
+                            [[name, _fmt(row["peak_rss_bytes"] / 2**30),
+                              _fmt(row["rss_before_bytes"] / 2**30)]
+                             for name, row in methods.items()])
     tuned = {n: r["finetune"] for n, r in methods.items() if r.get("finetune")}
     if tuned:
         lines += ["", "## Fine-tuning", ""]
         lines += markdown_table(["method", "steps", "length", "first loss", "last loss"],
-                        [[n, str(f["steps"]), str(f["length"]), _fmt(f["losses"][0], 3),
-                          _fmt(f["losses"][-1], 3)] for n, f in tuned.items()])
+                                [[n, str(f["steps"]), str(f["length"]),
+                                  _fmt(f["losses"][0], 3), _fmt(f["losses"][-1], 3)]
+                                 for n, f in tuned.items()])
     return "\n".join(lines) + "\n"
 
 

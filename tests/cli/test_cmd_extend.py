@@ -78,6 +78,8 @@ def test_cli_extend_end_to_end(tiny_dir, tmp_path, capsys):
     for name in ("report.md", "ppl.png", "passkey_none.png", "passkey_ntk_logn_ft.png"):
         assert (out / name).stat().st_size > 0
     assert "| yarn |" in (out / "report.md").read_text()
+    (out / "ppl.png").unlink()
+    assert main(["plot", str(out)]) == 0 and (out / "ppl.png").stat().st_size > 0
     rc = main(["extend", str(tiny_dir), "--method", "linear", "--lengths", "128", "--windows",
                "1", "--data", str(data), "--out", str(tmp_path / "run2"), "--save", str(saved),
                "--no-progress"])
