@@ -4,16 +4,17 @@ Example: ``posenc extend smollm2 --method yarn --factor 2 --lengths 4096,8192,12
 --passkey`` compares the unscaled model with YaRN x2 by perplexity (sliding windows) and
 passkey retrieval, and writes results.json, report.md and PNG plots to ``--out``.
 
-Each finished measurement (a perplexity point, a passkey cell, a method's row) is written to
-``--out``/measurements.json as soon as it is done; after an interruption, the same command
-with ``--resume`` measures only what is missing. The output
-folder is locked while the command writes into it.
+The study is :class:`posenc.hf.extend_study.ExtendStudy` run by :func:`posenc.study.run_study`:
+each finished measurement (a perplexity point, a passkey cell, a fine-tuned row) is saved in
+``--out``/results.json as soon as it is done; after an interruption, the same command with
+``--resume`` measures only what is missing. ``--force`` starts over, removing only what the
+study wrote. The output folder is locked while the command writes into it. Every option is
+checked before anything is written.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from pathlib import Path
@@ -22,7 +23,6 @@ from ..errors import UserError
 from .devices import add_device_arguments, resolve_device
 
 NAME = "extend"
-MEASUREMENTS = "measurements.json"
 HELP = "extend the context of a Hugging Face model (PI, NTK, dynamic, YaRN, ...) and measure it"
 
 
@@ -85,7 +85,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument("--finetune-lr", type=float, default=2e-5)
     o = p.add_argument_group("output")
     o.add_argument("--out", help="output directory (default: runs/extend-<model>)")
-    o.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
+    o.add_argument("--force", action="store_true", help="start again in an --out that holds a "
+                   "posenc extend study, removing only what the study wrote")
     o.add_argument("--resume", action="store_true", help="continue an interrupted study in "
                    "--out, reusing the measurements it finished")
     o.add_argument("--save", help="also save the extended model (one method, no fine-tune) "
@@ -123,169 +124,60 @@ def _options(items: list[str]) -> dict:
     return out
 
 
-def _study_config(args: argparse.Namespace, methods: tuple[str, ...], options: dict,
-                  lengths: tuple[int, ...]):
-    from ..hf.finetune import FinetuneConfig
-    from ..hf.study import StudyConfig
+def _request(args: argparse.Namespace):
+    from ..hf.extend_study import ExtendRequest
 
-    tune = None
-    if args.finetune_steps is not None:
-        tune = FinetuneConfig(args.finetune_steps, args.finetune_len or max(lengths),
-                              lr=args.finetune_lr, seed=args.seed)
-    return StudyConfig(methods=methods, factor=args.factor, lengths=lengths,
-                       original=args.original_length, stride=args.stride,
-                       max_windows=args.windows, passkey=args.passkey,
-                       passkey_lengths=tuple(args.passkey_lengths or lengths)
-                       if args.passkey else (),
-                       passkey_depths=args.passkey_depths,
-                       passkey_trials=args.passkey_trials, finetune=tune,
-                       memory_limit=None if args.memory_limit_gb is None
-                       else int(args.memory_limit_gb * 2**30),
-                       seed=args.seed, method_options=options)
+    if args.finetune_len is not None and args.finetune_steps is None:
+        raise UserError("--finetune-len needs --finetune-steps")
+    return ExtendRequest(
+        model=args.model, data=args.data, dtype=args.dtype, methods=_methods(args),
+        factor=args.factor, lengths=args.lengths, original=args.original_length,
+        stride=args.stride, windows=args.windows, passkey=args.passkey,
+        passkey_lengths=args.passkey_lengths, passkey_depths=args.passkey_depths,
+        passkey_trials=args.passkey_trials, finetune_steps=args.finetune_steps,
+        finetune_len=args.finetune_len, finetune_lr=args.finetune_lr, seed=args.seed,
+        options=_options(args.option))
 
 
-def _measurements(out: Path, resume: bool, setting: dict) -> tuple[dict, dict]:
-    """(finished rows, unfinished rows' points) of an earlier run of the same study in
-    ``out`` (``--resume``), or empty."""
-    path = out / MEASUREMENTS
-    if not resume or not path.is_file():
-        return {}, {}
-    try:
-        doc = json.loads(path.read_text())
-        rows = _revive(dict(doc["methods"]))
-        partial = _revive(dict(doc.get("partial", {})))
-    except (ValueError, KeyError, TypeError):
-        raise UserError(f"{path} is corrupt; start again with --force") from None
-    if doc.get("setting") != setting:
-        raise UserError(f"{out} holds a study with other settings (model, data, methods, "
-                         "lengths ...); resume with the same arguments, or choose another "
-                         "--out or --force")
-    return rows, partial
+def _runtime(args: argparse.Namespace):
+    from ..hf.extend_study import ExtendRuntime
+    from ..hf.load import default_gguf_cache
+
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads must be >= 1, got {args.threads}")
+    if args.memory_limit_gb is not None and not args.memory_limit_gb > 0:
+        raise UserError(f"--memory-limit-gb must be > 0, got {args.memory_limit_gb}")
+    return ExtendRuntime(
+        device=resolve_device(args.device), device_map=args.device_map,
+        gguf_cache=None if args.no_gguf_cache else (args.gguf_cache or default_gguf_cache()),
+        threads=args.threads, save=args.save, resume=args.resume,
+        memory_limit=None if args.memory_limit_gb is None
+        else int(args.memory_limit_gb * 2**30))
 
 
-def _check_out(out: Path, force: bool, resume: bool) -> None:
-    from ..hf.report import prepare_out_dir
-    if force and resume:
-        raise UserError("give --force or --resume, not both")
-    from ..runio import has_content
-    if resume and out.is_dir() and not (out / MEASUREMENTS).is_file() and has_content(out):
-        raise FileExistsError(f"{out} holds no posenc extend study to resume")
-    if not (force or resume) and (out / MEASUREMENTS).is_file():
-        raise FileExistsError(f"{out} holds a posenc extend study; pass --resume to continue "
-                              "it or --force to start again")
-    prepare_out_dir(out, force or resume, create=False)
+def _warn(text: str) -> None:
+    print(f"posenc {NAME}: warning: {text}", file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
-    with contextlib.ExitStack() as stack:
-        return _run(args, stack)
+    from ..hf.extend_study import EXTEND_CLI_NAMES, ExtendStudy
+    from ..hf.load import resolve_model
+    from ..study import run_study
 
-
-def _lock(out: Path, stack: contextlib.ExitStack) -> None:
-    """Hold ``out``'s lock until the command ends (from the first look while it exists)."""
-    from ..runio import DirectoryLock
-    if out.is_dir() and not getattr(stack, "locked", False):
-        stack.enter_context(DirectoryLock(out, "posenc extend"))
-        stack.locked = True
-
-
-def _revive(obj):
-    """Floats the JSON file holds as "inf"/"nan" strings, back as floats."""
-    if isinstance(obj, dict):
-        return {k: _revive(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_revive(v) for v in obj]
-    return float(obj) if obj in ("inf", "-inf", "nan") else obj
-
-
-def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
-    import torch
-    from tqdm import tqdm
-
-    from ..hf.extend import extend, hf_rope_parameters, make_extension, parse_method
-    from ..hf.load import default_gguf_cache, load_model, resolve_model, save_extended
-    from ..hf.measure import corpus_texts, token_stream, tokens_needed
-    from ..hf.report import json_clean, prepare_out_dir, write_report
-    from ..hf.study import config_dict, default_lengths, run_study, validate_study, work_units
-    from ..runio import atomic_write
-
+    if args.force and args.resume:
+        raise UserError("give --force or --resume, not both")
     if args.no_progress:
         from transformers.utils import logging as hf_logging
         hf_logging.disable_progress_bar()
-    # everything that can be checked without the model, before loading it
-    methods = _methods(args)
-    options = _options(args.option)
-    if args.threads is not None and args.threads < 1:
-        raise UserError(f"--threads must be >= 1, got {args.threads}")
-    if args.finetune_len is not None and args.finetune_steps is None:
-        raise UserError("--finetune-len needs --finetune-steps")
-    if args.lengths:
-        _study_config(args, methods, options, args.lengths)
-    source = resolve_model(args.model)                    # fails fast on a bad path or GGUF
-    out = Path(args.out or f"runs/extend-{Path(source.name).stem}")
-    _lock(out, stack)
-    _check_out(out, args.force, args.resume)
-    device = resolve_device(args.device)
-    scaled = [m for m in methods if parse_method(m)[0] != "none"]
+    request, runtime = _request(args), _runtime(args)
+    out = Path(args.out) if args.out is not None \
+        else Path(f"runs/extend-{Path(resolve_model(args.model).name).stem}")
+    study = ExtendStudy(request, runtime, EXTEND_CLI_NAMES, warn=_warn)
+    outcome = run_study(study, out, overwrite=args.force, progress=not args.no_progress,
+                        names=EXTEND_CLI_NAMES)
+    paths = list(outcome.paths)
     if args.save:
-        if args.finetune_steps or len(scaled) != 1:
-            raise UserError("--save saves one extended model: give one method besides 'none' "
-                             "and no --finetune-steps")
-        if Path(args.save).exists() and any(Path(args.save).iterdir()):
-            raise FileExistsError(f"--save directory {args.save} is not empty")
-    texts, data_info = corpus_texts(args.data)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    cache = None if args.no_gguf_cache else (args.gguf_cache or default_gguf_cache())
-    loaded = load_model(args.model, dtype=getattr(torch, args.dtype), gguf_cache=cache,
-                        device=device, device_map=args.device_map)
-    model, tok = loaded.model, loaded.tokenizer
-    native = loaded.native_context
-    lengths = tuple(args.lengths or default_lengths(args.original_length or native))
-    config = _study_config(args, methods, options, lengths)
-    validate_study(model, config, tok)
-    if args.save:     # refuse what plain transformers cannot express before any compute
-        hf_rope_parameters(make_extension(model.config, scaled[0], args.factor,
-                                          args.original_length, **options))
-    need = tokens_needed(lengths, args.stride, args.windows)
-    if config.finetune is not None:
-        need = max(need, config.finetune.length)
-    tokens = token_stream(tok, texts, need)
-    setting = json_clean({"model": args.model, "data": data_info, "dtype": args.dtype,
-                      "config": config_dict(config), "n_tokens": int(tokens.numel())})
-    done, partial = _measurements(out, args.resume, setting)
-    if args.force:
-        prepare_out_dir(out, True)
-    out.mkdir(parents=True, exist_ok=True)
-    _lock(out, stack)
-    rows, unfinished = dict(done), dict(partial)
-
-    def save() -> None:                            # every finished measurement reaches disk
-        doc = {"setting": setting, "methods": rows, "partial": unfinished}
-        atomic_write(out / MEASUREMENTS, (json.dumps(json_clean(doc), indent=2) + "\n")
-                     .encode())
-
-    def keep_row(name: str, row: dict) -> None:
-        rows[name] = row
-        unfinished.pop(name, None)
-        save()
-
-    def keep_point(name: str, state: dict) -> None:
-        unfinished[name] = state
-        save()
-
-    with tqdm(total=work_units(config, need), desc="posenc extend", unit="step",
-              disable=args.no_progress, file=sys.stderr) as bar:
-        results = run_study(model, tok, tokens, config, bar.update, done=done,
-                            partial=partial, on_row=keep_row, on_partial=keep_point)
-    results.update(model=args.model, native_context=native, data=data_info,
-                   source={"kind": loaded.source.kind, "location": loaded.source.location,
-                           "gguf_file": loaded.source.gguf_file})
-    paths = write_report(results, out)
-    if args.save:
-        extend(model, scaled[0], args.factor, args.original_length, **options)
-        save_extended(model, args.save, tok)
-        paths.append(Path(args.save))
+        paths.append(study.save_extended(args.save))
     print((out / "report.md").read_text())
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

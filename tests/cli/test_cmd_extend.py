@@ -42,7 +42,8 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bad_inputs(tmp_path_factory):
-    """A folder with a non-GGUF .gguf, a truncated GGUF, a GPT-2 model and a full run dir."""
+    """A folder with a non-GGUF .gguf, a truncated GGUF, a GPT-2 model, a full output dir
+    and a run folder of `posenc train`."""
     path = tmp_path_factory.mktemp("bad")
     (path / "bad.gguf").write_bytes(b"not a gguf file")
     (path / "trunc.gguf").write_bytes(b"GGUF" + bytes(range(40)))
@@ -51,6 +52,10 @@ def bad_inputs(tmp_path_factory):
     transformers.GPT2LMHeadModel(transformers.GPT2Config(
         n_layer=1, n_embd=32, n_head=2, vocab_size=300)).save_pretrained(path / "gpt2")
     _tokenizer().save_pretrained(path / "gpt2")
+    (path / "posenc-run").mkdir()                          # what `posenc train` writes
+    (path / "posenc-run" / "config.json").write_text(json.dumps(
+        {"format": "posenc-run", "format_version": 1, "train": {}}))
+    (path / "posenc-run" / "state.json").write_text("{}")
     return path
 
 
@@ -73,6 +78,8 @@ def test_cli_extend_end_to_end(tiny_dir, tmp_path, capsys):
     for name in ("report.md", "ppl.png", "passkey_none.png", "passkey_ntk_logn_ft.png"):
         assert (out / name).stat().st_size > 0
     assert "| yarn |" in (out / "report.md").read_text()
+    (out / "ppl.png").unlink()
+    assert main(["plot", str(out)]) == 0 and (out / "ppl.png").stat().st_size > 0
     rc = main(["extend", str(tiny_dir), "--method", "linear", "--lengths", "128", "--windows",
                "1", "--data", str(data), "--out", str(tmp_path / "run2"), "--save", str(saved),
                "--no-progress"])
@@ -119,22 +126,21 @@ def test_cli_extend_interrupted_then_resumed_reuses_finished_measurements(
         return real(fn, tokens, length, **kwargs)
 
     monkeypatch.setattr(measure, "perplexity", perplexity)
-    first = json.loads((out / "measurements.json").read_text())
-    assert first["methods"] == {} and list(first["partial"]["none"]["ppl"]) == ["128"]
-    assert not (out / "results.json").exists()
+    first = json.loads((out / "results.json").read_text())
+    assert first["kind"] == "extend" and first["methods"] == {}
+    assert list(first["partial"]["none"]["ppl"]) == ["128"]
     capsys.readouterr()
     assert main(argv) == 2                                 # neither --resume nor --force
     assert "pass --resume" in capsys.readouterr().err
     assert main([*argv[:5], "128", *argv[6:], "--resume"]) == 2       # other lengths
-    assert "other settings" in capsys.readouterr().err
+    assert "settings differ (lengths [128, 192] there, [128] now)" in capsys.readouterr().err
     assert main([*argv, "--resume"]) == 0
     assert measured == [192, 128, 192]                     # none@128 was not measured again
     results = json.loads((out / "results.json").read_text())
     assert list(results["methods"]) == ["none", "yarn"]
     assert results["methods"]["none"]["ppl"][0] == first["partial"]["none"]["ppl"]["128"]
     assert results["methods"]["yarn"]["passkey"]["accuracy"] in ([[0.0]], [[1.0]])
-    saved = json.loads((out / "measurements.json").read_text())
-    assert saved["partial"] == {} and list(saved["methods"]) == ["none", "yarn"]
+    assert results["partial"] == {} and not (out / "measurements.json").exists()
     assert not (out / ".posenc.lock").exists()
 
 
@@ -147,8 +153,13 @@ def test_cli_extend_interrupted_then_resumed_reuses_finished_measurements(
     (lambda d, t: [str(d), "--method", "yarn", "--lengths", "4000000"], "length 4000000 needs"),
     (lambda d, t: [str(d), "--method", "yarn+logn", "--save", str(t / "s")],
      "cannot be saved for plain transformers"),
-    (lambda d, t: [str(d), "--out", str(t / "full")], "is not empty"),
-    (lambda d, t: [str(d), "--out", str(t / "full"), "--resume"], "no posenc extend study"),
+    (lambda d, t: [str(d), "--out", str(t / "full")], "posenc extend did not write"),
+    (lambda d, t: [str(d), "--out", str(t / "full"), "--resume"], "posenc extend did not write"),
+    (lambda d, t: [str(d), "--out", str(t / "full"), "--force"], "posenc extend did not write"),
+    (lambda d, t: [str(t / "posenc-run")], "is a posenc run .* `posenc eval`"),
+    (lambda d, t: [str(d), "--passkey", "--passkey-trials", "0"],
+     "passkey trials must be an integer >= 1"),
+    (lambda d, t: [str(d), "--passkey", "--passkey-depths", "0,2"], "depths must be in"),
     (lambda d, t: [str(d), "--device-map", "auto", "--no-gguf-cache"]
      if importlib.util.find_spec("accelerate") is None else [str(d), "--device", "cuda"]
      if not torch.cuda.is_available() else [str(d), "--force", "--resume"],
@@ -171,3 +182,38 @@ def test_cli_errors_are_one_line(tiny_dir, bad_inputs, tmp_path, capsys, make_ar
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert (bad_inputs / "full" / "results.json").read_text() == "{}"
     assert not (bad_inputs / "s").exists() and not (tmp_path / "out").exists()
+
+
+def test_cli_checks_options_before_work_warns_and_force_keeps_the_users_files(
+        tiny_dir, tmp_path, capsys):
+    """A refused option leaves nothing behind, so the corrected call is not refused; lengths
+    inside the native context are warned about; --force removes only what extend wrote."""
+    out, data = tmp_path / "run", tiny_dir.parent / "data.txt"
+    argv = ["extend", str(tiny_dir), "--method", "none", "--lengths", "64,128", "--data",
+            str(data), "--out", str(out), "--no-progress"]
+    passkey = ["--passkey", "--passkey-lengths", "256", "--passkey-depths", "0"]
+    capsys.readouterr()
+    assert main([*argv, *passkey, "--passkey-trials", "0"]) == 2
+    assert "passkey trials" in capsys.readouterr().err and not out.exists()
+    assert main([*argv, *passkey, "--passkey-trials", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "warning" not in captured.err                     # the passkey goes to 2x
+    assert re.search(r"\| none \| \d+\.\d\d ± \d+\.\d\d \| \d+\.\d\d ± ", captured.out)
+    (out / "mine.txt").write_text("kept")
+    assert main(argv) == 2                                   # another study, no --force
+    assert "settings differ (passkey true there, false now; passkey_depths" in \
+        capsys.readouterr().err
+    assert main([*argv, "--force"]) == 0
+    captured = capsys.readouterr()
+    warning = ("posenc extend: warning: no length exceeds the native context (128 tokens): "
+               "nothing is extended here")
+    assert warning in captured.err
+    assert "no length exceeds the native context" in (out / "report.md").read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["mine.txt", "ppl.png", "report.md",
+                                                     "results.json"]
+    assert (out / "mine.txt").read_text() == "kept"
+    (out / "ppl.png").unlink()
+    assert main(argv) == 2                                   # neither --resume nor --force
+    assert "pass --resume to continue it or --force to start again" in capsys.readouterr().err
+    assert main([*argv, "--resume"]) == 0                    # finished: only redrawn
+    assert (out / "ppl.png").is_file()

@@ -53,3 +53,18 @@ def byte_bpe_tokenizer():
                             special_tokens=["<s>", "</s>"], show_progress=False)
     return transformers.PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer,
                                                 bos_token="<s>", eos_token="</s>")
+
+
+def save_tiny_model(path: Path, native: int = 128) -> Path:
+    """A tiny peaked Llama (native context ``native``) with the byte-level BPE tokenizer,
+    saved to ``path`` as a Hugging Face model directory; a text to score beside it in
+    ``path.parent / "data.txt"``."""
+    import json
+
+    tok = byte_bpe_tokenizer()
+    config = tiny_config()
+    config.vocab_size, config.max_position_embeddings = len(tok), native
+    peaked_model(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    (path.parent / "data.txt").write_text(Path(json.__file__).read_text() * 2)
+    return path

@@ -11,8 +11,8 @@ from tests.hf.helpers import VOCAB, peaked_model as _model, tiny_config as _conf
 transformers = pytest.importorskip("transformers")
 
 from posenc.eval.perplexity import perplexity  # noqa: E402
-from posenc.hf.measure import (PeakMemory, check_memory, forward_bytes, logits_fn,  # noqa: E402
-                               perplexity_vs_length)
+from posenc.hf.measure import (PeakMemory, bootstrap_ppl_std, check_memory,  # noqa: E402
+                               forward_bytes, logits_fn, perplexity_vs_length)
 
 
 def test_perplexity_vs_length_uses_the_shared_windows(ids):
@@ -36,3 +36,26 @@ def test_memory_estimate_refuses_long_lengths():
         block = torch.ones(64, 2**20)               # 256 MiB
         del block
     assert mem.delta > 200 * 2**20
+
+
+def test_each_window_is_kept_and_gives_the_spread():
+    model = _model(_config())
+    stream = torch.randint(0, VOCAB, (200,), generator=torch.Generator().manual_seed(3))
+    point, single = perplexity_vs_length(model, stream, [64, 199], stride=32, max_windows=4)
+    assert point.window_tokens == (63, 32, 32, 32) and len(point.window_nll) == 4
+    weighted = sum(n * t for n, t in zip(point.window_nll, point.window_tokens))
+    assert weighted / sum(point.window_tokens) == pytest.approx(point.nll, rel=1e-6)
+    assert len(set(point.window_nll)) == 4 and point.ppl_std > 0
+    assert point.ppl_std == bootstrap_ppl_std(point.window_nll, point.window_tokens, 0)
+    assert single.n_windows == 1 and single.ppl_std is None
+
+
+def test_bootstrap_spread():
+    assert bootstrap_ppl_std([2.0], [10]) is None
+    assert bootstrap_ppl_std([2.0, 2.0, 2.0], [5, 9, 9]) == pytest.approx(0.0, abs=1e-9)
+    wide = bootstrap_ppl_std([1.0, 3.0, 2.0, 2.5], [8, 8, 8, 8], seed=1)
+    narrow = bootstrap_ppl_std([1.9, 2.1, 2.0, 2.05], [8, 8, 8, 8], seed=1)
+    assert wide == bootstrap_ppl_std([1.0, 3.0, 2.0, 2.5], [8, 8, 8, 8], seed=1)
+    assert wide > 5 * narrow > 0
+    with pytest.raises(ValueError, match="differ in length"):
+        bootstrap_ppl_std([1.0, 2.0], [8])

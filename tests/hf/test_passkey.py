@@ -10,7 +10,8 @@ from tests.hf.helpers import (byte_bpe_tokenizer as _tokenizer, peaked_model as 
 
 transformers = pytest.importorskip("transformers")
 
-from posenc.hf.passkey import build_prompt, min_length, passkey_correct  # noqa: E402
+from posenc.hf.passkey import (build_prompt, min_length, passkey_cell,  # noqa: E402
+                               passkey_correct, passkey_grid)
 
 
 def test_passkey_prompt_and_retrieval():
@@ -42,3 +43,19 @@ def test_passkey_scoring_is_greedy_decoding():
     with torch.no_grad():
         out = model.generate(ids[:, :-n], max_new_tokens=n, do_sample=False)
     assert passkey_correct(model, prompt) == bool((out[0, -n:] == ids[0, -n:]).all())
+
+
+def test_a_cell_measured_alone_sees_the_keys_of_its_grid(monkeypatch):
+    """The keys depend on the cell's place in the grid, so a study measuring one cell per
+    unit scores the prompts passkey_grid scores."""
+    from posenc.hf import passkey
+    seen = []
+    monkeypatch.setattr(passkey, "passkey_correct",
+                        lambda model, prompt: seen.append(prompt.key) or True)
+    model, tok = _model(_config()), _tokenizer()
+    grid = passkey_grid(model, tok, [250, 300], [0.0, 1.0], trials=2, seed=7)
+    from_grid, seen[:] = list(seen), []
+    for i, depth in enumerate([0.0, 1.0]):
+        for j, length in enumerate([250, 300]):
+            assert passkey_cell(model, tok, length, depth, (i, j), 2, 7) == 1.0
+    assert seen == from_grid and len(set(seen)) == 8 and grid.mean() == 1.0

@@ -1,0 +1,379 @@
+"""The context-extension study (``posenc extend``) on the study core.
+
+:class:`ExtendStudy` is a :class:`posenc.study.Study`: ``prepare`` checks every option, loads
+the model and the text once and writes nothing; the plan has one unit per perplexity point
+(a method at one length), one per passkey cell (a method at one length and depth), one that
+files a method's finished row, and one per fine-tuned row (fine-tune, measure, restore the
+weights); :func:`posenc.study.run_study` saves results.json after each unit, so a kill loses at
+most the unit in progress and the next call resumes. Each unit extends the model and restores
+it, so every unit starts from the pretrained model.
+
+results.json (schema 1) holds ``setting`` (what the caller asked for: compared on resume),
+``methods`` (finished rows, in method order), ``partial`` (the points and cells of unfinished
+rows), ``config``, ``n_tokens``, ``native_context``, ``data``, ``source`` and ``notes``.
+A results.json of an older posenc (no kind, schema 0) is recognised, so ``--force`` may
+replace it, but not resumed: it did not record its settings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..study import CLI_NAMES, RESULTS, RunDirectory, StudyKind, Unit, decode, encode
+from .extend import extend, hf_rope_parameters, make_extension, parse_method, restore
+from .finetune import FinetuneConfig, finetune
+from .measure import PeakMemory, n_windows, perplexity_vs_length
+from .passkey import PasskeyGrid, passkey_cell
+from .report import report_markdown, write_figures
+from .study import (DEFAULT_DEPTHS, DEFAULT_METHODS, StudyConfig, config_dict, default_lengths,
+                    row_names, validate_study)
+
+
+def _legacy(data: dict) -> bool:
+    """A results.json ``posenc extend`` wrote before kinds were stamped."""
+    return (isinstance(data.get("methods"), dict) and isinstance(data.get("config"), dict)
+            and "n_tokens" in data)
+
+
+def _migrate(data: dict, schema: int) -> dict:
+    """Schema 0 (finished studies only, no recorded settings): rows kept, nothing resumable."""
+    return {**data, "setting": None, "partial": {}, "notes": data.get("notes", [])}
+
+
+EXTEND_KIND = StudyKind(
+    name="extend", schema=1, command="posenc extend",
+    outputs=(RESULTS, "report.md", "ppl.png", "passkey_*.png", "measurements.json"),
+    legacy=_legacy, migrate=_migrate, description="posenc extend study")
+
+#: how ``posenc extend`` spells the options messages name
+EXTEND_CLI_NAMES = {**CLI_NAMES, "overwrite": "--force", "resume": "--resume"}
+EXTEND_API_NAMES = {"overwrite": "overwrite=True", "out": "out_dir", "resume": "resume=True"}
+
+
+@dataclass(frozen=True)
+class ExtendRequest:
+    """What to measure, as asked (the settings a resume must repeat). ``lengths=None``: 1x,
+    1.5x and 2x the native context; ``passkey_lengths=None``: ``lengths``;
+    ``finetune_len=None``: the longest length."""
+
+    model: str
+    data: str | None = None
+    dtype: str = "float32"
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    factor: float = 2.0
+    lengths: tuple[int, ...] | None = None
+    original: int | None = None
+    stride: int | None = None
+    windows: int = 2
+    passkey: bool = False
+    passkey_lengths: tuple[int, ...] | None = None
+    passkey_depths: tuple[float, ...] = DEFAULT_DEPTHS
+    passkey_trials: int = 2
+    finetune_steps: int | None = None
+    finetune_len: int | None = None
+    finetune_lr: float = 2e-5
+    seed: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def config(self, lengths: tuple[int, ...], memory_limit: int | None = None) -> StudyConfig:
+        """The :class:`StudyConfig` at ``lengths`` (raises on any bad value)."""
+        tune = None
+        if self.finetune_len is not None and self.finetune_steps is None:
+            raise UserError("finetune length needs finetune steps")
+        if self.finetune_steps is not None:
+            tune = FinetuneConfig(self.finetune_steps, self.finetune_len or max(lengths),
+                                  lr=self.finetune_lr, seed=self.seed)
+        return StudyConfig(methods=tuple(self.methods), factor=self.factor,
+                           lengths=tuple(lengths), original=self.original, stride=self.stride,
+                           max_windows=self.windows, passkey=self.passkey,
+                           passkey_lengths=tuple(self.passkey_lengths or lengths)
+                           if self.passkey else (),
+                           passkey_depths=tuple(self.passkey_depths),
+                           passkey_trials=self.passkey_trials, finetune=tune,
+                           memory_limit=memory_limit, seed=self.seed,
+                           method_options=dict(self.options))
+
+    def setting(self) -> dict[str, Any]:
+        """The request as results.json keeps it; options that do nothing (the passkey's
+        without ``passkey``, the fine-tune's without steps) as null."""
+        setting = asdict(self)
+        if not self.passkey:
+            setting.update(passkey_lengths=None, passkey_depths=None, passkey_trials=None)
+        if self.finetune_steps is None:
+            setting.update(finetune_len=None, finetune_lr=None)
+        return encode(setting)
+
+
+@dataclass(frozen=True)
+class ExtendRuntime:
+    """How to run (not compared on resume). ``resume=False`` refuses a folder that already
+    holds the study; ``gguf_cache=None``: no cache; ``save``: also save the extended model
+    there (one method besides 'none', no fine-tuning)."""
+
+    device: str = "cpu"
+    device_map: str | None = None
+    gguf_cache: str | Path | None = None
+    threads: int | None = None
+    memory_limit: int | None = None
+    save: str | None = None
+    resume: bool = True
+
+
+class ExtendStudy:
+    """``run_study(ExtendStudy(request, runtime), out_dir)``: see the module docstring.
+    ``warn(text)`` is told what the report notes (the CLI prints it on stderr)."""
+
+    kind = EXTEND_KIND
+
+    def __init__(self, request: ExtendRequest, runtime: ExtendRuntime = ExtendRuntime(),
+                 names: Mapping[str, str] = EXTEND_API_NAMES,
+                 warn: Callable[[str], None] | None = None) -> None:
+        self.request, self.runtime, self.names, self.warn = request, runtime, names, warn
+        self.model = self.tokenizer = self.tokens = self.config = self.saved_weights = None
+
+    # ------------------------------------------------------------ settings
+    def incomparable(self, existing: dict) -> str | None:
+        old = existing.get("setting")
+        if not isinstance(old, dict):
+            return "it was written by an older posenc that did not record its settings"
+        new = self.request.setting()
+        differ = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+        return "; ".join(f"{k} {_short(old.get(k))} there, {_short(new.get(k))} now"
+                         for k in differ) or None
+
+    # ------------------------------------------------------------ prepare
+    def prepare(self, existing: dict | None) -> dict:
+        """Check every option, load the model and the text; write nothing."""
+        import torch
+
+        from .load import load_model, resolve_model
+        from .measure import corpus_texts, token_stream, tokens_needed
+
+        req, rt = self.request, self.runtime
+        if existing is not None and not rt.resume:
+            raise UserError(f"the output directory holds a posenc extend study; pass "
+                            f"{self.names['resume']} to continue it or "
+                            f"{self.names['overwrite']} to start again")
+        self._check_before_loading()
+        resolve_model(req.model)                   # a bad path or GGUF fails before loading
+        texts, data_info = corpus_texts(req.data)
+        if rt.threads is not None:
+            torch.set_num_threads(rt.threads)
+        loaded = load_model(req.model, dtype=getattr(torch, req.dtype),
+                            gguf_cache=rt.gguf_cache, device=rt.device,
+                            device_map=rt.device_map)
+        model, tok, native = loaded.model, loaded.tokenizer, loaded.native_context
+        lengths = tuple(req.lengths or default_lengths(req.original or native))
+        config = req.config(lengths, rt.memory_limit)
+        validate_study(model, config, tok)
+        if rt.save:        # refuse what plain transformers cannot express before any compute
+            method = self._scaled()[0]
+            hf_rope_parameters(make_extension(model.config, method, req.factor, req.original,
+                                              **req.options))
+        need = tokens_needed(lengths, req.stride, req.windows)
+        if config.finetune is not None:
+            need = max(need, config.finetune.length)
+        tokens = token_stream(tok, texts, need)
+        notes = self._notes(config, native)
+        derived = {"model": req.model, "native_context": native, "data": data_info,
+                   "source": {"kind": loaded.source.kind, "location": loaded.source.location,
+                              "gguf_file": loaded.source.gguf_file},
+                   "config": config_dict(config), "n_tokens": int(tokens.numel()),
+                   "notes": notes}
+        results = {"setting": req.setting(), "methods": {}, "partial": {}}
+        if existing is not None:
+            results = decode(existing)
+            for key in ("n_tokens", "native_context", "data"):
+                if results.get(key) != derived[key]:
+                    raise UserError(
+                        f"the output directory holds a posenc extend study whose {key} was "
+                        f"{_short(results.get(key))} and is {_short(derived[key])} now (the "
+                        f"model or text changed); pass {self.names['overwrite']} to start "
+                        "again")
+        results.update(derived)
+        for note in notes:
+            if self.warn is not None:
+                self.warn(note)
+        self.model, self.tokenizer, self.tokens, self.config = model, tok, tokens, config
+        if config.finetune is not None:
+            self.saved_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        return results
+
+    def _check_before_loading(self) -> None:
+        """Every option that can be checked without the model."""
+        req, rt = self.request, self.runtime
+        if rt.threads is not None and rt.threads < 1:
+            raise UserError(f"threads must be >= 1, got {rt.threads}")
+        for method in req.methods:
+            parse_method(method)
+        if req.dtype not in ("float32", "float16", "bfloat16", "float64"):
+            raise UserError(f"dtype must be float32, float16, bfloat16 or float64, got "
+                            f"{req.dtype!r}")
+        stand_in = req.lengths or (max(2, req.stride or 2, req.finetune_len or 2),)
+        req.config(stand_in, rt.memory_limit)      # lengths, windows, passkey, fine-tune
+        if rt.save:
+            if req.finetune_steps or len(self._scaled()) != 1:
+                raise UserError("--save saves one extended model: give one method besides "
+                                "'none' and no --finetune-steps")
+            if Path(rt.save).exists() and (not Path(rt.save).is_dir()
+                                           or any(Path(rt.save).iterdir())):
+                raise UserError(f"--save directory {rt.save} is not empty")
+
+    def _scaled(self) -> list[str]:
+        return [m for m in self.request.methods if parse_method(m)[0] != "none"]
+
+    def _notes(self, config: StudyConfig, native: int) -> list[str]:
+        """What the report must say about the settings (also told to ``warn``)."""
+        notes = []
+        base = config.original or native
+        if max(config.lengths + config.passkey_lengths) <= base:
+            notes.append(f"no length exceeds the native context ({base} tokens): nothing is "
+                         f"extended here; give lengths above {base} to measure extension")
+        if config.max_windows == 1:
+            notes.append("one window per length: perplexity has no spread; use 5 or more "
+                         "windows for a ± that means something")
+        return notes
+
+    # ------------------------------------------------------------ plan
+    def plan(self, results: dict) -> list[Unit]:
+        config, done, partial = self.config, results["methods"], results["partial"]
+        units = []
+        for method in config.methods:
+            names = row_names(self.model, config, method)
+            base, state = names[0], partial.get(names[0], {})
+            if base not in done:
+                for n in config.lengths:
+                    if str(n) not in state.get("ppl", {}):
+                        units.append(Unit(("ppl", method, base, n), f"{base} perplexity at {n}",
+                                          self._windows(n)))
+                for (i, j), depth, n in self._cells():
+                    if f"{i}:{j}" not in state.get("passkey", {}):
+                        units.append(Unit(("passkey", method, base, i, j),
+                                          f"{base} passkey at {n}, depth {depth:g}",
+                                          config.passkey_trials))
+                units.append(Unit(("row", method, base), f"{base} done", 0))
+            if len(names) > 1 and names[1] not in done:
+                weight = config.finetune.steps + sum(self._windows(n) for n in config.lengths) \
+                    + len(self._cells()) * config.passkey_trials
+                units.append(Unit(("finetune", method, names[1]),
+                                  f"{names[1]}: fine-tune and measure", weight))
+        return units
+
+    def _windows(self, length: int) -> int:
+        return n_windows(int(self.tokens.numel()), length, self.config.stride,
+                         self.config.max_windows)
+
+    def _cells(self) -> list[tuple[tuple[int, int], float, int]]:
+        """((depth index, length index), depth, length) of every passkey cell."""
+        config = self.config
+        if not config.passkey:
+            return []
+        return [((i, j), d, n) for i, d in enumerate(config.passkey_depths)
+                for j, n in enumerate(config.passkey_lengths)]
+
+    # ------------------------------------------------------------ run
+    def run_unit(self, unit: Unit, results: dict, advance: Callable[[int], None]) -> None:
+        what, method, row = unit.key[:3]
+        config = self.config
+        ext = extend(self.model, method, config.factor_for(method), config.original,
+                     **config.options_for(method))
+        try:
+            if what == "finetune":
+                results["methods"][row] = self._finetuned_row(ext, advance)
+            elif what == "row":
+                state = results["partial"].pop(row, None) or _new_state(ext)
+                results["methods"][row] = self._row(state)
+            else:
+                state = results["partial"].setdefault(row, _new_state(ext))
+                with PeakMemory() as mem:
+                    if what == "ppl":
+                        point = perplexity_vs_length(
+                            self.model, self.tokens, [unit.key[3]], config.stride,
+                            config.max_windows, advance, config.memory_limit,
+                            seed=config.seed)[0]
+                        state["ppl"][str(point.length)] = asdict(point)
+                    else:
+                        i, j = unit.key[3:]
+                        state["passkey"][f"{i}:{j}"] = passkey_cell(
+                            self.model, self.tokenizer, config.passkey_lengths[j],
+                            config.passkey_depths[i], (i, j), config.passkey_trials,
+                            config.seed, advance)
+                state["peak_rss_bytes"] = max(state["peak_rss_bytes"] or 0, mem.peak)
+                if state["rss_before_bytes"] is None:
+                    state["rss_before_bytes"] = mem.start
+        finally:
+            restore(self.model)
+        order = [n for m in config.methods for n in row_names(self.model, config, m)]
+        results["methods"] = {n: results["methods"][n] for n in order
+                              if n in results["methods"]}
+
+    def _row(self, state: dict) -> dict:
+        """A finished row from the points and cells of ``state``."""
+        config = self.config
+        grid = None
+        if config.passkey:
+            accuracy = [[state["passkey"][f"{i}:{j}"] for j in range(len(config.passkey_lengths))]
+                        for i in range(len(config.passkey_depths))]
+            grid = asdict(PasskeyGrid(config.passkey_lengths, config.passkey_depths,
+                                      config.passkey_trials,
+                                      tuple(tuple(r) for r in accuracy)))
+            grid["accuracy_by_length"] = {
+                str(n): sum(r[j] for r in accuracy) / len(config.passkey_depths)
+                for j, n in enumerate(config.passkey_lengths)}
+        return {"extension": state["extension"],
+                "ppl": [state["ppl"][str(n)] for n in config.lengths], "passkey": grid,
+                "peak_rss_bytes": state["peak_rss_bytes"],
+                "rss_before_bytes": state["rss_before_bytes"]}
+
+    def _finetuned_row(self, ext: Any, advance: Callable[[int], None]) -> dict:
+        """Fine-tune the extended model, measure every point and cell, restore the weights."""
+        config = self.config
+        try:
+            losses = finetune(self.model, self.tokens, config.finetune, advance)
+            state = _new_state(ext)
+            with PeakMemory() as mem:
+                for point in perplexity_vs_length(self.model, self.tokens, config.lengths,
+                                                  config.stride, config.max_windows, advance,
+                                                  config.memory_limit, seed=config.seed):
+                    state["ppl"][str(point.length)] = asdict(point)
+                for (i, j), depth, n in self._cells():
+                    state["passkey"][f"{i}:{j}"] = passkey_cell(
+                        self.model, self.tokenizer, n, depth, (i, j), config.passkey_trials,
+                        config.seed, advance)
+            state["peak_rss_bytes"], state["rss_before_bytes"] = mem.peak, mem.start
+        finally:
+            self.model.load_state_dict(self.saved_weights)
+        return {**self._row(state), "finetune": {**asdict(config.finetune), "losses": losses}}
+
+    # ------------------------------------------------------------ report
+    def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
+        paths = [directory.path / RESULTS,
+                 directory.write("report.md", report_markdown(results))]
+        if final:
+            paths += write_figures(results, directory)
+        return paths
+
+    def save_extended(self, path: str | Path) -> Path:
+        """Save the model extended by the study's one scaled method (``runtime.save``)."""
+        from .load import save_extended
+        req = self.request
+        extend(self.model, self._scaled()[0], req.factor, req.original, **req.options)
+        try:
+            return save_extended(self.model, path, self.tokenizer)
+        finally:
+            restore(self.model)
+
+
+def _new_state(ext: Any) -> dict:
+    return {"extension": ext.as_dict(), "ppl": {}, "passkey": {}, "peak_rss_bytes": None,
+            "rss_before_bytes": None}
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
