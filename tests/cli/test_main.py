@@ -187,3 +187,23 @@ def test_closed_pipe_version_and_python_m(tmp_path):
                          text=True, check=True, cwd=tmp_path,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert out.stdout.strip() == f"posenc {posenc.__version__}"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["list"], ["list", "--json"], ["--version"],
+                                  ["list", "--help"], ["generate", "RUN", "--prompt", "doc",
+                                                       "--max-new-tokens", "3",
+                                                       "--temperature", "0"]])
+def test_output_to_a_full_device_is_one_line_exit_2(trained, args):
+    """stdout on /dev/full (Errno 28): the write or the final flush fails as one line, never
+    a traceback from the interpreter's shutdown nor a silent exit 0."""
+    import subprocess
+    import sys
+    args = [str(trained / "run") if a == "RUN" else a for a in args]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "posenc", *args], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "No space left on device" in proc.stderr
