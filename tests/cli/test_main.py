@@ -207,3 +207,19 @@ def test_output_to_a_full_device_is_one_line_exit_2(trained, args):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "No space left on device" in proc.stderr
+
+
+def test_eval_help_states_the_default_lengths_eval_uses(trained, tmp_path, capsys,
+                                                        monkeypatch):
+    """--help and the behaviour read one constant: change it and both follow."""
+    from posenc.cli import build_parser, cmd_eval
+    monkeypatch.setattr(cmd_eval, "DEFAULT_LENGTH_MULTIPLIERS", (1, 2))
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["eval", "--help"])
+    assert "(default: L,2L)" in " ".join(capsys.readouterr().out.split())
+    run = copy_run(trained, tmp_path)
+    assert main(["eval", str(run), "--max-tokens", "256"]) == 0
+    capsys.readouterr()
+    saved = [json.loads(p.read_text())["lengths"] for p in run.glob("eval*.json")]
+    assert saved == [[16, 32]]                                  # L = 16
+    assert cmd_eval.multiples_of_L((1, 2, 4, 8, 16)) == "L,2L,4L,8L,16L"
