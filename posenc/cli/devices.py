@@ -57,9 +57,9 @@ def resolve_device(name: str, option: str = "--device") -> str:
                         f"use auto, cpu, cuda, cuda:N, mps or xpu")
     count = _device_count(device.type)
     if count == 0:
-        raise UserError(f"{option} {name!r} was asked for but torch sees no "
-                        f"{device.type} device on this machine")
+        raise UserError(f"{option} {name!r} was asked for but torch sees no GPU of type "
+                        f"{device.type!r} on this machine")
     if device.index is not None and device.index >= count:
-        raise UserError(f"{option} {name!r} was asked for but torch sees {count} "
-                        f"{device.type} device(s), numbered 0..{count - 1}")
+        raise UserError(f"{option} {name!r} was asked for but torch sees {count} GPU(s) "
+                        f"of type {device.type!r}, numbered 0..{count - 1}")
     return name

@@ -51,11 +51,11 @@ def test_auto_is_the_cuda_gpu_when_there_is_one(machine, have, expected):
 
 
 @pytest.mark.parametrize("have,name,message", [
-    ({}, "cuda", "--device 'cuda' was asked for but torch sees no cuda device"),
-    ({"cuda": 2}, "cuda:2", "torch sees 2 cuda device(s), numbered 0..1"),
-    ({"cuda": 1}, "mps", "--device 'mps' was asked for but torch sees no mps device"),
-    ({}, "xpu:0", "torch sees no xpu device"),
-    ({"xpu": 1}, "xpu:3", "torch sees 1 xpu device(s), numbered 0..0"),
+    ({}, "cuda", "--device 'cuda' was asked for but torch sees no GPU of type 'cuda'"),
+    ({"cuda": 2}, "cuda:2", "torch sees 2 GPU(s) of type 'cuda', numbered 0..1"),
+    ({"cuda": 1}, "mps", "--device 'mps' was asked for but torch sees no GPU of type 'mps'"),
+    ({}, "xpu:0", "torch sees no GPU of type 'xpu'"),
+    ({"xpu": 1}, "xpu:3", "torch sees 1 GPU(s) of type 'xpu', numbered 0..0"),
     ({}, "gpu", "--device 'gpu' is not a device: use auto, cpu, cuda, cuda:N, mps or xpu"),
     ({}, "cuda:x", "--device 'cuda:x' is not a device"),
     ({}, "", "--device '' is not a device"),
@@ -75,4 +75,4 @@ def test_a_command_refuses_a_missing_gpu_in_one_line(machine, capsys):
     code = main(["demo-generate", "--device", "cuda:1", "--tokens", "1"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
-    assert "--device 'cuda:1' was asked for but torch sees 1 cuda device(s)" in err
+    assert "--device 'cuda:1' was asked for but torch sees 1 GPU(s) of type 'cuda'" in err
