@@ -152,7 +152,9 @@ class PlainProgress:
             self._shown = self._percent() // self.every
             self._line()
 
-    def set_postfix(self, **values) -> None:
+    def set_postfix(self, ordered_dict: dict | None = None, refresh: bool = True,
+                    **values) -> None:
+        values = {**(ordered_dict or {}), **values}
         self.postfix = ", ".join(f"{k}={v}" for k, v in values.items())
 
     def set_postfix_str(self, text: str, refresh: bool = True) -> None:

@@ -19,7 +19,7 @@ def test_off_a_terminal_progress_is_a_line_per_ten_percent():
     assert isinstance(bar, PlainProgress)
     for step in range(1000):
         bar.update(1)
-        bar.set_postfix(loss=f"{1 / (step + 1):.3f}")
+        bar.set_postfix(loss=f"{1 / (step + 1):.3f}", refresh=False)   # as train calls it
     bar.close()
     lines = out.getvalue().splitlines()
     assert "\r" not in out.getvalue() and len(lines) == 10
