@@ -5,7 +5,10 @@ Each subcommand lives in a module ``cmd_<name>.py`` of this package that defines
 Errors a user can fix (:class:`~posenc.errors.UserError`) and the environment's (``OSError``:
 a missing file, a full disk, a read-only folder) print one line and exit 2; a training run
 that diverges prints one line and exits 3; output cut short by a closed pipe (``posenc list |
-head``) ends quietly. Anything else is a bug: its traceback is printed and the exit is 1.
+head``) ends quietly. stdout is flushed before the command returns (``--help`` and
+``--version`` included), so output that cannot be written (``> /dev/full``) is one line and
+exit 2 too, never an error in the interpreter's final flush. Anything else is a bug: its
+traceback is printed and the exit is 1.
 """
 
 from __future__ import annotations
