@@ -5,7 +5,10 @@ Each subcommand lives in a module ``cmd_<name>.py`` of this package that defines
 Errors a user can fix (:class:`~posenc.errors.UserError`) and the environment's (``OSError``:
 a missing file, a full disk, a read-only folder) print one line and exit 2; a training run
 that diverges prints one line and exits 3; output cut short by a closed pipe (``posenc list |
-head``) ends quietly. Anything else is a bug: its traceback is printed and the exit is 1.
+head``) ends quietly. stdout is flushed before the command returns (``--help`` and
+``--version`` included), so output that cannot be written (``> /dev/full``) is one line and
+exit 2 too, never an error in the interpreter's final flush. Anything else is a bug: its
+traceback is printed and the exit is 1.
 """
 
 from __future__ import annotations
@@ -30,9 +33,18 @@ def command_modules() -> list:
     return sorted(mods, key=lambda m: m.NAME)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, except that a failed write of help or version text (a full disk,
+    ``> /dev/full``) raises instead of being dropped silently with exit status 0."""
+
+    def _print_message(self, message: str, file=None) -> None:
+        if message:
+            (file or sys.stderr).write(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="posenc", description="Positional encodings for Transformers.")
     parser.add_argument("--version", action="version", version=f"posenc {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -45,26 +57,63 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from ..train import TrainingDiverged
-    args = build_parser().parse_args(argv)
     try:
-        code = int(args._run(args) or 0)
-        sys.stdout.flush()
-        return code
+        args = build_parser().parse_args(argv)
+    except SystemExit as done:            # --help, --version, a usage error: argparse exits
+        code = finish_output("posenc", done.code if isinstance(done.code, int) else 2)
+        raise SystemExit(code) from None
     except BrokenPipeError:
-        # the reader went away (``posenc list | head``): point stdout at /dev/null so the
-        # interpreter's final flush does not fail again, and end as a closed pipe does
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 141
+        raise SystemExit(quiet_closed_pipe()) from None
+    except OSError as err:                # writing the help or the version failed
+        print(f"posenc: error: writing the output failed: {one_line(err)}", file=sys.stderr)
+        detach_stdout()
+        raise SystemExit(EXIT_USER_ERROR) from None
+    try:
+        return finish_output(f"posenc {args.command}", int(args._run(args) or 0))
+    except BrokenPipeError:
+        return quiet_closed_pipe()
     except KeyboardInterrupt:
         print(f"posenc {args.command}: interrupted", file=sys.stderr)
         return 130
     except USER_ERRORS as err:
         print(f"posenc {args.command}: error: {one_line(err)}", file=sys.stderr)
+        detach_stdout()
         return EXIT_USER_ERROR
     except TrainingDiverged as err:
         print(f"posenc {args.command}: error: {err}", file=sys.stderr)
         return EXIT_DIVERGED
+
+
+def finish_output(who: str, code: int) -> int:
+    """Flush stdout now, where a failure (a full disk, ``> /dev/full``) is one line and exit
+    2, rather than in the interpreter's final flush; returns the exit status."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return quiet_closed_pipe()
+    except OSError as err:
+        print(f"{who}: error: writing the output failed: {one_line(err)}", file=sys.stderr)
+        detach_stdout()
+        return EXIT_USER_ERROR
+    return code
+
+
+def quiet_closed_pipe() -> int:
+    """The reader went away (``posenc list | head``): end as a closed pipe does."""
+    detach_stdout()
+    return 141
+
+
+def detach_stdout() -> None:
+    """Point stdout at /dev/null, dropping what it still buffers, so the interpreter's final
+    flush cannot fail (and print a second error) after one was reported."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):    # replaced by a test or closed
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def one_line(err: BaseException) -> str:

@@ -19,6 +19,8 @@ from .devices import add_device_arguments, resolve_device
 NAME = "eval"
 HELP = ("evaluate a trained run at several lengths on held-out data (optionally with RoPE "
         "inference-time scaling, attention entropy, synthetic-task accuracy)")
+#: the default evaluation lengths, as multiples of the run's training length L
+DEFAULT_LENGTH_MULTIPLIERS = (1, 2, 4, 8, 16)
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -31,10 +33,16 @@ def _int_list(text: str) -> tuple[int, ...]:
     return values
 
 
+def multiples_of_L(multipliers: tuple[int, ...] | None = None) -> str:
+    """``(1, 2, 4)`` -> ``"L,2L,4L"`` (default: the default lengths), as help text says them."""
+    multipliers = DEFAULT_LENGTH_MULTIPLIERS if multipliers is None else multipliers
+    return ",".join("L" if m == 1 else f"{m}L" for m in multipliers)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a run directory written by `posenc train` or `posenc compare`")
     p.add_argument("--lengths", type=_int_list,
-                   help="evaluation lengths, e.g. 128,256,512 (default: L,2L,4L,8L,16L)")
+                   help=f"evaluation lengths, e.g. 128,256,512 (default: {multiples_of_L()})")
     p.add_argument("--stride", type=int, help="sliding windows with this stride (default: "
                    "non-overlapping windows)")
     p.add_argument("--max-tokens", type=int, default=65536,
@@ -118,7 +126,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     model = apply_inference_scaling(loaded.model, scaling, tcfg.train_len)
     model = model.to(getattr(torch, args.dtype))
     lengths = validate_lengths(list(args.lengths or [tcfg.train_len * m
-                                                     for m in (1, 2, 4, 8, 16)]), args.stride)
+                                                     for m in DEFAULT_LENGTH_MULTIPLIERS]),
+                              args.stride)
     limit = position_limit(model)
     past = [n for n in lengths if limit is not None and not limit.serves(n)]
     if past:

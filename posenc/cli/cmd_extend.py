@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
+from .argtypes import positive_float
 from .devices import add_device_arguments, resolve_device
 
 NAME = "extend"
@@ -66,8 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--passkey-lengths", type=_ints, help="default: --lengths")
     m.add_argument("--passkey-depths", type=_floats, default=(0.0, 0.25, 0.5, 0.75, 1.0))
     m.add_argument("--passkey-trials", type=int, default=2, help="keys per cell (default 2)")
-    m.add_argument("--memory-limit-gb", type=float, help="refuse lengths whose forward would "
-                   "need more (default: the memory available now)")
+    m.add_argument("--memory-limit-gb", type=positive_float, help="refuse lengths whose "
+                   "forward would need more (default: the memory available now)")
     add_device_arguments(m)
     m.add_argument("--device-map", choices=("auto",), help="spread a model larger than one "
                    "device over the GPUs and the CPU (accelerate's device_map='auto')")

@@ -9,6 +9,7 @@ import random
 import sys
 
 from ..errors import UserError
+from .argtypes import check_seed
 from .devices import add_device_arguments
 
 NAME = "generate"
@@ -53,12 +54,12 @@ def run(args: argparse.Namespace) -> int:
     from ..eval.generation import (check_new_tokens, encode_prompt, generate_text,
                                    new_token_limit)
     from ..models.generate import check_sampling
+    from ..train.memory import check_generation_memory
     from .cmd_eval import load_checked_run
     check_sampling(args.temperature, args.top_k, args.top_p)     # before the slow load
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise UserError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    if args.seed is not None and args.seed < 0:
-        raise UserError(f"--seed must be >= 0, got {args.seed}")
+    check_seed("--seed", args.seed)
     if not args.prompt:
         raise UserError("--prompt is empty; give some text to continue")
     _, loaded = load_checked_run(args.run, args.device)
@@ -71,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
             note(f"generating {max_new} tokens: the learned position table of this run "
                  f"({model.config.pe!r}) ends there")
     check_new_tokens(model, n_prompt, max_new)
+    check_generation_memory(model.config, 1, n_prompt, max_new, model.tok.weight.dtype,
+                            model.tok.weight.device)
     seed = args.seed
     if seed is None and args.temperature > 0:
         seed = random.SystemRandom().randrange(2 ** 31)

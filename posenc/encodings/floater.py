@@ -72,6 +72,9 @@ class FloaterEncoding(TrajectoryEncoding):
             learned table).
     """
 
+    #: the solver's times are fp32 integers: exact, so strictly increasing, up to 2**24
+    max_positions = 2**24
+
     def __init__(self, *, method: str = "rk4", delta: float = 0.1, substeps: int = 1,
                  rtol: float = 1e-5, atol: float = 1e-7, hidden_dim: int = 64,
                  init_scale: float = 0.02, **kw) -> None:

@@ -16,6 +16,8 @@ values.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor, nn
 
@@ -29,10 +31,15 @@ class TrajectoryEncoding(PositionalEncoding):
 
     family = "absolute"
     extrapolates = "defined at any length (unseen positions still hurt)"
+    #: the most positions the process can produce (None: no bound)
+    max_positions: int | None = None
+    #: from this many sequential steps on, computing a trajectory warns (once) of its cost
+    slow_steps = 100_000
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
         self._cache: tuple[tuple, Tensor] | None = None
+        self._warned_slow = False
 
     def trajectory(self, n: int) -> Tensor:
         """Position vectors p_0..p_{n-1}: (n, C). Must not depend on n beyond its length."""
@@ -43,6 +50,7 @@ class TrajectoryEncoding(PositionalEncoding):
 
     def positions(self, n: int) -> Tensor:
         """p_0..p_{n-1} (n, C), recomputed with gradients, cached without."""
+        self._check_count(n)
         if torch.is_grad_enabled():
             self._cache = None
             return self.trajectory(n)
@@ -51,9 +59,22 @@ class TrajectoryEncoding(PositionalEncoding):
             return self._cache[1][:n]
         grown = n if self._cache is None or self._cache[0] != key \
             else max(n, 2 * self._cache[1].shape[0])
+        grown = min(grown, self.max_positions or grown)
+        self._check_count(grown)
         traj = self.trajectory(grown)
         self._cache = (key, traj)
         return traj[:n]
+
+    def _check_count(self, n: int) -> None:
+        """UserError past ``max_positions``; a warning (once) when ``n`` steps are slow."""
+        if self.max_positions is not None and n > self.max_positions:
+            raise UserError(f"{self.name} serves positions 0..{self.max_positions - 1:,}, "
+                            f"got position {n - 1:,}")
+        if n >= self.slow_steps and not self._warned_slow:
+            self._warned_slow = True
+            warnings.warn(f"{self.name}: computing {n:,} positions takes {n:,} sequential "
+                          f"steps (tens of seconds on a CPU from about 100,000); later "
+                          f"calls without gradients reuse them", stacklevel=3)
 
     def embed(self, x: Tensor, pos: Tensor, *, ids: Tensor | None = None,
               state: dict | None = None) -> Tensor:

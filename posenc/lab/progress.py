@@ -1,7 +1,9 @@
-"""The progress bar of ``posenc compare``: one bar over training and evaluation."""
+"""The progress bar of ``posenc compare``: one bar over training and evaluation (plain
+lines, one per stage and per 10 percent, when stderr is not a terminal)."""
 
 from __future__ import annotations
 
+from ..train.logging import progress_bar
 from .presets import CompareConfig
 
 
@@ -9,15 +11,15 @@ class CompareProgress:
     """One tqdm bar over the whole job; a training step counts 1, an evaluation length more.
     ``evaluated_runs``: the (encoding, scaling) runs evaluated per seed."""
 
-    def __init__(self, cfg: CompareConfig, evaluated_runs: int, enabled: bool) -> None:
-        from tqdm.auto import tqdm
+    def __init__(self, cfg: CompareConfig, evaluated_runs: int, enabled: bool,
+                 file=None) -> None:
         self.eval_unit = max(1, round(cfg.eval_tokens / (3 * cfg.batch_size * cfg.train_len)))
         per_seed = len(cfg.encodings) * cfg.steps + evaluated_runs * len(
             cfg.eval_lengths) * self.eval_unit
-        self.bar = tqdm(total=per_seed * cfg.seeds, disable=not enabled, desc="compare",
-                        dynamic_ncols=True,
-                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}"
-                                   " {postfix}")
+        self.bar = progress_bar(per_seed * cfg.seeds, desc="compare", unit="units",
+                                enabled=enabled, file=file,
+                                bar_format="{desc}: {percentage:3.0f}%|{bar}| "
+                                           "{elapsed}<{remaining} {postfix}")
 
     def update(self, units: int) -> None:
         self.bar.update(units)

@@ -18,17 +18,36 @@ from torch import Tensor
 from ..errors import UserError
 from ..encodings.checks import require_float_in
 
+#: the smallest temperature that samples; below it sampling is greedy in effect and dividing
+#: the logits by it overflows (use 0)
+MIN_TEMPERATURE = 1e-4
+
 
 def check_sampling(temperature: float = 0.0, top_k: int | None = None,
                    top_p: float | None = None) -> None:
-    """ValueError naming the option unless temperature >= 0, top_k is a positive int or None
-    and 0 < top_p <= 1 or None."""
+    """ValueError naming the option unless temperature is 0 or >= MIN_TEMPERATURE, top_k is
+    a positive int or None and 0 < top_p <= 1 or None."""
     require_float_in("temperature", temperature, 0.0, float("inf"), low_open=False)
+    if 0.0 < temperature < MIN_TEMPERATURE:
+        raise UserError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got "
+                        f"{temperature!r}: dividing the logits by it overflows")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
                               or top_k < 1):
         raise UserError(f"top_k must be a positive int or None, got {top_k!r}")
     if top_p is not None:
         require_float_in("top_p", top_p, 0.0, 1.0, high_open=False)
+
+
+def check_logits(logits: Tensor) -> None:
+    """UserError if logits (B, V) hold a NaN or +inf, or a row is -inf everywhere: there is
+    no distribution to pick from (the model's weights are not finite, or its activations
+    overflow in this dtype)."""
+    broken = (torch.isnan(logits).any() | torch.isposinf(logits).any()
+              | torch.isneginf(logits).all(dim=-1).any())
+    if broken:
+        raise UserError("the model's logits are not finite (nan or inf): its weights hold "
+                        "non-finite values or its activations overflow in this dtype, so no "
+                        "token can be chosen")
 
 
 def top_k_filter(logits: Tensor, top_k: int) -> Tensor:
@@ -63,6 +82,7 @@ def select_next(logits: Tensor, temperature: float = 0.0, top_k: int | None = No
     (reproducible with a seeded ``generator`` on the logits' device).
     """
     check_sampling(temperature, top_k, top_p)
+    check_logits(logits)
     if temperature == 0.0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits.float() / temperature

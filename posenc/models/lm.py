@@ -94,6 +94,8 @@ class TransformerLM(nn.Module):
 
     def make_caches(self, batch: int, capacity: int) -> list[KVCache]:
         """Empty per-layer KV caches for ``batch`` sequences of up to ``capacity`` tokens."""
+        require_int_at_least("batch", batch, 1)
+        require_int_at_least("capacity", capacity, 1)
         p = self.tok.weight
         return make_caches(self.config.n_layers, batch, self.config.n_heads,
                            self.config.head_dim, capacity, p.dtype, p.device)
@@ -120,6 +122,9 @@ class TransformerLM(nn.Module):
         """
         self._check_ids(ids)
         b, t = ids.shape
+        if caches and caches[0].k.shape[0] != b:
+            raise UserError(f"the caches hold {caches[0].k.shape[0]} sequences but ids has "
+                            f"{b}; make the caches with make_caches({b}, capacity)")
         key_valid = None if attention_mask is None else \
             check_mask("attention_mask", attention_mask, (b, t))
         documents = None if document_ids is None else check_documents(document_ids, (b, t))
@@ -198,6 +203,9 @@ class TransformerLM(nn.Module):
         """
         require_int_at_least("max_new_tokens", max_new_tokens, 0)
         self._check_ids(ids)
+        if ids.numel() == 0:
+            raise UserError(f"ids must hold at least one prompt of at least one token, got "
+                            f"shape {tuple(ids.shape)}")
         caches = self.make_caches(ids.shape[0], ids.shape[1] + max_new_tokens)
         logits = self(ids, attention_mask=attention_mask, caches=caches)
         out = [ids]

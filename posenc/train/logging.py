@@ -1,5 +1,7 @@
 """The training curve: ``log.jsonl`` (one JSON object per record), ``log.csv`` with the same
-records, and TensorBoard event files under ``tensorboard/`` when tensorboard is installed.
+records, and TensorBoard event files under ``tensorboard/`` when tensorboard is installed;
+and the progress shown while a job runs (:func:`progress_bar`: a tqdm bar on a terminal,
+plain lines elsewhere).
 
 Records are ``{"step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "elapsed_s"}``
 for training steps (``tokens`` and ``elapsed_s`` count the whole run: all processes' tokens,
@@ -16,6 +18,8 @@ import csv
 import io
 import json
 import os
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +114,68 @@ def _summary_writer(path: Path, start_step: int):
         return None
     from torch.utils.tensorboard import SummaryWriter
     return SummaryWriter(str(path), purge_step=start_step + 1 if start_step else None)
+
+
+#: off a terminal, a progress line is printed each time this many percent more are done
+PLAIN_EVERY_PERCENT = 10
+
+
+class PlainProgress:
+    """Progress for output that is not a terminal (a log file, CI): lines that are never
+    redrawn. One line each time another ``every`` percent of ``total`` is done and one per
+    new stage (:meth:`set_postfix_str`); :meth:`set_postfix` values ride on the next line.
+    The subset of tqdm's interface that posenc uses (``n``, ``total``, ``update``,
+    ``set_postfix``, ``set_postfix_str``, ``close``)."""
+
+    def __init__(self, total: int, *, desc: str = "", unit: str = "it", initial: int = 0,
+                 file=None, every: int = PLAIN_EVERY_PERCENT) -> None:
+        self.total, self.n, self.desc, self.unit = total, initial, desc, unit
+        self.file, self.every = file, every
+        self.postfix, self.stage = "", ""
+        self.start = time.monotonic()
+        self._shown = self._percent() // every
+        self._printed_at: int | None = None
+
+    def _percent(self) -> int:
+        return 100 * self.n // self.total if self.total else 100
+
+    def _line(self) -> None:
+        self._printed_at = self.n
+        extra = " ".join(t for t in (self.stage, self.postfix) if t)
+        print(f"{self.desc}: {self._percent():3d}% ({self.n}/{self.total} {self.unit}) "
+              f"{time.monotonic() - self.start:.0f}s{'  ' + extra if extra else ''}",
+              file=self.file or sys.stderr, flush=True)
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if self._percent() // self.every > self._shown:
+            self._shown = self._percent() // self.every
+            self._line()
+
+    def set_postfix(self, ordered_dict: dict | None = None, refresh: bool = True,
+                    **values) -> None:
+        values = {**(ordered_dict or {}), **values}
+        self.postfix = ", ".join(f"{k}={v}" for k, v in values.items())
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        if text != self.stage:
+            self.stage = text
+            self._line()
+
+    def close(self) -> None:
+        if self._printed_at != self.n:
+            self._line()                             # where it ended, once
+
+
+def progress_bar(total: int, *, desc: str, unit: str = "it", initial: int = 0,
+                 enabled: bool = True, file=None, **tqdm_options):
+    """A tqdm bar when ``file`` (default stderr) is a terminal, a :class:`PlainProgress`
+    when it is not (a bar redrawn into a log file writes thousands of updates), and a
+    disabled tqdm bar (prints nothing) unless ``enabled``."""
+    from tqdm.auto import tqdm
+    stream = file or sys.stderr
+    is_terminal = getattr(stream, "isatty", lambda: False)()
+    if enabled and not is_terminal:
+        return PlainProgress(total, desc=desc, unit=unit, initial=initial, file=file)
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, disable=not enabled,
+                file=file, dynamic_ncols=True, **tqdm_options)

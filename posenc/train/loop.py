@@ -29,7 +29,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from ..errors import UserError
 from ..data.batches import TrainData, prepare_data
@@ -41,7 +40,7 @@ from ..runio import DirectoryLock, has_content
 from . import checkpoint as ckpt
 from . import distributed as dist
 from .config import TrainConfig
-from .logging import RunLog
+from .logging import RunLog, progress_bar
 from .memory import check_train_memory
 from .optim import param_groups
 
@@ -276,8 +275,8 @@ def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, resume: bool,
         net = nn.parallel.DistributedDataParallel(
             model, device_ids=[dev.index] if dev.type == "cuda" else None)
     log = RunLog(run_dir, start_step=start) if info.is_main else None
-    bar = tqdm(total=cfg.steps, initial=start, unit="step", dynamic_ncols=True,
-               disable=not (show_progress and info.is_main), desc=f"train {cfg.model.pe}")
+    bar = progress_bar(cfg.steps, initial=start, unit="step", desc=f"train {cfg.model.pe}",
+                       enabled=show_progress and info.is_main)
     global_tokens = cfg.tokens_per_step * info.world_size
     loss_value, val_loss, committed = math.nan, None, start
     try:

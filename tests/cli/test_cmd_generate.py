@@ -131,7 +131,11 @@ def test_a_run_inside_a_compare_directory_generates(compare_dir, capsys):
     ("run", ["--prompt", "a", "--top-k", "0"], "top_k must be a positive int"),
     ("run", ["--prompt", "a", "--temperature", "-1"], "temperature must be a number"),
     ("run", ["--prompt", "a", "--temperature", "nan"], "temperature must be a number"),
-    ("run", ["--prompt", "a", "--seed", "-3"], "--seed must be >= 0"),
+    ("run", ["--prompt", "a", "--seed", "-3"], "--seed must be between 0 and 2**64 - 1"),
+    ("run", ["--prompt", "a", "--seed", "99999999999999999999999"],
+     "--seed must be between 0 and 2**64 - 1"),
+    ("run", ["--prompt", "a", "--temperature", "1e-45"], "temperature must be 0 (greedy)"),
+    ("run", ["--prompt", "a", "--device", "cuda:7"], "--device 'cuda:7' was asked for"),
 ])
 def test_bad_input_is_one_line_exit_2(run_dir, compare_dir, tmp_path, capsys, case, args,
                                       message):
@@ -142,3 +146,20 @@ def test_bad_input_is_one_line_exit_2(run_dir, compare_dir, tmp_path, capsys, ca
     assert code == 2 and out == ""
     assert err.startswith("posenc generate: error: ") and err.count("\n") == 1, err
     assert message in err, err
+
+
+def test_a_generation_too_large_for_the_memory_names_the_option(tmp_path, capsys):
+    """A RoPE run serves any length: --max-new-tokens 10**12 is bounded by the memory its KV
+    cache needs, not by a 100 TB allocation."""
+    code = main(["train", "--out", str(tmp_path / "run"), "--data",
+                 str(make_corpus(tmp_path / "data", n=12)), "--cache-dir", str(tmp_path / "c"),
+                 "--pe", "rope", "--train-len", str(TRAIN_LEN), "--d-model", "16",
+                 "--n-layers", "1", "--n-heads", "2", "--d-ff", "32", "--batch-size", "2",
+                 "--steps", "1", "--no-progress", "--device", "cpu"])
+    assert code == 0
+    capsys.readouterr()
+    code, out, err = generate(capsys, tmp_path / "run", "--prompt", "a",
+                              "--max-new-tokens", "1000000000000")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "--max-new-tokens 1000000000000 needs a KV cache of at least" in err
+    assert "new tokens fit" in err

@@ -40,3 +40,36 @@ def test_cli_plot_redraws_an_extension_study(tmp_path, capsys):
     assert code == 0, err
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["passkey_yarn.png", "ppl.png"]
     assert json.loads((tmp_path / "results.json").read_text()) == results
+
+
+def comparison(ppl: dict) -> dict:
+    """The smallest results.json of `posenc compare` that plot draws."""
+    run = {"encoding": "rope", "inference_scaling": None, "label": "rope", "train_len": 64,
+           "ppl": ppl, "ppl_spread": {}, "seeds": [{"seed": 0, "ppl": ppl}]}
+    return {"config": {"train_len": 64, "seeds": 1}, "corpus": {}, "runs": [run]}
+
+
+@pytest.mark.parametrize("results,field", [
+    (comparison({"64": 5.0, "abc": 6.0}), "runs[0].ppl has a length that is not a positive "
+                                          "integer, got 'abc'"),
+    (comparison({"64": 5.0, "128": "lots"}), "runs[0].ppl['128'] is not a number, got 'lots'"),
+    (comparison({"64": 5.0, "128": True}), "runs[0].ppl['128'] is not a number, got True"),
+    ({"model": "m", "config": {}, "methods": {"yarn": {"ppl": [{"length": "x", "ppl": 5}]}}},
+     "methods['yarn'].ppl[0].length is not a positive integer, got 'x'"),
+    ({"model": "m", "config": {}, "methods": {"yarn": {"ppl": [{"length": 64, "ppl": "a"}]}}},
+     "methods['yarn'].ppl[0].ppl is not a number, got 'a'"),
+])
+def test_non_numeric_lengths_and_values_name_the_file_and_field(tmp_path, capsys, results,
+                                                                  field):
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    code, out, err = cli(capsys, "plot", str(tmp_path))
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert f"{tmp_path / 'results.json'}: {field}" in err
+    assert not list(tmp_path.glob("*.png"))
+
+
+def test_notes_and_non_finite_values_are_numbers_plot_can_draw(tmp_path, capsys):
+    results = comparison({"64": 5.0, "128": "inf", "256": "n/a (past learned table of 64)"})
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    from posenc.cli.cmd_plot import check_numbers
+    check_numbers(results, tmp_path / "results.json")        # no error

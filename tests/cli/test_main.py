@@ -187,3 +187,39 @@ def test_closed_pipe_version_and_python_m(tmp_path):
                          text=True, check=True, cwd=tmp_path,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert out.stdout.strip() == f"posenc {posenc.__version__}"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["list"], ["list", "--json"], ["--version"],
+                                  ["list", "--help"], ["generate", "RUN", "--prompt", "doc",
+                                                       "--max-new-tokens", "3",
+                                                       "--temperature", "0"]])
+def test_output_to_a_full_device_is_one_line_exit_2(trained, args):
+    """stdout on /dev/full (Errno 28): the write or the final flush fails as one line, never
+    a traceback from the interpreter's shutdown nor a silent exit 0."""
+    import subprocess
+    import sys
+    args = [str(trained / "run") if a == "RUN" else a for a in args]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "posenc", *args], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "No space left on device" in proc.stderr
+
+
+def test_eval_help_states_the_default_lengths_eval_uses(trained, tmp_path, capsys,
+                                                        monkeypatch):
+    """--help and the behaviour read one constant: change it and both follow."""
+    from posenc.cli import build_parser, cmd_eval
+    monkeypatch.setattr(cmd_eval, "DEFAULT_LENGTH_MULTIPLIERS", (1, 2))
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["eval", "--help"])
+    assert "(default: L,2L)" in " ".join(capsys.readouterr().out.split())
+    run = copy_run(trained, tmp_path)
+    assert main(["eval", str(run), "--max-tokens", "256"]) == 0
+    capsys.readouterr()
+    saved = [json.loads(p.read_text())["lengths"] for p in run.glob("eval*.json")]
+    assert saved == [[16, 32]]                                  # L = 16
+    assert cmd_eval.multiples_of_L((1, 2, 4, 8, 16)) == "L,2L,4L,8L,16L"

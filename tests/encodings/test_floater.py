@@ -53,3 +53,12 @@ def test_floater_integrates_in_fp32_for_low_precision_models():
 def test_floater_options(options, match):
     with pytest.raises(ValueError, match=match):
         _pe("floater", **options)
+
+
+def test_positions_past_exact_fp32_times_are_refused():
+    """The solver's times are fp32: past 2**24 they stop increasing, which torchdiffeq
+    reports as 't must be strictly increasing'; FLOATER says which positions it serves."""
+    pe = build_encoding("floater", n_heads=2, head_dim=4)
+    with torch.no_grad(), pytest.raises(ValueError, match=r"floater serves positions "
+                                        r"0\.\.16,777,215, got position 20,000,000"):
+        pe.embed(torch.zeros(1, 1, 8), torch.tensor([20_000_000]))

@@ -4,6 +4,8 @@ recurrence, its init and options."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -66,3 +68,17 @@ def test_recurrent_init_keeps_positions_apart():
     with torch.no_grad():
         traj = pe.trajectory(200) / pe.scale
     assert (traj[1:] - traj[:-1]).norm(dim=-1).min() > 1e-3
+
+
+@pytest.mark.parametrize("name", ["recurrent", "floater"])
+def test_a_long_trajectory_warns_once_of_its_cost(name, monkeypatch):
+    pe = build_encoding(name, n_heads=2, head_dim=4)
+    monkeypatch.setattr(type(pe), "slow_steps", 40)     # the real bound is 100,000 steps
+    x = torch.zeros(1, 1, 8)
+    with torch.no_grad():
+        pe.embed(x, torch.tensor([10]))                  # short: silent
+        with pytest.warns(UserWarning, match=f"{name}: computing [0-9,]+ positions takes"):
+            pe.embed(x, torch.tensor([50]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")               # once per encoding
+            pe.embed(x, torch.tensor([200]))

@@ -127,10 +127,22 @@ def test_prompts_that_cannot_be_encoded_are_refused(bpe):
     ({"temperature": 1.0, "top_p": 0.0}, "top_p must be"),
     ({"temperature": 0.0, "top_p": 2.0}, "top_p must be"),
     ({"seed": -1}, "seed must be"),
+    ({"seed": 2**64}, r"seed must be at most 2\*\*64 - 1"),
+    ({"temperature": 1e-45, "top_p": 0.9}, r"temperature must be 0 \(greedy\) or at least"),
     ({"max_new_tokens": 0}, "max_new_tokens must be"),
 ])
 def test_bad_arguments_are_refused_before_the_model_runs(kwargs, message):
     events = []
     args = {"max_new_tokens": 4, **kwargs}
     raises_one_line(message, generate_text, ScriptedLM([65] * 4, events), BYTES, "x", **args)
+    assert events == []
+
+
+def test_a_model_with_non_finite_weights_is_refused_before_it_runs():
+    events = []
+    model = ScriptedLM([65] * 4, events)
+    with torch.no_grad():
+        model.weight[0] = float("nan")
+    raises_one_line("the model's weights are broken: weight holds non-finite values",
+                    generate_text, model, BYTES, "x", 4, temperature=1.0, top_p=0.9)
     assert events == []

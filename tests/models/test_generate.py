@@ -155,3 +155,36 @@ def test_on_token_sees_each_token_and_stops_generation_when_it_returns_true():
     assert torch.equal(torch.cat(seen, dim=1), full[:, 3:])
     stopped = model.generate(prompt, 6, on_token=lambda step, t: step == 2)
     assert torch.equal(stopped, full[:, :6])                   # ends with the third new token
+
+
+@pytest.mark.parametrize("kwargs", [{"temperature": 1e-45, "top_p": 0.9},
+                                    {"temperature": 1e-45}, {"temperature": 5e-5}])
+def test_a_temperature_too_small_to_divide_by_is_refused(kwargs):
+    _raises(r"temperature must be 0 \(greedy\) or at least 0.0001, got", select_next,
+            torch.randn(2, VOCAB), **kwargs)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("kwargs", [{"temperature": 0.0}, {"temperature": 1.0},
+                                    {"temperature": 1.0, "top_p": 0.9}])
+def test_non_finite_logits_say_the_model_is_broken(bad, kwargs):
+    logits = torch.randn(2, VOCAB)
+    logits[1, 3] = bad
+    _raises("the model's logits are not finite", select_next, logits, **kwargs)
+
+
+def test_a_row_of_minus_infinity_has_nothing_to_pick():
+    logits = torch.randn(2, VOCAB)
+    logits[0] = float("-inf")
+    _raises("not finite", select_next, logits, temperature=1.0)
+    logits[0] = torch.randn(VOCAB)
+    logits[0, :5] = float("-inf")                      # masked tokens alone are fine
+    assert select_next(logits, temperature=1.0).shape == (2, 1)
+
+
+def test_generate_with_non_finite_weights_is_one_line():
+    model = _learned_model()
+    with torch.no_grad():
+        model.head.weight[0, 0] = float("nan")
+    _raises("the model's logits are not finite", model.generate,
+            torch.zeros(1, 2, dtype=torch.long), 3, temperature=1.0, top_p=0.9)

@@ -388,3 +388,29 @@ def test_every_encoding_builds_from_its_name_alone(name):
         given = TransformerLM(LMConfig(vocab_size=40, d_model=16, n_heads=2, n_layers=1,
                                        pe=name, pe_options={"vocab_size": 64}))
         assert given.pe.vocab_size == 64                         # the user's value wins
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (2, 0), (0, 0)])
+def test_generate_refuses_an_empty_batch_or_prompt(shape):
+    model = TransformerLM(LMConfig(vocab_size=16, d_model=16, n_heads=2, n_layers=1)).eval()
+    _raises("ids must hold at least one prompt of at least one token",
+            model.generate, torch.zeros(shape, dtype=torch.long), 2)
+
+
+@pytest.mark.parametrize("args,message", [((-1, 8), "batch must be an integer >= 1"),
+                                          ((0, 8), "batch must be an integer >= 1"),
+                                          ((2, 0), "capacity must be an integer >= 1"),
+                                          ((2.0, 8), "batch must be an integer")])
+def test_make_caches_checks_its_arguments(args, message):
+    model = TransformerLM(LMConfig(vocab_size=16, d_model=16, n_heads=2, n_layers=1))
+    _raises(message, model.make_caches, *args)
+
+
+def test_caches_of_another_batch_size_are_refused():
+    model = TransformerLM(LMConfig(vocab_size=16, d_model=16, n_heads=2, n_layers=1)).eval()
+    caches = model.make_caches(2, 32)
+    with torch.no_grad():
+        _raises(r"the caches hold 2 sequences but ids has 3; make the caches with "
+                r"make_caches\(3, capacity\)", model, torch.zeros(3, 4, dtype=torch.long),
+                caches=caches)
+        model(torch.zeros(2, 4, dtype=torch.long), caches=caches)   # the right batch runs
