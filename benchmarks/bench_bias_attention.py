@@ -4,12 +4,13 @@ materialized bias, for ALiBi and T5.
     .venv/bin/python -m benchmarks.bench_bias_attention                 # n = 4096, B1 H8 D64
     .venv/bin/python -m benchmarks.bench_bias_attention --length 2048 --batch 2
 
-Each candidate is ``posenc.attention.backends.attend(q, k, v, pe, pos, pos, causal=True,
-backend=...)`` under ``torch.no_grad()``, fp32, so the bias (sdpa: gathered into an
-(1, H, n, n) tensor and causally masked; flex: read from an (H, 2n-1) table inside the
-compiled kernel) is part of the timed work. Flex is warmed up first; its one-time compile is
-reported separately: in a fresh process with an empty inductor cache ("cold"), and in the
-timing process with the default on-disk cache ("this run"). Peak memory comes from one fresh
+Each candidate is ``posenc.attention.backends.attend(q, k, v, pe,
+AttentionCall.for_positions(pos, pos, causal=True, backend=...))`` under
+``torch.no_grad()``, fp32, so the bias (sdpa: gathered into an (1, H, n, n) tensor and
+causally masked; flex: read from an (H, 2n-1) table inside the compiled kernel) is part of
+the timed work. Flex is warmed up first; its one-time compile is reported separately: in a
+fresh process with an empty inductor cache ("cold"), and in the timing process with the
+default on-disk cache ("this run"). Peak memory comes from one fresh
 subprocess per (encoding, backend) (see benchmarks/common.py).
 """
 
@@ -24,6 +25,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from posenc.attention import AttentionCall
 from posenc.attention.backends import attend
 from posenc.encodings import build_encoding
 
@@ -43,7 +45,8 @@ def _setup(encoding: str, args):
 
     def run(backend: str):
         with torch.no_grad():
-            return attend(q, k, v, pe, pos, pos, causal=True, backend=backend)[0]
+            call = AttentionCall.for_positions(pos, pos, causal=True, backend=backend)
+            return attend(q, k, v, pe, call)[0]
 
     def no_bias():
         with torch.no_grad():

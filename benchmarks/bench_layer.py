@@ -27,7 +27,8 @@ import sys
 
 import torch
 
-from posenc.attention import MultiHeadAttention, choose_backend
+from posenc.attention import (AttentionContext, MultiHeadAttention, RoutingFacts,
+                              choose_backend)
 from posenc.encodings import build_encoding, encoding_options, list_encodings
 
 from .common import compare, machine_line
@@ -64,14 +65,16 @@ def make_step(name: str, args, backend: str = "auto"):
     grad_out = torch.randn(args.batch, length, d_model)
     pos = torch.arange(length)
     causal = not args.bidirectional
-    used = choose_backend(pe.backends(), pe.has_bias, requested=backend, device_type="cpu",
-                          dtype=torch.float32, grad=True, q_len=length, k_len=length)
+    used = choose_backend(pe.backends(), pe.has_bias, RoutingFacts(
+        requested=backend, device_type="cpu", dtype=torch.float32, grad=True, q_len=length,
+        k_len=length))
+    ctx = AttentionContext(pos, causal=causal, consecutive=True, backend=backend)
 
     def step():
         for p in (x, *params):
             p.grad = None
         h = pe.embed(x, pos, ids=ids)
-        out, _ = attn(h, pos, pe, causal=causal, backend=backend, consecutive=True)
+        out, _ = attn(h, ctx, pe)
         out.backward(grad_out)
         return out
 

@@ -54,9 +54,9 @@ class HideFarKeys:
             pe = self.model.pe
             self.saved = (pe, pe.score_bias)
 
-            def score_bias(q, k, q_pos, k_pos, causal=False, **hints):
-                bias = self.saved[1](q, k, q_pos, k_pos, causal, **hints)
-                rel = q_pos[..., :, None] - k_pos[..., None, :]
+            def score_bias(q, k, at):
+                bias = self.saved[1](q, k, at)
+                rel = at.q_pos[..., :, None] - at.k_pos[..., None, :]
                 return bias.masked_fill(rel >= self.train_len, float("-inf"))
             pe.score_bias = score_bias
         else:

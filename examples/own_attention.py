@@ -2,8 +2,9 @@
 
 An encoding is an nn.Module with hooks; your attention calls the ones it needs:
 
-    q, k = pe.transform_qk(q, k, q_pos, k_pos)               # RoPE, xPos; others: q, k as is
-    bias = pe.score_bias(q, k, q_pos, k_pos, causal=True)    # ALiBi, T5, KERPLE, FIRE; or None
+    at = HookContext.for_positions(q_pos, k_pos, causal=True)   # positions + what you promise
+    q, k = pe.transform_qk(q, k, at)             # RoPE, xPos; others: q, k as is
+    bias = pe.score_bias(q, k, at)               # ALiBi, T5, KERPLE, FIRE; or None
     logits = q @ k.transpose(-2, -1) * pe.sm_scale() + bias  # then mask, softmax, @ v
 
 Positions are integer tensors: (T,) shared by the batch, or (B, T) with one row per
@@ -13,7 +14,7 @@ attention written out by hand and exits with status 1 if any differs.
 Not shown: absolute encodings (sinusoidal, learned, ...) mix positions into the token
 embeddings before attention, ``x = pe.embed(x, pos)``; Shaw's ``pe.value_term`` is computed
 from the attention weights, so it needs attention written out; with the ``logn_base_len``
-option, multiply each query by its factor ``pe.attn_scale(q_pos, k_pos, causal=True)``.
+option, multiply each query by its factor ``pe.attn_scale(at)``.
 
 Run: python examples/own_attention.py   (CPU, no downloads; most of its few seconds go to
 compiling FlexAttention)
@@ -29,6 +30,7 @@ from torch import Tensor
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import posenc
+from posenc import HookContext
 
 B, H, T, D = 2, 4, 16, 32          # batch, heads, tokens, head_dim (flex on CPU: D >= 32)
 TOLERANCE = 1e-5
@@ -68,7 +70,7 @@ def max_difference(a: Tensor, b: Tensor) -> float:
 def rope_sdpa(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     pe = posenc.build_encoding("rope", n_heads=H, head_dim=D, max_len=T)
     pos = torch.arange(T)                                         # (T,) shared by the batch
-    q, k = pe.transform_qk(q, k, pos, pos)                        # (B, H, T, D) each
+    q, k = pe.transform_qk(q, k, HookContext.for_positions(pos))  # (B, H, T, D) each
     out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=pe.sm_scale())
     return out, reference(q, k, v, pe.sm_scale(), None, causal_visible(T, T))
 
@@ -82,7 +84,8 @@ def bias_sdpa(pe: posenc.PositionalEncoding, q: Tensor, k: Tensor, v: Tensor,
               k_pos: Tensor) -> tuple[Tensor, Tensor]:
     lq, lk = q.shape[2], k.shape[2]
     q_pos = k_pos[-lq:]                                           # the last Lq keys
-    bias = pe.score_bias(q, k, q_pos, k_pos, causal=True)         # (1, H, Lq, Lk), fp32
+    at = HookContext.for_positions(q_pos, k_pos, causal=True)
+    bias = pe.score_bias(q, k, at)                                # (1, H, Lq, Lk), fp32
     visible = causal_visible(lq, lk)
     attn_mask = (bias + additive(visible)).to(q.dtype)            # -inf at hidden pairs
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=pe.sm_scale())
@@ -91,12 +94,13 @@ def bias_sdpa(pe: posenc.PositionalEncoding, q: Tensor, k: Tensor, v: Tensor,
 
 # Take away: score_mod is the same term for FlexAttention, which never builds the
 # (B, H, Lq, Lk) bias; the causal mask becomes a block_mask (skipped blocks cost nothing).
-# q_idx and kv_idx index the position tensors you pass to score_mod.
+# q_idx and kv_idx index the position tensors of the HookContext you pass to score_mod.
 def bias_flex(pe: posenc.PositionalEncoding, q: Tensor, k: Tensor, v: Tensor,
               k_pos: Tensor) -> tuple[Tensor, Tensor]:
     lq, lk = q.shape[2], k.shape[2]
     q_pos = k_pos[-lq:]
-    score_mod = pe.score_mod(q, k, q_pos, k_pos, causal=True)
+    at = HookContext.for_positions(q_pos, k_pos, causal=True)
+    score_mod = pe.score_mod(q, k, at)
 
     def causal(b, h, q_idx, kv_idx):
         return kv_idx <= q_idx + (lk - lq)
@@ -105,7 +109,7 @@ def bias_flex(pe: posenc.PositionalEncoding, q: Tensor, k: Tensor, v: Tensor,
                                    device=q.device)
     with torch.no_grad():
         out = flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=pe.sm_scale())
-    bias = pe.score_bias(q, k, q_pos, k_pos, causal=True)
+    bias = pe.score_bias(q, k, at)
     return out, reference(q, k, v, pe.sm_scale(), bias, causal_visible(lq, lk))
 
 
@@ -113,8 +117,9 @@ def bias_flex(pe: posenc.PositionalEncoding, q: Tensor, k: Tensor, v: Tensor,
 # does nothing where an encoding lacks it. ``visible`` is (Lq, Lk) or (B, 1, Lq, Lk).
 def attention(pe: posenc.PositionalEncoding, q: Tensor, k: Tensor, v: Tensor,
               q_pos: Tensor, k_pos: Tensor, visible: Tensor) -> tuple[Tensor, Tensor]:
-    q, k = pe.transform_qk(q, k, q_pos, k_pos)
-    bias = pe.score_bias(q, k, q_pos, k_pos, causal=True)         # None, (1|B, H, Lq, Lk)
+    at = HookContext.for_positions(q_pos, k_pos, causal=True)
+    q, k = pe.transform_qk(q, k, at)
+    bias = pe.score_bias(q, k, at)                                # None, (1|B, H, Lq, Lk)
     attn_mask = additive(visible) if bias is None else bias + additive(visible)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask.to(q.dtype),
                                          scale=pe.sm_scale())

@@ -37,13 +37,13 @@ def causal_layer_grads(pe: torch.nn.Module, *, d_model: int = 16, length: int = 
     """One causal attention layer over ``pe`` (sharpened) in training, positions first_pos..
     (passed as the consecutive run they are, as a model does, unless ``consecutive=False``):
     its output (2, length, d_model) and the gradients of the input and every parameter."""
-    from posenc.attention import MultiHeadAttention
+    from posenc.attention import AttentionContext, MultiHeadAttention
     torch.manual_seed(seed)
     sharpen(pe, seed=seed)
     attn = MultiHeadAttention(d_model, pe.n_heads)
     x = torch.randn(2, length, d_model, requires_grad=True)
     pos = torch.arange(length) + first_pos
-    out, _ = attn(x, pos, pe, causal=True, consecutive=consecutive)
+    out, _ = attn(x, AttentionContext(pos, causal=True, consecutive=consecutive), pe)
     params = [x, *attn.parameters(), *pe.parameters()]
     return out, torch.autograd.grad(out, params, torch.randn_like(out))
 

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from ..encodings.alibi import alibi_slopes
 from ..encodings.base import PositionalEncoding, build_encoding
+from ..encodings.context import HookContext
 from ..encodings.relative_bias import DistanceBiasEncoding
 from ..encodings.t5 import relative_position_bucket
 from ..encodings.xpos import xpos_zeta
@@ -33,7 +34,8 @@ def alibi_panel(out_dir: Path) -> Panel:
     shown_heads = (0, 3, 7)
     pe = build_encoding("alibi", n_heads=ALIBI_HEADS[0], head_dim=BIAS_HEAD_DIM)
     pos = torch.arange(ALIBI_SIZE)
-    bias = pe.score_bias(None, None, pos, pos, causal=True)[0]          # (H, n, n)
+    at = HookContext.for_positions(pos, pos, causal=True)
+    bias = pe.score_bias(None, None, at)[0]                              # (H, n, n)
     hidden = pos[None, :] > pos[:, None]
     matrices = bias[list(shown_heads)].masked_fill(hidden, float("nan"))
     fig, _ = new_figure(14, 4.2, 0)
@@ -133,7 +135,8 @@ def bias_against_distance(pe: PositionalEncoding, n: int = MAX_DISTANCE) -> Tens
             return pe.distance_bias(-distance).float()
         q_pos = torch.tensor([n - 1])
         k_pos = (n - 1) - distance
-        return pe.score_bias(None, None, q_pos, k_pos, causal=True)[0, :, 0].float()
+        at = HookContext.for_positions(q_pos, k_pos, causal=True)
+        return pe.score_bias(None, None, at)[0, :, 0].float()
 
 
 #: panel label -> (encoding, options) of the bias curves at initialisation

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from ..encodings.base import build_encoding
+from ..encodings.context import HookContext
 from .figure import Panel, dress, log2_axis, new_figure, save
 
 SHAW_CLIP = 16
@@ -79,7 +80,8 @@ def logn_panel(out_dir: Path) -> Panel:
     factors = {}
     for base in bases:
         pe = build_encoding("nope", n_heads=1, head_dim=8, logn_base_len=base)
-        factors[str(base)] = pe.attn_scale(keys - 1, keys - 1, causal=True)  # query at n - 1
+        query = HookContext.for_positions(keys - 1, keys - 1, causal=True)   # query at n - 1
+        factors[str(base)] = pe.attn_scale(query)
     fig, axes = new_figure(8.5, 4.6)
     ax = axes[0, 0]
     for base, color in zip(bases, ("tab:blue", "tab:orange", "tab:green")):

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from ..encodings.base import build_encoding
+from ..encodings.context import HookContext
 from ..encodings.rope_scaling import compute_inv_freq
 from .figure import Panel, log2_axis, new_figure, save
 
@@ -54,8 +55,8 @@ def mean_abs_score(distances: Tensor, *, theta: float, same_vector: bool, sample
     q = torch.randn(samples, 1, 1, head_dim, generator=gen)
     k = q if same_vector else torch.randn(samples, 1, 1, head_dim, generator=gen)
     n = distances.numel()
-    q_rot, k_rot = pe.transform_qk(q.expand(samples, 1, n, head_dim).contiguous(), k,
-                                   distances, torch.zeros(1, dtype=torch.long))
+    at = HookContext.for_positions(distances, torch.zeros(1, dtype=torch.long))
+    q_rot, k_rot = pe.transform_qk(q.expand(samples, 1, n, head_dim).contiguous(), k, at)
     scores = (q_rot * k_rot).sum(dim=-1)[:, 0]                      # (samples, N)
     return scores.abs().mean(dim=0)
 

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from ..encodings.base import build_encoding
+from ..encodings.context import HookContext
 from ..encodings.rope_scaling import compute_inv_freq
 from .figure import Panel, log2_axis, new_figure, save
 
@@ -123,11 +124,11 @@ def identical_pair_scores(scaling: dict | None, distances: Tensor, seed: int = 0
     if not pe.length_dependent:                  # one batched call: the same frequencies
         n = distances.numel()
         q_rot, k_rot = pe.transform_qk(q.expand(1, 1, n, HEAD_DIM).contiguous(), q,
-                                       distances, key_pos)
+                                       HookContext.for_positions(distances, key_pos))
         return (q_rot * k_rot).sum(-1)[0, 0]
     out = []
     for r in distances.tolist():
-        q_rot, k_rot = pe.transform_qk(q, q, torch.tensor([r]), key_pos)
+        q_rot, k_rot = pe.transform_qk(q, q, HookContext.for_positions(torch.tensor([r]), key_pos))
         out.append(float((q_rot * k_rot).sum()))
     return torch.tensor(out)
 

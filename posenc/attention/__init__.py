@@ -1,10 +1,12 @@
-"""Attention layers, backends, their routing and the KV cache."""
+"""Attention layers, backends, their routing, the per-forward context and the KV cache."""
 
 from .attention import MultiHeadAttention
 from .backends import attend, route
 from .cache import KVCache, make_caches
+from .context import AttentionCall, AttentionContext
 from .masks import Masks, causal_visible, visibility
-from .routing import BACKENDS, IMPLEMENTATIONS, choose_backend
+from .routing import BACKENDS, IMPLEMENTATIONS, RoutingFacts, choose_backend
 
-__all__ = ["BACKENDS", "IMPLEMENTATIONS", "KVCache", "Masks", "MultiHeadAttention", "attend",
-           "causal_visible", "choose_backend", "make_caches", "route", "visibility"]
+__all__ = ["BACKENDS", "IMPLEMENTATIONS", "AttentionCall", "AttentionContext", "KVCache",
+           "Masks", "MultiHeadAttention", "RoutingFacts", "attend", "causal_visible",
+           "choose_backend", "make_caches", "route", "visibility"]

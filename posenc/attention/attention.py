@@ -6,9 +6,11 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from ..encodings.base import PositionalEncoding
-from ..encodings.checks import check_positions, require_divides
+from ..encodings.checks import require_divides
+from ..encodings.context import HookContext
 from .backends import attend, route
 from .cache import KVCache
+from .context import AttentionCall, AttentionContext
 from .masks import Masks
 
 
@@ -38,70 +40,80 @@ class MultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
 
-    def forward(self, x: Tensor, pos: Tensor, pe: PositionalEncoding, *, causal: bool,
-                cache: KVCache | None = None, memory: Tensor | None = None,
-                memory_pos: Tensor | None = None, backend: str = "auto",
-                need_weights: bool = False, consecutive: bool = False,
-                key_valid: Tensor | None = None, documents: Tensor | None = None,
-                memory_valid: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        """x (B, T, C), pos (T,) or (B, T). Cross-attention reads ``memory`` (B, S, C) at
-        memory_pos.
+    def forward(self, x: Tensor, ctx: AttentionContext, pe: PositionalEncoding,
+                cache: KVCache | None = None) -> tuple[Tensor, Tensor | None]:
+        """x (B, T, C) at ``ctx.pos`` -> (B, T, C) and optional weights (B, H, T, Lk).
 
-        With a cache, new keys/values are appended and attention runs over all cached ones
-        (the queries are the last T keys). ``consecutive``: the caller built ``pos`` (and
-        ``memory_pos``) as runs p0, p0 + 1, ... continuing the cache; the hooks may then use
-        strided views instead of gathers. ``key_valid`` (B, T) bool: False for padding
-        tokens, which no query sees (kept in the cache); ``documents`` (B, T): ids of the
-        documents packed into each row (no cache); ``memory_valid`` (B, S): the memory's
-        padding, for cross-attention. Returns (B, T, C) and optional weights (B, H, T, Lk).
+        ``ctx``: what every layer of this forward shares (positions, masks, causal, layout
+        hint, requested backend; cross-attention reads ``ctx.memory``). ``pe``: this layer's
+        encoding. With a ``cache``, new keys/values are appended and attention runs over all
+        cached ones (the queries are the last T keys); a cross-attention cache keeps the
+        memory's keys/values after its first use.
         """
-        if x.dim() != 3 or x.shape[-1] != self.n_heads * self.head_dim:
-            raise UserError(f"x must be (batch, length, d_model={self.n_heads * self.head_dim})"
-                             f", got shape {tuple(x.shape)}")
+        length = ctx.pos.shape[-1]                 # one token per position of the context
+        if x.dim() != 3 or x.shape[1] != length or x.shape[-1] != self.n_heads * self.head_dim:
+            raise UserError(f"x must be (batch, length={length}, d_model="
+                             f"{self.n_heads * self.head_dim}), got shape {tuple(x.shape)}")
         b, t, c = x.shape
-        check_positions("pos", pos, t, b)
-        dropout = self.dropout if self.training else 0.0
-        if documents is not None and cache is not None:
+        if ctx.documents is not None and cache is not None:
             raise UserError("documents (packed rows) cannot be combined with a KV cache")
-        if self.cross:
-            q = self.heads(self.q_proj(x))
-            if cache is not None and cache.length:                # encoder memory cached
-                k, v, k_pos = (cache.k[:, :, :cache.length], cache.v[:, :, :cache.length],
-                               cache.positions())
-                memory_valid = cache.valid()
-            else:
-                k, v = (self.heads(z) for z in self.kv_proj(memory).chunk(2, dim=-1))
-                k_pos = memory_pos
-                if cache is not None:
-                    k, v, k_pos = cache.append(k, v, memory_pos, memory_valid)
-            masks = Masks(key_valid=memory_valid, self_attention=False)
-            implementation = route(pe, q, k, v, requested=backend, need_weights=need_weights,
-                                   dropout=dropout)
-        else:
-            q, k, v = (self.heads(z) for z in self.qkv_proj(x).chunk(3, dim=-1))
-            implementation = route(pe, q, k, v, requested=backend, need_weights=need_weights,
-                                   dropout=dropout, k_len=t + (cache.length if cache else 0))
-            hints = {"backend": implementation}
-            if cache is None:
-                q, k = pe.transform_qk(q, k, pos, pos, consecutive=consecutive, **hints)
-                k_pos = pos
-            else:
-                consecutive = cache.note_consecutive(consecutive)
-                # a length-dependent transform may be cached when the model recomputes the
-                # cache as soon as it changes (KVCache.replays)
-                if pe.cache_transformed_keys or (cache.replays and pe.length_dependent):
-                    q, k = pe.transform_qk(q, k, pos, pos, consecutive=consecutive, **hints)
-                    k, v, k_pos = cache.append(k, v, pos, key_valid)
-                else:                                              # re-transform all keys
-                    k_raw, v, k_pos = cache.append(k, v, pos, key_valid)
-                    q, k = pe.transform_qk(q, k_raw, pos, k_pos, consecutive=consecutive,
-                                           **hints)
-                key_valid = cache.valid()
-            if causal and k.shape[2] < t:
-                raise UserError(f"causal attention with {t} queries over {k.shape[2]} keys")
-            masks = Masks(key_valid=key_valid, documents=documents)
-        out, weights = attend(q, k, v, pe, pos, k_pos, causal=causal, dropout=dropout,
-                              need_weights=need_weights, consecutive=consecutive,
-                              masks=masks, implementation=implementation)
+        dropout = self.dropout if self.training else 0.0
+        attend_qkv = self._cross if self.cross else self._self
+        q, k, v, call = attend_qkv(x, ctx, pe, cache, dropout)
+        out, weights = attend(q, k, v, pe, call)
         out = out.transpose(1, 2).reshape(b, t, c)                 # (B, T, C)
         return self.out_proj(out), weights
+
+    def _cross(self, x: Tensor, ctx: AttentionContext, pe: PositionalEncoding,
+               cache: KVCache | None, dropout: float
+               ) -> tuple[Tensor, Tensor, Tensor, AttentionCall]:
+        """Queries from x, keys and values from ``ctx.memory`` (or the cache holding them)."""
+        q = self.heads(self.q_proj(x))
+        if cache is not None and cache.length:                    # encoder memory cached
+            k, v, k_pos = (cache.k[:, :, :cache.length], cache.v[:, :, :cache.length],
+                           cache.positions())
+            memory_valid = cache.valid()
+        else:
+            if ctx.memory is None:
+                raise UserError("cross-attention needs the memory it reads (the context's "
+                                 "memory, memory_pos)")
+            k, v = (self.heads(z) for z in self.kv_proj(ctx.memory).chunk(2, dim=-1))
+            k_pos, memory_valid = ctx.memory_pos, ctx.memory_valid
+            if cache is not None:
+                k, v, k_pos = cache.append(k, v, k_pos, memory_valid)
+        request = AttentionCall(HookContext(ctx.pos, k_pos), ctx.backend, False, dropout)
+        implementation = route(pe, q, k, v, request)
+        at = HookContext(ctx.pos, k_pos, False, ctx.consecutive, implementation)
+        masks = Masks(key_valid=memory_valid, self_attention=False)
+        return q, k, v, AttentionCall(at, ctx.backend, False, dropout, masks)
+
+    def _self(self, x: Tensor, ctx: AttentionContext, pe: PositionalEncoding,
+              cache: KVCache | None, dropout: float
+              ) -> tuple[Tensor, Tensor, Tensor, AttentionCall]:
+        """Queries, keys and values from x; the keys join the cache's. ``ctx.consecutive``:
+        the model built ``ctx.pos`` as a run continuing the cache, so the hooks may use
+        strided views instead of gathers."""
+        t, pos = x.shape[1], ctx.pos
+        q, k, v = (self.heads(z) for z in self.qkv_proj(x).chunk(3, dim=-1))
+        request = AttentionCall(HookContext(pos, pos), ctx.backend, ctx.need_weights, dropout)
+        implementation = route(pe, q, k, v, request,
+                               k_len=t + (cache.length if cache else 0))
+        if cache is None:
+            consecutive, k_pos, key_valid = ctx.consecutive, pos, ctx.key_valid
+            q, k = pe.transform_qk(q, k, ctx.hooks(pos, consecutive, implementation))
+        else:
+            consecutive = cache.note_consecutive(ctx.consecutive)
+            # a length-dependent transform may be cached when the model recomputes the
+            # cache as soon as it changes (KVCache.replays)
+            if pe.cache_transformed_keys or (cache.replays and pe.length_dependent):
+                q, k = pe.transform_qk(q, k, ctx.hooks(pos, consecutive, implementation))
+                k, v, k_pos = cache.append(k, v, pos, ctx.key_valid)
+            else:                                                  # re-transform all keys
+                k_raw, v, k_pos = cache.append(k, v, pos, ctx.key_valid)
+                q, k = pe.transform_qk(q, k_raw, ctx.hooks(k_pos, consecutive, implementation))
+            key_valid = cache.valid()
+        if ctx.causal and k.shape[2] < t:
+            raise UserError(f"causal attention with {t} queries over {k.shape[2]} keys")
+        masks = Masks(key_valid=key_valid, documents=ctx.documents)
+        return q, k, v, AttentionCall(ctx.hooks(k_pos, consecutive, implementation),
+                                      ctx.backend, ctx.need_weights, dropout, masks)

@@ -23,67 +23,67 @@ from torch import Tensor
 
 from ..errors import UserError
 from ..encodings.base import PositionalEncoding
-from .biased import biased_attention
+from .biased import BiasedSpec, biased_attention
+from .context import AttentionCall
 from .masks import Masks, additive, causal_additive, causal_visible
-from .routing import BACKENDS, FLEX_MIN_LEN, choose_backend
+from .routing import BACKENDS, FLEX_MIN_LEN, RoutingFacts, choose_backend
 
 __all__ = ["BACKENDS", "FLEX_MIN_LEN", "attend", "route"]
 
 
-def route(pe: PositionalEncoding, q: Tensor, k: Tensor, v: Tensor, *, requested: str = "auto",
-          need_weights: bool = False, dropout: float = 0.0, k_len: int | None = None) -> str:
+def route(pe: PositionalEncoding, q: Tensor, k: Tensor, v: Tensor,
+          call: AttentionCall | None = None, k_len: int | None = None) -> str:
     """:func:`~posenc.attention.routing.choose_backend` for these tensors (their device type,
-    dtype, lengths and whether gradients flow: metadata only). ``k_len``: the keys attention
-    will see, if more than ``k`` holds (a KV cache)."""
+    dtype, lengths and whether gradients flow: metadata only) and ``call``'s requested
+    backend, need_weights and dropout (None: "auto", no weights, no dropout). ``k_len``: the
+    keys attention will see, if more than ``k`` holds (a KV cache)."""
     grad = torch.is_grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad
         or any(p.requires_grad for p in pe.parameters()))
+    requested, need_weights, dropout = ("auto", False, 0.0) if call is None else \
+        (call.backend, call.need_weights, call.dropout)
+    facts = RoutingFacts(requested=requested, device_type=q.device.type, dtype=q.dtype,
+                         grad=grad, q_len=q.shape[2], k_len=k.shape[2] if k_len is None else k_len,
+                         need_weights=need_weights, dropout=dropout,
+                         compiling=torch.compiler.is_compiling())
     try:
-        return choose_backend(pe.backends(), pe.has_bias, requested=requested,
-                              device_type=q.device.type, dtype=q.dtype, grad=grad,
-                              q_len=q.shape[2], k_len=k.shape[2] if k_len is None else k_len,
-                              need_weights=need_weights,
-                              dropout=dropout, compiling=torch.compiler.is_compiling())
+        return choose_backend(pe.backends(), pe.has_bias, facts)
     except ValueError as err:
         raise UserError(f"encoding {pe.name!r}: {err}") from None
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, pe: PositionalEncoding, q_pos: Tensor,
-           k_pos: Tensor, *, causal: bool, backend: str = "auto", dropout: float = 0.0,
-           need_weights: bool = False, consecutive: bool = False,
-           masks: Masks | None = None,
-           implementation: str | None = None) -> tuple[Tensor, Tensor | None]:
+def attend(q: Tensor, k: Tensor, v: Tensor, pe: PositionalEncoding, call: AttentionCall
+           ) -> tuple[Tensor, Tensor | None]:
     """Attention over already transformed q (B, H, Lq, D), k, v (B, H, Lk, D).
 
-    Applies the encoding's temperature, bias/score_mod and value term. ``causal``: the
-    queries are the last Lq keys and see the keys up to themselves. ``consecutive``: the
-    caller knows q_pos and k_pos are runs p0, p0 + 1, ... (passed on to the hooks).
-    ``masks``: padding and document masks (:class:`~posenc.attention.masks.Masks`).
-    ``implementation``: what :func:`route` already chose for this call (else it routes
-    ``backend``). Returns the output (B, H, Lq, D) and, for eager with ``need_weights``, the
-    weights (B, H, Lq, Lk).
+    Applies the encoding's temperature, bias/score_mod and value term. ``call.at``: the
+    positions and host facts the hooks read (``causal``: the queries are the last Lq keys
+    and see the keys up to themselves; ``at.backend``: the implementation :func:`route`
+    already chose, else ``call.backend`` is routed here); ``call.masks``: padding and
+    document masks. Returns the output (B, H, Lq, D) and, for eager with
+    ``call.need_weights``, the weights (B, H, Lq, Lk).
     """
-    name = implementation or route(pe, q, k, v, requested=backend, need_weights=need_weights,
-                                   dropout=dropout)
-    q_scale = pe.attn_scale(q_pos, k_pos, causal)
+    if call.at.backend is None:
+        call = call.routed(route(pe, q, k, v, call))
+    name, at = call.at.backend, call.at
+    q_scale = pe.attn_scale(at)
     if q_scale is not None:
         q = q * q_scale.to(q.dtype)[..., None, :, None]           # (B, H, Lq, D)
-    hints = {"consecutive": consecutive}
-    masks = masks if masks is not None and masks.any() else None
     if name == "sdpa":
-        bias = pe.score_bias(q, k, q_pos, k_pos, causal, **hints)
-        return _sdpa(q, k, v, bias, causal, dropout, pe.sm_scale(), masks), None
+        bias = pe.score_bias(q, k, at)
+        return _sdpa(q, k, v, bias, pe.sm_scale(), call), None
     if name == "fused":
-        return _fused(q, k, v, pe, q_pos, k_pos, causal, hints, masks), None
+        return _fused(q, k, v, pe, call), None
     if name == "flex":
-        return _flex(q, k, v, pe, q_pos, k_pos, causal, hints, masks), None
-    return _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights, hints, masks)
+        return _flex(q, k, v, pe, call), None
+    return _eager(q, k, v, pe, call)
 
 
-def _sdpa(q, k, v, bias, causal, dropout, scale, masks=None):
+def _sdpa(q, k, v, bias, scale, call):
     """SDPA with an optional additive bias; the causal mask as ``is_causal`` for a square
     block, none for a single query (the last key: it sees them all), a mask otherwise."""
     lq, lk = q.shape[2], k.shape[2]
+    causal, masks, dropout = call.causal, call.active_masks(), call.dropout
     masked = causal and lq > 1
     if masks is not None:                       # padding or documents: one boolean mask
         visible = masks.visibility(lq, lk, q.device, causal)
@@ -107,23 +107,25 @@ def _sdpa(q, k, v, bias, causal, dropout, scale, masks=None):
                                           scale=scale)
 
 
-def _fused(q, k, v, pe, q_pos, k_pos, causal, hints, masks=None):
+def _fused(q, k, v, pe, call):
+    at, masks = call.at, call.active_masks()
     value_term = pe.backends() == ("eager",)          # this instance adds a value term
-    bias = pe.fused_bias(q, k, q_pos, k_pos, causal, **hints) if masks is None else None
+    bias = pe.fused_bias(q, k, at) if masks is None else None
     if bias is None:
-        bias = pe.score_bias(q, k, q_pos, k_pos, causal, **hints)
+        bias = pe.score_bias(q, k, at)
     if bias is None and not value_term:                # e.g. xl in its rotary form
-        return _sdpa(q, k, v, None, causal, 0.0, pe.sm_scale(), masks)
+        no_dropout = AttentionCall(at, call.backend, call.need_weights, 0.0, call.masks)
+        return _sdpa(q, k, v, None, pe.sm_scale(), no_dropout)
     if bias is None:
         bias = q.new_zeros(())
     hidden = None if masks is None else ~masks.visibility(q.shape[2], k.shape[2], q.device,
                                                           causal=False)
+    spec = BiasedSpec(scale=pe.sm_scale(), causal=at.causal, with_weights=value_term,
+                      hidden=hidden)
     if not value_term:
-        return biased_attention(q, k, v, bias, causal=causal, scale=pe.sm_scale(),
-                                hidden=hidden)
-    out, weights = biased_attention(q, k, v, bias, causal=causal, scale=pe.sm_scale(),
-                                    with_weights=True, hidden=hidden)
-    extra = pe.value_term(weights, q_pos, k_pos, causal, **hints)
+        return biased_attention(q, k, v, bias, spec)
+    out, weights = biased_attention(q, k, v, bias, spec)
+    extra = pe.value_term(weights, at)
     return out if extra is None else out + extra
 
 
@@ -222,8 +224,9 @@ def _masked_block_mask(lq: int, lk: int, device, causal: bool, masks: Masks):
 _FLEX_CPU_MIN_HEAD_DIM = 32
 
 
-def _flex(q, k, v, pe, q_pos, k_pos, causal, hints, masks=None):
-    score_mod = pe.score_mod(q, k, q_pos, k_pos, causal, **hints)
+def _flex(q, k, v, pe, call):
+    masks, causal = call.active_masks(), call.causal
+    score_mod = pe.score_mod(q, k, call.at)
     lq, lk = q.shape[2], k.shape[2]
     if masks is not None:
         block_mask = _masked_block_mask(lq, lk, q.device, causal, masks)
@@ -238,16 +241,17 @@ def _flex(q, k, v, pe, q_pos, k_pos, causal, hints, masks=None):
     return out[..., :d_v]                                          # (B, H, Lq, Dv)
 
 
-def _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights, hints, masks=None):
+def _eager(q, k, v, pe, call):
     b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    addend = pe.score_bias(q, k, q_pos, k_pos, causal, **hints)   # (B|1, H, Lq, Lk) or None
+    at, masks, dropout = call.at, call.active_masks(), call.dropout
+    addend = pe.score_bias(q, k, at)                               # (B|1, H, Lq, Lk) or None
     if addend is not None:
         addend = addend.float()
     # an additive -inf mask: no masked_fill forward, nothing backward
     if masks is not None:
-        mask = additive(masks.visibility(lq, lk, q.device, causal))     # (B|1, 1, Lq, Lk)
+        mask = additive(masks.visibility(lq, lk, q.device, at.causal))  # (B|1, 1, Lq, Lk)
         addend = mask if addend is None else addend + mask
-    elif causal and lq > 1:
+    elif at.causal and lq > 1:
         mask = causal_additive(lq, lk, q.device)
         addend = mask if addend is None else addend + mask
     if addend is not None and addend.dim() > 2:
@@ -262,7 +266,7 @@ def _eager(q, k, v, pe, q_pos, k_pos, causal, dropout, need_weights, hints, mask
     weights = logits.softmax(dim=-1).to(q.dtype).view(b, h, lq, lk)  # (B, H, Lq, Lk)
     dropped = F.dropout(weights, dropout) if dropout > 0 else weights
     out = dropped @ v                                              # (B, H, Lq, D)
-    extra = pe.value_term(dropped, q_pos, k_pos, causal, **hints)
+    extra = pe.value_term(dropped, at)
     if extra is not None:
         out = out + extra
-    return out, (weights if need_weights else None)
+    return out, (weights if call.need_weights else None)

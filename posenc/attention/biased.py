@@ -35,6 +35,8 @@ gradient tensor.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import torch
 from torch import Tensor
 
@@ -79,15 +81,35 @@ def _add_key_rows(total: Tensor | None, part: Tensor, lk: int) -> Tensor:
     return total
 
 
+@dataclass(frozen=True)
+class BiasedSpec:
+    """How :func:`biased_attention` treats one call besides q, k, v and the bias.
+
+    Attributes:
+        scale: multiplies q.k.
+        causal: the queries are the last Lq keys and see the keys up to themselves.
+        with_weights: also return the weights (B, H, Lq, Lk).
+        hidden: (B or 1, 1, Lq, Lk) bool, more pairs to hide (padding, other documents).
+        fused: set by :func:`biased_attention` for a :class:`FusedBias`.
+    """
+
+    scale: float
+    causal: bool = False
+    with_weights: bool = False
+    hidden: Tensor | None = None
+    fused: FusedBias | None = None
+
+
 #: where a fused bias's inputs start among _BiasedAttention's arguments
-_FUSED_INPUTS = 9
+_FUSED_INPUTS = 5
 
 
 class _BiasedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None,
-                fused: FusedBias | None, causal: bool, hidden: Tensor | None, scale: float,
-                with_weights: bool, *fused_inputs: Tensor):
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, spec: BiasedSpec,
+                *fused_inputs: Tensor):
+        fused, causal, hidden, scale, with_weights = (spec.fused, spec.causal, spec.hidden,
+                                                      spec.scale, spec.with_weights)
         b, h, lq, d = q.shape
         lk = k.shape[2]
         q3 = q.reshape(b * h, lq, d)
@@ -183,31 +205,28 @@ class _BiasedAttention(torch.autograd.Function):
             tuple(fused_grads)
 
 
-def biased_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | FusedBias, *,
-                     causal: bool = False, scale: float, with_weights: bool = False,
-                     hidden: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
-    """softmax(scale * q k^T + bias, causally masked if ``causal``) v.
+def biased_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | FusedBias,
+                     spec: BiasedSpec) -> Tensor | tuple[Tensor, Tensor]:
+    """softmax(spec.scale * q k^T + bias, causally masked if ``spec.causal``) v.
 
     q (B, H, Lq, D), k (B, H, Lk, D), v (B, H, Lk, Dv), bias broadcastable to
     (B, H, Lq, Lk) or a :class:`~posenc.encodings.base.FusedBias` of a causal square block
-    (B, H, L, L), which masks its own hidden pairs (``causal`` must be True). Under
-    ``causal`` the queries are the last Lq of the keys. ``hidden`` (B or 1, 1, Lq, Lk) bool
-    hides more pairs (padding, other documents; not with a fused bias); every query must
-    still see a key. Returns (B, H, Lq, Dv), and with
-    ``with_weights`` also the weights (B, H, Lq, Lk), for a value term computed from them;
-    differentiable in q, k, v and bias (a fused bias: its ``inputs``), through both outputs.
-    The weights are the buffer the backward keeps: read them, never modify them in place.
+    (B, H, L, L), which masks its own hidden pairs (``spec.causal`` must be True). Under
+    ``causal`` the queries are the last Lq of the keys. ``spec.hidden`` (B or 1, 1, Lq, Lk)
+    bool hides more pairs (padding, other documents; not with a fused bias); every query must
+    still see a key. Returns (B, H, Lq, Dv), and with ``spec.with_weights`` also the weights
+    (B, H, Lq, Lk), for a value term computed from them; differentiable in q, k, v and bias
+    (a fused bias: its ``inputs``), through both outputs. The weights are the buffer the
+    backward keeps: read them, never modify them in place.
     """
     if isinstance(bias, Tensor):
-        return _BiasedAttention.apply(q, k, v, bias, None, causal, hidden, scale,
-                                      with_weights)
-    if hidden is not None:
+        return _BiasedAttention.apply(q, k, v, bias, replace(spec, fused=None))
+    if spec.hidden is not None:
         raise UserError("a fused bias covers a causal block without padding or documents")
     if tuple(bias.shape) != (*q.shape[:3], k.shape[2]) or q.shape[2] != k.shape[2]:
         raise UserError(f"fused bias of shape {tuple(bias.shape)} for attention logits "
                          f"{(*q.shape[:3], k.shape[2])}: it covers a causal square block")
-    if not causal:
+    if not spec.causal:
         raise UserError("a fused bias masks the hidden pairs of a causal block: pass "
                          "causal=True")
-    return _BiasedAttention.apply(q, k, v, None, bias, causal, None, scale, with_weights,
-                                  *bias.inputs)
+    return _BiasedAttention.apply(q, k, v, None, replace(spec, fused=bias), *bias.inputs)

@@ -20,6 +20,8 @@ synchronises with a device and unit tests drive it with device strings.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..errors import UserError
@@ -40,25 +42,12 @@ def flex_trains(device_type: str) -> bool:
     return device_type == "cuda"
 
 
-def fused_fits(*, device_type: str, dtype: torch.dtype, grad: bool, dropout: float,
-               compiling: bool) -> bool:
-    """Whether posenc's fused CPU attention serves the call: CPU, fp32, gradients needed, no
-    dropout, outside torch.compile (which fuses the plain computation itself)."""
-    return (device_type == "cpu" and dtype == torch.float32 and grad and dropout == 0.0
-            and not compiling)
+@dataclass(frozen=True)
+class RoutingFacts:
+    """The host facts of one attention call that routing reads (no tensor).
 
-
-def choose_backend(backends: tuple[str, ...], has_bias: bool, *, requested: str = "auto",
-                   device_type: str = "cpu", dtype: torch.dtype = torch.float32,
-                   grad: bool = False, q_len: int = 1, k_len: int = 1,
-                   need_weights: bool = False, dropout: float = 0.0,
-                   compiling: bool = False) -> str:
-    """The implementation that runs one attention call (module docstring).
-
-    Args:
-        backends: the backends the encoding computes exactly (``PositionalEncoding.backends``).
-        has_bias: the encoding adds a logits term (``score_bias``).
-        requested: "auto" or a backend of ``backends``.
+    Attributes:
+        requested: "auto" or a backend of the encoding's ``backends``.
         device_type: "cpu", "cuda", "mps", ... (``tensor.device.type``).
         dtype: of q, k and v.
         grad: gradients flow through this call (training).
@@ -66,16 +55,44 @@ def choose_backend(backends: tuple[str, ...], has_bias: bool, *, requested: str 
         need_weights: the caller wants the attention weights (only eager returns them).
         dropout: attention dropout probability of this call.
         compiling: the call is being traced by torch.compile.
+    """
+
+    requested: str = "auto"
+    device_type: str = "cpu"
+    dtype: torch.dtype = torch.float32
+    grad: bool = False
+    q_len: int = 1
+    k_len: int = 1
+    need_weights: bool = False
+    dropout: float = 0.0
+    compiling: bool = False
+
+
+def fused_fits(facts: RoutingFacts) -> bool:
+    """Whether posenc's fused CPU attention serves the call: CPU, fp32, gradients needed, no
+    dropout, outside torch.compile (which fuses the plain computation itself)."""
+    return (facts.device_type == "cpu" and facts.dtype == torch.float32 and facts.grad
+            and facts.dropout == 0.0 and not facts.compiling)
+
+
+def choose_backend(backends: tuple[str, ...], has_bias: bool,
+                   facts: RoutingFacts = RoutingFacts()) -> str:
+    """The implementation that runs one attention call (module docstring).
+
+    Args:
+        backends: the backends the encoding computes exactly (``PositionalEncoding.backends``).
+        has_bias: the encoding adds a logits term (``score_bias``).
+        facts: the call's request, device type, dtype, gradient need, lengths and options.
 
     Raises ValueError for an unknown request, a backend the encoding does not support, or flex
     with gradients where it has no backward.
     """
+    requested, grad, device_type = facts.requested, facts.grad, facts.device_type
     if requested not in BACKENDS:
         raise UserError(f"unknown attention backend {requested!r}; valid: {', '.join(BACKENDS)}")
-    fused = fused_fits(device_type=device_type, dtype=dtype, grad=grad, dropout=dropout,
-                       compiling=compiling)
+    fused = fused_fits(facts)
     value_term = backends == ("eager",)
-    if need_weights:
+    if facts.need_weights:
         return "eager"
     if requested != "auto":
         if requested not in backends:
@@ -91,7 +108,7 @@ def choose_backend(backends: tuple[str, ...], has_bias: bool, *, requested: str 
         return "fused" if fused and value_term else "eager"
     if value_term:
         return "fused" if fused else "eager"
-    if has_bias and "flex" in backends and k_len >= FLEX_MIN_LEN \
-            and q_len >= FLEX_MIN_QUERIES and (not grad or flex_trains(device_type)):
+    if has_bias and "flex" in backends and facts.k_len >= FLEX_MIN_LEN \
+            and facts.q_len >= FLEX_MIN_QUERIES and (not grad or flex_trains(device_type)):
         return "flex"
     return "fused" if fused and has_bias else "sdpa"

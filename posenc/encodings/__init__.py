@@ -9,9 +9,10 @@ import pkgutil
 
 from .base import (PositionalEncoding, build_encoding, describe_encodings, encoding_class,
                    encoding_options, list_encodings, register)
+from .context import HookContext
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["PositionalEncoding", "build_encoding", "describe_encodings", "encoding_class",
-           "encoding_options", "list_encodings", "register"]
+__all__ = ["HookContext", "PositionalEncoding", "build_encoding", "describe_encodings",
+           "encoding_class", "encoding_options", "list_encodings", "register"]

@@ -1,28 +1,31 @@
 """The positional-encoding interface, the registry and option validation.
 
 Every encoding is a :class:`PositionalEncoding` (an ``nn.Module``) that overrides some of
-these hooks; each default does nothing:
+these hooks; each default does nothing. ``at`` is the call's
+:class:`~posenc.encodings.context.HookContext`: q_pos (Lq,) or (B, Lq), k_pos (Lk,) or
+(B, Lk), causal, consecutive, backend.
 
-=================  =================================================  =======================
-hook               called with                                        returns
-=================  =================================================  =======================
-``embed``          x (B, T, C), pos (T,), ids, state                  x with positions mixed in
-``transform_qk``   q (B, H, Lq, D), k (B, H, Lk, D), q_pos, k_pos,    (q, k)
-                   backend, consecutive
-``score_bias``     q, k, q_pos (Lq,), k_pos (Lk,), causal, consecutive  (B|1, H, Lq, Lk) term
-``fused_bias``     q, k, q_pos, k_pos, causal, consecutive            score_bias as FusedBias
-``score_mod``      q, k, q_pos, k_pos, causal, consecutive            FlexAttention score_mod
-``value_term``     weights (B, H, Lq, Lk), q_pos, k_pos, causal,      (B, H, Lq, D) added
-                   consecutive
-``attn_scale``     q_pos (Lq,), k_pos (Lk,), causal                   (Lq,) logit multiplier
-=================  =================================================  =======================
+=================  ==========================================  ==============================
+hook               called with                                 returns
+=================  ==========================================  ==============================
+``embed``          x (B, T, C), pos (T,) or (B, T), ids, state  x with positions mixed in
+``transform_qk``   q (B, H, Lq, D), k (B, H, Lk, D), at        (q, k)
+``score_bias``     q, k, at                                    (B|1, H, Lq, Lk) term or None
+``fused_bias``     q, k, at                                    score_bias as FusedBias or None
+``score_mod``      q, k, at                                    FlexAttention score_mod or None
+``value_term``     weights (B, H, Lq, Lk), at                  (B, H, Lq, D) added, or None
+``attn_scale``     at                                          (Lq,) or (B, Lq) multiplier
+``sm_scale``       (nothing)                                   softmax temperature (float)
+=================  ==========================================  ==============================
 
 Positions are integer tensors passed explicitly (never inferred from shapes), so KV caches,
 offsets and packed batches work alike for every encoding. ``score_bias`` and ``score_mod``
-describe the same additive term, added to the already scaled logits ``q.k * sm_scale``.
+describe the same additive term, added to the already scaled logits ``q.k * sm_scale``. To call
+a hook from your own attention: ``pe.score_bias(q, k, HookContext.for_positions(pos, pos,
+causal=True))``.
 
-What attention tells the hooks, as host values (a hook never reads a tensor to learn them, so
-the hot path never synchronises with a device):
+What attention tells the hooks in ``at``, as host values (a hook never reads a tensor to learn
+them, so the hot path never synchronises with a device):
 
 - ``causal``: each query sees the keys up to itself only. Queries are the last Lq of the Lk
   keys (a KV cache holds the earlier ones), and positions never decrease along the visible
@@ -51,6 +54,7 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from .checks import require_int_at_least, require_positive_int
+from .context import HookContext
 from .limits import PositionLimit
 
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
@@ -154,53 +158,47 @@ class PositionalEncoding(nn.Module):
         """
         return x
 
-    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, *,
-                     backend: str | None = None, consecutive: bool = False
-                     ) -> tuple[Tensor, Tensor]:
-        """Transform queries (B, H, Lq, D) and keys (B, H, Lk, D) by their positions.
-        ``backend``, ``consecutive``: what attention tells the hooks (module docstring)."""
+    def transform_qk(self, q: Tensor, k: Tensor, at: HookContext) -> tuple[Tensor, Tensor]:
+        """Transform queries (B, H, Lq, D) and keys (B, H, Lk, D) by their positions
+        ``at.q_pos`` and ``at.k_pos`` (``at.backend``, ``at.consecutive``: module docstring)."""
         return q, k
 
-    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False, *, consecutive: bool = False) -> Tensor | None:
+    def score_bias(self, q: Tensor, k: Tensor, at: HookContext) -> Tensor | None:
         """Additive logits term broadcastable to (B, H, Lq, Lk), or None; float32 for the
         distance biases whatever q's dtype (cast it before handing it to SDPA).
 
-        ``causal``, ``consecutive``: what attention promises about the pairs (module
+        ``at.causal``, ``at.consecutive``: what attention promises about the pairs (module
         docstring); under ``causal`` the term may hold any finite value at hidden pairs. A
         bias built in its causal form (``bidirectional=False``) refuses ``causal=False``.
         """
         return None
 
-    def fused_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False, *, consecutive: bool = False) -> FusedBias | None:
+    def fused_bias(self, q: Tensor, k: Tensor, at: HookContext) -> FusedBias | None:
         """The ``score_bias`` term of a causal square block as a :class:`FusedBias`, which
         fused attention writes straight into its logits blocks, or None (then ``score_bias``).
         Optional, for speed: a (B, H, Lq, Lk) tensor the encoding never builds."""
         return None
 
-    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                  causal: bool = False, *, consecutive: bool = False) -> ScoreMod | None:
+    def score_mod(self, q: Tensor, k: Tensor, at: HookContext) -> ScoreMod | None:
         """The ``score_bias`` term as a FlexAttention ``score_mod(score, b, h, qi, ki)``.
 
-        ``qi`` and ``ki`` index into ``q_pos`` and ``k_pos``. None when the encoding cannot
-        express its term this way (then flex is not offered).
+        ``qi`` and ``ki`` index into ``at.q_pos`` and ``at.k_pos``. None when the encoding
+        cannot express its term this way (then flex is not offered).
         """
         return None
 
-    def value_term(self, weights: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False, *, consecutive: bool = False) -> Tensor | None:
+    def value_term(self, weights: Tensor, at: HookContext) -> Tensor | None:
         """Positional term added to the attention output: (B, H, Lq, D) or None. With
-        ``causal`` the weights are zero at hidden pairs."""
+        ``at.causal`` the weights are zero at hidden pairs."""
         return None
 
     def sm_scale(self) -> float:
         """Softmax temperature applied to q.k (default 1/sqrt(D))."""
         return 1.0 / math.sqrt(self.head_dim)
 
-    def attn_scale(self, q_pos: Tensor, k_pos: Tensor, causal: bool) -> Tensor | None:
-        """Per-query logits multiplier (Lq,) or (B, Lq) (the shape of q_pos; (B, Lq) when
-        k_pos is per sequence), or None. Implements log-n scaling.
+    def attn_scale(self, at: HookContext) -> Tensor | None:
+        """Per-query logits multiplier (Lq,) or (B, Lq) (the shape of ``at.q_pos``; (B, Lq)
+        when ``at.k_pos`` is per sequence), or None. Implements log-n scaling.
 
         A causal query at position p sees ``p + 1`` keys, so its factor depends on ``p`` only
         and cached decoding equals a full forward pass; a bidirectional query sees all Lk keys
@@ -209,7 +207,8 @@ class PositionalEncoding(nn.Module):
         """
         if self.logn_base_len is None:
             return None
-        if causal:
+        q_pos, k_pos = at.q_pos, at.k_pos
+        if at.causal:
             n = (q_pos.to(torch.float32) + 1.0)
         elif k_pos.dim() == 2:                  # per sequence: the span of its positions
             span = (k_pos.amax(-1) - k_pos.amin(-1) + 1).to(torch.float32)       # (B,)

@@ -75,13 +75,20 @@ def check_positions(name: str, pos: Any, length: int | None, batch: int | None =
                     ) -> None:
     """Positions must be an integer tensor of shape (length,), shared by every sequence of
     the batch, or (batch, length), one row per sequence (any length or batch if None).
-    Metadata only (no sync).
+    Metadata only (no sync). A model calls it once per forward, not per layer.
 
     Raises ValueError naming ``name``, the expected and the actual shape or dtype.
     """
     if not isinstance(pos, Tensor) or not _is_integer(pos):
         got = f"dtype {pos.dtype}" if isinstance(pos, Tensor) else type(pos).__name__
         raise UserError(f"{name} must be an integer tensor of positions, got {got}")
+    check_position_shape(name, pos, length, batch)
+
+
+def check_position_shape(name: str, pos: Tensor, length: int | None,
+                         batch: int | None = None) -> None:
+    """The shape part of :func:`check_positions`, for positions already checked once (a
+    hook comparing them with its q and k)."""
     ok = pos.dim() in (1, 2) and (length is None or pos.shape[-1] == length) and (
         pos.dim() == 1 or batch is None or pos.shape[0] == batch)
     if not ok:
@@ -91,22 +98,20 @@ def check_positions(name: str, pos: Any, length: int | None, batch: int | None =
                          f"token, got shape {tuple(pos.shape)}")
 
 
-def check_qk(encoding: Any, q: Any, k: Any, q_pos: Any, k_pos: Any,
-             *, bias: bool = False) -> None:
-    """Arguments of a hook: floating-point q (B, H, Lq, D) and k (B, H', Lk, D) with
-    integer positions (Lq,) or (B, Lq) and (Lk,) or (B, Lk). For a per-head ``bias`` hook, q
-    and k may be None (the term depends on positions only) and a given q must have the
-    encoding's n_heads. Metadata only (no sync)."""
-    for name, x, pos in (("q", q, q_pos), ("k", k, k_pos)):
+def check_qk(encoding: Any, q: Any, k: Any, at: Any, *, bias: bool = False) -> None:
+    """Arguments of a hook: floating-point q (B, H, Lq, D) and k (B, H', Lk, D) whose lengths
+    match the positions of ``at`` (a HookContext: (Lq,) or (B, Lq) and (Lk,) or (B, Lk)).
+    For a per-head ``bias`` hook, q and k may be None (the term depends on positions only)
+    and a given q must have the encoding's n_heads. Metadata only (no sync)."""
+    for name, x, pos in (("q", q, at.q_pos), ("k", k, at.k_pos)):
         if x is None and bias:
-            check_positions(f"{name}_pos", pos, None)
             continue
         if not isinstance(x, Tensor) or x.dim() != 4 or not x.is_floating_point():
             got = (f"shape {tuple(x.shape)}, dtype {x.dtype}" if isinstance(x, Tensor)
                    else type(x).__name__)
             raise UserError(f"{name} must be a floating-point tensor (batch, heads, length, "
                              f"head_dim), got {got}")
-        check_positions(f"{name}_pos", pos, x.shape[2], x.shape[0])
+        check_position_shape(f"{name}_pos", pos, x.shape[2], x.shape[0])
     if bias and q is not None and q.shape[1] != encoding.n_heads:
         raise UserError(f"q has {q.shape[1]} heads but this {encoding.name or 'encoding'} "
                          f"was built for n_heads={encoding.n_heads}")

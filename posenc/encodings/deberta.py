@@ -46,6 +46,7 @@ from .absolute import LearnedEncoding
 from .base import (PositionalEncoding, ScoreMod, heads_first, pairs_per_head, position_reader,
                    register)
 from .checks import require_float_in, require_int_at_least
+from .context import HookContext
 from .limits import PositionLimit, learned_table
 
 TERMS = ("c2p", "p2c")
@@ -226,17 +227,16 @@ class DeBERTaEncoding(PositionalEncoding):
             self.absolute.check_positions(pos)
 
     # -------------------------------------------------------------- hooks
-    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, *,
-                     backend: str | None = None, consecutive: bool = False
-                     ) -> tuple[Tensor, Tensor]:
+    def transform_qk(self, q: Tensor, k: Tensor, at: HookContext) -> tuple[Tensor, Tensor]:
+        q_pos = at.q_pos
         if self.absolute is None:
             return q, k
         self.check_positions(q_pos)
         p = heads_first(self.absolute.table[q_pos], self.n_heads)      # ([B,] H, Lq, D)
         return q + p.to(q.dtype), k
 
-    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False, *, consecutive: bool = False) -> Tensor:
+    def score_bias(self, q: Tensor, k: Tensor, at: HookContext) -> Tensor:
+        q_pos, k_pos, causal, consecutive = at.q_pos, at.k_pos, at.causal, at.consecutive
         kind = layout_kind(q_pos, k_pos, causal, consecutive)
         distances = q_pos.shape[-1] if kind == "causal" else \
             q_pos.shape[-1] + k_pos.shape[-1] - 1
@@ -283,15 +283,14 @@ class DeBERTaEncoding(PositionalEncoding):
         c2p_heads, p2c_heads = self.position_heads(q.dtype, distinct=self._causal_rows[key])
         return causal_pair_bias(q, k, c2p_heads, p2c_heads)
 
-    def fused_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False, *, consecutive: bool = False
-                   ) -> CausalPairBias | None:
+    def fused_bias(self, q: Tensor, k: Tensor, at: HookContext) -> CausalPairBias | None:
+        q_pos, k_pos, causal, consecutive = at.q_pos, at.k_pos, at.causal, at.consecutive
         if layout_kind(q_pos, k_pos, causal, consecutive) != "causal":
             return None
         return self._causal_pairs(q, k, pair_layout(q_pos, k_pos, causal, consecutive))
 
-    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                  causal: bool = False, *, consecutive: bool = False) -> ScoreMod:
+    def score_mod(self, q: Tensor, k: Tensor, at: HookContext) -> ScoreMod:
+        q_pos, k_pos = at.q_pos, at.k_pos
         c2p, p2c = self.term_tables(q, k)
         rows_of = self.distance_rows
         q_at, k_at = position_reader(q_pos), position_reader(k_pos)

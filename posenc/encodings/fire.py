@@ -36,6 +36,7 @@ from torch import Tensor, nn
 
 from .base import PositionalEncoding, ScoreMod, position_reader, register
 from .checks import require_float_in, require_positive_int
+from .context import HookContext
 
 
 @register("fire")
@@ -87,8 +88,8 @@ class FireEncoding(PositionalEncoding):
         hidden = torch.relu(x[..., None] * w1 + b1)                      # (..., W)
         return hidden @ w2.T + b2                                        # (..., H)
 
-    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False, *, consecutive: bool = False) -> Tensor:
+    def score_bias(self, q: Tensor, k: Tensor, at: HookContext) -> Tensor:
+        q_pos, k_pos = at.q_pos, at.k_pos
         ranges = self._table_ranges(q_pos, k_pos)
         if ranges is not None:
             return self._bias_from_table(q_pos, k_pos, *ranges)
@@ -133,8 +134,8 @@ class FireEncoding(PositionalEncoding):
         keys = (k_pos - k_lo).expand(batch, l_k)[:, None, None, :]
         return rows.gather(-1, keys.expand(batch, self.n_heads, l_q, l_k))  # (B, H, Lq, Lk)
 
-    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                  causal: bool = False, *, consecutive: bool = False) -> ScoreMod:
+    def score_mod(self, q: Tensor, k: Tensor, at: HookContext) -> ScoreMod:
+        q_pos, k_pos = at.q_pos, at.k_pos
         q_at = position_reader(q_pos.to(torch.float32))
         k_at = position_reader(k_pos.to(torch.float32))
         norm_at = position_reader(self.inverse_normaliser(q_pos))       # (Lq,) or (B, Lq)

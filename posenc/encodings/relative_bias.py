@@ -20,6 +20,7 @@ from torch import Tensor
 from ..errors import UserError
 from .base import PositionalEncoding, ScoreMod, pairs_per_head, position_reader
 from .checks import check_qk
+from .context import HookContext
 
 #: f(rel, head) -> bias: integer distances k_pos - q_pos and head indices, broadcast
 BiasFunction = Callable[[Tensor, Tensor], Tensor]
@@ -61,9 +62,9 @@ class DistanceBiasEncoding(PositionalEncoding):
         heads = torch.arange(self.n_heads, device=rel.device)
         return self.bias_function()(rel[None, :], heads[:, None])
 
-    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False, *, consecutive: bool = False) -> Tensor:
-        check_qk(self, q, k, q_pos, k_pos, bias=True)
+    def score_bias(self, q: Tensor, k: Tensor, at: HookContext) -> Tensor:
+        q_pos, k_pos, causal = at.q_pos, at.k_pos, at.causal
+        check_qk(self, q, k, at, bias=True)
         self.check_direction(causal)
         rel = pairs_per_head(pair_distances(q_pos, k_pos))           # (1|B, 1, Lq, Lk)
         far = self.saturation()
@@ -75,9 +76,9 @@ class DistanceBiasEncoding(PositionalEncoding):
         table = table[None, :, None, :].expand(*index.shape[:3], table.shape[-1])
         return table.gather(-1, index)                               # (1|B, H, Lq, Lk)
 
-    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                  causal: bool = False, *, consecutive: bool = False) -> ScoreMod:
-        check_qk(self, q, k, q_pos, k_pos, bias=True)
+    def score_mod(self, q: Tensor, k: Tensor, at: HookContext) -> ScoreMod:
+        q_pos, k_pos, causal = at.q_pos, at.k_pos, at.causal
+        check_qk(self, q, k, at, bias=True)
         self.check_direction(causal)
         q_at, k_at = position_reader(q_pos), position_reader(k_pos)
         far = self.saturation()

@@ -22,6 +22,7 @@ from ..errors import UserError
 from ..kernels.rotary import apply_rotary, frequency_turns, rotary_angles
 from .base import PositionalEncoding, register
 from .checks import check_qk, require_choice, require_float_in
+from .context import HookContext
 from .rope_scaling import (LENGTH_DEPENDENT, REQUIRED, compute_inv_freq, frequency_key,
                            scaling_type, validate_scaling)
 
@@ -157,10 +158,9 @@ class RotaryEncoding(PositionalEncoding):
             return 0, None
         return 1 + int(torch.maximum(q_pos.max(), k_pos.max())), None
 
-    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, *,
-                     backend: str | None = None, consecutive: bool = False
-                     ) -> tuple[Tensor, Tensor]:
-        check_qk(self, q, k, q_pos, k_pos)        # float q/k: integer ones would truncate
+    def transform_qk(self, q: Tensor, k: Tensor, at: HookContext) -> tuple[Tensor, Tensor]:
+        q_pos, k_pos = at.q_pos, at.k_pos
+        check_qk(self, q, k, at)        # float q/k: integer ones would truncate
         seq_len, long = self.sequence_length(q_pos, k_pos)
         k_cos, k_sin = self.cos_sin(k_pos, seq_len, long)
         if q_pos is k_pos:                        # self-attention over the same positions

@@ -29,6 +29,7 @@ from ..kernels.layouts.clipped_pairs import ClippedPairBias, collect_clipped, sp
 from ..kernels.layouts.relative_shift import layout_kind
 from .base import PositionalEncoding, ScoreMod, pairs_per_head, position_reader, register
 from .checks import require_choice, require_float_in, require_positive_int
+from .context import HookContext
 from .sinusoidal import sinusoidal_at
 
 #: backends that compute the key term alone exactly
@@ -93,8 +94,8 @@ class ShawEncoding(PositionalEncoding):
         (B, H, Lq, 2K+1 or rows)."""
         return (q @ self.key_table[:rows].to(q.dtype).t()) * self.sm_scale()
 
-    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False, *, consecutive: bool = False) -> Tensor:
+    def score_bias(self, q: Tensor, k: Tensor, at: HookContext) -> Tensor:
+        q_pos, k_pos, causal, consecutive = at.q_pos, at.k_pos, at.causal, at.consecutive
         clip = self.max_relative_position
         if layout_kind(q_pos, k_pos, causal, consecutive) == "causal":  # j <= i: rows <= K
             return spread_clipped(self.key_scores(q, clip + 1), clip)  # (B, H, L, K+1)
@@ -102,16 +103,15 @@ class ShawEncoding(PositionalEncoding):
         index = pairs_per_head(self.clipped_index(q_pos, k_pos))       # (1|B, 1, Lq, Lk)
         return table.gather(-1, index.expand(*table.shape[:2], *index.shape[2:]))
 
-    def fused_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False, *, consecutive: bool = False
-                   ) -> ClippedPairBias | None:
+    def fused_bias(self, q: Tensor, k: Tensor, at: HookContext) -> ClippedPairBias | None:
+        q_pos, k_pos, causal, consecutive = at.q_pos, at.k_pos, at.causal, at.consecutive
         if layout_kind(q_pos, k_pos, causal, consecutive) != "causal":
             return None
         clip = self.max_relative_position
         return ClippedPairBias(self.key_scores(q, clip + 1), clip)    # (B, H, L, K+1)
 
-    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                  causal: bool = False, *, consecutive: bool = False) -> ScoreMod:
+    def score_mod(self, q: Tensor, k: Tensor, at: HookContext) -> ScoreMod:
+        q_pos, k_pos = at.q_pos, at.k_pos
         table = self.key_scores(q)                                     # (B, H, Lq, 2K+1)
         clip = self.max_relative_position
         q_at, k_at = position_reader(q_pos), position_reader(k_pos)
@@ -122,8 +122,8 @@ class ShawEncoding(PositionalEncoding):
 
         return add_key_term
 
-    def value_term(self, weights: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False, *, consecutive: bool = False) -> Tensor | None:
+    def value_term(self, weights: Tensor, at: HookContext) -> Tensor | None:
+        q_pos, k_pos, causal, consecutive = at.q_pos, at.k_pos, at.causal, at.consecutive
         if not self.relative_values:
             return None
         table = self.key_table if self.value_table is None else self.value_table

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from ..errors import UserError
 from .absolute import LearnedEncoding
 from .base import heads_first, register
+from .context import HookContext
 from .limits import PositionLimit, learned_table
 from .t5 import T5Encoding
 
@@ -88,9 +89,8 @@ class TUPEEncoding(T5Encoding):
             p = F.linear(self.pos_norm(self.absolute.table[pos]), weight, bias)  # ([B,] L, C)
         return heads_first(p.to(dtype), self.n_heads)
 
-    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, *,
-                     backend: str | None = None, consecutive: bool = False
-                     ) -> tuple[Tensor, Tensor]:
+    def transform_qk(self, q: Tensor, k: Tensor, at: HookContext) -> tuple[Tensor, Tensor]:
+        q_pos, k_pos = at.q_pos, at.k_pos
         pq = self.position_heads(q_pos, 0, q.dtype)                   # ([B,] H, Lq, D)
         pk = self.position_heads(k_pos, 1, k.dtype)                   # ([B,] H, Lk, D)
         return (torch.cat((q, pq.expand(q.shape[0], -1, -1, -1)), dim=-1),

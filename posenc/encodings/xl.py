@@ -42,6 +42,7 @@ from ..kernels.layouts.relative_shift import distance_span, head_table, pair_lay
 from ..kernels.rotary import apply_rotary
 from .base import PositionalEncoding, ScoreMod, register
 from .checks import require_choice, require_float_in
+from .context import HookContext
 
 POSITION_TERMS = ("auto", "table", "rotary")
 
@@ -93,9 +94,8 @@ class TransformerXLEncoding(PositionalEncoding):
             return self.position_term == "rotary"
         return backend == "flex" or not consecutive
 
-    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, *,
-                     backend: str | None = None, consecutive: bool = False
-                     ) -> tuple[Tensor, Tensor]:
+    def transform_qk(self, q: Tensor, k: Tensor, at: HookContext) -> tuple[Tensor, Tensor]:
+        q_pos, k_pos, consecutive, backend = at.q_pos, at.k_pos, at.consecutive, at.backend
         if not self.rotary(backend, consecutive):
             return q + self.u[:, None].to(q.dtype), k
         h, d = q.shape[1], q.shape[3]
@@ -127,22 +127,21 @@ class TransformerXLEncoding(PositionalEncoding):
         qv = q + shift                                                # (B, H, Lq, D)
         return head_table(qv, heads)                                  # (B, H, Lq, N)
 
-    def score_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                   causal: bool = False, *, consecutive: bool = False) -> Tensor | None:
+    def score_bias(self, q: Tensor, k: Tensor, at: HookContext) -> Tensor | None:
+        q_pos, k_pos, causal, consecutive = at.q_pos, at.k_pos, at.causal, at.consecutive
         if q.shape[-1] != self.head_dim:                  # the rotary form is in q and k
             return None
         layout = pair_layout(q_pos, k_pos, causal, consecutive)
-        table = self.position_table(q, layout.query_distances,
-                                    self.attn_scale(q_pos, k_pos, causal))
+        table = self.position_table(q, layout.query_distances, self.attn_scale(at))
         return layout.query_rows(table)
 
-    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor,
-                  causal: bool = False, *, consecutive: bool = False) -> ScoreMod | None:
+    def score_mod(self, q: Tensor, k: Tensor, at: HookContext) -> ScoreMod | None:
+        q_pos, k_pos = at.q_pos, at.k_pos
         if q.shape[-1] != self.head_dim:                  # the rotary form is in q and k
             return None
         lo, hi = distance_span(q_pos, k_pos)
         table = self.position_table(q, torch.arange(lo, hi + 1, device=q.device),
-                                    self.attn_scale(q_pos, k_pos, causal))
+                                    self.attn_scale(at))
         q_off = q_pos - lo
 
         def add_position_term(score, b, h, q_idx, kv_idx):

@@ -36,6 +36,7 @@ from ..errors import UserError
 from ..kernels.rotary import apply_rotary
 from .base import register
 from .checks import check_in_range, check_qk, require_float_in
+from .context import HookContext
 from .limits import PositionLimit
 from .rope import RotaryEncoding
 
@@ -104,10 +105,9 @@ class XPosEncoding(RotaryEncoding):
         rel = pos.to(torch.float32) - float(self.center)                    # (L,)
         return torch.exp(sign * rel[..., None] * self.log_zeta / self.scale_base)
 
-    def transform_qk(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, *,
-                     backend: str | None = None, consecutive: bool = False
-                     ) -> tuple[Tensor, Tensor]:
-        check_qk(self, q, k, q_pos, k_pos)        # float q/k: integer ones would truncate
+    def transform_qk(self, q: Tensor, k: Tensor, at: HookContext) -> tuple[Tensor, Tensor]:
+        q_pos, k_pos = at.q_pos, at.k_pos
+        check_qk(self, q, k, at)        # float q/k: integer ones would truncate
         seq_len, long = self.sequence_length(q_pos, k_pos)
         k_cos, k_sin = self.cos_sin(k_pos, seq_len, long)                    # (Lk, R/2)
         k_scale = self.decay(k_pos, -1.0, k.dtype)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..encodings.context import HookContext
 from ..errors import UserError
 
 
@@ -82,13 +83,13 @@ def _attention_forward(self: nn.Module, hidden_states: Tensor,
         if not bool((pos == k_pos[k_pos.numel() - length:]).all()):
             raise UserError("exact_cache needs positions 0..n-1 for every sequence (no "
                              "padding or custom position_ids)")
-        q, k = patch.enc.transform_qk(q, k, k_pos[k_pos.numel() - length:], k_pos)
+        q, k = patch.enc.transform_qk(q, k, HookContext(k_pos[k_pos.numel() - length:], k_pos))
     else:
         cos, sin = position_embeddings
         q, k = patch.rotate(q, k, cos, sin)
         if past_key_values is not None:
             k, v = past_key_values.update(k, v, self.layer_idx)
-    scale = patch.enc.attn_scale(pos.reshape(-1), pos.reshape(-1), causal=True)
+    scale = patch.enc.attn_scale(HookContext(pos.reshape(-1), pos.reshape(-1), causal=True))
     if scale is not None:
         q = q * scale.view(batch, 1, length, 1).to(q.dtype)          # (B, H, T, D)
     interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,

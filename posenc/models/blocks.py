@@ -7,7 +7,7 @@ import math
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..attention import KVCache, MultiHeadAttention
+from ..attention import AttentionContext, KVCache, MultiHeadAttention
 from ..encodings.base import PositionalEncoding
 from ..encodings.checks import require_choice
 
@@ -122,31 +122,25 @@ class Block(nn.Module):
             return x + self.drop(fn(norm(x)))
         return norm(x + self.drop(fn(x)))
 
-    def forward(self, x: Tensor, pos: Tensor, pe: PositionalEncoding, *, causal: bool,
-                cache: KVCache | None = None, memory: Tensor | None = None,
-                memory_pos: Tensor | None = None, memory_pe: PositionalEncoding | None = None,
-                cross_cache: KVCache | None = None, backend: str = "auto",
-                need_weights: bool = False, consecutive: bool = False,
-                key_valid: Tensor | None = None, documents: Tensor | None = None,
-                memory_valid: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, ctx: AttentionContext, pe: PositionalEncoding,
+                cache: KVCache | None = None, cross_cache: KVCache | None = None,
+                cross_pe: PositionalEncoding | None = None) -> tuple[Tensor, Tensor | None]:
         """x (B, T, C) -> (B, T, C) and optional self-attention weights (B, H, T, Lk).
-        ``consecutive``, ``key_valid``, ``documents``, ``memory_valid``: as in
-        MultiHeadAttention."""
+
+        ``ctx``: this forward's attention context (shared by every block); ``pe``: the
+        model's shared encoding (this layer's own one, if any, takes its place); ``cache``,
+        ``cross_cache``: this layer's KV caches; ``cross_pe``: cross-attention's encoding.
+        """
         pe = self.layer_pe if self.layer_pe is not None else pe
         weights: list[Tensor | None] = [None]
 
         def self_attn(h: Tensor) -> Tensor:
-            out, weights[0] = self.attn(h, pos, pe, causal=causal, cache=cache,
-                                        backend=backend, need_weights=need_weights,
-                                        consecutive=consecutive, key_valid=key_valid,
-                                        documents=documents)
+            out, weights[0] = self.attn(h, ctx, pe, cache)
             return out
 
         x = self._residual(x, self.norm1, self_attn)
         if self.cross is not None:
-            x = self._residual(x, self.norm_cross, lambda h: self.cross(
-                h, pos, memory_pe, causal=False, cache=cross_cache, memory=memory,
-                memory_pos=memory_pos, backend=backend, consecutive=consecutive,
-                memory_valid=memory_valid)[0])
+            x = self._residual(x, self.norm_cross,
+                               lambda h: self.cross(h, ctx, cross_pe, cross_cache)[0])
         x = self._residual(x, self.norm2, self.mlp)
         return x, weights[0]

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import UserError
-from ..attention import KVCache, make_caches
+from ..attention import AttentionContext, KVCache, make_caches
 from ..attention.cache import replay_if_stale
 from ..encodings import build_encoding
 from ..encodings.base import with_model_facts
@@ -145,13 +145,13 @@ class TransformerLM(nn.Module):
         x = self.pe.embed(self.tok(ids), positions, ids=ids,
                           state=caches[0].extra if caches else None)
         x = self.drop(x)                                              # (B, T, C)
-        backend = backend or self.config.attn_backend
+        ctx = AttentionContext(layer_positions, causal=True, consecutive=consecutive,
+                               key_valid=key_valid, documents=documents,
+                               backend=backend or self.config.attn_backend,
+                               need_weights=need_weights)
         all_weights = []
         for i, block in enumerate(self.blocks):
-            x, w = block(x, layer_positions, self.pe, causal=True,
-                         cache=caches[i] if caches else None, backend=backend,
-                         need_weights=need_weights, consecutive=consecutive,
-                         key_valid=key_valid, documents=documents)
+            x, w = block(x, ctx, self.pe, caches[i] if caches else None)
             all_weights.append(w)
         logits = self.head(self.norm(x))[:, -t:]                      # (B, T, V)
         if need_weights:

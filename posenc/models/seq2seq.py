@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import UserError
-from ..attention import KVCache, make_caches
+from ..attention import AttentionContext, KVCache, make_caches
 from ..attention.cache import replay_if_stale
 from ..encodings import PositionalEncoding, build_encoding
 from ..encodings.base import with_model_facts
@@ -110,10 +110,10 @@ class Seq2SeqTransformer(nn.Module):
         else:
             pos = positions_from_mask(valid, src.new_zeros(src.shape[0]))
         x = self.drop(self.encoder_pe.embed(self.src_tok(src), pos, ids=src))   # (B, S, C)
-        backend = self.config.attn_backend
+        ctx = AttentionContext(pos, causal=False, consecutive=valid is None, key_valid=valid,
+                               backend=self.config.attn_backend)
         for block in self.encoder:
-            x, _ = block(x, pos, self.encoder_pe, causal=False, backend=backend,
-                         consecutive=valid is None, key_valid=valid)
+            x, _ = block(x, ctx, self.encoder_pe)
         return self.encoder_norm(x)
 
     def decode(self, memory: Tensor, tgt_in: Tensor, caches: list[KVCache] | None = None,
@@ -159,13 +159,12 @@ class Seq2SeqTransformer(nn.Module):
         x = self.decoder_pe.embed(self.tgt_tok(tgt_in), pos, ids=tgt_in,
                                   state=caches[0].extra if caches else None)
         x = self.drop(x)                                                        # (B, T, C)
+        ctx = AttentionContext(pos, causal=True, consecutive=consecutive, key_valid=valid,
+                               backend=self.config.attn_backend, memory=memory,
+                               memory_pos=memory_pos, memory_valid=memory_valid)
         for i, block in enumerate(self.decoder):
-            x, _ = block(x, pos, self.decoder_pe, causal=True,
-                         cache=caches[i] if caches else None, memory=memory,
-                         memory_pos=memory_pos, memory_pe=self.cross_pe,
-                         cross_cache=cross_caches[i] if cross_caches else None,
-                         backend=self.config.attn_backend, consecutive=consecutive,
-                         key_valid=valid, memory_valid=memory_valid)
+            x, _ = block(x, ctx, self.decoder_pe, caches[i] if caches else None,
+                         cross_caches[i] if cross_caches else None, self.cross_pe)
         return self.head(self.decoder_norm(x))[:, -t:]                          # (B, T, V)
 
     def forward(self, src: Tensor, tgt_in: Tensor, *, src_mask: Tensor | None = None,

@@ -20,6 +20,8 @@ from posenc import LMConfig, TransformerLM, build_encoding, list_encodings
 from posenc.encodings import encoding_options
 from posenc.attention import attend, route
 from posenc.attention.backends import _causal_block_mask
+from posenc.attention.context import AttentionCall
+from posenc.encodings.context import HookContext
 
 from tests.helpers import context_options
 
@@ -50,8 +52,9 @@ def _sharpen_parameters(pe) -> None:
 
 
 def _run(pe, backend, q, k, v, q_pos, k_pos, causal):
-    q, k = pe.transform_qk(q, k, q_pos, k_pos)
-    return attend(q, k, v, pe, q_pos, k_pos, causal=causal, backend=backend)[0]
+    q, k = pe.transform_qk(q, k, HookContext.for_positions(q_pos, k_pos))
+    return attend(q, k, v, pe,
+                  AttentionCall.for_positions(q_pos, k_pos, causal=causal, backend=backend))[0]
 
 
 CASES = [(name, {}) for name in list_encodings()] + [
@@ -76,8 +79,10 @@ def _attend_both(pe, q_pos, k_pos):
     q = torch.randn(1, 2, q_pos.numel(), 8, generator=gen)
     k, v = (torch.randn(1, 2, k_pos.numel(), 8, generator=gen) for _ in range(2))
     with torch.no_grad():
-        out = attend(q, k, v, pe, q_pos, k_pos, causal=True, backend="flex")[0]
-        ref = attend(q, k, v, pe, q_pos, k_pos, causal=True, backend="eager")[0]
+        out = attend(q, k, v, pe,
+                     AttentionCall.for_positions(q_pos, k_pos, causal=True, backend="flex"))[0]
+        ref = attend(q, k, v, pe,
+                     AttentionCall.for_positions(q_pos, k_pos, causal=True, backend="eager"))[0]
     return out, ref
 
 
@@ -121,11 +126,12 @@ def test_score_mod_equals_score_bias():
     k_pos, q_pos = torch.arange(LK) + 3, torch.arange(LK - 5, LK) + 3
     for name in list_encodings():
         pe = _encoding(name)
-        if not pe.has_bias or pe.score_mod(q, k, q_pos, k_pos, True) is None:
+        at = HookContext.for_positions(q_pos, k_pos, causal=True)
+        if not pe.has_bias or pe.score_mod(q, k, at) is None:
             continue
         _sharpen_parameters(pe)
-        bias = pe.score_bias(q, k, q_pos, k_pos, True).expand(1, H, 5, LK)
-        mod = pe.score_mod(q, k, q_pos, k_pos, True)
+        bias = pe.score_bias(q, k, at).expand(1, H, 5, LK)
+        mod = pe.score_mod(q, k, at)
         b, h, qi, ki = torch.meshgrid(torch.arange(1), torch.arange(H), torch.arange(5),
                                       torch.arange(LK), indexing="ij")
         got = mod(torch.zeros(b.shape), b, h, qi, ki)
@@ -156,6 +162,12 @@ def test_t5_bias_gets_gradients_through_sdpa(tiny_lm):
     assert_close(grads["sdpa"], grads["eager"], atol=1e-6, rtol=1e-4)
 
 
+def _request(q: torch.Tensor, **options) -> AttentionCall:
+    """A call over q's positions 0..Lq-1 with ``options`` (what routing reads of it)."""
+    pos = torch.arange(q.shape[2])
+    return AttentionCall.for_positions(pos, pos, **options)
+
+
 def test_auto_backend_choice():
     pe = _encoding("alibi")
     q = torch.zeros(1, H, 4096, D, requires_grad=True)
@@ -166,20 +178,20 @@ def test_auto_backend_choice():
     assert route(pe, q, q, q) == "fused"                 # gradients needed, CPU fp32
     assert route(pe, q.bfloat16(), q.bfloat16(), q.bfloat16()) == "sdpa"
     assert route(_encoding("rope"), q, q, q) == "sdpa"
-    assert route(pe, q, q, q, need_weights=True) == "eager"
+    assert route(pe, q, q, q, _request(q, need_weights=True)) == "eager"
 
 
 def test_flex_refuses_gradients_on_cpu():
     pe = _encoding("alibi")
     q = torch.zeros(1, H, 16, D, requires_grad=True)
     with pytest.raises(ValueError, match="encoding 'alibi'.*forward-only on cpu.*no_grad"):
-        route(pe, q, q, q, requested="flex")
+        route(pe, q, q, q, _request(q, backend="flex"))
 
 
 def test_unknown_backend_lists_valid_ones():
     q = torch.zeros(1, H, 16, D)
     with pytest.raises(ValueError, match="'cuda-magic'; valid: auto, sdpa, flex, eager"):
-        route(_encoding("rope"), q, q, q, requested="cuda-magic")
+        route(_encoding("rope"), q, q, q, _request(q, backend="cuda-magic"))
 
 
 def test_backend_the_encoding_cannot_run_is_refused():
@@ -223,8 +235,10 @@ def test_bidirectional_flex_matches_eager_when_lengths_are_not_block_multiples()
     q, k, v = torch.randn(1, 2, 128, 32), torch.randn(1, 2, 200, 32), torch.randn(1, 2, 200, 32)
     q_pos, k_pos = torch.arange(128), torch.arange(200)
     with torch.no_grad():
-        flex, _ = attend(q, k, v, pe, q_pos, k_pos, causal=False, backend="flex")
-        eager, _ = attend(q, k, v, pe, q_pos, k_pos, causal=False, backend="eager")
+        flex, _ = attend(q, k, v, pe,
+                         AttentionCall.for_positions(q_pos, k_pos, causal=False, backend="flex"))
+        eager, _ = attend(q, k, v, pe,
+                          AttentionCall.for_positions(q_pos, k_pos, causal=False, backend="eager"))
     torch.testing.assert_close(flex, eager, atol=1e-5, rtol=1e-5)
 
 
@@ -262,13 +276,15 @@ def test_every_backend_applies_padding_and_document_masks(name, grad, monkeypatc
         for backend in pe.backends():
             if backend == "flex" and grad:
                 continue
-            q2, k2 = pe.transform_qk(q, k, q_pos, k_pos, backend=backend)
-            outs[backend] = attend(q2, k2, v, pe, q_pos, k_pos, causal=True, backend=backend,
-                                   masks=masks)[0]
+            q2, k2 = pe.transform_qk(q, k,
+                                     HookContext.for_positions(q_pos, k_pos, backend=backend))
+            call = AttentionCall.for_positions(q_pos, k_pos, causal=True, backend=backend,
+                                               masks=masks)
+            outs[backend] = attend(q2, k2, v, pe, call)[0]
     for backend, out in outs.items():
         assert_close(out, outs["eager"], atol=1e-5, rtol=1e-5, msg=lambda m: f"{backend}: {m}")
     if grad and pe.has_bias and "sdpa" in outs:                 # "sdpa" ran as "fused"
-        assert backends.route(pe, q, k, v, requested="sdpa") == "fused"
+        assert backends.route(pe, q, k, v, _request(q, backend="sdpa")) == "fused"
 
 
 def test_compiled_flex_applies_padding_and_document_masks():
@@ -277,6 +293,10 @@ def test_compiled_flex_applies_padding_and_document_masks():
     q, k, v = _qkv(5, LK)
     pos = torch.arange(LK)
     with torch.no_grad():
-        out = attend(q, k, v, pe, pos[-5:], pos, causal=True, backend="flex", masks=masks)[0]
-        ref = attend(q, k, v, pe, pos[-5:], pos, causal=True, backend="eager", masks=masks)[0]
+        out = attend(q, k, v, pe,
+                     AttentionCall.for_positions(pos[-5:], pos, causal=True, backend="flex",
+                                                 masks=masks))[0]
+        ref = attend(q, k, v, pe,
+                     AttentionCall.for_positions(pos[-5:], pos, causal=True, backend="eager",
+                                                 masks=masks))[0]
     assert_close(out, ref, atol=1e-5, rtol=1e-5)

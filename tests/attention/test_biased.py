@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from posenc.attention.biased import biased_attention
+from posenc.attention.biased import BiasedSpec, biased_attention
 from posenc.attention.masks import causal_visible
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -60,7 +60,8 @@ def _check_against_plain(lq, lk, bias_shape, causal):
     hidden = _hidden(lq, lk) if causal else None
     grad_out = torch.randn(2, 3, lq, 6, generator=torch.Generator().manual_seed(9))
     results = []
-    for fn in (_reference, lambda *a: biased_attention(*a[:4], causal=causal, scale=a[5])):
+    for fn in (_reference,
+               lambda *a: biased_attention(*a[:4], BiasedSpec(causal=causal, scale=a[5]))):
         leaves = _leaves((2, 3, lq, 4), lk, 6, bias_shape)
         out = fn(*leaves, hidden, 0.37)
         out.backward(grad_out)
@@ -79,16 +80,16 @@ def test_hidden_bias_entries_are_never_read(length):
     q, k, v, bias = (t.detach() for t in _leaves((1, 2, length, 4), length, 4,
                                                  (1, 2, length, length)))
     for junk in (1e30, -1e30):
-        assert_close(biased_attention(q, k, v, bias.masked_fill(hidden, junk), causal=True,
-                                      scale=0.5),
-                     biased_attention(q, k, v, bias, causal=True, scale=0.5))
+        assert_close(biased_attention(q, k, v, bias.masked_fill(hidden, junk),
+                                      BiasedSpec(causal=True, scale=0.5)),
+                     biased_attention(q, k, v, bias, BiasedSpec(causal=True, scale=0.5)))
 
 
 def test_matches_sdpa_with_a_float_mask():
     q, k, v, bias = _leaves((2, 2, 7, 8), 7, 8, (1, 2, 7, 7), seed=3)
     want = F.scaled_dot_product_attention(
         q, k, v, attn_mask=bias.masked_fill(_hidden(7, 7), float("-inf")), scale=0.3)
-    got = biased_attention(q, k, v, bias, causal=True, scale=0.3)
+    got = biased_attention(q, k, v, bias, BiasedSpec(causal=True, scale=0.3))
     assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
@@ -105,7 +106,8 @@ def test_weights_returned_for_a_value_term_carry_their_gradient():
     for fused in (False, True):
         leaves = _leaves((2, 3, 7, 4), 7, 5, (1, 3, 7, 7), seed=6)
         if fused:
-            out, w = biased_attention(*leaves, causal=True, scale=0.4, with_weights=True)
+            out, w = biased_attention(*leaves,
+                                      BiasedSpec(causal=True, scale=0.4, with_weights=True))
         else:
             logits = (leaves[0] @ leaves[1].transpose(-2, -1)) * 0.4 + leaves[3]
             w = logits.masked_fill(hidden, float("-inf")).softmax(-1)

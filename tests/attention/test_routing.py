@@ -15,7 +15,7 @@ import torch
 
 from posenc import build_encoding, list_encodings
 from posenc.attention import BACKENDS, IMPLEMENTATIONS, choose_backend, route
-from posenc.attention.routing import FLEX_MIN_LEN, FLEX_MIN_QUERIES
+from posenc.attention.routing import FLEX_MIN_LEN, FLEX_MIN_QUERIES, RoutingFacts
 
 BIAS = ("sdpa", "flex", "eager")            # a bias with a score_mod (alibi, t5, kerple, ...)
 BIAS_NO_MOD = ("sdpa", "eager")              # a bias without one
@@ -40,7 +40,7 @@ def _all_calls():
 
 def test_fused_runs_only_for_cpu_fp32_training_without_dropout_outside_compile():
     for caps, has_bias, call in _all_calls():
-        chosen = choose_backend(caps, has_bias, **call)
+        chosen = choose_backend(caps, has_bias, RoutingFacts(**call))
         assert chosen in IMPLEMENTATIONS
         if chosen == "fused":
             assert call["device_type"] == "cpu" and call["dtype"] == torch.float32
@@ -51,60 +51,71 @@ def test_fused_runs_only_for_cpu_fp32_training_without_dropout_outside_compile()
 def test_cuda_trains_biased_encodings_on_sdpa_or_flex():
     for caps in (BIAS, BIAS_NO_MOD):
         for q_len, k_len in ((256, 256), (4096, 4096)):
-            chosen = choose_backend(caps, True, device_type="cuda", dtype=torch.float32,
-                                    grad=True, q_len=q_len, k_len=k_len)
+            chosen = choose_backend(caps, True,
+                                    RoutingFacts(device_type="cuda", dtype=torch.float32,
+                                                 grad=True, q_len=q_len, k_len=k_len))
             assert chosen in ("sdpa", "flex")
-    assert choose_backend(BIAS, True, device_type="cuda", grad=True, q_len=4096,
-                          k_len=4096) == "flex"
-    assert choose_backend(BIAS, True, device_type="cpu", grad=True, q_len=4096,
-                          k_len=4096) == "fused"
-    assert choose_backend(BIAS_NO_MOD, True, device_type="cuda", grad=True, q_len=4096,
-                          k_len=4096) == "sdpa"
+    assert choose_backend(BIAS, True,
+                          RoutingFacts(device_type="cuda", grad=True, q_len=4096,
+                                       k_len=4096)) == "flex"
+    assert choose_backend(BIAS, True,
+                          RoutingFacts(device_type="cpu", grad=True, q_len=4096,
+                                       k_len=4096)) == "fused"
+    assert choose_backend(BIAS_NO_MOD, True,
+                          RoutingFacts(device_type="cuda", grad=True, q_len=4096,
+                                       k_len=4096)) == "sdpa"
 
 
 def test_long_evaluation_uses_flex_and_decoding_does_not():
     for device in ("cpu", "cuda"):
         long = dict(device_type=device, grad=False, k_len=FLEX_MIN_LEN)
-        assert choose_backend(BIAS, True, q_len=FLEX_MIN_LEN, **long) == "flex"
-        assert choose_backend(BIAS, True, q_len=FLEX_MIN_QUERIES - 1, **long) == "sdpa"
-        assert choose_backend(BIAS, True, q_len=1, **long) == "sdpa"
-        assert choose_backend(BIAS, True, q_len=FLEX_MIN_LEN, k_len=FLEX_MIN_LEN - 1,
-                              device_type=device, grad=False) == "sdpa"
-        assert choose_backend(PLAIN, False, q_len=FLEX_MIN_LEN, **long) == "sdpa"
-        assert choose_backend(BIAS_NO_MOD, True, q_len=FLEX_MIN_LEN, **long) == "sdpa"
+        assert choose_backend(BIAS, True, RoutingFacts(q_len=FLEX_MIN_LEN, **long)) == "flex"
+        assert choose_backend(BIAS, True,
+                              RoutingFacts(q_len=FLEX_MIN_QUERIES - 1, **long)) == "sdpa"
+        assert choose_backend(BIAS, True, RoutingFacts(q_len=1, **long)) == "sdpa"
+        assert choose_backend(BIAS, True,
+                              RoutingFacts(q_len=FLEX_MIN_LEN, k_len=FLEX_MIN_LEN - 1,
+                                           device_type=device, grad=False)) == "sdpa"
+        assert choose_backend(PLAIN, False, RoutingFacts(q_len=FLEX_MIN_LEN, **long)) == "sdpa"
+        assert choose_backend(BIAS_NO_MOD, True,
+                              RoutingFacts(q_len=FLEX_MIN_LEN, **long)) == "sdpa"
 
 
 def test_cpu_flex_is_forward_only_and_cuda_flex_trains():
     with pytest.raises(ValueError, match="forward-only on cpu"):
-        choose_backend(BIAS, True, requested="flex", device_type="cpu", grad=True)
-    assert choose_backend(BIAS, True, requested="flex", device_type="cpu", grad=False) == "flex"
-    assert choose_backend(BIAS, True, requested="flex", device_type="cuda", grad=True) == "flex"
+        choose_backend(BIAS, True, RoutingFacts(requested="flex", device_type="cpu", grad=True))
+    assert choose_backend(BIAS, True,
+                          RoutingFacts(requested="flex", device_type="cpu", grad=False)) == "flex"
+    assert choose_backend(BIAS, True,
+                          RoutingFacts(requested="flex", device_type="cuda", grad=True)) == "flex"
     # auto never picks a backend that would fail
     for caps, has_bias, call in _all_calls():
-        if choose_backend(caps, has_bias, **call) == "flex" and call["grad"]:
+        if choose_backend(caps, has_bias, RoutingFacts(**call)) == "flex" and call["grad"]:
             assert call["device_type"] == "cuda"
 
 
 def test_value_terms_run_eager_or_fused_and_weights_need_eager():
     for caps, has_bias, call in _all_calls():
         if caps == VALUE_TERM:
-            assert choose_backend(caps, has_bias, **call) in ("eager", "fused")
-        assert choose_backend(caps, has_bias, need_weights=True, **call) == "eager"
-    assert choose_backend(VALUE_TERM, True, device_type="cuda", grad=True) == "eager"
-    assert choose_backend(VALUE_TERM, True, device_type="cpu", grad=True) == "fused"
+            assert choose_backend(caps, has_bias, RoutingFacts(**call)) in ("eager", "fused")
+        assert choose_backend(caps, has_bias, RoutingFacts(need_weights=True, **call)) == "eager"
+    assert choose_backend(VALUE_TERM, True, RoutingFacts(device_type="cuda", grad=True)) == "eager"
+    assert choose_backend(VALUE_TERM, True, RoutingFacts(device_type="cpu", grad=True)) == "fused"
 
 
 def test_requests_are_checked_and_kept():
     with pytest.raises(ValueError, match="unknown attention backend 'fast'.*auto, sdpa"):
-        choose_backend(BIAS, True, requested="fast")
+        choose_backend(BIAS, True, RoutingFacts(requested="fast"))
     with pytest.raises(ValueError, match="cannot run on backend 'sdpa'; it supports: eager"):
-        choose_backend(VALUE_TERM, True, requested="sdpa")
-    assert choose_backend(BIAS, True, requested="eager", device_type="cpu", grad=True) == "eager"
-    assert choose_backend(BIAS, True, requested="sdpa", device_type="cpu", grad=True) == "fused"
-    assert choose_backend(BIAS, True, requested="sdpa", device_type="cuda",
-                          grad=True) == "sdpa"
-    assert choose_backend(PLAIN, False, requested="sdpa", device_type="cpu",
-                          grad=True) == "sdpa"
+        choose_backend(VALUE_TERM, True, RoutingFacts(requested="sdpa"))
+    assert choose_backend(BIAS, True,
+                          RoutingFacts(requested="eager", device_type="cpu", grad=True)) == "eager"
+    assert choose_backend(BIAS, True,
+                          RoutingFacts(requested="sdpa", device_type="cpu", grad=True)) == "fused"
+    assert choose_backend(BIAS, True,
+                          RoutingFacts(requested="sdpa", device_type="cuda", grad=True)) == "sdpa"
+    assert choose_backend(PLAIN, False,
+                          RoutingFacts(requested="sdpa", device_type="cpu", grad=True)) == "sdpa"
     assert set(BACKENDS) == {"auto", "sdpa", "flex", "eager"}
 
 
@@ -115,9 +126,10 @@ def test_route_reads_only_tensor_metadata(name):
     pe = build_encoding(name, n_heads=2, head_dim=8, max_len=64, **options)
     q = torch.empty(2, 2, 16, 8, device="meta", requires_grad=True)
     k = v = torch.empty(2, 2, 16, 8, device="meta")
-    expected = choose_backend(pe.backends(), pe.has_bias, device_type="meta", grad=True,
-                              q_len=16, k_len=16)
+    expected = choose_backend(pe.backends(), pe.has_bias,
+                              RoutingFacts(device_type="meta", grad=True, q_len=16, k_len=16))
     assert route(pe, q, k, v) == expected
     with torch.no_grad():
-        assert route(pe, q, k, v, k_len=4096) == choose_backend(
-            pe.backends(), pe.has_bias, device_type="meta", grad=False, q_len=16, k_len=4096)
+        long = RoutingFacts(device_type="meta", grad=False, q_len=16, k_len=4096)
+        assert route(pe, q, k, v, k_len=4096) == choose_backend(pe.backends(), pe.has_bias,
+                                                                long)

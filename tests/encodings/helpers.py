@@ -5,6 +5,8 @@ import torch
 
 from posenc.attention import attend
 from posenc.encodings import build_encoding
+from posenc.attention.context import AttentionCall
+from posenc.encodings.context import HookContext
 
 H, D = 2, 8
 K_POS = torch.tensor([0, 1, 2, 4, 5, 9, 12])     # positions with gaps: no strided layout
@@ -47,5 +49,6 @@ def qkv(lq, lk, batch=2, seed=0):
 
 def weights(pe, q, k, v, q_pos, k_pos, causal):
     """Eager attention weights (B, H, Lq, Lk) after the encoding's transform."""
-    q, k = pe.transform_qk(q, k, q_pos, k_pos)
-    return attend(q, k, v, pe, q_pos, k_pos, causal=causal, need_weights=True)[1]
+    q, k = pe.transform_qk(q, k, HookContext.for_positions(q_pos, k_pos))
+    return attend(q, k, v, pe,
+                  AttentionCall.for_positions(q_pos, k_pos, causal=causal, need_weights=True))[1]

@@ -10,6 +10,7 @@ import torch
 from torch.testing import assert_close
 
 from posenc import LMConfig, TransformerLM, build_encoding
+from posenc.encodings.context import HookContext
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -68,8 +69,9 @@ def test_nope_changes_nothing():
     x = torch.randn(1, 3, 8)
     assert pe.embed(x, torch.arange(3)) is x
     q, k = torch.randn(2, 1, 2, 3, 4).unbind(0)
-    assert pe.transform_qk(q, k, torch.arange(3), torch.arange(3)) == (q, k)
-    assert pe.score_bias(q, k, torch.arange(3), torch.arange(3)) is None
+    assert pe.transform_qk(q, k,
+                           HookContext.for_positions(torch.arange(3), torch.arange(3))) == (q, k)
+    assert pe.score_bias(q, k, HookContext.for_positions(torch.arange(3), torch.arange(3))) is None
     assert pe.hook_kinds() == [] and pe.backends() == ("sdpa", "flex", "eager")
 
 

@@ -9,6 +9,7 @@ from torch.testing import assert_close
 
 from posenc import build_encoding
 from posenc.encodings.alibi import alibi_slopes
+from posenc.encodings.context import HookContext
 
 from tests.helpers import needs_transformers, raises_one_line as _raises
 
@@ -37,7 +38,9 @@ def test_alibi_slopes_other_head_counts(n):
 def test_alibi_bias_values(bidirectional):
     pe = build_encoding("alibi", n_heads=4, head_dim=8, bidirectional=bidirectional)
     pos = torch.arange(6)
-    bias = pe.score_bias(None, None, pos, pos, causal=not bidirectional)[0]  # (H, Lq, Lk)
+    bias = pe.score_bias(None, None,
+                         HookContext.for_positions(pos, pos,
+                                                   causal=not bidirectional))[0]  # (H, Lq, Lk)
     rel = (pos[None, :] - pos[:, None]).float()                # j - i
     dist = -rel.abs() if bidirectional else rel
     assert_close(bias, alibi_slopes(4)[:, None, None] * dist)
@@ -48,9 +51,9 @@ def test_alibi_bias_values(bidirectional):
 def test_alibi_bias_checks_positions():
     enc = build_encoding("alibi", n_heads=2, head_dim=8)
     q = torch.randn(1, 2, 3, 8)
-    _raises(r"k_pos must have shape \(3,\)", enc.score_bias, q, q, torch.arange(3),
-            torch.arange(5))
-    _raises(r"q_pos must be an integer tensor", enc.score_bias, q, q, torch.arange(3.0),
+    _raises(r"k_pos must have shape \(3,\)", enc.score_bias, q, q,
+            HookContext.for_positions(torch.arange(3), torch.arange(5)))
+    _raises(r"q_pos must be an integer tensor", HookContext.for_positions, torch.arange(3.0),
             torch.arange(3))
 
 
@@ -66,7 +69,9 @@ def test_alibi_fp16_bias_stays_finite_at_131072_positions(n_heads, bidirectional
     q = torch.zeros(1, n_heads, 1, 32, dtype=torch.float16)
     k = q.expand(1, n_heads, LONG, 32)                          # a view: no memory
     for q_pos in (pos[-1:], pos[:1]):
-        bias = pe.score_bias(q, k, q_pos, pos, causal=not bidirectional).to(torch.float16)
+        bias = pe.score_bias(q, k,
+                             HookContext.for_positions(q_pos, pos,
+                                                       causal=not bidirectional)).to(torch.float16)
         assert bias.shape == (1, n_heads, 1, LONG)
         assert torch.isfinite(bias).all()
         if q_pos.item() == LONG - 1:             # the farthest key keeps a large penalty
@@ -75,7 +80,7 @@ def test_alibi_fp16_bias_stays_finite_at_131072_positions(n_heads, bidirectional
     assert torch.isfinite(table.to(torch.float16)).all()
     raw = pe.slopes[:, None] * torch.arange(-LONG + 1, LONG).float()[None, :]
     assert not torch.isfinite(raw.to(torch.float16)).all()             # the check can fail
-    score_mod = pe.score_mod(k, k, pos, pos, causal=not bidirectional)
+    score_mod = pe.score_mod(k, k, HookContext.for_positions(pos, pos, causal=not bidirectional))
     heads, keys = torch.arange(n_heads)[:, None], pos[None, :]
     for q_idx in (torch.tensor(LONG - 1), torch.tensor(0)):
         score = score_mod(torch.zeros((), dtype=torch.float16), 0, heads, q_idx, keys)
@@ -89,7 +94,8 @@ def test_alibi_clip_changes_no_attention_weight():
     k_pos = torch.arange(LONG)
     q_pos = k_pos[-1:]
     q = torch.zeros(1, 8, 1, 8)
-    bias = pe.score_bias(q, q.expand(1, 8, LONG, 8), q_pos, k_pos, causal=True)[0, :, 0]
+    bias = pe.score_bias(q, q.expand(1, 8, LONG, 8),
+                         HookContext.for_positions(q_pos, k_pos, causal=True))[0, :, 0]
     raw = pe.slopes[:, None] * (k_pos - q_pos).float()[None, :]
     assert (bias != raw).any()
     logits = 5.0 * torch.randn(8, LONG)

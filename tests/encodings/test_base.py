@@ -13,6 +13,7 @@ from torch.testing import assert_close
 from posenc import list_encodings
 from posenc.encodings import build_encoding
 from posenc.models.lm import LMConfig, TransformerLM
+from posenc.encodings.context import HookContext
 
 from tests.helpers import context_options, sharpen
 
@@ -81,20 +82,22 @@ def test_rope_bad_rotary_dim(rotary_dim):
 def test_logn_factor_is_one_up_to_base_len_then_log_ratio(base_len):
     pe = build_encoding("nope", n_heads=2, head_dim=8, logn_base_len=base_len)
     q_pos = torch.arange(300)
-    got = pe.attn_scale(q_pos, q_pos, causal=True)              # causal: query p sees p + 1
+    got = pe.attn_scale(HookContext.for_positions(q_pos, causal=True))  # query p sees p + 1
     n = q_pos.double() + 1
     want = torch.where(n <= base_len, torch.ones_like(n), torch.log(n) / math.log(base_len))
     assert_close(got.double(), want, rtol=1e-6, atol=0)
     # bidirectional: every query sees all keys
     for n_keys in (base_len, 3 * base_len):
-        got = pe.attn_scale(torch.arange(4), torch.arange(n_keys), causal=False)
+        got = pe.attn_scale(HookContext.for_positions(torch.arange(4), torch.arange(n_keys),
+                                                      causal=False))
         want = max(1.0, math.log(n_keys) / math.log(base_len))
         assert_close(got.double(), torch.full((4,), want, dtype=torch.float64))
 
 
 def test_logn_is_off_by_default():
     pe = build_encoding("rope", n_heads=2, head_dim=8)
-    assert pe.attn_scale(torch.arange(9), torch.arange(9), causal=True) is None
+    assert pe.attn_scale(HookContext.for_positions(torch.arange(9), torch.arange(9),
+                                                   causal=True)) is None
 
 
 @torch.no_grad()
@@ -139,11 +142,12 @@ def test_causal_bias_equals_the_full_one_where_visible(name):
     for causal in (False, True):
         if causal_form and not causal:
             with pytest.raises(ValueError, match="built for causal attention"):
-                pe.score_bias(q, k, pos, pos, causal)
+                pe.score_bias(q, k, HookContext.for_positions(pos, pos, causal=causal))
             rel = pos[None, :] - pos[:, None]                          # k_pos - q_pos
             bias = pe.distance_bias(rel.flatten()).view(1, 2, 9, 9).expand(2, 2, 9, 9)
         else:
-            bias = pe.score_bias(q, k, pos, pos, causal).expand(2, 2, 9, 9)
+            at = HookContext.for_positions(pos, pos, causal=causal)
+            bias = pe.score_bias(q, k, at).expand(2, 2, 9, 9)
         assert torch.isfinite(bias).all()
         grads = (torch.autograd.grad(bias, leaves, grad, allow_unused=True)
                  if bias.requires_grad else [None] * len(leaves))      # fixed biases (ALiBi)

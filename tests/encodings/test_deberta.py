@@ -7,9 +7,11 @@ import math
 import pytest
 import torch
 
-from posenc.attention import MultiHeadAttention, attend
+from posenc.attention import AttentionContext, MultiHeadAttention, attend
 from posenc.encodings import build_encoding
 from posenc.encodings.deberta import log_bucket_position
+from posenc.attention.context import AttentionCall
+from posenc.encodings.context import HookContext
 
 from tests.encodings.helpers import K_POS, Q_POS, D, H, make, qkv
 from tests.helpers import needs_transformers
@@ -78,11 +80,11 @@ def test_deberta_absolute_query_adds_a_learned_position_to_queries_only():
     pe = make("deberta", {"position_buckets": 4, "max_relative_positions": 8,
                           "absolute_query": True}, max_len=16)
     q, k, _ = qkv(3, 7)
-    q2, k2 = pe.transform_qk(q, k, Q_POS, K_POS)
+    q2, k2 = pe.transform_qk(q, k, HookContext.for_positions(Q_POS, K_POS))
     torch.testing.assert_close(q2, q + pe.absolute.table[Q_POS].view(3, H, D).transpose(0, 1))
     assert k2 is k
     with pytest.raises(ValueError, match="max_len=16"):
-        pe.transform_qk(q, k, torch.tensor([16]), K_POS)
+        pe.transform_qk(q, k, HookContext.for_positions(torch.tensor([16]), K_POS))
     assert pe.sm_scale() == pytest.approx(1 / math.sqrt(3 * D))
     one_term = make("deberta", {"pos_att_type": "p2c"})
     assert one_term.sm_scale() == pytest.approx(1 / math.sqrt(2 * D))
@@ -96,8 +98,10 @@ def test_compiled_flex_agrees_with_eager_for_deberta():
     q, k, v = qkv(128, 256, batch=1)
     q_pos, k_pos = torch.arange(128, 256), torch.arange(256)
     with torch.no_grad():
-        want, _ = attend(q, k, v, pe, q_pos, k_pos, causal=True, backend="eager")
-        got, _ = attend(q, k, v, pe, q_pos, k_pos, causal=True, backend="flex")
+        want, _ = attend(q, k, v, pe,
+                         AttentionCall.for_positions(q_pos, k_pos, causal=True, backend="eager"))
+        got, _ = attend(q, k, v, pe,
+                        AttentionCall.for_positions(q_pos, k_pos, causal=True, backend="flex"))
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
@@ -118,10 +122,11 @@ def test_deberta_strided_bias_equals_the_gathered_one(options):
         q_pos, k_pos = torch.arange(q0, q0 + lq), torch.arange(k0, k0 + lk)
         assert lq + lk - 1 <= 2 * pe.span                               # the strided path
         grad = torch.randn(2, H, lq, lk)
-        got = pe.score_bias(q, k, q_pos, k_pos, consecutive=True)
+        got = pe.score_bias(q, k, HookContext.for_positions(q_pos, k_pos, consecutive=True))
         want = deberta_gathered_bias(pe, q, k, q_pos, k_pos)
         torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
-        torch.testing.assert_close(pe.score_bias(q, k, q_pos, k_pos), want, atol=1e-6,
+        torch.testing.assert_close(pe.score_bias(q, k, HookContext.for_positions(q_pos, k_pos)),
+                                   want, atol=1e-6,
                                    rtol=1e-5)
         got_grads = torch.autograd.grad(got, [q, k, *pe.parameters()], grad, allow_unused=True)
         want_grads = torch.autograd.grad(want, [q, k, *pe.parameters()], grad, allow_unused=True)
@@ -152,9 +157,9 @@ def test_matches_hf_disentangled_self_attention(pos_att_type, position_buckets,
             rel_embeddings=encoder.get_rel_embedding())
         pos = torch.arange(SEQ)
         for backend in ("eager", "sdpa"):
-            got, _ = mha(x, pos, pe, causal=False, backend=backend)
+            got, _ = mha(x, AttentionContext(pos, causal=False, backend=backend), pe)
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-        _, weights = mha(x, pos, pe, causal=False, need_weights=True)
+        _, weights = mha(x, AttentionContext(pos, causal=False, need_weights=True), pe)
     torch.testing.assert_close(weights, want_weights, atol=1e-6, rtol=1e-5)
 
 

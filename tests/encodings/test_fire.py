@@ -7,6 +7,7 @@ import torch
 from torch.testing import assert_close
 
 from tests.encodings.helpers import build as _pe, randomize as _randomize
+from posenc.encodings.context import HookContext
 
 
 def _fire_reference(pe, q_pos, k_pos):
@@ -26,7 +27,8 @@ def test_fire_formula_and_interpolation():
         pe.c.fill_(0.3)
         pe.L_multiplier.fill_(1.0)
     q_pos, k_pos = torch.arange(20), torch.arange(20)
-    assert_close(pe.score_bias(None, None, q_pos, k_pos)[0], _fire_reference(pe, q_pos, k_pos))
+    assert_close(pe.score_bias(None, None, HookContext.for_positions(q_pos, k_pos))[0],
+                 _fire_reference(pe, q_pos, k_pos))
     x = pe.normalised_distance(q_pos, k_pos)
     visible = k_pos[None, :] <= q_pos[:, None]
     assert x[visible].min() >= 0 and x[visible].max() <= 1
@@ -34,7 +36,7 @@ def test_fire_formula_and_interpolation():
     # interpolation keeps the input range fixed whatever the length
     assert_close(x[6:, 0], torch.ones(14), atol=1e-5, rtol=0)
     # below the threshold the bias depends on i - j only
-    bias = pe.score_bias(None, None, q_pos, k_pos)[0]
+    bias = pe.score_bias(None, None, HookContext.for_positions(q_pos, k_pos))[0]
     assert_close(bias[:, 3, 1], bias[:, 5, 3])
     assert (bias[:, 12, 10] - bias[:, 3, 1]).abs().max() > 1e-4       # above it, on i too
 
@@ -67,7 +69,8 @@ def test_fire_bias_per_sequence_from_its_table_equals_per_pair(q_pos, k_pos):
     k_pos = q_pos if k_pos is None else k_pos
     pe = _randomize(_pe("fire", init_L=3.0))
     assert pe._table_ranges(q_pos, k_pos) is not None            # the table path is taken
-    got, want = pe.score_bias(None, None, q_pos, k_pos), _per_pair(pe, q_pos, k_pos)
+    got = pe.score_bias(None, None, HookContext.for_positions(q_pos, k_pos))
+    want = _per_pair(pe, q_pos, k_pos)
     assert_close(got, want, rtol=0, atol=0)
     weights = torch.randn(got.shape, generator=torch.Generator().manual_seed(0))
     grads = torch.autograd.grad((got * weights).sum(), list(pe.parameters()))

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from tests.encodings.helpers import build as _pe, randomize as _randomize
+from posenc.encodings.context import HookContext
 
 
 @pytest.mark.parametrize("variant", ["log", "power"])
@@ -16,7 +17,9 @@ def test_kerple_formula_and_translation_invariance(variant):
     pe = _randomize(_pe("kerple", variant=variant))
     r1, r2 = F.softplus(pe.raw_r1), pe.r2
     q_pos, k_pos = torch.arange(4, 9), torch.arange(12)
-    bias = pe.score_bias(None, None, q_pos, k_pos)[0]                   # (H, Lq, Lk)
+    bias = pe.score_bias(None, None,
+                         HookContext.for_positions(q_pos,
+                                                   k_pos))[0]                   # (H, Lq, Lk)
     dist = (q_pos[:, None] - k_pos[None, :]).abs().float()
     if variant == "log":
         want = -r1[:, None, None] * torch.log(1 + r2[:, None, None] * dist)
@@ -24,7 +27,8 @@ def test_kerple_formula_and_translation_invariance(variant):
         assert ((r2 > 0) & (r2 < 2)).all()
         want = -r1[:, None, None] * dist ** r2[:, None, None]
     assert_close(bias, want)
-    assert_close(pe.score_bias(None, None, q_pos + 37, k_pos + 37)[0], bias)
+    assert_close(pe.score_bias(None, None, HookContext.for_positions(q_pos + 37, k_pos + 37))[0],
+                 bias)
     assert (bias <= 0).all() and (bias[:, :, 4:] - bias[:, :, 3:-1] != 0).any()
 
 

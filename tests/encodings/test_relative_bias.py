@@ -10,6 +10,8 @@ from torch.testing import assert_close
 
 from posenc import build_encoding
 from posenc.attention import attend
+from posenc.attention.context import AttentionCall
+from posenc.encodings.context import HookContext
 
 from tests.encodings.helpers import D, H, build as _pe, randomize as _randomize
 from tests.helpers import raises_one_line as _raises
@@ -41,9 +43,10 @@ def test_bias_is_translation_invariant(name, options):
             p.copy_(torch.randn(p.shape))
     q_pos, k_pos = torch.arange(20, 30), torch.arange(30)
     causal = not options.get("bidirectional", False)
-    base = pe.score_bias(None, None, q_pos, k_pos, causal)
+    base = pe.score_bias(None, None, HookContext.for_positions(q_pos, k_pos, causal=causal))
     for shift in (1, 17, 5000):
-        assert_close(pe.score_bias(None, None, q_pos + shift, k_pos + shift, causal), base)
+        at = HookContext.for_positions(q_pos + shift, k_pos + shift, causal=causal)
+        assert_close(pe.score_bias(None, None, at), base)
     # and not constant: it depends on the distance
     assert (base[..., -1, -1] - base[..., -1, 0]).abs().max() > 1e-3
 
@@ -54,11 +57,13 @@ def test_a_per_head_bias_refuses_q_with_other_head_counts(pe, q_heads):
     enc = build_encoding(pe, n_heads=8, head_dim=8)
     pos = torch.arange(3)
     good = torch.randn(1, 8, 3, 8)
-    assert enc.score_bias(good, good, pos, pos, True).shape == (1, 8, 3, 3)
+    assert enc.score_bias(good, good,
+                          HookContext.for_positions(pos, pos, causal=True)).shape == (1, 8, 3, 3)
     q = torch.randn(1, q_heads, 3, 8)
+    at = HookContext.for_positions(pos, pos, causal=True)
     _raises(rf"q has {q_heads} heads but this {pe} was built for n_heads=8", enc.score_bias,
-            q, q, pos, pos, True)
-    _raises(rf"q has {q_heads} heads", enc.score_mod, q, q, pos, pos, True)
+            q, q, at)
+    _raises(rf"q has {q_heads} heads", enc.score_mod, q, q, at)
 
 
 # --------------------------------------------------------------------- KERPLE and FIRE
@@ -66,8 +71,8 @@ def test_a_per_head_bias_refuses_q_with_other_head_counts(pe, q_heads):
 def test_score_mod_equals_score_bias(name, options):
     pe = _randomize(_pe(name, **options))
     q_pos, k_pos = torch.arange(11, 16), torch.arange(3, 16)
-    bias = pe.score_bias(None, None, q_pos, k_pos).expand(1, H, 5, 13)
-    mod = pe.score_mod(torch.zeros(1, H, 5, 1), None, q_pos, k_pos)
+    bias = pe.score_bias(None, None, HookContext.for_positions(q_pos, k_pos)).expand(1, H, 5, 13)
+    mod = pe.score_mod(torch.zeros(1, H, 5, 1), None, HookContext.for_positions(q_pos, k_pos))
     b, h, qi, ki = torch.meshgrid(torch.arange(1), torch.arange(H), torch.arange(5),
                                   torch.arange(13), indexing="ij")
     assert_close(mod(torch.zeros(b.shape), b, h, qi, ki), bias)
@@ -81,8 +86,11 @@ def test_flex_matches_eager():
     for name, options in [("kerple", {}), ("fire", {"mlp_width": 4, "init_L": 4.0})]:
         pe = _randomize(_pe(name, **options))
         with torch.no_grad():
-            ref = attend(q, k, v, pe, q_pos, k_pos, causal=True, backend="eager")[0]
-            out = attend(q, k, v, pe, q_pos, k_pos, causal=True, backend="flex")[0]
+            ref = attend(q, k, v, pe,
+                         AttentionCall.for_positions(q_pos, k_pos, causal=True,
+                                                     backend="eager"))[0]
+            out = attend(q, k, v, pe,
+                         AttentionCall.for_positions(q_pos, k_pos, causal=True, backend="flex"))[0]
         assert_close(out, ref, atol=1e-5, rtol=1e-5, msg=lambda m: f"{name}: {m}")
 
 

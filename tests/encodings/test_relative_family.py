@@ -11,8 +11,11 @@ import torch
 from torch.nn.attention.flex_attention import flex_attention
 
 from posenc.attention import attend, backends, choose_backend
+from posenc.attention.routing import RoutingFacts
 from posenc.encodings import build_encoding, describe_encodings
 from posenc.models.lm import LMConfig, TransformerLM
+from posenc.attention.context import AttentionCall
+from posenc.encodings.context import HookContext
 
 from tests.encodings.helpers import K_POS, Q_POS, D, H, boost, make, qkv, weights
 
@@ -68,7 +71,8 @@ def test_capabilities_in_the_listing():
     shaw = build_encoding("shaw", n_heads=H, head_dim=D)
     for backend in ("sdpa", "flex"):
         with pytest.raises(ValueError, match="supports: eager"):
-            choose_backend(shaw.backends(), shaw.has_bias, requested=backend, k_len=8)
+            choose_backend(shaw.backends(), shaw.has_bias,
+                           RoutingFacts(requested=backend, k_len=8))
     keys_only = build_encoding("shaw", n_heads=H, head_dim=D, relative_values=False)
     assert keys_only.backends() == ("sdpa", "flex", "eager")
 
@@ -84,15 +88,18 @@ def test_backends_agree_with_eager(name, options, causal, monkeypatch):
     q, k, v = qkv(3, 7)
     if not causal and getattr(pe, "bidirectional", True) is False:     # a decoder form
         with pytest.raises(ValueError, match="built for causal attention"):
-            pe.score_bias(q, k, Q_POS, K_POS, causal)
+            pe.score_bias(q, k, HookContext.for_positions(Q_POS, K_POS, causal=causal))
         return
     with torch.no_grad():
-        q, k = pe.transform_qk(q, k, Q_POS, K_POS)
-        want, _ = attend(q, k, v, pe, Q_POS, K_POS, causal=causal, backend="eager")
+        q, k = pe.transform_qk(q, k, HookContext.for_positions(Q_POS, K_POS))
+        want, _ = attend(q, k, v, pe,
+                         AttentionCall.for_positions(Q_POS, K_POS, causal=causal, backend="eager"))
         for backend in pe.backends():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)     # "without torch.compile"
-                got, _ = attend(q, k, v, pe, Q_POS, K_POS, causal=causal, backend=backend)
+                call = AttentionCall.for_positions(Q_POS, K_POS, causal=causal,
+                                                   backend=backend)
+                got, _ = attend(q, k, v, pe, call)
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
@@ -118,8 +125,8 @@ def test_score_mod_tables_are_linear_in_length(name, options):
     pe = make(name, options, max_len=n)
     q, k, _ = qkv(n, n, batch=1)
     pos = torch.arange(n)
-    q, k = pe.transform_qk(q, k, pos, pos)
-    mod = pe.score_mod(q, k, pos, pos, True)
+    q, k = pe.transform_qk(q, k, HookContext.for_positions(pos, pos))
+    mod = pe.score_mod(q, k, HookContext.for_positions(pos, pos, causal=True))
     captured = _captured_tensors(mod)
     assert captured
     for t in captured:
@@ -130,10 +137,12 @@ def test_score_mod_tables_are_linear_in_length(name, options):
 def test_untied_terms_widen_q_and_k_not_the_scores(name, width):
     pe = make(name, {"position_term": "rotary"} if name == "xl" else {})
     q, k, _ = qkv(5, 9)
-    q2, k2 = pe.transform_qk(q, k, torch.arange(4, 9), torch.arange(9))
+    q2, k2 = pe.transform_qk(q, k, HookContext.for_positions(torch.arange(4, 9), torch.arange(9)))
     assert q2.shape == (2, H, 5, width) and k2.shape == (2, H, 9, width)
     if name == "xl":
-        assert pe.score_bias(q2, k2, torch.arange(4, 9), torch.arange(9)) is None
+        assert pe.score_bias(q2, k2,
+                             HookContext.for_positions(torch.arange(4, 9),
+                                                       torch.arange(9))) is None
     assert pe.cache_transformed_keys is False
 
 
@@ -154,7 +163,8 @@ def test_gradients_reach_every_encoding_parameter(name, options):
     model = tiny_lm(name, options).train()
     ids = torch.randint(0, 32, (2, 12), generator=torch.Generator().manual_seed(0))
     logits = model(ids)
-    torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten()).backward()
+    torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1),
+                                      ids[:, 1:].flatten()).backward()
     used = [b.layer_pe for b in model.blocks] if model.pe.per_layer else [model.pe]
     params = [(n, p) for pe in used for n, p in pe.named_parameters()]
     if name == "shaw" and options.get("table") == "sinusoidal":
@@ -197,7 +207,7 @@ def test_options_needing_max_len_or_even_width():
     pe = build_encoding("tupe", n_heads=H, head_dim=D, max_len=8)
     q, k, _ = qkv(1, 9)
     with pytest.raises(ValueError, match=r"positions must be in \[0, 8\)"):
-        pe.transform_qk(q, k, torch.tensor([8]), torch.arange(9))
+        pe.transform_qk(q, k, HookContext.for_positions(torch.tensor([8]), torch.arange(9)))
 
 
 @pytest.mark.parametrize("name,options", [
@@ -216,8 +226,9 @@ def test_eager_gradients_equal_sdpa(name, options, causal):
     results = []
     for backend in ("eager", "sdpa"):
         inputs = [t.clone().requires_grad_(True) for t in (q, k, v)]
-        qt, kt = pe.transform_qk(inputs[0], inputs[1], pos, pos)
-        out, _ = attend(qt, kt, inputs[2], pe, pos, pos, causal=causal, backend=backend)
+        qt, kt = pe.transform_qk(inputs[0], inputs[1], HookContext.for_positions(pos, pos))
+        out, _ = attend(qt, kt, inputs[2], pe,
+                        AttentionCall.for_positions(pos, pos, causal=causal, backend=backend))
         results.append((out, torch.autograd.grad(out, [*inputs, *pe.parameters()], grad)))
     (out, grads), (want, want_grads) = results
     torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)

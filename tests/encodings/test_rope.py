@@ -13,6 +13,7 @@ from torch.testing import assert_close
 
 from posenc import LMConfig, TransformerLM, build_encoding
 from posenc.encodings.rope_scaling import compute_inv_freq
+from posenc.encodings.context import HookContext
 
 from tests.helpers import needs_transformers, raises_one_line as _raises
 
@@ -135,7 +136,7 @@ def test_matches_explicit_rotation(layout, rot):
     pe = _rope(layout, rot)
     pos = torch.tensor([0, 1, 5, 63, 1000, 4097])
     x = torch.randn(1, 1, len(pos), D, dtype=torch.float64).float()
-    got, _ = pe.transform_qk(x, x, pos, pos)
+    got, _ = pe.transform_qk(x, x, HookContext.for_positions(pos, pos))
     want = _reference_rotation(x[0, 0], pos, layout, rot)
     # fp32 angles at position ~4000 carry ~4000 * 2^-24 rad of rounding
     assert_close(got[0, 0].double(), want, atol=2e-4, rtol=1e-5)
@@ -150,7 +151,7 @@ def test_qk_depends_only_on_relative_position(layout, rot):
     pos = torch.arange(12)
 
     def scores(offset):
-        qr, kr = pe.transform_qk(q, k, pos + offset, pos + offset)
+        qr, kr = pe.transform_qk(q, k, HookContext.for_positions(pos + offset, pos + offset))
         return qr @ kr.transpose(-1, -2)                         # (1, 2, 12, 12): m, n
 
     s = scores(0)
@@ -169,7 +170,7 @@ def test_preserves_norms(layout, rot):
     pe = _rope(layout, rot)
     x = torch.randn(2, 2, 9, D)
     pos = torch.tensor([0, 3, 7, 100, 511, 1024, 5000, 65535, 7])
-    q, k = pe.transform_qk(x, x * 2, pos, pos)
+    q, k = pe.transform_qk(x, x * 2, HookContext.for_positions(pos, pos))
     assert_close(q.norm(dim=-1), x.norm(dim=-1))
     assert_close(k.norm(dim=-1), 2 * x.norm(dim=-1))
 
@@ -181,7 +182,7 @@ def test_attention_factor_scales_norms():
     factor = 0.1 * math.log(8.0) + 1.0
     assert pe.attention_factor == pytest.approx(factor)
     x = torch.randn(1, 2, 5, D)
-    q, _ = pe.transform_qk(x, x, torch.arange(5), torch.arange(5))
+    q, _ = pe.transform_qk(x, x, HookContext.for_positions(torch.arange(5), torch.arange(5)))
     assert_close(q.norm(dim=-1), factor * x.norm(dim=-1))
 
 
@@ -190,8 +191,9 @@ def test_layouts_are_a_permutation_of_each_other():
     perm = torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])   # interleaved -> half
     x = torch.randn(1, 2, 7, D)
     pos = torch.arange(3, 10)
-    inter, _ = _rope("interleaved").transform_qk(x, x, pos, pos)
-    half, _ = _rope("half").transform_qk(x[..., perm], x[..., perm], pos, pos)
+    inter, _ = _rope("interleaved").transform_qk(x, x, HookContext.for_positions(pos, pos))
+    half, _ = _rope("half").transform_qk(x[..., perm], x[..., perm],
+                                         HookContext.for_positions(pos, pos))
     assert_close(inter[..., perm], half)
 
 
@@ -200,8 +202,8 @@ def test_queries_and_keys_at_different_positions():
     pe = _rope()
     q, k = torch.randn(1, 2, 8, D), torch.randn(1, 2, 8, D)
     pos = torch.arange(8)
-    q_full, k_full = pe.transform_qk(q, k, pos, pos)
-    q_step, k_step = pe.transform_qk(q[:, :, -1:], k, pos[-1:], pos)
+    q_full, k_full = pe.transform_qk(q, k, HookContext.for_positions(pos, pos))
+    q_step, k_step = pe.transform_qk(q[:, :, -1:], k, HookContext.for_positions(pos[-1:], pos))
     assert_close(q_step, q_full[:, :, -1:])
     assert_close(k_step, k_full)
 
@@ -213,8 +215,8 @@ def test_angles_are_fp32_for_low_precision_inputs(dtype):
     pe = _rope()
     pos = torch.tensor([100_000, 100_001, 250_003])
     x = torch.randn(1, 2, 3, D).to(dtype)
-    got, _ = pe.transform_qk(x, x, pos, pos)
-    want, _ = pe.transform_qk(x.float(), x.float(), pos, pos)
+    got, _ = pe.transform_qk(x, x, HookContext.for_positions(pos, pos))
+    want, _ = pe.transform_qk(x.float(), x.float(), HookContext.for_positions(pos, pos))
     assert got.dtype == dtype
     assert torch.equal(got, want.to(dtype))
 
@@ -225,15 +227,15 @@ def test_inv_freq_buffer_is_fp32_and_not_saved():
     pe = pe.to(torch.bfloat16)
     x = torch.randn(1, 2, 3, D)
     assert "inv_freq" not in pe.state_dict()
-    assert_close(pe.transform_qk(x, x, torch.arange(3), torch.arange(3))[0],
-                 _rope(rotary_dim=8).transform_qk(x, x, torch.arange(3), torch.arange(3))[0])
+    at = HookContext.for_positions(torch.arange(3))
+    assert_close(pe.transform_qk(x, x, at)[0], _rope(rotary_dim=8).transform_qk(x, x, at)[0])
 
 
 def test_theta_changes_frequencies():
     x = torch.randn(1, 1, 4, D)
     pos = torch.arange(4) * 50
-    a, _ = _rope(theta=10000.0).transform_qk(x, x, pos, pos)
-    b, _ = _rope(theta=500000.0).transform_qk(x, x, pos, pos)
+    a, _ = _rope(theta=10000.0).transform_qk(x, x, HookContext.for_positions(pos, pos))
+    b, _ = _rope(theta=500000.0).transform_qk(x, x, HookContext.for_positions(pos, pos))
     want = _reference_rotation(x[0, 0], pos, "half", D, theta=500000.0)
     assert_close(b[0, 0].double(), want, atol=2e-5, rtol=1e-5)
     assert (a - b).abs().max() > 1e-2
@@ -246,20 +248,25 @@ def test_rotary_encodings_refuse_integer_q_and_k(name, dtype):
     pe = build_encoding(name, n_heads=2, head_dim=8)
     x, pos = torch.randint(-5, 5, (1, 2, 3, 8), dtype=dtype), torch.arange(3)
     _raises(r"q must be a floating-point tensor \(batch, heads, length, head_dim\), got "
-            rf"shape \(1, 2, 3, 8\), dtype {dtype}", pe.transform_qk, x, x, pos, pos)
-    _raises(r"k must be a floating-point tensor", pe.transform_qk, x.float(), x, pos, pos)
+            rf"shape \(1, 2, 3, 8\), dtype {dtype}", pe.transform_qk, x, x,
+            HookContext.for_positions(pos, pos))
+    _raises(r"k must be a floating-point tensor", pe.transform_qk, x.float(), x,
+            HookContext.for_positions(pos, pos))
 
 
 def test_rope_checks_position_lengths_and_dtype():
     pe = build_encoding("rope", n_heads=2, head_dim=8)
     q, k = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 4, 8)
-    assert pe.transform_qk(q, k, torch.arange(1, 4), torch.arange(4))[0].shape == q.shape
+    assert pe.transform_qk(q, k,
+                           HookContext.for_positions(torch.arange(1, 4),
+                                                     torch.arange(4)))[0].shape == q.shape
     _raises(r"q_pos must have shape \(3,\) or \(1, 3\), one position per token, got "
-            r"shape \(4,\)", pe.transform_qk, q, k, torch.arange(4), torch.arange(4))
-    _raises(r"k_pos must have shape \(4,\)", pe.transform_qk, q, k, torch.arange(3),
-            torch.arange(3))
+            r"shape \(4,\)", pe.transform_qk, q, k,
+            HookContext.for_positions(torch.arange(4), torch.arange(4)))
+    _raises(r"k_pos must have shape \(4,\)", pe.transform_qk, q, k,
+            HookContext.for_positions(torch.arange(3), torch.arange(3)))
     _raises(r"q_pos must be an integer tensor of positions, got dtype torch.float32",
-            pe.transform_qk, q, k, torch.arange(3.0), torch.arange(4))
+            HookContext.for_positions, torch.arange(3.0), torch.arange(4))
 
 
 # ---------------------------------------------------------------- against Hugging Face

@@ -14,6 +14,7 @@ from posenc import LMConfig, TransformerLM, build_encoding
 from posenc.encodings.rope_scaling import (base_inv_freq, compute_inv_freq, dynamic_length,
                                            parse_scaling_spec, scaling_types, validate_scaling)
 from posenc.kernels.rotary import apply_rotary
+from posenc.encodings.context import HookContext
 from tests.helpers import sharpen
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -47,7 +48,8 @@ def test_linear_rotates_position_p_like_default_at_p_over_factor():
     plain = build_encoding("rope", n_heads=1, head_dim=16)
     x, pos = torch.randn(1, 1, 6, 16), torch.tensor([0, 1, 4, 9, 100, 1001])
     cos, sin = plain.cos_sin(pos / 4.0, 0)          # hooks take integer positions only
-    assert_close(linear.transform_qk(x, x, pos, pos)[0], apply_rotary(x, cos, sin))
+    assert_close(linear.transform_qk(x, x, HookContext.for_positions(pos, pos))[0],
+                 apply_rotary(x, cos, sin))
 
 
 @pytest.mark.parametrize("factor", [1.0, 2.0, 8.0])

@@ -12,6 +12,8 @@ from torch.testing import assert_close
 from posenc.attention import attend
 from posenc.encodings import build_encoding
 from posenc.encodings.sinusoidal import sinusoidal_at
+from posenc.attention.context import AttentionCall
+from posenc.encodings.context import HookContext
 
 from tests.encodings.helpers import K_POS, Q_POS, D, H, make, qkv
 from tests.helpers import sharpen
@@ -24,7 +26,8 @@ def test_shaw_matches_the_paper_formula():
     for table in ("learned", "sinusoidal"):
         pe = make("shaw", {"max_relative_position": k_clip, "table": table})
         q, k, v = qkv(3, 7)
-        out, _ = attend(q, k, v, pe, Q_POS, K_POS, causal=True, backend="eager")
+        out, _ = attend(q, k, v, pe,
+                        AttentionCall.for_positions(Q_POS, K_POS, causal=True, backend="eager"))
         rel = (K_POS[None, :] - Q_POS[:, None]).clamp(-k_clip, k_clip) + k_clip   # (Lq, Lk)
         a_k = pe.key_table[rel]                                                   # (Lq, Lk, D)
         a_v = a_k if table == "sinusoidal" else pe.value_table[rel]
@@ -43,7 +46,8 @@ def test_shaw_clips_distances_beyond_k():
     pe = make("shaw", {"max_relative_position": k_clip})
     q = torch.randn(1, H, 1, D)
     q_pos, k_pos = torch.tensor([20]), torch.arange(41)
-    bias = pe.score_bias(q, q, q_pos, k_pos)[0, :, 0]                         # (H, 41)
+    at = HookContext.for_positions(q_pos, k_pos)
+    bias = pe.score_bias(q, q, at)[0, :, 0]                                  # (H, 41)
     dist = k_pos - 20
     for far in (dist <= -k_clip, dist >= k_clip):
         torch.testing.assert_close(bias[:, far], bias[:, far][:, :1].expand(-1, int(far.sum())))
@@ -54,7 +58,7 @@ def test_shaw_clips_distances_beyond_k():
         w = torch.zeros(1, H, 1, 41)
         w[..., j] = 1.0
         want = pe.value_table[max(-k_clip, min(k_clip, j - 20)) + k_clip]
-        torch.testing.assert_close(pe.value_term(w, q_pos, k_pos)[0, :, 0], want.expand(H, D))
+        torch.testing.assert_close(pe.value_term(w, at)[0, :, 0], want.expand(H, D))
 
 
 # ------------------------------------------------------- the causal terms and training
@@ -70,7 +74,7 @@ def test_shaw_causal_value_term_equals_the_scatter(clip):
     grad = torch.randn(2, 2, 9, 8, generator=gen)
     results = []
     for causal in (False, True):
-        out = pe.value_term(weights, pos, pos, causal)
+        out = pe.value_term(weights, HookContext.for_positions(pos, pos, causal=causal))
         results.append((out, torch.autograd.grad(out, [weights, pe.value_table], grad)))
     (full, (gw_full, gt_full)), (part, (gw_part, gt_part)) = results
     assert_close(part, full)
@@ -85,8 +89,8 @@ def test_shaw_causal_key_term_past_the_clip():
     pos = torch.arange(12)
     q = torch.randn(2, 2, 12, 8, generator=torch.Generator().manual_seed(4))
     seen = pos[None, :] <= pos[:, None]
-    assert_close(pe.score_bias(q, q, pos, pos, True)[..., seen],
-                 pe.score_bias(q, q, pos, pos, False)[..., seen])
+    assert_close(pe.score_bias(q, q, HookContext.for_positions(pos, pos, causal=True))[..., seen],
+                 pe.score_bias(q, q, HookContext.for_positions(pos, pos, causal=False))[..., seen])
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -103,8 +107,9 @@ def test_shaw_training_path_equals_plain_eager(causal):
     results = []
     for need_weights in (False, True):
         leaves = [t.clone().requires_grad_() for t in qkv]
-        out = attend(*leaves, pe, pos, pos, causal=causal, backend="eager",
-                     need_weights=need_weights)[0]
+        out = attend(*leaves, pe,
+                     AttentionCall.for_positions(pos, pos, causal=causal, backend="eager",
+                                                 need_weights=need_weights))[0]
         params = list(pe.parameters())
         results.append((out, torch.autograd.grad(out, leaves + params, grad)))
     (fused, fused_grads), (plain, plain_grads) = results

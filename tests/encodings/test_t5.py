@@ -9,6 +9,7 @@ from torch.testing import assert_close
 
 from posenc import build_encoding
 from posenc.encodings.t5 import relative_position_bucket
+from posenc.encodings.context import HookContext
 
 from tests.helpers import needs_transformers
 
@@ -49,7 +50,8 @@ def test_t5_bias_is_the_bucket_table_lookup():
     with torch.no_grad():
         pe.bias.weight.copy_(torch.randn(8, 3))
     q_pos, k_pos = torch.arange(10, 14), torch.arange(14)
-    bias = pe.score_bias(None, None, q_pos, k_pos, True)[0]    # (H, Lq, Lk)
+    bias = pe.score_bias(None, None,
+                         HookContext.for_positions(q_pos, k_pos, causal=True))[0]    # (H, Lq, Lk)
     buckets = relative_position_bucket(k_pos[None, :] - q_pos[:, None], False, 8, 16)
     assert_close(bias, pe.bias.weight[buckets].permute(2, 0, 1))
 

@@ -10,6 +10,7 @@ from torch.testing import assert_close
 
 from posenc.encodings import build_encoding
 from posenc.encodings.t5 import relative_position_bucket
+from posenc.encodings.context import HookContext
 
 from tests.encodings.helpers import K_POS, Q_POS, D, H, make, qkv, weights
 from tests.helpers import sharpen
@@ -41,14 +42,15 @@ def test_tupe_bidirectional_gives_keys_after_the_query_buckets_of_their_own():
     form spends half its buckets on keys after the query, so the others move too."""
     q, k, _ = qkv(3, 7)
     decoder = make("tupe", {"num_buckets": 8, "max_distance": 16})
-    uni = decoder.score_bias(q, k, Q_POS, K_POS, True)
+    uni = decoder.score_bias(q, k, HookContext.for_positions(Q_POS, K_POS, causal=True))
     bi = make("tupe", {"num_buckets": 8, "max_distance": 16,
-                       "bidirectional": True}).score_bias(q, k, Q_POS, K_POS)
+                       "bidirectional": True}).score_bias(q, k,
+                                                          HookContext.for_positions(Q_POS, K_POS))
     after = (K_POS[None, :] > Q_POS[:, None]).expand_as(uni[0])
     assert after.any() and torch.isfinite(bi[0][after]).all()
     assert not torch.allclose(uni[0][~after], bi[0][~after])   # buckets move too (halved)
     with pytest.raises(ValueError, match="built for causal attention"):
-        decoder.score_bias(q, k, Q_POS, K_POS)
+        decoder.score_bias(q, k, HookContext.for_positions(Q_POS, K_POS))
 
 
 @pytest.mark.parametrize("max_len", [8, 64], ids=["table-gathered", "per-token"])

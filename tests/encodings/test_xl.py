@@ -8,6 +8,8 @@ import torch
 
 from posenc.attention import attend
 from posenc.encodings.sinusoidal import sinusoidal_at
+from posenc.attention.context import AttentionCall
+from posenc.encodings.context import HookContext
 
 from tests.encodings.helpers import D, H, make, qkv, weights
 
@@ -36,8 +38,9 @@ def test_xl_forms_agree_under_logn_scaling(causal):
     outs = []
     for form in ("table", "rotary"):
         pe = make("xl", {"position_term": form, "logn_base_len": 2})
-        outs.append(attend(*pe.transform_qk(q, k, q_pos, k_pos), v, pe, q_pos, k_pos,
-                           causal=causal, backend="eager")[0])
+        q2, k2 = pe.transform_qk(q, k, HookContext.for_positions(q_pos, k_pos))
+        call = AttentionCall.for_positions(q_pos, k_pos, causal=causal, backend="eager")
+        outs.append(attend(q2, k2, v, pe, call)[0])
     torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)
 
 
@@ -52,9 +55,10 @@ def test_xl_auto_uses_the_table_for_runs_and_the_rotary_form_otherwise():
     for hints, width in (({"consecutive": True}, D),
                          ({"consecutive": True, "backend": "flex"}, D + H * D),
                          ({}, D + H * D)):
-        q2, k2 = pe.transform_qk(q, k, q_pos, k_pos, **hints)
+        q2, k2 = pe.transform_qk(q, k, HookContext.for_positions(q_pos, k_pos, **hints))
         assert q2.shape[-1] == width
-        outs.append(attend(q2, k2, v, pe, q_pos, k_pos, causal=True, backend="eager",
-                           consecutive=hints.get("consecutive", False))[0])
+        call = AttentionCall.for_positions(q_pos, k_pos, causal=True, backend="eager",
+                                           consecutive=hints.get("consecutive", False))
+        outs.append(attend(q2, k2, v, pe, call)[0])
     for out in outs[1:]:
         torch.testing.assert_close(out, outs[0], atol=1e-5, rtol=1e-5)

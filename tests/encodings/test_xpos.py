@@ -10,6 +10,7 @@ from torch.testing import assert_close
 
 from posenc import build_encoding
 from posenc.encodings.xpos import xpos_zeta
+from posenc.encodings.context import HookContext
 
 H, D = 2, 8
 V = 48
@@ -21,8 +22,8 @@ def _pe(name="xpos", **options):
 
 def _scores(pe, q, k, m, n):
     """q.k with q at positions m (Lq,) and k at n (Lk,): (B, H, Lq, Lk)."""
-    qt, _ = pe.transform_qk(q, q, m, m)
-    _, kt = pe.transform_qk(k, k, n, n)
+    qt, _ = pe.transform_qk(q, q, HookContext.for_positions(m, m))
+    _, kt = pe.transform_qk(k, k, HookContext.for_positions(n, n))
     return qt @ kt.transpose(-2, -1)
 
 
@@ -55,8 +56,8 @@ def test_decay_with_distance():
     zeta = xpos_zeta(D)
     prev = None
     for dist in range(0, 20, 4):
-        qt, _ = pe.transform_qk(q, q, m, m)
-        _, kt = pe.transform_qk(k, k, m - dist, m - dist)
+        qt, _ = pe.transform_qk(q, q, HookContext.for_positions(m, m))
+        _, kt = pe.transform_qk(k, k, HookContext.for_positions(m - dist, m - dist))
         pair = lambda x: torch.stack((x[..., :D // 2], x[..., D // 2:]), -1).norm(dim=-1)
         got = (pair(qt) * pair(kt))[0, 0, 0]                  # (D/2,)
         assert_close(got, 2 * zeta ** (dist / base))
@@ -69,8 +70,8 @@ def test_large_scale_base_is_rope():
     gen = torch.Generator().manual_seed(3)
     q, k = torch.randn(2, H, 5, D, generator=gen), torch.randn(2, H, 5, D, generator=gen)
     pos = torch.arange(5) + 7
-    got = _pe(scale_base=1e9).transform_qk(q, k, pos, pos)
-    want = _pe("rope").transform_qk(q, k, pos, pos)
+    got = _pe(scale_base=1e9).transform_qk(q, k, HookContext.for_positions(pos, pos))
+    want = _pe("rope").transform_qk(q, k, HookContext.for_positions(pos, pos))
     assert_close(got[0], want[0])
     assert_close(got[1], want[1])
 
@@ -84,13 +85,15 @@ def test_far_positions_stay_finite_and_overflow_is_an_error():
     assert torch.isfinite(far).all()
     assert_close(far, near, atol=1e-4, rtol=1e-3)
     with pytest.raises(ValueError, match="center"):
-        pe.transform_qk(q, k, torch.tensor([40_000]), torch.tensor([40_000]))
+        pe.transform_qk(q, k,
+                        HookContext.for_positions(torch.tensor([40_000]), torch.tensor([40_000])))
     with pytest.raises(ValueError, match="float16"):
-        pe.transform_qk(q.half(), k.half(), torch.tensor([3_000]), torch.tensor([3_000]))
+        pe.transform_qk(q.half(), k.half(),
+                        HookContext.for_positions(torch.tensor([3_000]), torch.tensor([3_000])))
     # a centre near the positions serves them
     shifted = _pe(center=40_000)
-    assert torch.isfinite(shifted.transform_qk(q, k, torch.tensor([40_000]),
-                                               torch.tensor([40_000]))[0]).all()
+    far = HookContext.for_positions(torch.tensor([40_000]))
+    assert torch.isfinite(shifted.transform_qk(q, k, far)[0]).all()
 
 
 def test_default_center_is_half_max_len():

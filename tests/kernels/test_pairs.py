@@ -9,10 +9,11 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc.attention.biased import biased_attention
+from posenc.attention.biased import BiasedSpec, biased_attention
 from posenc.encodings import build_encoding
 from posenc.kernels.layouts.causal_pairs import CausalPairBias, causal_pair_bias
 from posenc.kernels.layouts.relative_shift import head_table, pair_layout
+from posenc.encodings.context import HookContext
 
 from tests.helpers import causal_layer_grads
 from tests.kernels.helpers import pair_leaves as _leaves
@@ -81,8 +82,9 @@ def test_fused_attention_equals_attention_with_the_bias_tensor(length):
     q, k, hq, hk = _leaves(2, 2, length, seed=5)
     v = torch.randn(2, 2, length, 5, requires_grad=True)
     leaves = (q, k, v, hq, hk)
-    fused = biased_attention(q, k, v, causal_pair_bias(q, k, hq, hk), causal=True, scale=0.3)
-    plain = biased_attention(q, k, v, _views(q, k, hq, hk), causal=True, scale=0.3)
+    fused = biased_attention(q, k, v, causal_pair_bias(q, k, hq, hk),
+                             BiasedSpec(causal=True, scale=0.3))
+    plain = biased_attention(q, k, v, _views(q, k, hq, hk), BiasedSpec(causal=True, scale=0.3))
     assert_close(fused, plain)
     grad = torch.randn_like(fused)
     for g, w in zip(torch.autograd.grad(fused, leaves, grad),
@@ -95,9 +97,9 @@ def test_fused_attention_rejects_another_mask_or_shape():
     q, k, hq, hk = _leaves(1, 2, 12, seed=6)
     bias = causal_pair_bias(q, k, hq, hk)
     with pytest.raises(ValueError, match="masks the hidden pairs of a causal block"):
-        biased_attention(q, k, k, bias, causal=False, scale=1.0)
+        biased_attention(q, k, k, bias, BiasedSpec(causal=False, scale=1.0))
     with pytest.raises(ValueError, match="fused bias of shape"):
-        biased_attention(q[:, :, :6], k, k, bias, causal=True, scale=1.0)
+        biased_attention(q[:, :, :6], k, k, bias, BiasedSpec(causal=True, scale=1.0))
 
 
 def test_tables_decline_what_the_kernels_cannot_take(monkeypatch):
@@ -149,7 +151,8 @@ def test_compiled_code_never_reaches_the_pair_kernels(monkeypatch):
     pos = torch.arange(3, 43)
 
     def bias(q, k):
-        return pe.score_bias(q, k, pos, pos, True, consecutive=True)
+        return pe.score_bias(q, k,
+                             HookContext.for_positions(pos, pos, causal=True, consecutive=True))
     compiled = torch.compile(bias, backend="eager")(q, k)
     compiled_grads = torch.autograd.grad(compiled.sum(), (q, k))
     assert calls == []

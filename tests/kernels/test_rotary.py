@@ -20,6 +20,7 @@ from posenc import build_encoding
 from posenc.kernels import rotary as rk
 from posenc.kernels import rotary_native as rn
 from posenc.kernels.rotary import apply_rotary
+from posenc.encodings.context import HookContext
 
 EXACT = dict(rtol=0.0, atol=0.0)
 
@@ -291,7 +292,7 @@ def test_rope_bf16_error_at_long_positions_is_near_the_rounding_floor(options, p
     pe = build_encoding("rope", n_heads=1, head_dim=HEAD_DIM, **options)
     q = torch.randn(1, N_VECTORS, 1, HEAD_DIM).to(torch.bfloat16)   # one position per vector
     pos = torch.tensor([position])
-    got, _ = pe.transform_qk(q, q, pos, pos)
+    got, _ = pe.transform_qk(q, q, HookContext.for_positions(pos, pos))
     exact = _exact_rotation(q, position, pe.inv_freq)
     assert _error_ratio(got, exact) <= 2.0
     # the check can fail: angles as a plain fp32 product are too coarse from 1e6 on
@@ -306,6 +307,6 @@ def test_rope_fp32_angles_error_at_a_million_is_tiny():
     pe = build_encoding("rope", n_heads=1, head_dim=HEAD_DIM)
     q = torch.randn(1, 64, 1, HEAD_DIM)
     pos = torch.tensor([1_000_000])
-    got, _ = pe.transform_qk(q, q, pos, pos)
+    got, _ = pe.transform_qk(q, q, HookContext.for_positions(pos, pos))
     exact = _exact_rotation(q, 1_000_000, pe.inv_freq)
     assert (got.double() - exact).abs().max() < 1e-5 * exact.abs().max()

@@ -12,6 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from posenc import build_encoding
 from posenc.kernels import rotary as rk
 from posenc.kernels import rotary_native as rn
+from posenc.encodings.context import HookContext
 
 EXACT = dict(rtol=0.0, atol=0.0)
 OP = torch.ops.posenc.rotary.default
@@ -135,11 +136,13 @@ def test_compiled_rope_layer_and_dynamic_lengths(native_rotary, fresh_dynamo, op
     """RoPE's transform_qk compiled whole, with lengths marked dynamic: eager's numbers, to
     fp32 rounding (inductor computes cos and sin of the angles with its own vector code)."""
     pe = build_encoding("rope", n_heads=2, head_dim=16)
-    compiled = torch.compile(pe.transform_qk, fullgraph=True, dynamic=True)
+    compiled = torch.compile(lambda q, k, pos: pe.transform_qk(q, k, HookContext(pos, pos)),
+                             fullgraph=True, dynamic=True)
     for length in (7, 12):
         q, k = qkv_view(1, 2, length, 16), qkv_view(1, 2, length, 16)
         pos = torch.arange(3, 3 + length)
-        for a, b in zip(compiled(q, k, pos, pos), pe.transform_qk(q, k, pos, pos)):
+        for a, b in zip(compiled(q, k, pos),
+                        pe.transform_qk(q, k, HookContext.for_positions(pos, pos))):
             assert_close(a, b, rtol=1e-6, atol=1e-6)
     assert len(kernel_calls) == 8
 

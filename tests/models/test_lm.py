@@ -333,7 +333,7 @@ def test_translation_invariant_encodings_read_one_shared_run(name, tiny_lm):
              ({"attention_mask": inner}, positions_from_mask(inner.bool(), no_cache), False),
              ({"document_ids": documents}, positions_from_documents(documents), invariant)]
     dims = []
-    model.blocks[0].register_forward_pre_hook(lambda module, args: dims.append(args[1].dim()))
+    model.blocks[0].register_forward_pre_hook(lambda module, args: dims.append(args[1].pos.dim()))
     with torch.no_grad():
         if invariant:
             assert_close(model(ids, positions=torch.arange(12) + 9),

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc.attention.biased import biased_attention
+from posenc.attention.biased import BiasedSpec, biased_attention
 from posenc.encodings import build_encoding
 from posenc.kernels.layouts.clipped_pairs import ClippedPairBias, collect_clipped, spread_clipped
 from posenc.encodings.shaw import ShawEncoding
@@ -55,8 +55,8 @@ def test_fused_attention_equals_attention_with_the_spread_tensor(length, clip, w
     leaves = (q, k, v, table)
     results = []
     for bias in (ClippedPairBias(table, clip), spread_clipped(table, clip)):
-        out = biased_attention(q, k, v, bias, causal=True, scale=0.4,
-                               with_weights=with_weights)
+        out = biased_attention(q, k, v, bias,
+                               BiasedSpec(causal=True, scale=0.4, with_weights=with_weights))
         outs = out if with_weights else (out,)
         grads = [torch.randn(o.shape, generator=torch.Generator().manual_seed(1)) for o in outs]
         results.append((outs, torch.autograd.grad(outs, leaves, grads)))

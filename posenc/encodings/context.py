@@ -1,0 +1,65 @@
+"""What attention tells an encoding's hooks about one call: :class:`HookContext`.
+
+It is defined here, below attention, so that an encoding never imports attention: attention
+builds one per call (posenc.attention.context derives it from the model's context) and every
+hook reads what it needs from it. Users calling hooks from their own attention build one with
+:meth:`HookContext.for_positions`, which checks its arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from ..errors import UserError
+from .checks import check_positions
+
+#: the attention implementations a hook may be told about (posenc.attention.routing)
+HOOK_BACKENDS = ("sdpa", "fused", "flex", "eager")
+
+
+@dataclass(frozen=True)
+class HookContext:
+    """Positions and host facts of one attention call, as the hooks see them.
+
+    Attributes:
+        q_pos: integer positions of the queries, (Lq,) shared by the batch or (B, Lq).
+        k_pos: integer positions of the keys, (Lk,) or (B, Lk).
+        causal: each query sees the keys up to itself only (the queries are the last Lq
+            keys); a term may then hold any finite value at hidden pairs.
+        consecutive: q_pos and k_pos are each a run p0, p0 + 1, ... (relative tables may be
+            read through strided views); False promises nothing.
+        backend: the implementation that will consume q and k ("sdpa", "fused", "flex",
+            "eager"), or None when unknown.
+
+    The plain constructor trusts its arguments (attention builds one per call from positions
+    the model validated once per forward); :meth:`for_positions` checks them.
+    """
+
+    q_pos: Tensor
+    k_pos: Tensor
+    causal: bool = False
+    consecutive: bool = False
+    backend: str | None = None
+
+    @classmethod
+    def for_positions(cls, q_pos: Tensor, k_pos: Tensor | None = None, *,
+                      causal: bool = False, consecutive: bool = False,
+                      backend: str | None = None) -> HookContext:
+        """A checked context: integer q_pos (Lq,) or (B, Lq) and k_pos (default: q_pos);
+        UserError naming the argument otherwise."""
+        k_pos = q_pos if k_pos is None else k_pos
+        check_positions("q_pos", q_pos, None)
+        check_positions("k_pos", k_pos, None)
+        for name, flag in (("causal", causal), ("consecutive", consecutive)):
+            if not isinstance(flag, bool):
+                raise UserError(f"{name} must be True or False, got {flag!r}")
+        if backend is not None and backend not in HOOK_BACKENDS:
+            raise UserError(f"backend must be None or one of {', '.join(HOOK_BACKENDS)}, "
+                            f"got {backend!r}")
+        return cls(q_pos, k_pos, causal, consecutive, backend)
+
+    def with_backend(self, backend: str) -> HookContext:
+        """The same call, consumed by ``backend``."""
+        return HookContext(self.q_pos, self.k_pos, self.causal, self.consecutive, backend)
