@@ -14,21 +14,12 @@ import math
 from pathlib import Path
 
 from ..errors import UserError
+from .args import int_list as _int_list
 from .devices import add_device_arguments, resolve_device
 
 NAME = "eval"
 HELP = ("evaluate a trained run at several lengths on held-out data (optionally with RoPE "
         "inference-time scaling, attention entropy, synthetic-task accuracy)")
-
-
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one integer")
-    return values
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

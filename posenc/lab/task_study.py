@@ -230,7 +230,7 @@ def run_task_study(out_dir: str | Path, preset: str | TaskStudyConfig = "tasks",
     Bad input raises ValueError before anything is written. One process at a time writes
     ``out_dir`` (its :class:`~posenc.runio.DirectoryLock`)."""
     out_dir = Path(out_dir)
-    lock = DirectoryLock(out_dir, "posenc compare --preset tasks")
+    lock = DirectoryLock(out_dir, "posenc tasks")
     try:
         if out_dir.is_dir():
             lock.acquire()                 # before looking: nobody changes it meanwhile
