@@ -7,6 +7,7 @@ import time
 
 from ..errors import UserError
 from .args import int_list, name_list
+from .devices import add_device_arguments, resolve_device
 
 NAME = "compare"
 HELP = ("train every encoding with the same data, budget and seeds, evaluate at L..8L "
@@ -48,6 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-atlas", action="store_true", help="do not draw the atlas into "
                    "DIR/atlas (about 20 s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_device_arguments(p)
+    p.set_defaults(dtype=None)          # None: the preset's (bf16 autocast for paper)
 
 
 def _pe_options(name: str, items: list[str] | None) -> dict | None:
@@ -81,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
                  encodings=args.encodings, steps=args.steps,
                  train_len=args.train_len, lengths=args.lengths, scalings=scalings,
                  eval_tokens=args.eval_tokens, stride=args.stride, data=args.data,
-                 tokenizer=args.tokenizer, seed=args.seed, seeds=args.seeds)
+                 tokenizer=args.tokenizer, seed=args.seed, seeds=args.seeds,
+                 device=resolve_device(args.device),
+                 bf16=None if args.dtype is None else args.dtype == "bfloat16")
     start = time.perf_counter()
     outcome = run_compare(cfg, args.out, overwrite=args.overwrite,
                           progress=not args.no_progress, atlas=not args.no_atlas)

@@ -9,6 +9,12 @@ interleaved timing of a training step per encoding, the report and plots, and th
 (:func:`posenc.atlas.write_atlas`, with one trained run's learned terms and attention maps)
 in ``OUT/atlas``, linked from the report and index.html.
 
+The corpus and tokenizer are loaded once per comparison
+(:func:`~posenc.lab.study_data.prepare_study_data`) and every run trains on those streams.
+Runs train and are evaluated on ``cfg.train.device``, which is recorded in results.json but
+not compared: a comparison may grow on another device. The data is compared by content (the
+corpus hash), not by the path that names it.
+
 Nothing is lost on a crash: ``results.json`` is rewritten atomically after every evaluation,
 and a second call resumes: finished (encoding, seed) runs are kept, an interrupted training
 resumes from its checkpoint. A call that adds encodings, seeds or scalings to a directory
@@ -22,7 +28,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +37,6 @@ from ..encodings import encoding_options
 from ..eval.entropy import entropy_at_lengths
 from ..eval.inference_scaling import (InferenceScaling, accepts_rope_scaling,
                                       apply_inference_scaling, run_label)
-from ..eval.lengths import eval_device
 from ..runio import DirectoryLock, has_content
 from ..viz.plots import plot_all
 from .baseline import baseline_entry
@@ -39,6 +44,7 @@ from .presets import CompareConfig, incomparable_reason, merged
 from .progress import CompareProgress
 from .report import write_index, write_report
 from .results import RESULTS, aggregate, json_safe, read_results, save_results
+from .study_data import StudyData, prepare_study_data, study_device
 from .timing import time_training_steps
 from .window_eval import window_losses
 
@@ -119,7 +125,8 @@ def atlas_run(out_dir: Path, results: dict) -> Path | None:
     encodings = c.get("encodings", [])
     chosen = next((e for e in ATLAS_RUN_PREFERENCE if e in encodings), None)
     chosen = chosen or (encodings[0] if encodings else None)
-    run = out_dir / run_dir_of(chosen, int(c.get("seed", 0))) if chosen else None
+    seed = int((c.get("train") or {}).get("seed", 0))
+    run = out_dir / run_dir_of(chosen, seed) if chosen else None
     return run if run is not None and (run / "config.json").is_file() else None
 
 
@@ -146,53 +153,36 @@ def run_dir_of(encoding: str, seed: int) -> str:
     return f"runs/{encoding}/seed{seed}"
 
 
-def train_config(cfg: CompareConfig, encoding: str, vocab_size: int, seed: int | None = None):
-    """The TrainConfig of one encoding and seed: identical for all but ``model.pe``."""
-    from ..models import LMConfig
-    from ..train.config import TrainConfig
-    options = cfg.options_for(encoding)
-    declared = encoding_options(encoding)
-    if "vocab_size" in declared and declared["vocab_size"] is None:   # token-id tables
-        options.setdefault("vocab_size", vocab_size)
-    model = LMConfig(vocab_size=vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
-                     n_heads=cfg.n_heads, max_len=cfg.train_len, pe=encoding,
-                     pe_options=options)
-    return TrainConfig(model=model, data=cfg.data, tokenizer=cfg.tokenizer,
-                       train_len=cfg.train_len, batch_size=cfg.batch_size, steps=cfg.steps,
-                       lr=cfg.lr, warmup_steps=cfg.warmup_steps,
-                       weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
-                       seed=cfg.seed if seed is None else seed, bf16=cfg.bf16, eval_every=0,
-                       checkpoint_every=max(1, cfg.steps // 4))
-
-
 def _check_encoding(cfg: CompareConfig, encoding: str) -> None:
     """Validate an encoding's TrainConfig and build its encoding as the model would."""
     from ..encodings import build_encoding
-    options = train_config(cfg, encoding, 256).model.pe_options
-    build_encoding(encoding, n_heads=cfg.n_heads, head_dim=cfg.d_model // cfg.n_heads,
-                   max_len=cfg.train_len, **options)
+    model = cfg.train_config(encoding, 256).model
+    build_encoding(encoding, n_heads=model.n_heads, head_dim=model.d_model // model.n_heads,
+                   max_len=model.max_len, **model.pe_options)
 
 
-def _finished(run_dir: Path, steps: int):
+def _finished(run_dir: Path, steps: int, device: str):
     """The loaded run if ``run_dir`` holds a complete run of ``steps`` steps, else None."""
     from ..train.checkpoint import load_run
     if not (run_dir / "state.json").exists():
         return None
     try:
-        loaded = load_run(run_dir, eval_device())
+        loaded = load_run(run_dir, device)
     except ValueError:
         return None              # partial or damaged: train() resumes or reports it
     return loaded if loaded.complete and loaded.steps >= steps else None
 
 
-def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, vocab_size: int,
+def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, data: StudyData,
                    progress: CompareProgress, seed: int | None = None) -> tuple[Any, bool]:
-    """Train, resume or reuse one encoding's run; return (LoadedRun, trained now)."""
+    """Train, resume or reuse one encoding's run on the comparison's prepared ``data``;
+    return (LoadedRun, trained now)."""
     from ..train.checkpoint import load_run
     from ..train.loop import train
-    loaded = _finished(run_dir, cfg.steps)
+    steps, device = cfg.train.steps, study_device(cfg.train)
+    loaded = _finished(run_dir, steps, device)
     if loaded is not None:
-        progress.update(cfg.steps)
+        progress.update(steps)
         return loaded, False
     counted = [0]
 
@@ -200,10 +190,10 @@ def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, vocab_size:
         progress.update(step - counted[0])     # the first call also counts resumed steps
         counted[0] = step
 
-    train(train_config(cfg, encoding, vocab_size, seed), run_dir, resume=True, progress=False,
-          on_step=on_step)
-    progress.update(max(0, cfg.steps - counted[0]))
-    return load_run(run_dir, eval_device()), True
+    train(cfg.train_config(encoding, data.vocab_size, seed), run_dir, resume=True,
+          progress=False, on_step=on_step, data=data.train)
+    progress.update(max(0, steps - counted[0]))
+    return load_run(run_dir, device), True
 
 
 def _curve(log: list[dict]) -> list[list[float]]:
@@ -220,7 +210,7 @@ def evaluate_run(cfg: CompareConfig, loaded, test_tokens, encoding: str, scaling
                  progress: CompareProgress, run_dir: str | None = None) -> dict:
     """One seed's entry of a run: perplexity per length with every window's loss, entropy."""
     model = loaded.model
-    tokens_per_step = cfg.batch_size * cfg.train_len
+    tokens_per_step = cfg.train.tokens_per_step
     if scaling is not None:
         model = apply_inference_scaling(model, InferenceScaling.parse(scaling), cfg.train_len)
     start = time.perf_counter()
@@ -293,8 +283,8 @@ def _measure_timing(cfg: CompareConfig, results: dict, vocab_size: int,
     from ..models import TransformerLM
     bar.stage("timing a training step per encoding")
     results["timing"] = time_training_steps(
-        lambda enc: TransformerLM(train_config(cfg, enc, vocab_size).model),
-        cfg.encodings, cfg.batch_size, cfg.train_len, vocab_size, cfg.timing_rounds)
+        lambda enc: TransformerLM(cfg.train_config(enc, vocab_size).model),
+        cfg.encodings, cfg.train.batch_size, cfg.train_len, vocab_size, cfg.timing_rounds)
 
 
 # ------------------------------------------------------------------ the job
@@ -314,24 +304,21 @@ def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
 
 def _run_compare(cfg: CompareConfig, out_dir: Path, overwrite: bool, progress: bool,
                  atlas: bool, lock: DirectoryLock) -> CompareOutcome:
-    from ..data.cache import default_cache_dir, token_stream
-    from ..data.corpora import load_corpus
-    from ..data.tokenizer import build_tokenizer
     from ..train.loop import TrainingDiverged
+    cfg = replace(cfg, train=cfg.train.resolved())     # a local data path made absolute
     existing = check_out_dir(cfg, out_dir, overwrite)
     if existing is not None:
         cfg = merged(existing["config"], cfg)
     for encoding in cfg.encodings:            # every run's config is valid before we start
         _check_encoding(cfg, encoding)
-    corpus = load_corpus(cfg.data)
-    cache_dir = default_cache_dir()            # where `posenc train` caches data by default
-    tokenizer = build_tokenizer(cfg.tokenizer, corpus, cache_dir)
-    test_tokens = token_stream(corpus, tokenizer, "test", cache_dir)
+    data = prepare_study_data(cfg.train)       # once: every run trains and is tested on it
+    test_tokens = data.test
     if max(cfg.eval_lengths) > len(test_tokens):
         raise UserError(f"evaluation length {max(cfg.eval_lengths)} is longer than the test "
                          f"split ({len(test_tokens)} tokens); use shorter --lengths or more "
                          "data")
-    if existing is not None and existing["corpus"] != corpus.info():
+    if existing is not None and existing["corpus"].get("sha256") != \
+            data.corpus_info["sha256"]:        # the data by content, not by its path
         raise UserError(f"{out_dir} holds a comparison on another corpus "
                          f"({existing['corpus'].get('name')}, sha256 "
                          f"{str(existing['corpus'].get('sha256'))[:12]}); pass --overwrite "
@@ -344,11 +331,10 @@ def _run_compare(cfg: CompareConfig, out_dir: Path, overwrite: bool, progress: b
             raise UserError(f"{out_dir} was written by another process meanwhile")
     if overwrite:
         clear_outputs(out_dir)
-    results = existing or {"config": cfg.to_dict(), "corpus": corpus.info(), "runs": []}
+    results = existing or {"config": cfg.to_dict(), "corpus": data.corpus_info, "runs": []}
     results["config"] = cfg.to_dict()
     if "baseline" not in results:
-        results["baseline"] = baseline_entry(token_stream(corpus, tokenizer, "train", cache_dir),
-                                             test_tokens, tokenizer.vocab_size,
+        results["baseline"] = baseline_entry(data.train.train, test_tokens, data.vocab_size,
                                              cfg.eval_tokens)
     done = _done(results)
     save_results(out_dir, results)
@@ -361,7 +347,7 @@ def _run_compare(cfg: CompareConfig, out_dir: Path, overwrite: bool, progress: b
                 todo = [s for s in plan if (encoding, s, seed) not in done]
                 name = f"{encoding}/seed{seed}"
                 if not todo:
-                    bar.update(cfg.steps + len(plan) * len(cfg.eval_lengths) * bar.eval_unit)
+                    bar.update(cfg.train.steps + len(plan) * len(cfg.eval_lengths) * bar.eval_unit)
                     reused.append(name)
                     continue
                 bar.update((len(plan) - len(todo)) * len(cfg.eval_lengths) * bar.eval_unit)
@@ -369,7 +355,7 @@ def _run_compare(cfg: CompareConfig, out_dir: Path, overwrite: bool, progress: b
                 where = run_dir_of(encoding, seed)
                 try:
                     loaded, did_train = ensure_trained(cfg, encoding, out_dir / where,
-                                                       tokenizer.vocab_size, bar, seed)
+                                                       data, bar, seed)
                 except TrainingDiverged as err:
                     results.setdefault("failed", {})[name] = str(err)
                     bar.update(len(todo) * len(cfg.eval_lengths) * bar.eval_unit)
@@ -384,7 +370,7 @@ def _run_compare(cfg: CompareConfig, out_dir: Path, overwrite: bool, progress: b
                                          run_dir=where)
                     add_seed(results, cfg, head, entry)
                     write_outputs(out_dir, results, plots=False)   # plots once, at the end
-        _measure_timing(cfg, results, tokenizer.vocab_size, bar)
+        _measure_timing(cfg, results, data.vocab_size, bar)
         bar.stage("drawing plots and the atlas" if atlas else "drawing plots")
         report, plots = write_outputs(out_dir, results, atlas=atlas)
     finally:

@@ -11,8 +11,8 @@ class CompareProgress:
 
     def __init__(self, cfg: CompareConfig, evaluated_runs: int, enabled: bool) -> None:
         from tqdm.auto import tqdm
-        self.eval_unit = max(1, round(cfg.eval_tokens / (3 * cfg.batch_size * cfg.train_len)))
-        per_seed = len(cfg.encodings) * cfg.steps + evaluated_runs * len(
+        self.eval_unit = max(1, round(cfg.eval_tokens / (3 * cfg.train.tokens_per_step)))
+        per_seed = len(cfg.encodings) * cfg.train.steps + evaluated_runs * len(
             cfg.eval_lengths) * self.eval_unit
         self.bar = tqdm(total=per_seed * cfg.seeds, disable=not enabled, desc="compare",
                         dynamic_ncols=True,

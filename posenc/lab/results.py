@@ -28,13 +28,15 @@ from typing import Any
 
 from ..errors import UserError
 from ..runio import atomic_write
+from .presets import migrate_config
 from .stats import BOOTSTRAP, SEEDS, Estimate, block_bootstrap_ppl, bootstrap_ppl
 
 RESULTS = "results.json"
 
 
 def read_results(out_dir: Path) -> dict | None:
-    """The results.json in ``out_dir``, None if absent; ValueError if unreadable."""
+    """The results.json in ``out_dir``, None if absent; ValueError if unreadable. Its config
+    is in the nested form (:func:`~posenc.lab.presets.migrate_config`)."""
     path = Path(out_dir) / RESULTS
     if not path.exists():
         return None
@@ -46,6 +48,7 @@ def read_results(out_dir: Path) -> dict | None:
     if not isinstance(data, dict) or not {"config", "corpus", "runs"} <= set(data):
         raise UserError(f"{path} is not a posenc comparison (needs config, corpus and runs); "
                          "pass --overwrite to replace it")
+    data["config"] = migrate_config(data["config"])     # flat, as older versions wrote it
     return data
 
 

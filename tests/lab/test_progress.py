@@ -13,7 +13,7 @@ def test_a_full_job_fills_the_bar_exactly():
     bar = CompareProgress(cfg, runs, enabled=True)             # a disabled bar counts nothing
     for _ in range(cfg.seeds):
         for _ in cfg.encodings:
-            bar.update(cfg.steps)                         # a run's training
+            bar.update(cfg.train.steps)                         # a run's training
         for _ in range(runs * len(cfg.eval_lengths)):
             bar.update(bar.eval_unit)                     # one evaluation length
     bar.stage("done")
