@@ -111,6 +111,7 @@ def verdict_lines(results: dict) -> list[str]:
 
 def render_report(results: dict, plots: list[str] | None = None) -> str:
     cfg = results["config"]
+    model, lm, s2s = cfg["model"], cfg["train"], cfg["seq2seq_train"]
     n_seeds = len(cfg["seeds"])
     spread = ("the sample standard deviation across seeds or, when larger, the binomial "
               "standard error of the mean over all seeds' test examples (the rate smoothed "
@@ -129,17 +130,17 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
         "is *inconclusive*. "
         f"An encoding whose exact match at L is below {LEARNED_AT:g} did not learn the task "
         "and gets no verdict.", "",
-        f"Decoder-only: d_model {cfg['d_model']}, {cfg['n_layers']} layers, {cfg['n_heads']} "
-        f"heads, {cfg['steps']} steps of {cfg['batch_size']} examples at lr {cfg['lr']:g}, "
-        "lengths drawn uniformly up to L = "
-        f"{cfg['train_len']}; the loss and the score cover the answer tokens only.", ""]
+        f"Decoder-only: d_model {model['d_model']}, {model['n_layers']} layers, "
+        f"{model['n_heads']} heads, {lm['steps']} steps of {lm['batch_size']} examples at lr "
+        f"{lm['lr']:g}, lengths drawn uniformly up to L = "
+        f"{lm['max_len']}; the loss and the score cover the answer tokens only.", ""]
     if cfg.get("seq2seq_task"):
         lines += [
             f"Encoder-decoder: {cfg['seq2seq_layers']} encoder and {cfg['seq2seq_layers']} "
-            f"decoder layers of width {cfg['d_model']}, the same encoding in both "
+            f"decoder layers of width {model['d_model']}, the same encoding in both "
             "(bidirectional in the encoder where it has that option; cross-attention has "
-            f"none), {cfg['seq2seq_steps']} teacher-forced steps on sources of "
-            f"{cfg['seq2seq_min_len']}..{cfg['seq2seq_len']} letters; tested by greedy "
+            f"none), {s2s['steps']} teacher-forced steps on sources of "
+            f"{s2s['min_len']}..{s2s['max_len']} letters; tested by greedy "
             "decoding, exact match of the whole output (answer and end token).", ""]
     if "seconds" in results:
         cpu = sum(r["seconds"].get("cpu", 0.0) for r in results["runs"])

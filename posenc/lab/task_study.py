@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -66,28 +67,16 @@ def build_model(cfg: TaskStudyConfig, part: str, encoding: str, max_len: int):
     """The untrained model of one run (initialised from the current torch seed)."""
     options = cfg.options_for(encoding)
     if part == "lm":
-        from ..models.lm import LMConfig, TransformerLM
-        return TransformerLM(LMConfig(vocab_size=256, d_model=cfg.d_model,
-                                      n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                                      max_len=max_len, pe=encoding, pe_options=options))
+        from ..models.lm import TransformerLM
+        return TransformerLM(replace(cfg.model, max_len=max_len, pe=encoding,
+                                     pe_options=options))
     from ..models.seq2seq import Seq2SeqTransformer
     from ..models.seq2seq_config import Seq2SeqConfig
     return Seq2SeqTransformer(Seq2SeqConfig(
-        vocab_size=256, d_model=cfg.d_model, n_heads=cfg.n_heads,
+        vocab_size=cfg.model.vocab_size, d_model=cfg.model.d_model, n_heads=cfg.model.n_heads,
         n_encoder_layers=cfg.seq2seq_layers, n_decoder_layers=cfg.seq2seq_layers,
         max_len=max_len, encoder_pe=encoding, encoder_pe_options=options,
         decoder_pe_options=options))
-
-
-def train_config(cfg: TaskStudyConfig, part: str, task: str, seed: int):
-    from ..train.task_loop import TaskTrainConfig
-    if part == "lm":
-        return TaskTrainConfig(steps=cfg.steps, batch_size=cfg.batch_size,
-                               min_len=cfg.min_len_for(task), max_len=cfg.train_len,
-                               lr=cfg.lr, seed=seed)
-    return TaskTrainConfig(steps=cfg.seq2seq_steps, batch_size=cfg.batch_size,
-                           min_len=cfg.seq2seq_min_len, max_len=cfg.seq2seq_len,
-                           lr=cfg.seq2seq_lr, seed=seed)
 
 
 def _curve(losses: list[float]) -> list[list[float]]:
@@ -103,7 +92,7 @@ def run_one(cfg: TaskStudyConfig, part: str, task: str, encoding: str, seed: int
     from ..eval.tasks import seq2seq_accuracy_at_lengths, task_accuracy_at_lengths
     from ..train.seq2seq_loop import train_seq2seq
     from ..train.task_loop import train_lm_task
-    tcfg = train_config(cfg, part, task, seed)
+    tcfg = cfg.train_config(part, task, seed)
     device = eval_device()
     cpu_start = time.process_time()
     torch.manual_seed(seed)
@@ -168,9 +157,8 @@ def check_out_dir(cfg: TaskStudyConfig, out_dir: Path, overwrite: bool = False
             raise UserError(f"{out_dir} is not empty and holds no task study ({RESULTS}); "
                              "choose a new or empty directory")
         return None
-    old = TaskStudyConfig.from_dict(existing["config"]).setting()
-    diff = sorted(k for k in old.keys() | cfg.setting().keys()
-                  if old.get(k) != cfg.setting().get(k))
+    old, new = TaskStudyConfig.from_dict(existing["config"]).setting(), cfg.setting()
+    diff = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
     if diff:
         raise UserError(f"{out_dir} holds a task study with another setting (differs in "
                          f"{', '.join(diff)}); its runs are not comparable: choose another "
@@ -260,7 +248,7 @@ def _run_task_study(out_dir: Path, preset: str | TaskStudyConfig,
     save_results(out_dir, results)
     done = {run_key(r) for r in results["runs"]}
     todo = [k for k in planned_runs(cfg) if k not in done]
-    steps = {"lm": cfg.steps, "seq2seq": cfg.seq2seq_steps}
+    steps = {"lm": cfg.train.steps, "seq2seq": cfg.seq2seq_train.steps}
     bar = tqdm(total=sum(steps[k[0]] for k in todo), disable=not progress, desc="tasks",
                dynamic_ncols=True)
     started = time.perf_counter()

@@ -91,8 +91,9 @@ def results(seeds=(0,), spread=0.0, **changes):
 
 TINY = TaskStudyConfig(
     preset="test", encodings=("nope", "alibi"), seq2seq_encodings=("rope",), seeds=(0, 1),
-    train_len=8, length_multipliers=(1, 2), d_model=16, n_layers=1, n_heads=2, steps=3,
-    batch_size=4, seq2seq_len=3, seq2seq_min_len=2, seq2seq_steps=3, eval_examples=5)
+    length_multipliers=(1, 2), eval_examples=5,
+).with_options(train_len=8, d_model=16, n_layers=1, n_heads=2, steps=3, batch_size=4,
+               seq2seq_len=3, seq2seq_min_len=2, seq2seq_steps=3)
 
 
 def _pair(value) -> tuple[float, float]:

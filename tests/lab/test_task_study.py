@@ -65,8 +65,8 @@ def test_a_rerun_skips_finished_runs_and_more_seeds_train_only_the_new_ones(
 def test_another_setting_or_a_foreign_directory_is_refused(tmp_path, monkeypatch):
     fake_runs(monkeypatch)
     run_task_study(tmp_path / "a", TINY, progress=False)
-    longer = TaskStudyConfig.from_dict({**TINY.to_dict(), "steps": 4, "lr": 1e-3})
-    with pytest.raises(ValueError, match=r"another setting \(differs in lr, steps\)"):
+    longer = TINY.with_options(steps=4, lr=1e-3)
+    with pytest.raises(ValueError, match=r"another setting \(differs in train.lr, train.steps\)"):
         run_task_study(tmp_path / "a", longer, progress=False)
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "notes.txt").write_text("mine")
