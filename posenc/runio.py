@@ -21,6 +21,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from .errors import UserError
+
 try:
     import fcntl
 except ImportError:                                  # pragma: no cover - not on POSIX
@@ -39,7 +41,7 @@ def _umask() -> int:
 FILE_MODE = 0o666 & ~_umask()
 
 
-class DirectoryInUse(ValueError):
+class DirectoryInUse(UserError):
     """Another live process holds the directory's lock."""
 
 

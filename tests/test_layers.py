@@ -17,8 +17,8 @@ PACKAGE = Path(posenc.__file__).parent
 #: layer of each subpackage or top-level module: a module imports only lower layers (and its
 #: own subpackage)
 LAYERS = {
-    "runio": 0, "paths": 0, "errors": 0,
-    "kernels": 1, "data": 1,
+    "errors": -1, "runio": 0, "paths": 0,
+    "kernels": 1, "data": 1, "study": 1,
     "encodings": 2,
     "attention": 3,
     "models": 4,

@@ -1,0 +1,230 @@
+"""One run directory for every study: lock, comparable settings, typed results, overwrite.
+
+A study writes into one folder (``posenc compare --out DIR``). :class:`RunDirectory` owns the
+rules every study follows there:
+
+- one writer: the folder's :class:`~posenc.runio.DirectoryLock` is taken before anything in it
+  is read (when it exists) and held until the study ends;
+- nothing is written until the study has checked all its input (:meth:`RunDirectory.open`
+  only reads; :meth:`RunDirectory.claim` makes the folder its own);
+- ``results.json`` carries the study's ``kind`` and the ``schema`` version of its layout, is
+  rewritten atomically after every unit of work, and is read back with the study's own
+  comparable-settings check: a second call resumes or grows the study, or is refused in one
+  line naming what differs;
+- overwrite removes only what the study declares it writes (:attr:`StudyKind.outputs`), and
+  only in a folder whose results.json is the study's own: a folder posenc did not write is
+  refused, never emptied.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..runio import DirectoryLock, atomic_write, has_content, remove_stale_temporaries
+from .codec import dumps, read_json
+
+RESULTS = "results.json"
+
+#: how errors name the caller's options: the Python API's argument names by default; the CLI
+#: passes its flags
+API_NAMES = {"overwrite": "overwrite=True", "out": "out_dir"}
+CLI_NAMES = {"overwrite": "--overwrite", "out": "--out"}
+
+
+@dataclass(frozen=True)
+class StudyKind:
+    """What a study declares about the folder it writes.
+
+    ``name`` is stamped into results.json as ``kind``; ``schema`` is the version of the
+    results layout this code writes; ``command`` names the writer (the lock, messages).
+    ``outputs``: glob patterns, relative to the folder, of everything the study writes
+    (overwrite removes these and nothing else). ``legacy``: recognises a results file
+    written before kinds were stamped (schema 0). ``migrate(results, schema)``: the results
+    of an older schema in the current layout (None: older schemas are refused).
+    """
+
+    name: str
+    schema: int
+    command: str
+    outputs: tuple[str, ...]
+    legacy: Callable[[dict], bool] | None = None
+    migrate: Callable[[dict, int], dict] | None = None
+    description: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def what(self) -> str:
+        return self.description or f"posenc {self.name} study"
+
+    def recognises(self, data: Any) -> bool:
+        """Whether ``data`` (a parsed results.json) was written by this kind of study."""
+        if not isinstance(data, dict):
+            return False
+        if "kind" in data and "schema" in data:
+            return data["kind"] == self.name
+        return self.legacy is not None and self.legacy(data)
+
+
+def read_study_results(folder: str | Path, kinds: tuple[StudyKind, ...]
+                       ) -> tuple[StudyKind, dict]:
+    """(the kind, its results in the current layout) of the study in ``folder``; a one-line
+    UserError when the folder holds none of ``kinds``."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UserError(f"{folder} is not a directory")
+    path = folder / RESULTS
+    if not path.is_file():
+        raise UserError(f"{folder} holds no {RESULTS}; give the output directory of "
+                        + " or ".join(f"`{k.command}`" for k in kinds))
+    data = read_json(path)
+    for kind in kinds:
+        if kind.recognises(data):
+            return kind, _current(kind, data, path)
+    raise UserError(f"{path} was not written by "
+                    + " or ".join(f"`{k.command}`" for k in kinds))
+
+
+def _current(kind: StudyKind, data: dict, path: Path) -> dict:
+    """``data`` (recognised as ``kind``) in the current schema, or a one-line refusal."""
+    schema = data.get("schema", 0) if "kind" in data else 0
+    if not isinstance(schema, int) or isinstance(schema, bool) or schema < 0:
+        raise UserError(f"{path} has an invalid schema version {schema!r}")
+    if schema > kind.schema:
+        raise UserError(f"{path} was written by a newer posenc (results schema {schema}, "
+                        f"this one reads up to {kind.schema}); upgrade posenc")
+    if schema < kind.schema:
+        if kind.migrate is None:
+            raise UserError(f"{path} has results schema {schema}, which this posenc no "
+                            f"longer reads (it writes {kind.schema})")
+        data = kind.migrate(data, schema)
+    return data
+
+
+class RunDirectory:
+    """``with RunDirectory(out_dir, kind) as rd:`` the folder a study writes (module docstring).
+
+    ``names`` maps "overwrite" and "out" to how the caller spells them in messages
+    (:data:`API_NAMES` or :data:`CLI_NAMES`).
+    """
+
+    def __init__(self, path: str | Path, kind: StudyKind,
+                 names: Mapping[str, str] = API_NAMES) -> None:
+        if str(path) == "":
+            raise UserError(f"{names['out']} must not be empty")
+        self.path = Path(path)
+        self.kind = kind
+        self.names = dict(names)
+        self.lock = DirectoryLock(self.path, kind.command)
+
+    # ------------------------------------------------------------------ lock
+    def __enter__(self) -> RunDirectory:
+        if self.path.is_dir():
+            self.lock.acquire()               # before looking: nobody changes it meanwhile
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+    # ------------------------------------------------------------------ reading
+    def read(self) -> dict | None:
+        """The folder's results in the current schema; None if it holds no results.json;
+        a one-line UserError if it holds another study's or a file posenc did not write."""
+        path = self.path / RESULTS
+        if not path.is_file():
+            if path.exists():
+                raise UserError(f"{path} is not a file; choose another {self.names['out']}")
+            return None
+        data = read_json(path)
+        if not self.kind.recognises(data):
+            other = data.get("kind") if isinstance(data, dict) else None
+            held = (f"a posenc {other} study" if isinstance(other, str) and "schema" in data
+                    else f"a {RESULTS} that {self.kind.command} did not write")
+            raise UserError(f"{self.path} holds {held}; choose another {self.names['out']} "
+                            "(posenc never overwrites what it did not write)")
+        return _current(self.kind, data, path)
+
+    def open(self, incomparable: Callable[[dict], str | None],
+             overwrite: bool = False) -> dict | None:
+        """The results to resume or grow, or None for a new study. Reads only.
+
+        Refuses (one line) a path that is a file, a non-empty folder without this study's
+        results (with or without overwrite), and, unless ``overwrite``, results whose
+        settings ``incomparable(results)`` says differ (the reason is quoted).
+        """
+        if self.path.exists() and not self.path.is_dir():
+            raise UserError(f"{self.names['out']} {self.path} exists and is not a directory")
+        existing = self.read()
+        if existing is None:
+            if self.path.is_dir() and has_content(self.path):
+                raise UserError(f"{self.path} is not empty and holds no {self.kind.what} "
+                                f"({RESULTS}); choose a new or empty directory")
+            return None
+        if overwrite:
+            return None
+        reason = incomparable(existing)
+        if reason:
+            raise UserError(f"{self.path} holds a {self.kind.what} whose settings differ "
+                            f"({reason}); pass {self.names['overwrite']} to replace it or "
+                            f"choose another {self.names['out']}")
+        return existing
+
+    # ------------------------------------------------------------------ writing
+    def claim(self, overwrite: bool = False) -> None:
+        """Make the folder the study's: create and lock it if new, remove the temporaries a
+        crash left, and with ``overwrite`` remove what the study wrote before. Call it only
+        after every input is checked."""
+        if not self.lock.held:                # a new folder: make it, lock it, look again
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.lock.acquire()
+            if has_content(self.path):
+                raise UserError(f"{self.path} was written by another process meanwhile")
+        for folder in self._folders():
+            remove_stale_temporaries(folder)
+        if overwrite:
+            self.remove_outputs()
+
+    def _folders(self) -> list[Path]:
+        """The folder and the subfolders its outputs live in (where temporaries may stay)."""
+        subs = {Path(p).parts[0] for p in self.kind.outputs if len(Path(p).parts) > 1}
+        return [self.path] + [self.path / s for s in sorted(subs) if (self.path / s).is_dir()]
+
+    def remove_outputs(self) -> list[Path]:
+        """Delete what :attr:`StudyKind.outputs` matches (files and folders), then the
+        folders that this left empty; nothing else. Returns what was deleted."""
+        removed = []
+        for pattern in self.kind.outputs:
+            for p in sorted(self.path.glob(pattern), reverse=True):
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                elif p.exists() or p.is_symlink():
+                    p.unlink()
+                else:
+                    continue
+                removed.append(p)
+        for p in removed:                     # parents emptied by the removal
+            for parent in p.parents:
+                if parent == self.path or not parent.is_relative_to(self.path):
+                    break
+                if parent.is_dir() and not any(parent.iterdir()):
+                    parent.rmdir()
+        return removed
+
+    def save(self, results: dict) -> Path:
+        """results.json, stamped with the study's kind and schema, written atomically."""
+        body = {k: v for k, v in results.items() if k not in ("kind", "schema")}
+        doc = {"kind": self.kind.name, "schema": self.kind.schema, **body}
+        path = self.path / RESULTS
+        atomic_write(path, dumps(doc))
+        return path
+
+    def write(self, name: str, content: str | bytes) -> Path:
+        """Write one output file (report.md, index.html, ...) atomically; returns its path."""
+        path = self.path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, content.encode("utf-8") if isinstance(content, str) else content)
+        return path
