@@ -32,12 +32,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..lab.task_study import FIGURE, REPORT, RESULTS, run_task_study
+    from ..study import CLI_NAMES
     if args.seeds is not None and args.seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {args.seeds}")
     start = time.perf_counter()
     results = run_task_study(args.out, preset=args.preset, seeds=args.seeds,
                              encodings=list(args.encodings) if args.encodings else None,
-                             progress=not args.no_progress, overwrite=args.overwrite)
+                             progress=not args.no_progress, overwrite=args.overwrite,
+                             names=CLI_NAMES)
     minutes = (time.perf_counter() - start) / 60
     print(f"{len(results['runs'])} runs ({len(results['trained'])} trained now) in "
           f"{minutes:.1f} min")

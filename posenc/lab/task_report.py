@@ -3,9 +3,7 @@ rankings with ties, and the published ordering checked with verdicts that respec
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ..runio import atomic_write
+from ..study import markdown_table
 from .task_verdicts import (LEARNED_AT, MIN_EFFECT, PAPER, length_score, paper_verdicts,
                             ranking, runs_of, score)
 
@@ -47,11 +45,6 @@ def summarize(results: dict) -> dict:
     return out
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            + ["| " + " | ".join(r) + " |" for r in rows] + [""])
-
-
 def accuracy_table(results: dict, part: str, task: str, encodings: list[str],
                    metric: str = "exact_match") -> list[str]:
     lengths = lengths_of(results, part, task, encodings)
@@ -68,7 +61,7 @@ def accuracy_table(results: dict, part: str, task: str, encodings: list[str],
             cells.append(s.text() if s is not None else (note or "–"))
         loss = sum(r["final_loss"] for r in runs) / len(runs)
         rows.append([enc, str(len(runs))] + cells + [f"{loss:.3f}"])
-    return _table(header, rows)
+    return markdown_table(header, rows) + [""]
 
 
 def ranking_lines(results: dict, part: str, task: str, encodings: list[str],
@@ -105,8 +98,8 @@ def verdict_lines(results: dict) -> list[str]:
         return ["No pair of encodings that the paper orders was trained here.", ""]
     rows = [[e.claim, f"**{e.verdict}**", e.evidence, t.verdict, t.evidence]
             for e, t in zip(exact, tokens)]
-    return _table(["claim", "verdict (exact match)", "evidence (mean ± spread)",
-                   "token accuracy", "evidence"], rows)
+    return markdown_table(["claim", "verdict (exact match)", "evidence (mean ± spread)",
+                           "token accuracy", "evidence"], rows) + [""]
 
 
 def render_report(results: dict, plots: list[str] | None = None) -> str:
@@ -182,10 +175,3 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
                   "(log scale), one column per model and task: mean over seeds with error "
                   "bars of ± the spread; the dotted line marks the training length L.", ""]
     return "\n".join(lines)
-
-
-def write_report(results: dict, path: Path, plots: list[str] | None = None) -> Path:
-    """Write the report to ``path`` atomically and return ``path``."""
-    path = Path(path)
-    atomic_write(path, render_report(results, plots).encode("utf-8"))
-    return path
