@@ -72,6 +72,7 @@ def _pe_options(name: str, items: list[str] | None) -> dict | None:
 def run(args: argparse.Namespace) -> int:
     from ..lab.compare import run_compare
     from ..lab.presets import preset
+    from ..study import CLI_NAMES
     if args.threads is not None:
         if args.threads < 1:
             raise UserError(f"--threads must be >= 1, got {args.threads}")
@@ -89,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
                  bf16=None if args.dtype is None else args.dtype == "bfloat16")
     start = time.perf_counter()
     outcome = run_compare(cfg, args.out, overwrite=args.overwrite,
-                          progress=not args.no_progress, atlas=not args.no_atlas)
+                          progress=not args.no_progress, atlas=not args.no_atlas,
+                          names=CLI_NAMES)
     minutes = (time.perf_counter() - start) / 60
     print(f"{len(outcome.results['runs'])} runs ({len(outcome.trained)} trained now, "
           f"{len(outcome.reused)} reused) in {minutes:.1f} min")

@@ -15,41 +15,40 @@ Runs train and are evaluated on ``cfg.train.device``, which is recorded in resul
 not compared: a comparison may grow on another device. The data is compared by content (the
 corpus hash), not by the path that names it.
 
-Nothing is lost on a crash: ``results.json`` is rewritten atomically after every evaluation,
-and a second call resumes: finished (encoding, seed) runs are kept, an interrupted training
-resumes from its checkpoint. A call that adds encodings, seeds or scalings to a directory
-trains only what is missing; one whose settings make the old runs incomparable is refused
-with the reason, unless ``overwrite``. One process at a time writes ``out_dir`` (its
-:class:`~posenc.runio.DirectoryLock`). A run whose training diverges (non-finite loss) is
+The comparison runs on the study core (:class:`CompareStudy`, :func:`posenc.study.run_study`;
+a unit is one (encoding, seed) run). Nothing is lost on a crash: ``results.json`` is
+rewritten atomically after every unit, and a second call resumes: finished (encoding, seed)
+runs are kept, an interrupted training resumes from its checkpoint. A call that adds
+encodings, seeds or scalings to a directory trains only what is missing; one whose settings
+make the old runs incomparable is refused with the reason, unless ``overwrite``, which
+removes only what a comparison writes. One process at a time writes ``out_dir`` (the run
+directory's lock). A run whose training diverges (non-finite loss) is
 recorded under ``failed`` in results.json and named in the report; the others go on.
 """
 
 from __future__ import annotations
 
-import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..encodings import encoding_options
 from ..eval.entropy import entropy_at_lengths
 from ..eval.inference_scaling import (InferenceScaling, accepts_rope_scaling,
                                       apply_inference_scaling, run_label)
-from ..runio import DirectoryLock, has_content
+from ..study import API_NAMES, RESULTS, RunDirectory, Unit, encode, run_study
 from ..viz.plots import plot_all
 from .baseline import baseline_entry
 from .presets import CompareConfig, incomparable_reason, merged
-from .progress import CompareProgress
-from .report import write_index, write_report
-from .results import RESULTS, aggregate, json_safe, read_results, save_results
+from .progress import UnitProgress, unit_weight
+from .report import existing_links, render_index, render_report
+from .results import COMPARE_KIND, aggregate
 from .study_data import StudyData, prepare_study_data, study_device
 from .timing import time_training_steps
 from .window_eval import window_losses
 
-OUTPUTS = ("results.json", "report.md", "index.html", "ppl_vs_length.png",
-           "ppl_ratio.png", "training_curves.png", "entropy_vs_length.png")
 ATLAS = "atlas"
 #: whose trained run the atlas draws (the first of these compared; else the first encoding):
 #: a learned bias table shows most of what training did to positions
@@ -70,52 +69,18 @@ class CompareOutcome:
     reused: tuple[str, ...]
 
 
-# ------------------------------------------------------------------ output directory
-def check_out_dir(cfg: CompareConfig, out_dir: Path, overwrite: bool) -> dict | None:
-    """Refuse an output directory holding something else; return resumable results or None.
-
-    Has no side effects: nothing is written or removed here.
-    """
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise NotADirectoryError(f"--out {out_dir} exists and is not a directory")
-    if overwrite:
-        return None
-    existing = read_results(out_dir)
-    if existing is not None:
-        reason = incomparable_reason(existing["config"], cfg)
-        if reason:
-            raise UserError(f"{out_dir} holds a different comparison whose runs are not "
-                             f"comparable ({reason}); pass --overwrite to replace it or "
-                             "choose another --out")
-        return existing
-    if out_dir.exists() and has_content(out_dir):
-        raise UserError(f"{out_dir} is not empty and holds no comparison ({RESULTS}); choose "
-                         "a new or empty directory, or pass --overwrite")
-    return None
-
-
-def clear_outputs(out_dir: Path) -> None:
-    """Remove what a comparison writes (results, report, plots, runs/, atlas/); nothing else."""
-    out_dir = Path(out_dir)
-    for folder in ("runs", ATLAS):
-        if (out_dir / RESULTS).exists() and (out_dir / folder).is_dir():
-            shutil.rmtree(out_dir / folder)
-    for name in OUTPUTS:
-        (out_dir / name).unlink(missing_ok=True)
-
-
-def write_outputs(out_dir: Path, results: dict, plots: bool = True, atlas: bool = False
-                  ) -> tuple[Path, list[Path]]:
-    """results.json, then (if ``plots``) the PNGs and (if ``atlas``) the atlas, then
-    report.md and index.html."""
-    save_results(out_dir, results)
+# ------------------------------------------------------------------ outputs
+def render_outputs(directory: RunDirectory, results: dict, plots: bool = True,
+                   atlas: bool = False) -> tuple[Path, list[Path]]:
+    """(if ``plots``) the PNGs and (if ``atlas``) the atlas, then report.md and index.html
+    (results.json is the study core's to write)."""
+    out_dir = directory.path
     paths = plot_all(results, out_dir) if plots and results["runs"] else []
     if atlas:
         write_comparison_atlas(out_dir, results)
-    names = [p.name for p in paths]
-    report = write_report(results, out_dir, names)
-    write_index(results, out_dir, names)
+    names, links = [p.name for p in paths], existing_links(out_dir)
+    report = directory.write("report.md", render_report(results, names, links))
+    directory.write("index.html", render_index(results, names, links))
     return report, paths
 
 
@@ -174,7 +139,7 @@ def _finished(run_dir: Path, steps: int, device: str):
 
 
 def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, data: StudyData,
-                   progress: CompareProgress, seed: int | None = None) -> tuple[Any, bool]:
+                   progress: UnitProgress, seed: int | None = None) -> tuple[Any, bool]:
     """Train, resume or reuse one encoding's run on the comparison's prepared ``data``;
     return (LoadedRun, trained now)."""
     from ..train.checkpoint import load_run
@@ -207,7 +172,7 @@ def _curve(log: list[dict]) -> list[list[float]]:
 
 
 def evaluate_run(cfg: CompareConfig, loaded, test_tokens, encoding: str, scaling: str | None,
-                 progress: CompareProgress, run_dir: str | None = None) -> dict:
+                 progress: UnitProgress, run_dir: str | None = None) -> dict:
     """One seed's entry of a run: perplexity per length with every window's loss, entropy."""
     model = loaded.model
     tokens_per_step = cfg.train.tokens_per_step
@@ -258,7 +223,7 @@ def add_seed(results: dict, cfg: CompareConfig, head: dict, entry: dict) -> None
     runs = results["runs"]
     old = next((r for r in runs if run_label(r) == label), None)
     seeds = [s for s in (old or {}).get("seeds", []) if s["seed"] != entry["seed"]] + [entry]
-    run = aggregate(json_safe(seeds), head, blocked=cfg.stride is None)
+    run = aggregate(encode(seeds), head, blocked=cfg.stride is None)
     if old is None:
         runs.append(run)
     else:
@@ -273,107 +238,123 @@ def _done(results: dict) -> set[tuple[str, str | None, int]]:
             for r in results["runs"] for s in r.get("seeds", [])}
 
 
-def _measure_timing(cfg: CompareConfig, results: dict, vocab_size: int,
-                    bar: CompareProgress) -> None:
-    """Interleaved step timing of every encoding, unless results hold it for these ones."""
-    timing = results.get("timing") or {}
-    if not cfg.timing_rounds or (set(timing.get("step_seconds", {})) == set(cfg.encodings)
-                                 and timing.get("rounds") == cfg.timing_rounds):
-        return
+def _measure_timing(cfg: CompareConfig, results: dict, vocab_size: int) -> None:
+    """Interleaved step timing of every encoding."""
     from ..models import TransformerLM
-    bar.stage("timing a training step per encoding")
     results["timing"] = time_training_steps(
         lambda enc: TransformerLM(cfg.train_config(enc, vocab_size).model),
         cfg.encodings, cfg.train.batch_size, cfg.train_len, vocab_size, cfg.timing_rounds)
 
 
-# ------------------------------------------------------------------ the job
-def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
-                progress: bool = True, atlas: bool = True) -> CompareOutcome:
-    """Run, resume or grow the comparison ``cfg`` in ``out_dir``; see the module docstring.
-    ``atlas``: also draw the atlas into ``out_dir/atlas`` at the end."""
-    out_dir = Path(out_dir)
-    lock = DirectoryLock(out_dir, "posenc compare")
-    try:
-        if out_dir.is_dir():
-            lock.acquire()                 # before looking: nobody changes it meanwhile
-        return _run_compare(cfg, out_dir, overwrite, progress, atlas, lock)
-    finally:
-        lock.release()
+# ------------------------------------------------------------------ the study
+class CompareStudy:
+    """The comparison as a :class:`~posenc.study.Study`: a unit trains (or reuses) one
+    (encoding, seed) run and evaluates what it lacks, weighted by its steps and evaluation
+    lengths; a last unit times a training step per encoding."""
 
+    kind = COMPARE_KIND
 
-def _run_compare(cfg: CompareConfig, out_dir: Path, overwrite: bool, progress: bool,
-                 atlas: bool, lock: DirectoryLock) -> CompareOutcome:
-    from ..train.loop import TrainingDiverged
-    cfg = replace(cfg, train=cfg.train.resolved())     # a local data path made absolute
-    existing = check_out_dir(cfg, out_dir, overwrite)
-    if existing is not None:
-        cfg = merged(existing["config"], cfg)
-    for encoding in cfg.encodings:            # every run's config is valid before we start
-        _check_encoding(cfg, encoding)
-    data = prepare_study_data(cfg.train)       # once: every run trains and is tested on it
-    test_tokens = data.test
-    if max(cfg.eval_lengths) > len(test_tokens):
-        raise UserError(f"evaluation length {max(cfg.eval_lengths)} is longer than the test "
-                         f"split ({len(test_tokens)} tokens); use shorter --lengths or more "
-                         "data")
-    if existing is not None and existing["corpus"].get("sha256") != \
-            data.corpus_info["sha256"]:        # the data by content, not by its path
-        raise UserError(f"{out_dir} holds a comparison on another corpus "
-                         f"({existing['corpus'].get('name')}, sha256 "
-                         f"{str(existing['corpus'].get('sha256'))[:12]}); pass --overwrite "
-                         "to replace it")
-    # everything is validated: from here on the directory is ours
-    if not lock.held:                      # a new folder: make it, lock it, look again
-        out_dir.mkdir(parents=True, exist_ok=True)
-        lock.acquire()
-        if has_content(out_dir):
-            raise UserError(f"{out_dir} was written by another process meanwhile")
-    if overwrite:
-        clear_outputs(out_dir)
-    results = existing or {"config": cfg.to_dict(), "corpus": data.corpus_info, "runs": []}
-    results["config"] = cfg.to_dict()
-    if "baseline" not in results:
-        results["baseline"] = baseline_entry(data.train.train, test_tokens, data.vocab_size,
-                                             cfg.eval_tokens)
-    done = _done(results)
-    save_results(out_dir, results)
-    bar = CompareProgress(cfg, len(planned_runs(cfg)), progress)
-    trained, reused = [], []
-    try:
+    def __init__(self, cfg: CompareConfig, out_dir: Path, atlas: bool = True) -> None:
+        self.cfg = replace(cfg, train=cfg.train.resolved())   # a local data path absolute
+        self.out_dir, self.atlas = Path(out_dir), atlas
+        self.data: StudyData | None = None
+        self.loaded: dict[tuple[str, int], Any] = {}
+        self.diverged: set[str] = set()
+        self.trained: list[str] = []
+        self.reused: list[str] = []
+        self.report: Path | None = None
+        self.plots: list[Path] = []
+
+    def incomparable(self, existing: dict) -> str | None:
+        return incomparable_reason(existing["config"], self.cfg)
+
+    def prepare(self, existing: dict | None) -> dict:
+        cfg = self.cfg = merged(existing["config"], self.cfg) if existing else self.cfg
+        for encoding in cfg.encodings:        # every run's config is valid before we start
+            _check_encoding(cfg, encoding)
+        data = self.data = prepare_study_data(cfg.train)   # once: every run trains on it
+        if max(cfg.eval_lengths) > len(data.test):
+            raise UserError(f"evaluation length {max(cfg.eval_lengths)} is longer than the "
+                             f"test split ({len(data.test)} tokens); use shorter --lengths "
+                             "or more data")
+        if existing is not None and existing["corpus"].get("sha256") != \
+                data.corpus_info["sha256"]:    # the data by content, not by its path
+            raise UserError(f"{self.out_dir} holds a comparison on another corpus "
+                             f"({existing['corpus'].get('name')}, sha256 "
+                             f"{str(existing['corpus'].get('sha256'))[:12]}); pass "
+                             "--overwrite to replace it")
+        results = existing or {"config": None, "corpus": data.corpus_info, "runs": []}
+        results["config"] = cfg.to_dict()
+        if "baseline" not in results:
+            results["baseline"] = baseline_entry(data.train.train, data.test,
+                                                 data.vocab_size, cfg.eval_tokens)
+        return results
+
+    def plan(self, results: dict) -> list[Unit]:
+        """One unit per evaluation still missing, (encoding, scaling, seed); the first of an
+        (encoding, seed) trains its run too (or resumes or reuses it) and weighs its steps."""
+        cfg, done, units = self.cfg, _done(results), []
         for seed in cfg.seed_list:
             for encoding in cfg.encodings:
                 plan = [s for e, s in planned_runs(cfg) if e == encoding]
                 todo = [s for s in plan if (encoding, s, seed) not in done]
-                name = f"{encoding}/seed{seed}"
                 if not todo:
-                    bar.update(cfg.train.steps + len(plan) * len(cfg.eval_lengths) * bar.eval_unit)
-                    reused.append(name)
-                    continue
-                bar.update((len(plan) - len(todo)) * len(cfg.eval_lengths) * bar.eval_unit)
-                bar.stage(f"train {name}")
-                where = run_dir_of(encoding, seed)
-                try:
-                    loaded, did_train = ensure_trained(cfg, encoding, out_dir / where,
-                                                       data, bar, seed)
-                except TrainingDiverged as err:
-                    results.setdefault("failed", {})[name] = str(err)
-                    bar.update(len(todo) * len(cfg.eval_lengths) * bar.eval_unit)
-                    write_outputs(out_dir, results, plots=False)
-                    continue
-                (results.get("failed") or {}).pop(name, None)
-                (trained if did_train else reused).append(name)
-                for scaling in todo:
-                    head = _head(cfg, loaded, encoding, scaling)
-                    bar.stage(f"eval {head['label']} seed {seed}")
-                    entry = evaluate_run(cfg, loaded, test_tokens, encoding, scaling, bar,
-                                         run_dir=where)
-                    add_seed(results, cfg, head, entry)
-                    write_outputs(out_dir, results, plots=False)   # plots once, at the end
-        _measure_timing(cfg, results, data.vocab_size, bar)
-        bar.stage("drawing plots and the atlas" if atlas else "drawing plots")
-        report, plots = write_outputs(out_dir, results, atlas=atlas)
-    finally:
-        bar.close()
-    return CompareOutcome(out_dir, results, report, tuple(plots), tuple(trained),
-                          tuple(reused))
+                    self.reused.append(f"{encoding}/seed{seed}")
+                for i, scaling in enumerate(todo):
+                    label = run_label({"encoding": encoding, "inference_scaling": scaling})
+                    units.append(Unit(("run", encoding, scaling, seed),
+                                      f"{label} seed {seed}", unit_weight(cfg, 1, i == 0)))
+        timing = results.get("timing") or {}
+        if cfg.timing_rounds and not (set(timing.get("step_seconds", {})) == set(
+                cfg.encodings) and timing.get("rounds") == cfg.timing_rounds):
+            units.append(Unit(("timing",), "timing a training step per encoding"))
+        return units
+
+    def run_unit(self, unit: Unit, results: dict, advance) -> None:
+        from ..train.loop import TrainingDiverged
+        cfg, progress = self.cfg, UnitProgress(self.cfg, advance)
+        if unit.key == ("timing",):
+            _measure_timing(cfg, results, self.data.vocab_size)
+            return
+        _, encoding, scaling, seed = unit.key
+        name, where = f"{encoding}/seed{seed}", run_dir_of(encoding, seed)
+        if name in self.diverged:
+            return                            # its training failed in this call
+        if (encoding, seed) not in self.loaded:
+            try:
+                loaded, did_train = ensure_trained(cfg, encoding, self.out_dir / where,
+                                                   self.data, progress, seed)
+            except TrainingDiverged as err:
+                results.setdefault("failed", {})[name] = str(err)
+                self.diverged.add(name)
+                return
+            (results.get("failed") or {}).pop(name, None)
+            (self.trained if did_train else self.reused).append(name)
+            self.loaded = {(encoding, seed): loaded}     # the one run evaluated now
+        loaded = self.loaded[(encoding, seed)]
+        head = _head(cfg, loaded, encoding, scaling)
+        entry = evaluate_run(cfg, loaded, self.data.test, encoding, scaling, progress,
+                             run_dir=where)
+        add_seed(results, cfg, head, entry)
+
+    def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
+        """report.md and index.html after every unit; at the end the plots (once) and the
+        atlas first."""
+        self.report, plots = render_outputs(directory, results, plots=final,
+                                            atlas=final and self.atlas)
+        self.plots = plots if final else self.plots
+        return [directory.path / RESULTS, self.report, *plots]
+
+
+def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
+                progress: bool = True, atlas: bool = True,
+                names: Mapping[str, str] = API_NAMES) -> CompareOutcome:
+    """Run, resume or grow the comparison ``cfg`` in ``out_dir``; see the module docstring.
+    ``atlas``: also draw the atlas into ``out_dir/atlas`` at the end. The folder's lock,
+    checks, atomic results and overwrite (removing only what a comparison writes) are the
+    study core's (:func:`posenc.study.run_study`); ``names``: how its messages name the
+    options (the CLI passes its flags)."""
+    study = CompareStudy(cfg, out_dir, atlas)
+    outcome = run_study(study, out_dir, overwrite=overwrite, progress=progress, names=names)
+    return CompareOutcome(outcome.out_dir, outcome.results, study.report, tuple(study.plots),
+                          tuple(study.trained), tuple(study.reused))

@@ -58,7 +58,8 @@ def finished(corpus_dir, tmp_path_factory):
 def test_results_json_has_the_exact_layout(finished):
     out, outcome = finished
     res = json.loads((out / "results.json").read_text())
-    assert set(res) == {"config", "corpus", "runs", "baseline", "timing"}
+    assert set(res) == {"kind", "schema", "config", "corpus", "runs", "baseline", "timing"}
+    assert (res["kind"], res["schema"]) == ("compare", 1)
     assert set(res["corpus"]) == {"name", "python_version", "sha256"}
     assert res["baseline"]["unigram_ppl"] > 1 and res["baseline"]["tokens"] == 256
     assert set(res["timing"]["step_seconds"]) == {"learned", "rope"}
@@ -210,7 +211,7 @@ def test_resume_after_a_crash_in_training(corpus_dir, tmp_path, monkeypatch):
 def test_a_different_comparison_is_refused_and_kept(finished, corpus_dir):
     out, _ = finished
     before = (out / "results.json").read_bytes()
-    with pytest.raises(ValueError, match="different comparison.*steps"):
+    with pytest.raises(ValueError, match="comparison whose settings differ.*steps"):
         run_compare(tiny_config(corpus_dir, steps=7), out, progress=False, atlas=False)
     assert (out / "results.json").read_bytes() == before
 
@@ -226,13 +227,14 @@ def test_cli_compare_refuses_bad_output_dirs(finished, tmp_path, capsys, corpus_
     before = (out / "results.json").read_bytes()
     code, _, err = cli(capsys, "compare", "--out", str(out), "--preset", "smoke",
                        "--no-progress")
-    assert code == 2 and "holds a different comparison" in err and "Traceback" not in err
+    assert code == 2 and "holds a comparison whose settings differ" in err
+    assert "pass --overwrite" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1 and (out / "results.json").read_bytes() == before
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
     code, _, err = cli(capsys, "compare", "--out", str(other), "--preset", "smoke")
-    assert code == 2 and "holds no comparison" in err
+    assert code == 2 and "is not empty and holds no comparison" in err
     assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
     code, _, err = cli(capsys, "compare", "--out", str(tmp_path / "x"), "--encodings",
                        "rope,warp")

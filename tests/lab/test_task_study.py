@@ -9,7 +9,6 @@ import math
 import pytest
 
 from posenc.lab import task_study
-from posenc.lab.task_presets import TaskStudyConfig
 from posenc.lab.task_study import run_task_study
 
 from tests.lab.helpers import TINY, fake_runs
