@@ -162,6 +162,11 @@ def _load_data(cfg: TrainConfig, run_dir: Path, mode: str,
     if prepared is not None:
         check_prepared(cfg, prepared)
         data = prepared
+        saved = run_dir / ckpt.TOKENIZER_DIR
+        if mode == "resume" and saved.is_dir() \
+                and load_tokenizer(saved).fingerprint != data.tokenizer.fingerprint:
+            raise UserError(f"the prepared tokenizer {data.tokenizer.spec!r} is not the one "
+                             f"{run_dir} was trained with; cannot resume")
     else:
         tokenizer: Any = cfg.tokenizer
         if mode == "resume" and (run_dir / ckpt.TOKENIZER_DIR).is_dir():

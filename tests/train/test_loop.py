@@ -212,3 +212,23 @@ def test_prepared_data_must_match_the_config(tmp_path):
     with pytest.raises(ValueError, match="prepared data .* is not what the config asks"):
         train(tiny(tmp_path, pack=True), tmp_path / "run", progress=False, data=prepared)
     assert not (tmp_path / "run").exists()
+
+
+def test_resuming_with_prepared_data_needs_the_runs_own_tokenizer(tmp_path):
+    from dataclasses import replace
+    cfg = tiny(tmp_path, tokenizer="bpe:300", model={"vocab_size": 300})
+    prepared = prepare_data(cfg.data, cfg.tokenizer, None, cfg.train_len, cfg.cache_dir)
+
+    def stop_at_3(step, record, model):
+        if step == 3:
+            raise RuntimeError("stopped")
+    with pytest.raises(RuntimeError, match="stopped"):
+        train(cfg, tmp_path / "run", progress=False, data=prepared, on_step=stop_at_3)
+    other = prepare_data(str(write_short_files(tmp_path / "other", 40)), cfg.tokenizer, None,
+                         cfg.train_len, cfg.cache_dir).tokenizer
+    assert other.fingerprint != prepared.tokenizer.fingerprint
+    with pytest.raises(ValueError, match="is not the one .* was trained with"):
+        train(cfg, tmp_path / "run", resume=True, progress=False,
+              data=replace(prepared, tokenizer=other))
+    done = train(cfg, tmp_path / "run", resume=True, progress=False, data=prepared)
+    assert done.steps == 6
