@@ -248,9 +248,9 @@ def _measure_timing(cfg: CompareConfig, results: dict, vocab_size: int) -> None:
 
 # ------------------------------------------------------------------ the study
 class CompareStudy:
-    """The comparison as a :class:`~posenc.study.Study`: a unit trains (or reuses) one
-    (encoding, seed) run and evaluates what it lacks, weighted by its steps and evaluation
-    lengths; a last unit times a training step per encoding."""
+    """The comparison as a :class:`~posenc.study.Study`: a unit is one missing evaluation
+    (encoding, scaling, seed), the first of an (encoding, seed) also training, resuming or
+    reusing its run (:meth:`plan`); a last unit times a training step per encoding."""
 
     kind = COMPARE_KIND
 
