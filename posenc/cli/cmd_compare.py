@@ -6,78 +6,29 @@ import argparse
 import time
 
 from ..errors import UserError
+from .args import int_list, name_list
+from .devices import add_device_arguments, resolve_device
 
 NAME = "compare"
 HELP = ("train every encoding with the same data, budget and seeds, evaluate at L..8L "
         "(plus RoPE inference-time scalings), write results.json, report.md and PNG plots")
-
-#: flags a task preset takes (the rest belong to the perplexity comparison)
-TASK_FLAGS = ("out", "preset", "encodings", "seeds", "overwrite", "threads", "no_progress")
-
-
-def run_tasks(args: argparse.Namespace) -> int:
-    """``--preset tasks``: the synthetic-task study (:mod:`posenc.lab.task_study`)."""
-    from ..lab.task_study import FIGURE, REPORT, RESULTS, run_task_study
-    ignored = [f"--{k.replace('_', '-')}" for k, v in vars(args).items()
-               if k not in TASK_FLAGS and k != "command" and v not in (None, False)
-               and not callable(v)]
-    if ignored:
-        raise UserError(f"--preset {args.preset} takes only --encodings, --seeds, "
-                         f"--overwrite and --no-progress; drop {', '.join(ignored)}")
-    start = time.perf_counter()
-    results = run_task_study(args.out, preset=args.preset, seeds=args.seeds,
-                             encodings=list(args.encodings) if args.encodings else None,
-                             progress=not args.no_progress, overwrite=args.overwrite)
-    minutes = (time.perf_counter() - start) / 60
-    print(f"{len(results['runs'])} runs ({len(results['trained'])} trained now) in "
-          f"{minutes:.1f} min")
-    for what, name in (("results", RESULTS), ("report", REPORT), ("plot", FIGURE)):
-        print(f"{what + ':':8} {args.out}/{name}")
-    return 0
-
-
-#: presets run by another function than the perplexity comparison: name -> (help, run(args)).
-#: They share --out, --encodings, --seeds, --overwrite and --no-progress.
-OTHER_PRESETS: dict[str, tuple[str, object]] = {
-    "tasks": ("synthetic tasks (copy, recall, ... and seq2seq reverse): exact match past the "
-              "training length, 3 seeds", run_tasks),
-    "tasks-smoke": ("the task study in seconds (checks the pipeline)", run_tasks),
-}
-
-
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one integer")
-    return values
-
-
-def _name_list(text: str) -> tuple[str, ...]:
-    values = tuple(v.strip() for v in text.split(",") if v.strip())
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one name")
-    return values
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..lab.presets import PRESETS
     p.add_argument("--out", required=True, help="output directory (resumed if it holds the "
                    "same comparison)")
-    p.add_argument("--preset", default="default", choices=sorted(PRESETS) + sorted(
-                   OTHER_PRESETS), help="default: every encoding, one seed, ~7 min on a 2-core "
-                   "CPU; seeds3: the same with 3 seeds (for conclusions); paper: larger, for "
-                   "a GPU; smoke: seconds" + "".join(f"; {k}: {h}" for k, (h, _) in
-                                                     OTHER_PRESETS.items()))
-    p.add_argument("--encodings", type=_name_list, help="comma-separated encodings, e.g. "
+    p.add_argument("--preset", default="default", choices=sorted(PRESETS),
+                   help="default: every encoding, one seed, ~7 min on a 2-core CPU; seeds3: "
+                   "the same with 3 seeds (for conclusions); paper: larger, for a GPU; smoke: "
+                   "seconds (the synthetic-task study is `posenc tasks`)")
+    p.add_argument("--encodings", type=name_list, help="comma-separated encodings, e.g. "
                    "nope,learned,sinusoidal,rope,alibi,t5 (see `posenc list`)")
     p.add_argument("--steps", type=int, help="training steps per encoding")
     p.add_argument("--train-len", type=int, help="training length L")
-    p.add_argument("--lengths", type=_int_list,
+    p.add_argument("--lengths", type=int_list,
                    help="evaluation lengths (default: L,2L,4L,8L,16L)")
-    p.add_argument("--scalings", type=_name_list,
+    p.add_argument("--scalings", type=name_list,
                    help="RoPE inference-time scalings, e.g. linear:4,ntk:4,dynamic,yarn:4,logn"
                         " ('none' for none)")
     p.add_argument("--eval-tokens", type=int, help="tokens scored per evaluation length")
@@ -98,6 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-atlas", action="store_true", help="do not draw the atlas into "
                    "DIR/atlas (about 20 s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_device_arguments(p)
+    p.set_defaults(dtype=None)          # None: the preset's (bf16 autocast for paper)
 
 
 def _pe_options(name: str, items: list[str] | None) -> dict | None:
@@ -119,13 +72,12 @@ def _pe_options(name: str, items: list[str] | None) -> dict | None:
 def run(args: argparse.Namespace) -> int:
     from ..lab.compare import run_compare
     from ..lab.presets import preset
+    from ..study import CLI_NAMES
     if args.threads is not None:
         if args.threads < 1:
             raise UserError(f"--threads must be >= 1, got {args.threads}")
         import torch
         torch.set_num_threads(args.threads)
-    if args.preset in OTHER_PRESETS:
-        return OTHER_PRESETS[args.preset][1](args)
     scalings = args.scalings
     if scalings is not None and [s.lower() for s in scalings] == ["none"]:
         scalings = ()
@@ -133,10 +85,13 @@ def run(args: argparse.Namespace) -> int:
                  encodings=args.encodings, steps=args.steps,
                  train_len=args.train_len, lengths=args.lengths, scalings=scalings,
                  eval_tokens=args.eval_tokens, stride=args.stride, data=args.data,
-                 tokenizer=args.tokenizer, seed=args.seed, seeds=args.seeds)
+                 tokenizer=args.tokenizer, seed=args.seed, seeds=args.seeds,
+                 device=resolve_device(args.device),
+                 bf16=None if args.dtype is None else args.dtype == "bfloat16")
     start = time.perf_counter()
     outcome = run_compare(cfg, args.out, overwrite=args.overwrite,
-                          progress=not args.no_progress, atlas=not args.no_atlas)
+                          progress=not args.no_progress, atlas=not args.no_atlas,
+                          names=CLI_NAMES)
     minutes = (time.perf_counter() - start) / 60
     print(f"{len(outcome.results['runs'])} runs ({len(outcome.trained)} trained now, "
           f"{len(outcome.reused)} reused) in {minutes:.1f} min")

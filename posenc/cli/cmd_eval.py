@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 from ..errors import UserError
+from .args import int_list as _int_list
 from .devices import add_device_arguments, resolve_device
 
 NAME = "eval"
@@ -21,16 +22,6 @@ HELP = ("evaluate a trained run at several lengths on held-out data (optionally 
         "inference-time scaling, attention entropy, synthetic-task accuracy)")
 #: the default evaluation lengths, as multiples of the run's training length L
 DEFAULT_LENGTH_MULTIPLIERS = (1, 2, 4, 8, 16)
-
-
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one integer")
-    return values
 
 
 def multiples_of_L(multipliers: tuple[int, ...] | None = None) -> str:

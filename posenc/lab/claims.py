@@ -11,8 +11,8 @@ training run's tokens/s.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from ..study import Verdict
 from .evidence import (INCONCLUSIVE, NOT_SUPPORTED, NOT_TESTED, SUPPORTED, Runs,  # noqa: F401
                        _all, _flip, _missing, _not_learned, above, factor_of, fmt, fmt_est,
                        less)
@@ -26,15 +26,6 @@ CHEN = "Chen et al. (2023), Extending Context Window of LLMs via Positional Inte
 PENG = "Peng et al. (2023), YaRN: Efficient Context Window Extension of LLMs"
 SU = "Su et al. (2021), RoFormer: Enhanced Transformer with Rotary Position Embedding"
 CHIANG = "Chiang and Cholak (2022), Overcoming a Theoretical Limitation of Self-Attention"
-
-
-@dataclass(frozen=True)
-class Verdict:
-    claim: str
-    source: str
-    rule: str
-    verdict: str                 # SUPPORTED | NOT_SUPPORTED | INCONCLUSIVE | NOT_TESTED
-    evidence: str
 
 
 ClaimFn = Callable[[Runs], tuple[str, str]]
@@ -268,5 +259,5 @@ def check_claims(results: dict) -> list[Verdict]:
         verdict, evidence = fn(runs)
         rule_text = rule.replace("ppl(P)", f"ppl({runs.probe})").replace(
             "ppl(L)", f"ppl({runs.train_len})")
-        out.append(Verdict(claim, source, rule_text, verdict, evidence))
+        out.append(Verdict(claim, source, verdict, evidence, rule_text))
     return out

@@ -9,41 +9,46 @@ interleaved timing of a training step per encoding, the report and plots, and th
 (:func:`posenc.atlas.write_atlas`, with one trained run's learned terms and attention maps)
 in ``OUT/atlas``, linked from the report and index.html.
 
-Nothing is lost on a crash: ``results.json`` is rewritten atomically after every evaluation,
-and a second call resumes: finished (encoding, seed) runs are kept, an interrupted training
-resumes from its checkpoint. A call that adds encodings, seeds or scalings to a directory
-trains only what is missing; one whose settings make the old runs incomparable is refused
-with the reason, unless ``overwrite``. One process at a time writes ``out_dir`` (its
-:class:`~posenc.runio.DirectoryLock`). A run whose training diverges (non-finite loss) is
+The corpus and tokenizer are loaded once per comparison
+(:func:`~posenc.lab.study_data.prepare_study_data`) and every run trains on those streams.
+Runs train and are evaluated on ``cfg.train.device``, which is recorded in results.json but
+not compared: a comparison may grow on another device. The data is compared by content (the
+corpus hash), not by the path that names it.
+
+The comparison runs on the study core (:class:`CompareStudy`, :func:`posenc.study.run_study`;
+a unit is one (encoding, seed) run). Nothing is lost on a crash: ``results.json`` is
+rewritten atomically after every unit, and a second call resumes: finished (encoding, seed)
+runs are kept, an interrupted training resumes from its checkpoint. A call that adds
+encodings, seeds or scalings to a directory trains only what is missing; one whose settings
+make the old runs incomparable is refused with the reason, unless ``overwrite``, which
+removes only what a comparison writes. One process at a time writes ``out_dir`` (the run
+directory's lock). A run whose training diverges (non-finite loss) is
 recorded under ``failed`` in results.json and named in the report; the others go on.
 """
 
 from __future__ import annotations
 
-import shutil
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..encodings import encoding_options
 from ..eval.entropy import entropy_at_lengths
 from ..eval.inference_scaling import (InferenceScaling, accepts_rope_scaling,
                                       apply_inference_scaling, run_label)
-from ..eval.lengths import eval_device
-from ..runio import DirectoryLock, has_content
+from ..study import API_NAMES, RESULTS, RunDirectory, Unit, encode, run_study
 from ..viz.plots import plot_all
 from .baseline import baseline_entry
 from .presets import CompareConfig, incomparable_reason, merged
-from .progress import CompareProgress
-from .report import write_index, write_report
-from .results import RESULTS, aggregate, json_safe, read_results, save_results
+from .progress import UnitProgress, unit_weight
+from .report import existing_links, render_index, render_report
+from .results import COMPARE_KIND, aggregate
+from .study_data import StudyData, prepare_study_data, study_device
 from .timing import time_training_steps
 from .window_eval import window_losses
 
-OUTPUTS = ("results.json", "report.md", "index.html", "ppl_vs_length.png",
-           "ppl_ratio.png", "training_curves.png", "entropy_vs_length.png")
 ATLAS = "atlas"
 #: whose trained run the atlas draws (the first of these compared; else the first encoding):
 #: a learned bias table shows most of what training did to positions
@@ -64,52 +69,18 @@ class CompareOutcome:
     reused: tuple[str, ...]
 
 
-# ------------------------------------------------------------------ output directory
-def check_out_dir(cfg: CompareConfig, out_dir: Path, overwrite: bool) -> dict | None:
-    """Refuse an output directory holding something else; return resumable results or None.
-
-    Has no side effects: nothing is written or removed here.
-    """
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise NotADirectoryError(f"--out {out_dir} exists and is not a directory")
-    if overwrite:
-        return None
-    existing = read_results(out_dir)
-    if existing is not None:
-        reason = incomparable_reason(existing["config"], cfg)
-        if reason:
-            raise UserError(f"{out_dir} holds a different comparison whose runs are not "
-                             f"comparable ({reason}); pass --overwrite to replace it or "
-                             "choose another --out")
-        return existing
-    if out_dir.exists() and has_content(out_dir):
-        raise UserError(f"{out_dir} is not empty and holds no comparison ({RESULTS}); choose "
-                         "a new or empty directory, or pass --overwrite")
-    return None
-
-
-def clear_outputs(out_dir: Path) -> None:
-    """Remove what a comparison writes (results, report, plots, runs/, atlas/); nothing else."""
-    out_dir = Path(out_dir)
-    for folder in ("runs", ATLAS):
-        if (out_dir / RESULTS).exists() and (out_dir / folder).is_dir():
-            shutil.rmtree(out_dir / folder)
-    for name in OUTPUTS:
-        (out_dir / name).unlink(missing_ok=True)
-
-
-def write_outputs(out_dir: Path, results: dict, plots: bool = True, atlas: bool = False
-                  ) -> tuple[Path, list[Path]]:
-    """results.json, then (if ``plots``) the PNGs and (if ``atlas``) the atlas, then
-    report.md and index.html."""
-    save_results(out_dir, results)
+# ------------------------------------------------------------------ outputs
+def render_outputs(directory: RunDirectory, results: dict, plots: bool = True,
+                   atlas: bool = False) -> tuple[Path, list[Path]]:
+    """(if ``plots``) the PNGs and (if ``atlas``) the atlas, then report.md and index.html
+    (results.json is the study core's to write)."""
+    out_dir = directory.path
     paths = plot_all(results, out_dir) if plots and results["runs"] else []
     if atlas:
         write_comparison_atlas(out_dir, results)
-    names = [p.name for p in paths]
-    report = write_report(results, out_dir, names)
-    write_index(results, out_dir, names)
+    names, links = [p.name for p in paths], existing_links(out_dir)
+    report = directory.write("report.md", render_report(results, names, links))
+    directory.write("index.html", render_index(results, names, links))
     return report, paths
 
 
@@ -119,7 +90,8 @@ def atlas_run(out_dir: Path, results: dict) -> Path | None:
     encodings = c.get("encodings", [])
     chosen = next((e for e in ATLAS_RUN_PREFERENCE if e in encodings), None)
     chosen = chosen or (encodings[0] if encodings else None)
-    run = out_dir / run_dir_of(chosen, int(c.get("seed", 0))) if chosen else None
+    seed = int((c.get("train") or {}).get("seed", 0))
+    run = out_dir / run_dir_of(chosen, seed) if chosen else None
     return run if run is not None and (run / "config.json").is_file() else None
 
 
@@ -146,53 +118,36 @@ def run_dir_of(encoding: str, seed: int) -> str:
     return f"runs/{encoding}/seed{seed}"
 
 
-def train_config(cfg: CompareConfig, encoding: str, vocab_size: int, seed: int | None = None):
-    """The TrainConfig of one encoding and seed: identical for all but ``model.pe``."""
-    from ..models import LMConfig
-    from ..train.config import TrainConfig
-    options = cfg.options_for(encoding)
-    declared = encoding_options(encoding)
-    if "vocab_size" in declared and declared["vocab_size"] is None:   # token-id tables
-        options.setdefault("vocab_size", vocab_size)
-    model = LMConfig(vocab_size=vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
-                     n_heads=cfg.n_heads, max_len=cfg.train_len, pe=encoding,
-                     pe_options=options)
-    return TrainConfig(model=model, data=cfg.data, tokenizer=cfg.tokenizer,
-                       train_len=cfg.train_len, batch_size=cfg.batch_size, steps=cfg.steps,
-                       lr=cfg.lr, warmup_steps=cfg.warmup_steps,
-                       weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
-                       seed=cfg.seed if seed is None else seed, bf16=cfg.bf16, eval_every=0,
-                       checkpoint_every=max(1, cfg.steps // 4))
-
-
 def _check_encoding(cfg: CompareConfig, encoding: str) -> None:
     """Validate an encoding's TrainConfig and build its encoding as the model would."""
     from ..encodings import build_encoding
-    options = train_config(cfg, encoding, 256).model.pe_options
-    build_encoding(encoding, n_heads=cfg.n_heads, head_dim=cfg.d_model // cfg.n_heads,
-                   max_len=cfg.train_len, **options)
+    model = cfg.train_config(encoding, 256).model
+    build_encoding(encoding, n_heads=model.n_heads, head_dim=model.d_model // model.n_heads,
+                   max_len=model.max_len, **model.pe_options)
 
 
-def _finished(run_dir: Path, steps: int):
+def _finished(run_dir: Path, steps: int, device: str):
     """The loaded run if ``run_dir`` holds a complete run of ``steps`` steps, else None."""
     from ..train.checkpoint import load_run
     if not (run_dir / "state.json").exists():
         return None
     try:
-        loaded = load_run(run_dir, eval_device())
+        loaded = load_run(run_dir, device)
     except ValueError:
         return None              # partial or damaged: train() resumes or reports it
     return loaded if loaded.complete and loaded.steps >= steps else None
 
 
-def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, vocab_size: int,
-                   progress: CompareProgress, seed: int | None = None) -> tuple[Any, bool]:
-    """Train, resume or reuse one encoding's run; return (LoadedRun, trained now)."""
+def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, data: StudyData,
+                   progress: UnitProgress, seed: int | None = None) -> tuple[Any, bool]:
+    """Train, resume or reuse one encoding's run on the comparison's prepared ``data``;
+    return (LoadedRun, trained now)."""
     from ..train.checkpoint import load_run
     from ..train.loop import train
-    loaded = _finished(run_dir, cfg.steps)
+    steps, device = cfg.train.steps, study_device(cfg.train)
+    loaded = _finished(run_dir, steps, device)
     if loaded is not None:
-        progress.update(cfg.steps)
+        progress.update(steps)
         return loaded, False
     counted = [0]
 
@@ -200,10 +155,10 @@ def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, vocab_size:
         progress.update(step - counted[0])     # the first call also counts resumed steps
         counted[0] = step
 
-    train(train_config(cfg, encoding, vocab_size, seed), run_dir, resume=True, progress=False,
-          on_step=on_step)
-    progress.update(max(0, cfg.steps - counted[0]))
-    return load_run(run_dir, eval_device()), True
+    train(cfg.train_config(encoding, data.vocab_size, seed), run_dir, resume=True,
+          progress=False, on_step=on_step, data=data.train)
+    progress.update(max(0, steps - counted[0]))
+    return load_run(run_dir, device), True
 
 
 def _curve(log: list[dict]) -> list[list[float]]:
@@ -217,10 +172,10 @@ def _curve(log: list[dict]) -> list[list[float]]:
 
 
 def evaluate_run(cfg: CompareConfig, loaded, test_tokens, encoding: str, scaling: str | None,
-                 progress: CompareProgress, run_dir: str | None = None) -> dict:
+                 progress: UnitProgress, run_dir: str | None = None) -> dict:
     """One seed's entry of a run: perplexity per length with every window's loss, entropy."""
     model = loaded.model
-    tokens_per_step = cfg.batch_size * cfg.train_len
+    tokens_per_step = cfg.train.tokens_per_step
     if scaling is not None:
         model = apply_inference_scaling(model, InferenceScaling.parse(scaling), cfg.train_len)
     start = time.perf_counter()
@@ -268,7 +223,7 @@ def add_seed(results: dict, cfg: CompareConfig, head: dict, entry: dict) -> None
     runs = results["runs"]
     old = next((r for r in runs if run_label(r) == label), None)
     seeds = [s for s in (old or {}).get("seeds", []) if s["seed"] != entry["seed"]] + [entry]
-    run = aggregate(json_safe(seeds), head, blocked=cfg.stride is None)
+    run = aggregate(encode(seeds), head, blocked=cfg.stride is None)
     if old is None:
         runs.append(run)
     else:
@@ -283,111 +238,123 @@ def _done(results: dict) -> set[tuple[str, str | None, int]]:
             for r in results["runs"] for s in r.get("seeds", [])}
 
 
-def _measure_timing(cfg: CompareConfig, results: dict, vocab_size: int,
-                    bar: CompareProgress) -> None:
-    """Interleaved step timing of every encoding, unless results hold it for these ones."""
-    timing = results.get("timing") or {}
-    if not cfg.timing_rounds or (set(timing.get("step_seconds", {})) == set(cfg.encodings)
-                                 and timing.get("rounds") == cfg.timing_rounds):
-        return
+def _measure_timing(cfg: CompareConfig, results: dict, vocab_size: int) -> None:
+    """Interleaved step timing of every encoding."""
     from ..models import TransformerLM
-    bar.stage("timing a training step per encoding")
     results["timing"] = time_training_steps(
-        lambda enc: TransformerLM(train_config(cfg, enc, vocab_size).model),
-        cfg.encodings, cfg.batch_size, cfg.train_len, vocab_size, cfg.timing_rounds)
+        lambda enc: TransformerLM(cfg.train_config(enc, vocab_size).model),
+        cfg.encodings, cfg.train.batch_size, cfg.train_len, vocab_size, cfg.timing_rounds)
 
 
-# ------------------------------------------------------------------ the job
-def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
-                progress: bool = True, atlas: bool = True) -> CompareOutcome:
-    """Run, resume or grow the comparison ``cfg`` in ``out_dir``; see the module docstring.
-    ``atlas``: also draw the atlas into ``out_dir/atlas`` at the end."""
-    out_dir = Path(out_dir)
-    lock = DirectoryLock(out_dir, "posenc compare")
-    try:
-        if out_dir.is_dir():
-            lock.acquire()                 # before looking: nobody changes it meanwhile
-        return _run_compare(cfg, out_dir, overwrite, progress, atlas, lock)
-    finally:
-        lock.release()
+# ------------------------------------------------------------------ the study
+class CompareStudy:
+    """The comparison as a :class:`~posenc.study.Study`: a unit is one missing evaluation
+    (encoding, scaling, seed), the first of an (encoding, seed) also training, resuming or
+    reusing its run (:meth:`plan`); a last unit times a training step per encoding."""
 
+    kind = COMPARE_KIND
 
-def _run_compare(cfg: CompareConfig, out_dir: Path, overwrite: bool, progress: bool,
-                 atlas: bool, lock: DirectoryLock) -> CompareOutcome:
-    from ..data.cache import default_cache_dir, token_stream
-    from ..data.corpora import load_corpus
-    from ..data.tokenizer import build_tokenizer
-    from ..train.loop import TrainingDiverged
-    existing = check_out_dir(cfg, out_dir, overwrite)
-    if existing is not None:
-        cfg = merged(existing["config"], cfg)
-    for encoding in cfg.encodings:            # every run's config is valid before we start
-        _check_encoding(cfg, encoding)
-    corpus = load_corpus(cfg.data)
-    cache_dir = default_cache_dir()            # where `posenc train` caches data by default
-    tokenizer = build_tokenizer(cfg.tokenizer, corpus, cache_dir)
-    test_tokens = token_stream(corpus, tokenizer, "test", cache_dir)
-    if max(cfg.eval_lengths) > len(test_tokens):
-        raise UserError(f"evaluation length {max(cfg.eval_lengths)} is longer than the test "
-                         f"split ({len(test_tokens)} tokens); use shorter --lengths or more "
-                         "data")
-    if existing is not None and existing["corpus"] != corpus.info():
-        raise UserError(f"{out_dir} holds a comparison on another corpus "
-                         f"({existing['corpus'].get('name')}, sha256 "
-                         f"{str(existing['corpus'].get('sha256'))[:12]}); pass --overwrite "
-                         "to replace it")
-    # everything is validated: from here on the directory is ours
-    if not lock.held:                      # a new folder: make it, lock it, look again
-        out_dir.mkdir(parents=True, exist_ok=True)
-        lock.acquire()
-        if has_content(out_dir):
-            raise UserError(f"{out_dir} was written by another process meanwhile")
-    if overwrite:
-        clear_outputs(out_dir)
-    results = existing or {"config": cfg.to_dict(), "corpus": corpus.info(), "runs": []}
-    results["config"] = cfg.to_dict()
-    if "baseline" not in results:
-        results["baseline"] = baseline_entry(token_stream(corpus, tokenizer, "train", cache_dir),
-                                             test_tokens, tokenizer.vocab_size,
-                                             cfg.eval_tokens)
-    done = _done(results)
-    save_results(out_dir, results)
-    bar = CompareProgress(cfg, len(planned_runs(cfg)), progress)
-    trained, reused = [], []
-    try:
+    def __init__(self, cfg: CompareConfig, out_dir: Path, atlas: bool = True) -> None:
+        self.cfg = replace(cfg, train=cfg.train.resolved())   # a local data path absolute
+        self.out_dir, self.atlas = Path(out_dir), atlas
+        self.data: StudyData | None = None
+        self.loaded: dict[tuple[str, int], Any] = {}
+        self.diverged: set[str] = set()
+        self.trained: list[str] = []
+        self.reused: list[str] = []
+        self.report: Path | None = None
+        self.plots: list[Path] = []
+
+    def incomparable(self, existing: dict) -> str | None:
+        return incomparable_reason(existing["config"], self.cfg)
+
+    def prepare(self, existing: dict | None) -> dict:
+        cfg = self.cfg = merged(existing["config"], self.cfg) if existing else self.cfg
+        for encoding in cfg.encodings:        # every run's config is valid before we start
+            _check_encoding(cfg, encoding)
+        data = self.data = prepare_study_data(cfg.train)   # once: every run trains on it
+        if max(cfg.eval_lengths) > len(data.test):
+            raise UserError(f"evaluation length {max(cfg.eval_lengths)} is longer than the "
+                             f"test split ({len(data.test)} tokens); use shorter --lengths "
+                             "or more data")
+        if existing is not None and existing["corpus"].get("sha256") != \
+                data.corpus_info["sha256"]:    # the data by content, not by its path
+            raise UserError(f"{self.out_dir} holds a comparison on another corpus "
+                             f"({existing['corpus'].get('name')}, sha256 "
+                             f"{str(existing['corpus'].get('sha256'))[:12]}); pass "
+                             "--overwrite to replace it")
+        results = existing or {"config": None, "corpus": data.corpus_info, "runs": []}
+        results["config"] = cfg.to_dict()
+        if "baseline" not in results:
+            results["baseline"] = baseline_entry(data.train.train, data.test,
+                                                 data.vocab_size, cfg.eval_tokens)
+        return results
+
+    def plan(self, results: dict) -> list[Unit]:
+        """One unit per evaluation still missing, (encoding, scaling, seed); the first of an
+        (encoding, seed) trains its run too (or resumes or reuses it) and weighs its steps."""
+        cfg, done, units = self.cfg, _done(results), []
         for seed in cfg.seed_list:
             for encoding in cfg.encodings:
                 plan = [s for e, s in planned_runs(cfg) if e == encoding]
                 todo = [s for s in plan if (encoding, s, seed) not in done]
-                name = f"{encoding}/seed{seed}"
                 if not todo:
-                    bar.update(cfg.steps + len(plan) * len(cfg.eval_lengths) * bar.eval_unit)
-                    reused.append(name)
-                    continue
-                bar.update((len(plan) - len(todo)) * len(cfg.eval_lengths) * bar.eval_unit)
-                bar.stage(f"train {name}")
-                where = run_dir_of(encoding, seed)
-                try:
-                    loaded, did_train = ensure_trained(cfg, encoding, out_dir / where,
-                                                       tokenizer.vocab_size, bar, seed)
-                except TrainingDiverged as err:
-                    results.setdefault("failed", {})[name] = str(err)
-                    bar.update(len(todo) * len(cfg.eval_lengths) * bar.eval_unit)
-                    write_outputs(out_dir, results, plots=False)
-                    continue
-                (results.get("failed") or {}).pop(name, None)
-                (trained if did_train else reused).append(name)
-                for scaling in todo:
-                    head = _head(cfg, loaded, encoding, scaling)
-                    bar.stage(f"eval {head['label']} seed {seed}")
-                    entry = evaluate_run(cfg, loaded, test_tokens, encoding, scaling, bar,
-                                         run_dir=where)
-                    add_seed(results, cfg, head, entry)
-                    write_outputs(out_dir, results, plots=False)   # plots once, at the end
-        _measure_timing(cfg, results, tokenizer.vocab_size, bar)
-        bar.stage("drawing plots and the atlas" if atlas else "drawing plots")
-        report, plots = write_outputs(out_dir, results, atlas=atlas)
-    finally:
-        bar.close()
-    return CompareOutcome(out_dir, results, report, tuple(plots), tuple(trained),
-                          tuple(reused))
+                    self.reused.append(f"{encoding}/seed{seed}")
+                for i, scaling in enumerate(todo):
+                    label = run_label({"encoding": encoding, "inference_scaling": scaling})
+                    units.append(Unit(("run", encoding, scaling, seed),
+                                      f"{label} seed {seed}", unit_weight(cfg, 1, i == 0)))
+        timing = results.get("timing") or {}
+        if cfg.timing_rounds and not (set(timing.get("step_seconds", {})) == set(
+                cfg.encodings) and timing.get("rounds") == cfg.timing_rounds):
+            units.append(Unit(("timing",), "timing a training step per encoding"))
+        return units
+
+    def run_unit(self, unit: Unit, results: dict, advance) -> None:
+        from ..train.loop import TrainingDiverged
+        cfg, progress = self.cfg, UnitProgress(self.cfg, advance)
+        if unit.key == ("timing",):
+            _measure_timing(cfg, results, self.data.vocab_size)
+            return
+        _, encoding, scaling, seed = unit.key
+        name, where = f"{encoding}/seed{seed}", run_dir_of(encoding, seed)
+        if name in self.diverged:
+            return                            # its training failed in this call
+        if (encoding, seed) not in self.loaded:
+            try:
+                loaded, did_train = ensure_trained(cfg, encoding, self.out_dir / where,
+                                                   self.data, progress, seed)
+            except TrainingDiverged as err:
+                results.setdefault("failed", {})[name] = str(err)
+                self.diverged.add(name)
+                return
+            (results.get("failed") or {}).pop(name, None)
+            (self.trained if did_train else self.reused).append(name)
+            self.loaded = {(encoding, seed): loaded}     # the one run evaluated now
+        loaded = self.loaded[(encoding, seed)]
+        head = _head(cfg, loaded, encoding, scaling)
+        entry = evaluate_run(cfg, loaded, self.data.test, encoding, scaling, progress,
+                             run_dir=where)
+        add_seed(results, cfg, head, entry)
+
+    def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
+        """report.md and index.html after every unit; at the end the plots (once) and the
+        atlas first."""
+        self.report, plots = render_outputs(directory, results, plots=final,
+                                            atlas=final and self.atlas)
+        self.plots = plots if final else self.plots
+        return [directory.path / RESULTS, self.report, *plots]
+
+
+def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
+                progress: bool = True, atlas: bool = True,
+                names: Mapping[str, str] = API_NAMES) -> CompareOutcome:
+    """Run, resume or grow the comparison ``cfg`` in ``out_dir``; see the module docstring.
+    ``atlas``: also draw the atlas into ``out_dir/atlas`` at the end. The folder's lock,
+    checks, atomic results and overwrite (removing only what a comparison writes) are the
+    study core's (:func:`posenc.study.run_study`); ``names``: how its messages name the
+    options (the CLI passes its flags)."""
+    study = CompareStudy(cfg, out_dir, atlas)
+    outcome = run_study(study, out_dir, overwrite=overwrite, progress=progress, names=names)
+    return CompareOutcome(outcome.out_dir, outcome.results, study.report, tuple(study.plots),
+                          tuple(study.trained), tuple(study.reused))

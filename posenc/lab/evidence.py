@@ -36,8 +36,8 @@ class Runs:
         lengths = self.config.get("lengths") or sorted(
             {int(k) for r in results.get("runs", []) for k in r.get("ppl", {})})
         self.lengths = [int(n) for n in lengths]
-        self.train_len = int(self.config.get("train_len", self.lengths[0] if self.lengths
-                                             else 0))
+        self.train_len = int((self.config.get("train") or {}).get(
+            "train_len", self.lengths[0] if self.lengths else 0))
         # the claims' probe length: 8L as in the ALiBi paper's plots, else the longest
         probe = 8 * self.train_len
         self.probe = probe if probe in self.lengths else max(self.lengths, default=0)

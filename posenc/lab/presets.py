@@ -1,5 +1,9 @@
 """What ``posenc compare`` trains and measures: a typed configuration and its named presets.
 
+A :class:`CompareConfig` holds the :class:`~posenc.train.config.TrainConfig` every run shares
+(its ``model`` an :class:`~posenc.models.lm.LMConfig`); each encoding's run derives from it
+with :func:`dataclasses.replace` (:meth:`CompareConfig.train_config`).
+
 - ``default``: a CPU run for a laptop (about 7 minutes on 2 cores): every registered
   encoding (an encoding registered later joins without an edit here), a tiny model (width
   64, 2 layers, 2 heads) trained for 400 steps at length 64 on the byte-level
@@ -16,14 +20,16 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, field, fields, replace
+import copy
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ..errors import UserError
-from ..encodings import list_encodings
+from ..encodings import encoding_options, list_encodings
 from ..encodings.checks import require_int_at_least, require_positive_int
+from ..errors import UserError
 from ..eval.inference_scaling import InferenceScaling
+from ..models.lm import LMConfig
+from ..train.config import TrainConfig
 
 #: RoPE inference-time scalings evaluated by default (each on the trained RoPE weights)
 DEFAULT_SCALINGS = ("linear:4", "ntk:4", "dynamic", "yarn:4", "logn")
@@ -32,45 +38,47 @@ DEFAULT_SCALINGS = ("linear:4", "ntk:4", "dynamic", "yarn:4", "logn")
 DEFAULT_PE_OPTIONS: dict[str, dict[str, Any]] = {}
 #: evaluation lengths are train_len times these unless given explicitly
 LENGTH_MULTIPLIERS = (1, 2, 4, 8, 16)
+#: the training every comparison starts from (presets replace some of it); ``model.pe``,
+#: ``model.pe_options``, ``model.vocab_size``, ``seed`` and ``checkpoint_every`` are set
+#: per run by :meth:`CompareConfig.train_config`
+BASE_TRAIN = TrainConfig(model=LMConfig(d_model=128, n_layers=2, n_heads=4, max_len=64),
+                         train_len=64, batch_size=32, steps=600, lr=2e-3, eval_every=0)
 #: settings a comparison may grow in without its old runs becoming incomparable
 GROWABLE = ("preset", "encodings", "seeds", "scalings", "timing_rounds", "pe_options")
+#: settings not compared by value: the data is compared by content (the corpus hash) once
+#: it is loaded, and where the models run does not make their runs incomparable
+NOT_COMPARED = ("train.data", "train.device", "train.cache_dir")
+#: fields of the config dict before training and model settings were nested (results.json
+#: written by older versions): they moved into ``train`` and ``train.model``
+FLAT_TRAIN_KEYS = ("train_len", "steps", "batch_size", "lr", "warmup_steps", "weight_decay",
+                   "grad_clip", "seed", "bf16", "data", "tokenizer")
+FLAT_MODEL_KEYS = ("d_model", "n_layers", "n_heads")
+#: LMConfig fields a run sets itself (so they are not options of a comparison)
+PER_RUN_MODEL_FIELDS = ("pe", "pe_options", "vocab_size", "max_len")
 
 
 @dataclass(frozen=True)
 class CompareConfig:
     """Everything that defines a comparison; two runs with equal configs are comparable.
 
-    Training (the same for every encoding): ``train_len``, ``steps``, ``batch_size``,
-    ``lr``, ``warmup_steps``, ``weight_decay``, ``grad_clip``, ``bf16`` and the model
-    shape ``d_model``, ``n_layers``, ``n_heads``; ``seeds`` runs per encoding with seeds
-    ``seed``, ``seed + 1``, ... (each sets data order and initialisation). ``encodings``
-    empty means every registered encoding. Data: ``data`` (None: the standard library
-    source) and ``tokenizer``. Evaluation: ``lengths`` (empty: train_len x
+    Training (the same for every encoding): ``train``, a TrainConfig whose ``model`` gives
+    the model shape (``model.max_len`` is the training length); ``seeds`` runs per encoding
+    with seeds ``train.seed``, ``train.seed + 1``, ... (each sets data order and
+    initialisation). ``train.device`` is where the runs train and are evaluated. ``encodings``
+    empty means every registered encoding. Evaluation: ``lengths`` (empty: train_len x
     ``length_multipliers``), ``eval_tokens`` (tokens scored per length, from the start of the
     test split), ``stride`` (None: non-overlapping windows), ``scalings`` (RoPE
     inference-time scalings), entropy at lengths up to ``entropy_max_len`` (0: off) on
     ``entropy_windows`` windows, ``timing_rounds`` interleaved rounds of training-step timing
     (0: off). ``pe_options`` maps an encoding to its options (used when it is among
-    ``encodings``).
+    ``encodings``). :meth:`with_options` replaces fields by their short names (``steps``,
+    ``d_model``) or dotted ones (``train.lr``, ``model.n_heads``).
     """
 
     preset: str = "default"
     encodings: tuple[str, ...] = ()         # empty: every registered encoding
-    train_len: int = 64
-    steps: int = 600
-    batch_size: int = 32
-    lr: float = 2e-3
-    warmup_steps: int | None = None         # None: steps // 10
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    seed: int = 0
     seeds: int = 1
-    bf16: bool = False
-    d_model: int = 128
-    n_layers: int = 2
-    n_heads: int = 4
-    data: str | None = None
-    tokenizer: str = "byte"
+    train: TrainConfig = BASE_TRAIN
     lengths: tuple[int, ...] = ()
     length_multipliers: tuple[int, ...] = LENGTH_MULTIPLIERS
     eval_tokens: int = 32768
@@ -91,31 +99,23 @@ class CompareConfig:
                              f"{', '.join(list_encodings())}")
         if len(set(self.encodings)) != len(self.encodings):
             raise UserError(f"encodings are listed twice: {', '.join(self.encodings)}")
-        for name in ("train_len", "steps", "batch_size", "d_model", "n_layers", "n_heads",
-                     "eval_tokens", "entropy_windows", "seeds"):
+        if not isinstance(self.train, TrainConfig):
+            raise UserError(f"train must be a TrainConfig, got {type(self.train).__name__}")
+        if self.train.task is not None or self.train.pack:
+            raise UserError("a comparison trains on text windows: train.task must be None "
+                             "and train.pack false")
+        if self.model.max_len != self.train.train_len:
+            raise UserError(f"model.max_len={self.model.max_len} must equal train_len="
+                             f"{self.train.train_len} (set train_len to change both)")
+        for name in ("eval_tokens", "entropy_windows", "seeds"):
             require_positive_int(name, getattr(self, name))
-        require_int_at_least("seed", self.seed, 0)
         require_int_at_least("timing_rounds", self.timing_rounds, 0)
         if not self.length_multipliers or any(
                 isinstance(m, bool) or not isinstance(m, int) or m < 1
                 for m in self.length_multipliers):
             raise UserError("length_multipliers must be integers >= 1, got "
                              f"{list(self.length_multipliers)}")
-        require_int_at_least("train_len", self.train_len, 2)
         require_int_at_least("entropy_max_len", self.entropy_max_len, 0)
-        if self.warmup_steps is not None:
-            require_int_at_least("warmup_steps", self.warmup_steps, 0)
-            if self.warmup_steps >= self.steps:
-                raise UserError(f"warmup_steps must be < steps={self.steps}, got "
-                                 f"{self.warmup_steps}")
-        if self.d_model % self.n_heads:
-            raise UserError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
-        for name in ("lr", "weight_decay", "grad_clip"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value < 0 or (name == "lr" and value == 0):
-                raise UserError(f"{name} must be a finite number "
-                                 f"{'> 0' if name == 'lr' else '>= 0'}, got {value!r}")
         for length in self.lengths:
             require_int_at_least("lengths", length, 2)
         if self.lengths and len(set(self.lengths)) != len(self.lengths):
@@ -139,6 +139,15 @@ class CompareConfig:
                              f"{list(self.scalings)}")
 
     @property
+    def model(self) -> LMConfig:
+        """The model shape every run shares (``pe`` and its options are set per run)."""
+        return self.train.model
+
+    @property
+    def train_len(self) -> int:
+        return self.train.train_len
+
+    @property
     def eval_lengths(self) -> tuple[int, ...]:
         """Evaluation lengths, sorted: ``lengths`` or train_len x ``length_multipliers``."""
         if self.lengths:
@@ -148,29 +157,68 @@ class CompareConfig:
     @property
     def seed_list(self) -> tuple[int, ...]:
         """The seeds every encoding is trained with."""
-        return tuple(range(self.seed, self.seed + self.seeds))
+        return tuple(range(self.train.seed, self.train.seed + self.seeds))
 
     @property
     def entropy_lengths(self) -> tuple[int, ...]:
         return tuple(n for n in self.eval_lengths if n <= self.entropy_max_len)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (tuples as lists) with the resolved evaluation lengths."""
-        out = asdict(self)
-        for key, value in out.items():
-            if isinstance(value, tuple):
-                out[key] = list(value)
+        """JSON-ready dict (tuples as lists, ``train`` nested) with the resolved evaluation
+        lengths."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = (value.to_dict() if f.name == "train" else list(value)
+                           if isinstance(value, tuple) else copy.deepcopy(value))
         out["lengths"] = list(self.eval_lengths)
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CompareConfig:
+        """The config of a :meth:`to_dict` dict (a flat one of older versions is migrated:
+        :func:`migrate_config`)."""
+        data = migrate_config(data)
         valid = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - valid)
         if unknown:
             raise UserError(f"unknown compare config key(s) {', '.join(unknown)}; valid: "
                              f"{', '.join(sorted(valid))}")
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        if "train" in values:
+            values["train"] = TrainConfig.from_dict(values["train"])
+        return cls(**values)
+
+    def with_options(self, **changes: Any) -> CompareConfig:
+        """A copy with options replaced; None values are ignored. A name is a field of the
+        comparison (``encodings``, ``seeds``, ...), of its TrainConfig (``steps``, ``lr``,
+        ``train_len``, which also sets ``model.max_len``) or of its model (``d_model``), or
+        dotted: ``train.<field>``, ``model.<field>``."""
+        ours, train, model = {}, {}, {}
+        train_fields = {f.name for f in fields(TrainConfig)} - {"model", "task", "pack"}
+        model_fields = {f.name for f in fields(LMConfig)} - set(PER_RUN_MODEL_FIELDS)
+        study_fields = {f.name for f in fields(self)} - {"train"}
+        unknown = []
+        for name, value in changes.items():
+            if value is None:
+                continue
+            scope, dot, short = name.rpartition(".")
+            if not dot and short in study_fields:
+                ours[short] = tuple(value) if isinstance(value, list) else value
+            elif scope in ("", "train") and short in train_fields:
+                train[short] = tuple(value) if isinstance(value, list) else value
+            elif scope in ("", "model", "train.model") and short in model_fields:
+                model[short] = value
+            else:
+                unknown.append(name)
+        if unknown:
+            valid = sorted(study_fields | train_fields | model_fields)
+            raise UserError(f"unknown compare option(s) {', '.join(unknown)}; valid: "
+                             f"{', '.join(valid)}")
+        if "train_len" in train:
+            model["max_len"] = train["train_len"]
+        new_train = replace(self.train, model=replace(self.model, **model), **train)
+        return replace(self, train=new_train, **ours)
 
     def options_for(self, encoding: str) -> dict[str, Any]:
         """The options ``encoding`` is trained with in this comparison: ``pe_options``, plus
@@ -187,31 +235,45 @@ class CompareConfig:
         from ..models.blocks import embedding_init_std
         options = dict(self.pe_options.get(encoding, {}))
         if encoding == "sinusoidal":
-            options.setdefault("scale", round(embedding_init_std(self.d_model), 6))
+            options.setdefault("scale", round(embedding_init_std(self.model.d_model), 6))
         if encoding == "t5" and self.train_len < 128:      # > max_exact for any bucket count
             options.setdefault("max_distance", max(self.train_len,
                                                    int(options.get("num_buckets", 32))))
         return options
+
+    def train_config(self, encoding: str, vocab_size: int, seed: int | None = None
+                     ) -> TrainConfig:
+        """The TrainConfig of one encoding and seed: ``train`` with the model's ``pe``, its
+        options and ``vocab_size`` set, and a checkpoint every quarter of the steps."""
+        options = self.options_for(encoding)
+        declared = encoding_options(encoding)
+        if "vocab_size" in declared and declared["vocab_size"] is None:   # token-id tables
+            options.setdefault("vocab_size", vocab_size)
+        model = replace(self.model, vocab_size=vocab_size, pe=encoding, pe_options=options)
+        return replace(self.train, model=model, seed=self.train.seed if seed is None else seed,
+                       checkpoint_every=max(1, self.train.steps // 4))
 
 
 #: the default preset's budget (one seed): every model clearly beats the unigram baseline
 #: and all encodings with RoPE's scalings fit in about 7 minutes on a quiet 2-core CPU. At
 #: equal cost, width 64 for 400 steps learns more than width 128 for 170 (measured: RoPE
 #: ppl 7.1 vs 9.0, T5 8.9 vs 10.3, NoPE 9.4 vs 11.3 at L; unigram 21.3).
-_DEFAULT = CompareConfig(steps=400, d_model=64, n_heads=2, length_multipliers=(1, 2, 4, 8),
-                         eval_tokens=16384, entropy_max_len=256, entropy_windows=1)
+_DEFAULT = CompareConfig(length_multipliers=(1, 2, 4, 8), eval_tokens=16384,
+                         entropy_max_len=256, entropy_windows=1
+                         ).with_options(steps=400, d_model=64, n_heads=2)
 
 PRESETS: dict[str, CompareConfig] = {
     "default": _DEFAULT,
     "seeds3": replace(_DEFAULT, preset="seeds3", seeds=3),
     "paper": CompareConfig(
-        preset="paper", train_len=512, steps=5000, batch_size=32, lr=6e-4, d_model=512,
-        n_layers=8, n_heads=8, tokenizer="bpe:8192", bf16=True, eval_tokens=131072,
-        entropy_max_len=2048, entropy_windows=4),
+        preset="paper", eval_tokens=131072, entropy_max_len=2048, entropy_windows=4,
+    ).with_options(train_len=512, steps=5000, batch_size=32, lr=6e-4, d_model=512,
+                   n_layers=8, n_heads=8, tokenizer="bpe:8192", bf16=True),
     "smoke": CompareConfig(
-        preset="smoke", encodings=("rope", "alibi"), train_len=16, steps=20, batch_size=8,
-        lr=3e-3, d_model=32, n_layers=1, n_heads=2, eval_tokens=512,
-        entropy_max_len=64, entropy_windows=1),
+        preset="smoke", encodings=("rope", "alibi"), eval_tokens=512, entropy_max_len=64,
+        entropy_windows=1,
+    ).with_options(train_len=16, steps=20, batch_size=8, lr=3e-3, d_model=32, n_layers=1,
+                   n_heads=2),
 }
 
 
@@ -220,28 +282,54 @@ CATALOGUE_PRESETS = ("default", "seeds3", "paper")
 
 
 def preset(name: str, **overrides: Any) -> CompareConfig:
-    """The preset ``name`` with some fields replaced (None values are ignored)."""
+    """The preset ``name`` with some options replaced (None values are ignored; names as
+    :meth:`CompareConfig.with_options` takes them)."""
     if name not in PRESETS:
         raise UserError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}")
-    changes = {k: v for k, v in overrides.items() if v is not None}
-    if name in CATALOGUE_PRESETS:
-        changes.setdefault("encodings", tuple(list_encodings()))
-    valid = {f.name for f in fields(CompareConfig)}
-    unknown = sorted(set(changes) - valid)
-    if unknown:
-        raise UserError(f"unknown compare option(s) {', '.join(unknown)}")
-    return replace(PRESETS[name], **changes)
+    if name in CATALOGUE_PRESETS and overrides.get("encodings") is None:
+        overrides["encodings"] = tuple(list_encodings())
+    return PRESETS[name].with_options(**overrides)
 
 
 # ------------------------------------------------------------------ growing a comparison
+def migrate_config(data: dict[str, Any]) -> dict[str, Any]:
+    """The nested form of a config dict: one written before training and model settings
+    were nested (flat ``steps``, ``d_model``, ...) has them moved into ``train`` and
+    ``train.model``, the rest of ``train`` being what runs were trained with then
+    (:data:`BASE_TRAIN`); a nested dict is returned unchanged."""
+    if "train" in data or not set(FLAT_TRAIN_KEYS + FLAT_MODEL_KEYS) & set(data):
+        return data
+    out = {k: v for k, v in data.items() if k not in FLAT_TRAIN_KEYS + FLAT_MODEL_KEYS}
+    train = BASE_TRAIN.to_dict() | {k: data[k] for k in FLAT_TRAIN_KEYS if k in data}
+    model = train["model"] | {k: data[k] for k in FLAT_MODEL_KEYS if k in data}
+    out["train"] = train | {"model": model | {"max_len": train["train_len"]}}
+    return out
+
+
+def settings(config: dict[str, Any]) -> dict[str, Any]:
+    """A config dict's settings by dotted name (``train.lr``, ``train.model.d_model``)."""
+    out: dict[str, Any] = {}
+
+    def walk(d: dict[str, Any], prefix: str) -> None:
+        for key, value in d.items():
+            if key in ("train", "model") and isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            else:
+                out[prefix + key] = value
+    walk(migrate_config(config), "")
+    return out
+
+
 def incomparable_reason(old: dict[str, Any], new: CompareConfig) -> str | None:
     """Why runs made under the config dict ``old`` cannot sit beside runs of ``new`` (one
-    line), or None when ``new`` only adds encodings, seeds, scalings or timing rounds."""
-    ours = new.to_dict()
-    for key in sorted(set(old) | set(ours)):
-        if key not in GROWABLE and old.get(key) != ours.get(key):
-            return f"{key} is {old.get(key, 'unset')!r} there but {ours.get(key)!r} now"
-    theirs_opts, our_opts = old.get("pe_options") or {}, ours.get("pe_options") or {}
+    line), or None when ``new`` only adds encodings, seeds, scalings or timing rounds.
+    ``train.data`` and ``train.device`` are not compared: the caller compares the data by
+    its content once loaded, and a comparison may grow on another device."""
+    theirs, ours = settings(old), settings(new.to_dict())
+    for key in sorted(set(theirs) | set(ours)):
+        if key not in GROWABLE + NOT_COMPARED and theirs.get(key) != ours.get(key):
+            return f"{key} is {theirs.get(key, 'unset')!r} there but {ours.get(key)!r} now"
+    theirs_opts, our_opts = old.get("pe_options") or {}, new.pe_options
     for enc in set(old.get("encodings") or ()) & set(new.encodings):
         if theirs_opts.get(enc, {}) != our_opts.get(enc, {}):
             return (f"options of {enc} are {theirs_opts.get(enc, {})} there but "

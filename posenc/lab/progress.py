@@ -1,31 +1,32 @@
-"""The progress bar of ``posenc compare``: one bar over training and evaluation (plain
-lines, one per stage and per 10 percent, when stderr is not a terminal)."""
+"""Progress of ``posenc compare`` in the study core's units: a training step counts 1, an
+evaluation length more (about what scoring that many tokens costs)."""
 
 from __future__ import annotations
 
-from ..train.logging import progress_bar
+from collections.abc import Callable
+
 from .presets import CompareConfig
 
 
-class CompareProgress:
-    """One tqdm bar over the whole job; a training step counts 1, an evaluation length more.
-    ``evaluated_runs``: the (encoding, scaling) runs evaluated per seed."""
+def eval_unit(cfg: CompareConfig) -> int:
+    """What one evaluation length counts, in training steps (at least 1)."""
+    return max(1, round(cfg.eval_tokens / (3 * cfg.train.tokens_per_step)))
 
-    def __init__(self, cfg: CompareConfig, evaluated_runs: int, enabled: bool,
-                 file=None) -> None:
-        self.eval_unit = max(1, round(cfg.eval_tokens / (3 * cfg.batch_size * cfg.train_len)))
-        per_seed = len(cfg.encodings) * cfg.steps + evaluated_runs * len(
-            cfg.eval_lengths) * self.eval_unit
-        self.bar = progress_bar(per_seed * cfg.seeds, desc="compare", unit="units",
-                                enabled=enabled, file=file,
-                                bar_format="{desc}: {percentage:3.0f}%|{bar}| "
-                                           "{elapsed}<{remaining} {postfix}")
+
+def unit_weight(cfg: CompareConfig, evaluations: int, trains: bool = True) -> int:
+    """The weight of one (encoding, seed) unit: its training steps (if it ``trains``) and
+    ``evaluations`` evaluated runs at every length."""
+    return (cfg.train.steps if trains else 0) + evaluations * len(cfg.eval_lengths) * \
+        eval_unit(cfg)
+
+
+class UnitProgress:
+    """Progress inside one unit: ``update(n)`` moves ``n`` units of its weight;
+    ``eval_unit`` is what one evaluation length counts."""
+
+    def __init__(self, cfg: CompareConfig, advance: Callable[[int], None]) -> None:
+        self.eval_unit = eval_unit(cfg)
+        self.advance = advance
 
     def update(self, units: int) -> None:
-        self.bar.update(units)
-
-    def stage(self, text: str) -> None:
-        self.bar.set_postfix_str(text, refresh=True)
-
-    def close(self) -> None:
-        self.bar.close()
+        self.advance(units)

@@ -12,7 +12,8 @@ from pathlib import Path
 from ..errors import UserError
 from ..viz.plots import plot_all
 from .report import write_index, write_report
-from .results import RESULTS, read_results
+from ..study import read_study_results
+from .results import COMPARE_KIND, RESULTS
 
 
 def read_any_results(out_dir: Path) -> dict:
@@ -35,9 +36,7 @@ def read_any_results(out_dir: Path) -> dict:
 def redraw_comparison(out_dir: Path) -> list[Path]:
     """The PNGs, report.md and index.html of a ``posenc compare`` directory; returns paths."""
     out_dir = Path(out_dir)
-    results = read_results(out_dir)
-    if results is None:
-        raise FileNotFoundError(f"{out_dir} holds no {RESULTS}")
+    _, results = read_study_results(out_dir, (COMPARE_KIND,))
     if not results["runs"]:
         raise UserError(f"{out_dir}/{RESULTS} holds no finished run to draw")
     plots = plot_all(results, out_dir)

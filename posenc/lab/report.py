@@ -262,13 +262,15 @@ def render_report(results: dict, plots: list[str] | None = None,
     r = Runs(results)
     runs = results.get("runs", [])
     c, corpus = results.get("config", {}), results.get("corpus", {})
+    t = c.get("train") or {}
+    m = t.get("model") or {}
     seeds = int(c.get("seeds", 1))
-    first = int(c.get("seed", 0))
+    first = int(t.get("seed", 0))
     out = ["# Train short, test long: positional encodings compared", "",
            f"Preset `{c.get('preset')}`: encodings {', '.join(c.get('encodings', []))}; "
-           f"trained at L = {r.train_len} for {c.get('steps')} steps of {c.get('batch_size')} "
-           f"sequences; model d_model={c.get('d_model')}, n_layers={c.get('n_layers')}, "
-           f"n_heads={c.get('n_heads')}; tokenizer `{c.get('tokenizer')}`; "
+           f"trained at L = {r.train_len} for {t.get('steps')} steps of {t.get('batch_size')} "
+           f"sequences; model d_model={m.get('d_model')}, n_layers={m.get('n_layers')}, "
+           f"n_heads={m.get('n_heads')}; tokenizer `{t.get('tokenizer')}`; "
            + (f"seeds {first}..{first + seeds - 1}." if seeds > 1 else f"seed {first}."),
            f"Corpus `{corpus.get('name')}` (Python {corpus.get('python_version')}, sha256 "
            f"{str(corpus.get('sha256', ''))[:16]}...). RoPE inference-time scalings: "
@@ -339,7 +341,8 @@ def render_index(results: dict, plots: list[str], links: tuple[tuple[str, str], 
         "<title>posenc compare</title></head><body>",
         "<h1>Train short, test long: positional encodings compared</h1>",
         f"<p>Preset <code>{esc(str(c.get('preset')))}</code>, {len(c.get('encodings', []))} "
-        f"encodings, L = {esc(str(c.get('train_len')))}, {esc(str(c.get('seeds', 1)))} "
+        f"encodings, L = {esc(str((c.get('train') or {}).get('train_len')))}, "
+        f"{esc(str(c.get('seeds', 1)))} "
         "seed(s).</p>", "<ul>", *items, "</ul>", *figures, "</body></html>", ""])
 
 

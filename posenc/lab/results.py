@@ -1,8 +1,9 @@
-"""results.json of a comparison: reading, atomic writing, and one run's entry over its seeds.
+"""results.json of a comparison: its layout and kind for the study core, and one run's entry
+over its seeds.
 
 Layout::
 
-    {"config": CompareConfig.to_dict(), "corpus": {...},
+    {"kind": "compare", "schema": 1, "config": CompareConfig.to_dict(), "corpus": {...},
      "baseline": {"unigram_ppl", "tokens", "learned_fraction"},
      "timing": {"rounds", "step_seconds": {enc: [s, ...]}, "relative_to_median": {...}},
      "runs": [{"encoding", "inference_scaling", "label", "options", "train_len", "steps",
@@ -21,51 +22,34 @@ keeps that seed's note as the run's value.
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
-from ..runio import atomic_write
+from ..study import StudyKind
+from .presets import migrate_config
 from .stats import BOOTSTRAP, SEEDS, Estimate, block_bootstrap_ppl, bootstrap_ppl
 
 RESULTS = "results.json"
 
 
-def read_results(out_dir: Path) -> dict | None:
-    """The results.json in ``out_dir``, None if absent; ValueError if unreadable."""
-    path = Path(out_dir) / RESULTS
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserError(f"{path} is not valid JSON ({err.msg if hasattr(err, 'msg') else err})"
-                         "; pass --overwrite to start the comparison over") from None
-    if not isinstance(data, dict) or not {"config", "corpus", "runs"} <= set(data):
-        raise UserError(f"{path} is not a posenc comparison (needs config, corpus and runs); "
-                         "pass --overwrite to replace it")
-    return data
+#: what a comparison writes into its folder (overwrite removes these and nothing else)
+OUTPUTS = (RESULTS, "report.md", "index.html", "ppl_vs_length.png", "ppl_ratio.png",
+           "training_curves.png", "entropy_vs_length.png", "runs", "atlas")
 
 
-def json_safe(obj: Any) -> Any:
-    """``obj`` with non-finite floats written as the strings "inf", "-inf" or "nan"."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    return obj
+def _is_legacy(data: dict) -> bool:
+    """A comparison's results.json written before kinds and schemas were stamped."""
+    return "kind" not in data and {"config", "corpus", "runs"} <= set(data)
 
 
-def save_results(out_dir: Path, results: dict) -> Path:
-    """Write results.json atomically and durably (:func:`posenc.runio.atomic_write`)."""
-    path = Path(out_dir) / RESULTS
-    atomic_write(path, (json.dumps(json_safe(results), indent=2, allow_nan=False) + "\n"
-                        ).encode("utf-8"))
-    return path
+def _migrate(data: dict, schema: int) -> dict:
+    """Schema 0 (a flat config block) in the current layout (the nested config)."""
+    return {**data, "config": migrate_config(data["config"])}
+
+
+#: the comparison as the study core knows it (:class:`~posenc.study.StudyKind`)
+COMPARE_KIND = StudyKind(name="compare", schema=1, command="posenc compare", outputs=OUTPUTS,
+                         legacy=_is_legacy, migrate=_migrate, description="comparison")
 
 
 def _number(value: Any) -> float | None:

@@ -17,13 +17,15 @@ setting all runs share (two studies are comparable when those fields are equal).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from ..errors import UserError
 from ..data.synthetic import SEQ2SEQ_TASKS, TASKS, min_length
 from ..encodings import list_encodings
 from ..encodings.checks import require_int_at_least, require_positive_int
+from ..errors import UserError
+from ..models.lm import LMConfig
+from ..train.task_loop import TaskTrainConfig
 
 #: encodings of the decoder-only part: those Kazemnejad et al. (2023) compare (NoPE, T5's
 #: bias, ALiBi, RoPE and an absolute encoding: sinusoidal, which runs past its training
@@ -33,32 +35,44 @@ PAPER_ENCODINGS = ("nope", "t5", "alibi", "rope", "sinusoidal")
 PE_OPTIONS: dict[str, dict[str, Any]] = {}
 #: fields that select runs rather than change them
 GRID_FIELDS = ("encodings", "seq2seq_encodings", "seeds")
+#: the decoder-only model every LM run shares (``pe`` and its options are set per run)
+BASE_MODEL = LMConfig(vocab_size=256, d_model=64, n_layers=2, n_heads=4, max_len=8)
+#: short option names (flat fields of older configs) -> where they live in the nested form
+OPTION_PATHS = {"train_len": ("train.max_len", "model.max_len"), "steps": ("train.steps",),
+                "batch_size": ("train.batch_size", "seq2seq_train.batch_size"),
+                "lr": ("train.lr",), "d_model": ("model.d_model",),
+                "n_layers": ("model.n_layers",), "n_heads": ("model.n_heads",),
+                "seq2seq_len": ("seq2seq_train.max_len",),
+                "seq2seq_min_len": ("seq2seq_train.min_len",),
+                "seq2seq_steps": ("seq2seq_train.steps",), "seq2seq_lr": ("seq2seq_train.lr",)}
+NESTED = ("model", "train", "seq2seq_train")
 
 
 @dataclass(frozen=True)
 class TaskStudyConfig:
-    """Everything that defines a task study (see the module docstring)."""
+    """Everything that defines a task study (see the module docstring).
+
+    ``model``: the decoder-only models' shape (``max_len`` = the training length L); the
+    encoder-decoder models have its width and heads and ``seq2seq_layers`` layers each side.
+    ``train`` / ``seq2seq_train``: the two parts' budget and optimizer; ``train.max_len`` is
+    L, ``train.min_len`` is replaced per task by ``min_train_len`` (None: the task's own
+    shortest length), and ``seed`` by each run's seed.
+    """
 
     preset: str = "tasks"
     encodings: tuple[str, ...] = PAPER_ENCODINGS
     seq2seq_encodings: tuple[str, ...] = ("sinusoidal", "rope", "t5", "alibi")
     seeds: tuple[int, ...] = (0, 1, 2)
     lm_tasks: tuple[str, ...] = ("copy",)
-    train_len: int = 8
     min_train_len: int | None = None        # None: the task's shortest length
     length_multipliers: tuple[float, ...] = (1, 1.5, 2, 3, 4, 6, 8)
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    steps: int = 2000
-    batch_size: int = 32
-    lr: float = 3e-3
+    model: LMConfig = BASE_MODEL
+    train: TaskTrainConfig = TaskTrainConfig(steps=2000, batch_size=32, min_len=1, max_len=8,
+                                             lr=3e-3)
     seq2seq_task: str | None = "reverse"
-    seq2seq_len: int = 8
-    seq2seq_min_len: int = 4
     seq2seq_layers: int = 1
-    seq2seq_steps: int = 1500
-    seq2seq_lr: float = 5e-3
+    seq2seq_train: TaskTrainConfig = TaskTrainConfig(steps=1500, batch_size=32, min_len=4,
+                                                     max_len=8, lr=5e-3)
     eval_examples: int = 200
     eval_seed: int = 1_000_003
 
@@ -82,29 +96,36 @@ class TaskStudyConfig:
         if self.seq2seq_task is not None and self.seq2seq_task not in SEQ2SEQ_TASKS:
             raise UserError(f"unknown sequence-to-sequence task {self.seq2seq_task!r}; "
                              f"valid: {', '.join(SEQ2SEQ_TASKS)}")
-        for name in ("train_len", "d_model", "n_layers", "n_heads", "steps", "batch_size",
-                     "seq2seq_len", "seq2seq_min_len", "seq2seq_layers", "seq2seq_steps",
-                     "eval_examples"):
+        for name, cls in (("model", LMConfig), ("train", TaskTrainConfig),
+                          ("seq2seq_train", TaskTrainConfig)):
+            if not isinstance(getattr(self, name), cls):
+                raise UserError(f"{name} must be a {cls.__name__}, got "
+                                 f"{type(getattr(self, name)).__name__}")
+        for name in ("seq2seq_layers", "eval_examples"):
             require_positive_int(name, getattr(self, name))
         require_int_at_least("eval_seed", self.eval_seed, 0)
-        if self.d_model % self.n_heads:
-            raise UserError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
+        if self.model.max_len != self.train_len:
+            raise UserError(f"model.max_len={self.model.max_len} must equal train.max_len="
+                             f"{self.train_len} (set train_len to change both)")
         for task in self.lm_tasks:
             lo = self.min_len_for(task)
-            if not lo <= self.train_len:
+            if not min_length(task) <= lo <= self.train_len:
                 raise UserError(f"task {task!r} needs min_train_len >= {min_length(task)} "
                                  f"and <= train_len={self.train_len}, got {lo}")
-        if self.seq2seq_min_len > self.seq2seq_len:
-            raise UserError(f"seq2seq_min_len={self.seq2seq_min_len} must be <= "
-                             f"seq2seq_len={self.seq2seq_len}")
         if not self.length_multipliers or min(self.length_multipliers) != 1 \
                 or any(m < 1 for m in self.length_multipliers):
             raise UserError("length_multipliers must start at 1 and be >= 1, got "
                              f"{list(self.length_multipliers)}")
-        for name in ("lr", "seq2seq_lr"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise UserError(f"{name} must be a number > 0, got {value!r}")
+
+    @property
+    def train_len(self) -> int:
+        """L of the decoder-only part: ``train.max_len``."""
+        return self.train.max_len
+
+    @property
+    def seq2seq_len(self) -> int:
+        """The encoder-decoder part's longest training source: ``seq2seq_train.max_len``."""
+        return self.seq2seq_train.max_len
 
     def min_len_for(self, task: str) -> int:
         """The shortest training length of ``task`` (the task's own minimum by default)."""
@@ -130,47 +151,91 @@ class TaskStudyConfig:
         from ..models.blocks import embedding_init_std
         options = dict(PE_OPTIONS.get(encoding, {}))
         if encoding == "sinusoidal":
-            options.setdefault("scale", round(embedding_init_std(self.d_model), 6))
+            options.setdefault("scale", round(embedding_init_std(self.model.d_model), 6))
         return options
 
+    def train_config(self, part: str, task: str, seed: int) -> TaskTrainConfig:
+        """The budget and optimizer of one run: its part's, with the task's shortest length
+        (decoder-only) and the run's seed."""
+        if part == "lm":
+            return replace(self.train, min_len=self.min_len_for(task), seed=seed)
+        return replace(self.seq2seq_train, seed=seed)
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (tuples as lists)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        """JSON-ready dict (tuples as lists; ``model``, ``train``, ``seq2seq_train``
+        nested)."""
+        return {f.name: getattr(self, f.name).to_dict() if f.name in NESTED else
+                list(getattr(self, f.name)) if isinstance(getattr(self, f.name), tuple)
+                else getattr(self, f.name) for f in fields(self)}
 
     def setting(self) -> dict[str, Any]:
-        """The fields every run shares: equal settings make two studies comparable."""
-        return {k: v for k, v in self.to_dict().items()
-                if k not in GRID_FIELDS and k != "preset"}
+        """The settings every run shares by dotted name (``train.lr``): equal settings make
+        two studies comparable."""
+        out: dict[str, Any] = {}
+        for key, value in self.to_dict().items():
+            if key in NESTED:
+                out.update({f"{key}.{k}": v for k, v in value.items()})
+            elif key not in GRID_FIELDS and key != "preset":
+                out[key] = value
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TaskStudyConfig:
+        """The config of a :meth:`to_dict` dict; a flat one written by older versions
+        (``steps``, ``d_model``, ``seq2seq_len`` ... at the top) is migrated."""
+        data = dict(data)
+        flat = {k: data.pop(k) for k in list(data) if k in OPTION_PATHS}
         valid = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - valid)
         if unknown:
             raise UserError(f"unknown task study key(s) {', '.join(unknown)}; valid: "
-                             f"{', '.join(sorted(valid))}")
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+                             f"{', '.join(sorted(valid | set(OPTION_PATHS)))}")
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        for key, kind in (("model", LMConfig), ("train", TaskTrainConfig),
+                          ("seq2seq_train", TaskTrainConfig)):
+            if isinstance(values.get(key), dict):
+                values[key] = kind.from_dict(values[key])
+        return cls(**values).with_options(**flat)
+
+    def with_options(self, **changes: Any) -> TaskStudyConfig:
+        """A copy with fields replaced (None values ignored): a field of the study, a short
+        name of :data:`OPTION_PATHS` (``steps``, ``d_model``, ``train_len`` ...) or a dotted
+        ``model.x`` / ``train.x`` / ``seq2seq_train.x``."""
+        ours: dict[str, Any] = {}
+        nested: dict[str, dict[str, Any]] = {key: {} for key in NESTED}
+        for name, value in changes.items():
+            if value is None:
+                continue
+            for path in OPTION_PATHS.get(name, (name,)):
+                part, dot, field_name = path.partition(".")
+                if dot and part in NESTED and field_name in {
+                        f.name for f in fields(getattr(self, part))}:
+                    nested[part][field_name] = tuple(value) if isinstance(value, list) \
+                        else value
+                elif not dot and name in {f.name for f in fields(self)} - set(NESTED):
+                    ours[name] = tuple(value) if isinstance(value, list) else value
+                else:
+                    raise UserError(f"unknown task study option {name!r}; valid: "
+                                     f"{', '.join(sorted(OPTION_PATHS))} or a field")
+        parts = {key: replace(getattr(self, key), **nested[key]) for key in NESTED
+                 if nested[key]}
+        return replace(self, **ours, **parts)
 
 
 TASK_PRESETS: dict[str, TaskStudyConfig] = {
     "tasks": TaskStudyConfig(),
     "tasks-smoke": TaskStudyConfig(
         preset="tasks-smoke", encodings=("nope", "alibi"), seq2seq_encodings=("rope",),
-        seeds=(0, 1), train_len=8, length_multipliers=(1, 2), d_model=16, n_layers=1,
-        n_heads=2, steps=4, batch_size=4, seq2seq_len=4, seq2seq_min_len=2,
-        seq2seq_steps=4, eval_examples=8),
+        seeds=(0, 1), length_multipliers=(1, 2), eval_examples=8,
+    ).with_options(train_len=8, d_model=16, n_layers=1, n_heads=2, steps=4, batch_size=4,
+                   seq2seq_len=4, seq2seq_min_len=2, seq2seq_steps=4),
 }
 
 
 def task_preset(name: str, **overrides: Any) -> TaskStudyConfig:
-    """The task preset ``name`` with some fields replaced (None values are ignored)."""
+    """The task preset ``name`` with some options replaced (None values are ignored; names
+    as :meth:`TaskStudyConfig.with_options` takes them)."""
     if name not in TASK_PRESETS:
         raise UserError(f"unknown task preset {name!r}; valid presets: "
                          f"{', '.join(TASK_PRESETS)}")
-    changes = {k: v for k, v in overrides.items() if v is not None}
-    valid = {f.name for f in fields(TaskStudyConfig)}
-    unknown = sorted(set(changes) - valid)
-    if unknown:
-        raise UserError(f"unknown task study option(s) {', '.join(unknown)}")
-    return replace(TASK_PRESETS[name], **{k: tuple(v) if isinstance(v, list) else v
-                                          for k, v in changes.items()})
+    return TASK_PRESETS[name].with_options(**overrides)

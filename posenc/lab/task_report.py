@@ -3,9 +3,7 @@ rankings with ties, and the published ordering checked with verdicts that respec
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ..runio import atomic_write
+from ..study import markdown_table
 from .task_verdicts import (LEARNED_AT, MIN_EFFECT, PAPER, length_score, paper_verdicts,
                             ranking, runs_of, score)
 
@@ -47,11 +45,6 @@ def summarize(results: dict) -> dict:
     return out
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            + ["| " + " | ".join(r) + " |" for r in rows] + [""])
-
-
 def accuracy_table(results: dict, part: str, task: str, encodings: list[str],
                    metric: str = "exact_match") -> list[str]:
     lengths = lengths_of(results, part, task, encodings)
@@ -68,7 +61,7 @@ def accuracy_table(results: dict, part: str, task: str, encodings: list[str],
             cells.append(s.text() if s is not None else (note or "–"))
         loss = sum(r["final_loss"] for r in runs) / len(runs)
         rows.append([enc, str(len(runs))] + cells + [f"{loss:.3f}"])
-    return _table(header, rows)
+    return markdown_table(header, rows) + [""]
 
 
 def ranking_lines(results: dict, part: str, task: str, encodings: list[str],
@@ -105,12 +98,13 @@ def verdict_lines(results: dict) -> list[str]:
         return ["No pair of encodings that the paper orders was trained here.", ""]
     rows = [[e.claim, f"**{e.verdict}**", e.evidence, t.verdict, t.evidence]
             for e, t in zip(exact, tokens)]
-    return _table(["claim", "verdict (exact match)", "evidence (mean ± spread)",
-                   "token accuracy", "evidence"], rows)
+    return markdown_table(["claim", "verdict (exact match)", "evidence (mean ± spread)",
+                           "token accuracy", "evidence"], rows) + [""]
 
 
 def render_report(results: dict, plots: list[str] | None = None) -> str:
     cfg = results["config"]
+    model, lm, s2s = cfg["model"], cfg["train"], cfg["seq2seq_train"]
     n_seeds = len(cfg["seeds"])
     spread = ("the sample standard deviation across seeds or, when larger, the binomial "
               "standard error of the mean over all seeds' test examples (the rate smoothed "
@@ -129,17 +123,17 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
         "is *inconclusive*. "
         f"An encoding whose exact match at L is below {LEARNED_AT:g} did not learn the task "
         "and gets no verdict.", "",
-        f"Decoder-only: d_model {cfg['d_model']}, {cfg['n_layers']} layers, {cfg['n_heads']} "
-        f"heads, {cfg['steps']} steps of {cfg['batch_size']} examples at lr {cfg['lr']:g}, "
-        "lengths drawn uniformly up to L = "
-        f"{cfg['train_len']}; the loss and the score cover the answer tokens only.", ""]
+        f"Decoder-only: d_model {model['d_model']}, {model['n_layers']} layers, "
+        f"{model['n_heads']} heads, {lm['steps']} steps of {lm['batch_size']} examples at lr "
+        f"{lm['lr']:g}, lengths drawn uniformly up to L = "
+        f"{lm['max_len']}; the loss and the score cover the answer tokens only.", ""]
     if cfg.get("seq2seq_task"):
         lines += [
             f"Encoder-decoder: {cfg['seq2seq_layers']} encoder and {cfg['seq2seq_layers']} "
-            f"decoder layers of width {cfg['d_model']}, the same encoding in both "
+            f"decoder layers of width {model['d_model']}, the same encoding in both "
             "(bidirectional in the encoder where it has that option; cross-attention has "
-            f"none), {cfg['seq2seq_steps']} teacher-forced steps on sources of "
-            f"{cfg['seq2seq_min_len']}..{cfg['seq2seq_len']} letters; tested by greedy "
+            f"none), {s2s['steps']} teacher-forced steps on sources of "
+            f"{s2s['min_len']}..{s2s['max_len']} letters; tested by greedy "
             "decoding, exact match of the whole output (answer and end token).", ""]
     if "seconds" in results:
         cpu = sum(r["seconds"].get("cpu", 0.0) for r in results["runs"])
@@ -181,10 +175,3 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
                   "(log scale), one column per model and task: mean over seeds with error "
                   "bars of ± the spread; the dotted line marks the training length L.", ""]
     return "\n".join(lines)
-
-
-def write_report(results: dict, path: Path, plots: list[str] | None = None) -> Path:
-    """Write the report to ``path`` atomically and return ``path``."""
-    path = Path(path)
-    atomic_write(path, render_report(results, plots).encode("utf-8"))
-    return path

@@ -16,16 +16,18 @@ respect the spread; :mod:`posenc.lab.task_report`) and ``task_accuracy.png``.
 
 Each run trains on one CPU thread (tiny models gain nothing from more, and on a busy machine
 threads contend), and records its wall and CPU seconds. Runs are seconds each and are not
-checkpointed: results.json is rewritten after every run,
-and a second call skips the (part, task, encoding, seed) runs it already holds, so adding
-encodings or seeds trains only what is missing. A directory holding a study with another
-setting (budget, model, lengths) is refused with the fields that differ.
+checkpointed. The study runs on the study core (:class:`TaskStudy`,
+:func:`posenc.study.run_study`): results.json is rewritten atomically after every run, a
+second call skips the (part, task, encoding, seed) runs it already holds, so adding encodings
+or seeds trains only what is missing, and a directory holding a study with another setting
+(budget, model, lengths) is refused with the fields that differ.
 """
 
 from __future__ import annotations
 
-import json
 import time
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +35,19 @@ import torch
 
 from ..errors import UserError
 from ..eval.lengths import eval_device
-from ..runio import LOCK_FILE, DirectoryLock
-from .compare import save_results
+from ..study import API_NAMES, RunDirectory, StudyKind, Unit, run_study
 from .task_presets import TASK_PRESETS, TaskStudyConfig, task_preset
 
-__all__ = ["OUTPUTS", "TASK_PRESETS", "TaskStudyConfig", "run_task_study", "task_preset"]
+__all__ = ["KIND", "OUTPUTS", "TASK_PRESETS", "TaskStudy", "TaskStudyConfig",
+           "run_task_study", "task_preset"]
 
 RESULTS = "results.json"
 REPORT = "report.md"
 FIGURE = "task_accuracy.png"
 OUTPUTS = (RESULTS, REPORT, FIGURE)
 CURVE_POINTS = 50
-KIND = "posenc task study"
+#: the ``kind`` results.json of a task study held before schemas were stamped (schema 0)
+LEGACY_KIND = "posenc task study"
 
 
 # ------------------------------------------------------------------ the plan
@@ -66,28 +69,16 @@ def build_model(cfg: TaskStudyConfig, part: str, encoding: str, max_len: int):
     """The untrained model of one run (initialised from the current torch seed)."""
     options = cfg.options_for(encoding)
     if part == "lm":
-        from ..models.lm import LMConfig, TransformerLM
-        return TransformerLM(LMConfig(vocab_size=256, d_model=cfg.d_model,
-                                      n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-                                      max_len=max_len, pe=encoding, pe_options=options))
+        from ..models.lm import TransformerLM
+        return TransformerLM(replace(cfg.model, max_len=max_len, pe=encoding,
+                                     pe_options=options))
     from ..models.seq2seq import Seq2SeqTransformer
     from ..models.seq2seq_config import Seq2SeqConfig
     return Seq2SeqTransformer(Seq2SeqConfig(
-        vocab_size=256, d_model=cfg.d_model, n_heads=cfg.n_heads,
+        vocab_size=cfg.model.vocab_size, d_model=cfg.model.d_model, n_heads=cfg.model.n_heads,
         n_encoder_layers=cfg.seq2seq_layers, n_decoder_layers=cfg.seq2seq_layers,
         max_len=max_len, encoder_pe=encoding, encoder_pe_options=options,
         decoder_pe_options=options))
-
-
-def train_config(cfg: TaskStudyConfig, part: str, task: str, seed: int):
-    from ..train.task_loop import TaskTrainConfig
-    if part == "lm":
-        return TaskTrainConfig(steps=cfg.steps, batch_size=cfg.batch_size,
-                               min_len=cfg.min_len_for(task), max_len=cfg.train_len,
-                               lr=cfg.lr, seed=seed)
-    return TaskTrainConfig(steps=cfg.seq2seq_steps, batch_size=cfg.batch_size,
-                           min_len=cfg.seq2seq_min_len, max_len=cfg.seq2seq_len,
-                           lr=cfg.seq2seq_lr, seed=seed)
 
 
 def _curve(losses: list[float]) -> list[list[float]]:
@@ -103,7 +94,7 @@ def run_one(cfg: TaskStudyConfig, part: str, task: str, encoding: str, seed: int
     from ..eval.tasks import seq2seq_accuracy_at_lengths, task_accuracy_at_lengths
     from ..train.seq2seq_loop import train_seq2seq
     from ..train.task_loop import train_lm_task
-    tcfg = train_config(cfg, part, task, seed)
+    tcfg = cfg.train_config(part, task, seed)
     device = eval_device()
     cpu_start = time.process_time()
     torch.manual_seed(seed)
@@ -136,46 +127,19 @@ def run_one(cfg: TaskStudyConfig, part: str, task: str, encoding: str, seed: int
     }
 
 
-# ------------------------------------------------------------------ output directory
-def read_results(out_dir: Path) -> dict | None:
-    """The study's results.json in ``out_dir``, None if absent; ValueError if it is not one."""
-    path = Path(out_dir) / RESULTS
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise UserError(f"{path} is not valid JSON; choose another --out") from None
-    if not isinstance(data, dict) or data.get("kind") != KIND or "runs" not in data:
-        raise UserError(f"{path} is not a posenc task study; choose another --out")
-    return data
+# ------------------------------------------------------------------ the study
+def _is_legacy(data: dict) -> bool:
+    """A task study's results.json written before kinds and schemas were stamped."""
+    return data.get("kind") == LEGACY_KIND and "runs" in data and "config" in data
 
 
-def check_out_dir(cfg: TaskStudyConfig, out_dir: Path, overwrite: bool = False
-                  ) -> dict | None:
-    """Existing results to grow, or None for a new study; ValueError when ``out_dir``
-    holds something else or a study with another setting. Writes nothing. With
-    ``overwrite`` a study already there is ignored (other files still refuse)."""
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise NotADirectoryError(f"--out {out_dir} exists and is not a directory")
-    existing = read_results(out_dir)
-    if overwrite and existing is not None:
-        return None
-    if existing is None:
-        if out_dir.exists() and any(p.name not in OUTPUTS and p.name != LOCK_FILE
-                                    for p in out_dir.iterdir()):
-            raise UserError(f"{out_dir} is not empty and holds no task study ({RESULTS}); "
-                             "choose a new or empty directory")
-        return None
-    old = TaskStudyConfig.from_dict(existing["config"]).setting()
-    diff = sorted(k for k in old.keys() | cfg.setting().keys()
-                  if old.get(k) != cfg.setting().get(k))
-    if diff:
-        raise UserError(f"{out_dir} holds a task study with another setting (differs in "
-                         f"{', '.join(diff)}); its runs are not comparable: choose another "
-                         "--out")
-    return existing
+def _migrate(data: dict, schema: int) -> dict:
+    """Schema 0 (flat config) in the current layout (nested config)."""
+    return {**data, "config": TaskStudyConfig.from_dict(data["config"]).to_dict()}
+
+
+KIND = StudyKind(name="tasks", schema=1, command="posenc tasks", outputs=OUTPUTS,
+                 legacy=_is_legacy, migrate=_migrate, description="posenc task study")
 
 
 def _merged_config(cfg: TaskStudyConfig, existing: dict | None) -> TaskStudyConfig:
@@ -192,18 +156,51 @@ def _merged_config(cfg: TaskStudyConfig, existing: dict | None) -> TaskStudyConf
         "seeds": sorted(union(old.seeds, cfg.seeds))})
 
 
-def write_outputs(out_dir: Path, results: dict, figure: bool = True) -> list[Path]:
-    """results.json (with the summary), then the figure, then report.md."""
-    from ..viz.task_plots import plot_task_accuracy
-    from .task_report import summarize, write_report
-    results["summary"] = summarize(results)
-    save_results(out_dir, results)
-    paths = [out_dir / RESULTS]
-    plots = []
-    if figure and results["runs"]:
-        plots.append(plot_task_accuracy(results, out_dir / FIGURE))
-    paths.append(write_report(results, out_dir / REPORT, [p.name for p in plots]))
-    return paths + plots
+class TaskStudy:
+    """The task study as a :class:`~posenc.study.Study`: a unit is one (part, task,
+    encoding, seed) run, weighted by its training steps."""
+
+    kind = KIND
+
+    def __init__(self, cfg: TaskStudyConfig) -> None:
+        self.cfg = cfg
+
+    def incomparable(self, existing: dict) -> str | None:
+        old = TaskStudyConfig.from_dict(existing["config"]).setting()
+        new = self.cfg.setting()
+        diff = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        return f"differs in {', '.join(diff)}; its runs are not comparable" if diff else None
+
+    def prepare(self, existing: dict | None) -> dict:
+        for part, encoding in dict.fromkeys((p, e) for p, _, e, _ in planned_runs(self.cfg)):
+            build_model(self.cfg, part, encoding, 8)          # bad encoding options raise here
+        results = existing or {"config": None, "runs": []}
+        results["config"] = _merged_config(self.cfg, existing).to_dict()
+        return results
+
+    def plan(self, results: dict) -> list[Unit]:
+        done = {run_key(r) for r in results["runs"]}
+        steps = {"lm": self.cfg.train.steps, "seq2seq": self.cfg.seq2seq_train.steps}
+        return [Unit(key, " ".join(map(str, key[:3])) + f" seed {key[3]}", steps[key[0]])
+                for key in planned_runs(self.cfg) if key not in done]
+
+    def run_unit(self, unit: Unit, results: dict, advance) -> None:
+        from .task_report import summarize
+        started = time.perf_counter()
+        results["runs"].append(run_one(self.cfg, *unit.key, on_step=lambda _: advance(1)))
+        results["seconds"] = round(results.get("seconds", 0.0)
+                                   + time.perf_counter() - started, 1)
+        results["summary"] = summarize(results)
+
+    def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
+        """report.md, and when ``final`` the figure first (the report links it)."""
+        from ..viz.task_plots import plot_task_accuracy
+        from .task_report import render_report
+        plots = []
+        if final and results["runs"]:
+            plots.append(plot_task_accuracy(results, directory.path / FIGURE))
+        report = directory.write(REPORT, render_report(results, [p.name for p in plots]))
+        return [directory.path / RESULTS, report, *plots]
 
 
 def resolve_config(preset: str | TaskStudyConfig, seeds: int | list[int] | None,
@@ -223,61 +220,22 @@ def resolve_config(preset: str | TaskStudyConfig, seeds: int | list[int] | None,
 
 def run_task_study(out_dir: str | Path, preset: str | TaskStudyConfig = "tasks",
                    seeds: int | list[int] | None = None, encodings: list[str] | None = None,
-                   progress: bool = True, overwrite: bool = False) -> dict:
+                   progress: bool = True, overwrite: bool = False,
+                   names: Mapping[str, str] = API_NAMES) -> dict:
     """Run (or grow) a task study into ``out_dir`` and return its results (see the module
-    docstring). ``seeds``: a count N (seeds 0..N-1) or a list; ``encodings`` replaces both
-    parts' encodings; ``overwrite`` starts over instead of growing a study already there.
-    Bad input raises ValueError before anything is written. One process at a time writes
-    ``out_dir`` (its :class:`~posenc.runio.DirectoryLock`)."""
-    out_dir = Path(out_dir)
-    lock = DirectoryLock(out_dir, "posenc compare --preset tasks")
-    try:
-        if out_dir.is_dir():
-            lock.acquire()                 # before looking: nobody changes it meanwhile
-        return _run_task_study(out_dir, preset, seeds, encodings, progress, overwrite, lock)
-    finally:
-        lock.release()
-
-
-def _run_task_study(out_dir: Path, preset: str | TaskStudyConfig,
-                    seeds: int | list[int] | None, encodings: list[str] | None,
-                    progress: bool, overwrite: bool, lock: DirectoryLock) -> dict:
-    from tqdm.auto import tqdm
-    cfg = resolve_config(preset, seeds, encodings)
-    existing = check_out_dir(cfg, out_dir, overwrite)
-    for part, encoding in dict.fromkeys((p, e) for p, _, e, _ in planned_runs(cfg)):
-        build_model(cfg, part, encoding, 8)          # bad encoding options raise here
-    full = _merged_config(cfg, existing)
-    if not lock.held:                      # a new folder: make it, lock it, look again
-        out_dir.mkdir(parents=True, exist_ok=True)
-        lock.acquire()
-        if check_out_dir(cfg, out_dir, overwrite) is not None:
-            raise UserError(f"{out_dir} was written by another process meanwhile")
-    for name in OUTPUTS if existing is None else ():
-        (out_dir / name).unlink(missing_ok=True)
-    results = existing or {"kind": KIND, "config": full.to_dict(), "runs": []}
-    results["config"] = full.to_dict()
-    save_results(out_dir, results)
-    done = {run_key(r) for r in results["runs"]}
-    todo = [k for k in planned_runs(cfg) if k not in done]
-    steps = {"lm": cfg.steps, "seq2seq": cfg.seq2seq_steps}
-    bar = tqdm(total=sum(steps[k[0]] for k in todo), disable=not progress, desc="tasks",
-               dynamic_ncols=True)
-    started = time.perf_counter()
+    docstring), with ``trained``: the runs trained now. ``seeds``: a count N (seeds 0..N-1)
+    or a list; ``encodings`` replaces both parts' encodings; ``overwrite`` starts over
+    (removing only what the study wrote) instead of growing a study already there. Bad
+    input raises before anything is written; the directory's lock, checks and atomic
+    results are :func:`posenc.study.run_study`'s. ``names``: how messages name the options
+    (the CLI passes its flags)."""
+    study = TaskStudy(resolve_config(preset, seeds, encodings))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)        # tiny models: more threads only contend on a busy CPU
     try:
-        for part, task, encoding, seed in todo:
-            bar.set_postfix_str(f"{part} {task} {encoding} seed {seed}", refresh=True)
-            results["runs"].append(run_one(cfg, part, task, encoding, seed,
-                                           on_step=lambda _: bar.update(1)))
-            results.setdefault("seconds", 0.0)
-            results["seconds"] = round(results["seconds"] + time.perf_counter() - started, 1)
-            started = time.perf_counter()
-            write_outputs(out_dir, results, figure=False)
-        write_outputs(out_dir, results)
+        outcome = run_study(study, out_dir, overwrite=overwrite, progress=progress,
+                            names=names)
     finally:
         torch.set_num_threads(threads)
-        bar.close()
-    results["trained"] = [list(k) for k in todo]
-    return results
+    outcome.results["trained"] = [list(u.key) for u in outcome.ran]
+    return outcome.results

@@ -22,13 +22,13 @@ import math
 from dataclasses import dataclass
 
 from ..errors import UserError
+from ..study import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Verdict
 
 #: exact match at the training length below which an encoding gets no verdict
 LEARNED_AT = 0.5
 #: rate differences this small are ties however precisely measured (a few examples in a
 #: thousand right is not length generalisation)
 MIN_EFFECT = 0.02
-SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE = "supported", "not supported", "inconclusive"
 #: Kazemnejad et al. (2023), "The Impact of Positional Encoding on Length Generalization in
 #: Transformers": on their synthetic tasks NoPE and T5's relative bias generalise best,
 #: ALiBi, RoPE and absolute encodings worse. Each pair reads "the first beats the second".
@@ -165,14 +165,6 @@ def ranking(results: dict, part: str, task: str, encodings: list[str],
     out = [Ranked(enc, gen, inside, i > 0 and decide(rows[i - 1][1], gen) == 0)
            for i, (enc, gen, inside) in enumerate(rows)]
     return out + unlearned
-
-
-@dataclass(frozen=True)
-class Verdict:
-    claim: str
-    source: str
-    verdict: str
-    evidence: str
 
 
 def pair_verdict(results: dict, part: str, task: str, better: str, worse: str,

@@ -17,6 +17,23 @@ from ..models.lm import LMConfig
 DEVICES = ("auto", "cpu", "cuda")
 
 
+def check_optimizer(cfg: Any) -> None:
+    """Check the optimizer and schedule fields a training config has (``lr``,
+    ``min_lr_ratio``, ``warmup_steps``, ``weight_decay``, ``betas``, ``grad_clip``): the
+    checks :class:`TrainConfig` and the task loop's config share."""
+    if cfg.warmup_steps is not None:
+        require_int_at_least("warmup_steps", cfg.warmup_steps, 0)
+    require_float_in("lr", cfg.lr, 0.0, math.inf)
+    require_float_in("min_lr_ratio", cfg.min_lr_ratio, 0.0, 1.0, low_open=False,
+                     high_open=False)
+    require_float_in("weight_decay", cfg.weight_decay, 0.0, math.inf, low_open=False)
+    require_float_in("grad_clip", cfg.grad_clip, 0.0, math.inf, low_open=False)
+    if len(cfg.betas) != 2:
+        raise UserError(f"betas must be two floats in [0, 1), got {cfg.betas!r}")
+    for i, b in enumerate(cfg.betas):
+        require_float_in(f"betas[{i}]", b, 0.0, 1.0, low_open=False)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything that determines a training run (and so its loss curve).
@@ -64,8 +81,7 @@ class TrainConfig:
             require_positive_int(name, getattr(self, name))
         for name in ("eval_every", "checkpoint_every", "seed", "skip_bad_steps"):
             require_int_at_least(name, getattr(self, name), 0)
-        if self.warmup_steps is not None:
-            require_int_at_least("warmup_steps", self.warmup_steps, 0)
+        check_optimizer(self)
         if self.train_len < 2:
             raise UserError(f"train_len must be an integer >= 2, got {self.train_len}")
         if self.model.max_len < self.train_len:
@@ -74,15 +90,6 @@ class TrainConfig:
         if self.warmup_steps is not None and 0 < self.steps <= self.warmup_steps:
             raise UserError(f"warmup_steps must be < steps={self.steps}, "
                              f"got {self.warmup_steps}")
-        require_float_in("lr", self.lr, 0.0, math.inf)
-        require_float_in("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0, low_open=False,
-                         high_open=False)
-        require_float_in("weight_decay", self.weight_decay, 0.0, math.inf, low_open=False)
-        require_float_in("grad_clip", self.grad_clip, 0.0, math.inf, low_open=False)
-        if len(self.betas) != 2:
-            raise UserError(f"betas must be two floats in [0, 1), got {self.betas!r}")
-        for i, b in enumerate(self.betas):
-            require_float_in(f"betas[{i}]", b, 0.0, 1.0, low_open=False)
         parse_spec(self.tokenizer)
         if self.task is not None:
             if self.task not in TASKS:

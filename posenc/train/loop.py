@@ -145,12 +145,33 @@ def _cache_dir(cfg: TrainConfig) -> Path:
     return Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
 
 
-def _load_data(cfg: TrainConfig, run_dir: Path, mode: str) -> TrainData:
-    tokenizer: Any = cfg.tokenizer
-    if mode == "resume" and (run_dir / ckpt.TOKENIZER_DIR).is_dir():
-        tokenizer = load_tokenizer(run_dir / ckpt.TOKENIZER_DIR)
-    data = prepare_data(cfg.data, tokenizer, cfg.task, cfg.train_len, _cache_dir(cfg),
-                        pack=cfg.pack)
+def check_prepared(cfg: TrainConfig, data: TrainData) -> None:
+    """UserError unless ``data`` is what ``cfg`` would prepare: its task (or text), tokenizer
+    and packing. (The corpus's content is checked on resume, by its hash.)"""
+    if data.task != cfg.task or data.packed != cfg.pack \
+            or data.tokenizer.spec != cfg.tokenizer:
+        raise UserError(f"the prepared data (task {data.task!r}, tokenizer "
+                         f"{data.tokenizer.spec!r}, packed {data.packed}) is not what the "
+                         f"config asks for (task {cfg.task!r}, tokenizer {cfg.tokenizer!r}, "
+                         f"pack {cfg.pack})")
+
+
+def _load_data(cfg: TrainConfig, run_dir: Path, mode: str,
+               prepared: TrainData | None = None) -> TrainData:
+    if prepared is not None:
+        check_prepared(cfg, prepared)
+        data = prepared
+        saved = run_dir / ckpt.TOKENIZER_DIR
+        if mode == "resume" and saved.is_dir() \
+                and load_tokenizer(saved).fingerprint != data.tokenizer.fingerprint:
+            raise UserError(f"the prepared tokenizer {data.tokenizer.spec!r} is not the one "
+                             f"{run_dir} was trained with; cannot resume")
+    else:
+        tokenizer: Any = cfg.tokenizer
+        if mode == "resume" and (run_dir / ckpt.TOKENIZER_DIR).is_dir():
+            tokenizer = load_tokenizer(run_dir / ckpt.TOKENIZER_DIR)
+        data = prepare_data(cfg.data, tokenizer, cfg.task, cfg.train_len, _cache_dir(cfg),
+                            pack=cfg.pack)
     if cfg.model.vocab_size < data.tokenizer.vocab_size:
         raise UserError(f"model vocab_size={cfg.model.vocab_size} is smaller than tokenizer "
                          f"{data.tokenizer.spec!r} ({data.tokenizer.vocab_size} ids)")
@@ -164,13 +185,13 @@ def _load_data(cfg: TrainConfig, run_dir: Path, mode: str) -> TrainData:
 
 
 def _load_data_rank0_first(cfg: TrainConfig, run_dir: Path, mode: str,
-                           info: dist.DistInfo) -> TrainData:
+                           info: dist.DistInfo, prepared: TrainData | None) -> TrainData:
     """Rank 0 tokenizes (and trains a BPE) first; the others then read its cache.
 
     If rank 0 fails, the others raise too instead of waiting for it forever.
     """
-    if not info.enabled:
-        return _load_data(cfg, run_dir, mode)
+    if not info.enabled or prepared is not None:
+        return _load_data(cfg, run_dir, mode, prepared)
     if info.is_main:
         try:
             data = _load_data(cfg, run_dir, mode)
@@ -213,13 +234,15 @@ def validation_loss(model: nn.Module, data: TrainData, cfg: TrainConfig,
 
 def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
           overwrite: bool = False, progress: bool = True,
-          on_step: StepCallback | None = None) -> TrainResult:
+          on_step: StepCallback | None = None, data: TrainData | None = None) -> TrainResult:
     """Train ``cfg`` into ``run_dir`` (see the module docstring).
 
     ``resume`` continues from the last checkpoint (a missing or empty folder starts fresh);
     ``overwrite`` replaces a run already there. Bad input raises ValueError / FileNotFoundError
     before anything in ``run_dir`` is touched. ``on_step(step, record, model)`` is called
-    after every step (and its checkpoint), e.g. to stop early.
+    after every step (and its checkpoint), e.g. to stop early. ``data``: the run's data
+    already prepared (:func:`~posenc.data.batches.prepare_data` of ``cfg``'s data, tokenizer
+    and task; a study prepares it once for all its runs), else it is prepared here.
     """
     if resume and overwrite:
         raise UserError("pass either resume or overwrite, not both")
@@ -230,7 +253,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     try:
         if info.is_main and run_dir.is_dir():
             lock.acquire()                  # before looking: nobody changes it meanwhile
-        return _train(cfg, run_dir, info, resume, overwrite, progress, on_step, lock)
+        return _train(cfg, run_dir, info, resume, overwrite, progress, on_step, lock, data)
     finally:
         lock.release()
         dist.teardown(info)
@@ -238,11 +261,11 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
 
 def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, resume: bool,
            overwrite: bool, show_progress: bool, on_step: StepCallback | None,
-           lock: DirectoryLock) -> TrainResult:
+           lock: DirectoryLock, prepared: TrainData | None) -> TrainResult:
     mode = check_run_dir(run_dir, cfg, resume, overwrite)
     dev = info.device
     check_train_memory(cfg, dev)
-    data = _load_data_rank0_first(cfg, run_dir, mode, info)
+    data = _load_data_rank0_first(cfg, run_dir, mode, info, prepared)
     autocast = _autocast(cfg, dev)
     torch.manual_seed(cfg.seed)
     model = TransformerLM(cfg.model).to(dev).train()   # bad model options raise here

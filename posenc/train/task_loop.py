@@ -14,13 +14,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import numpy as np
 from torch import Tensor, nn
 
 from ..errors import UserError
-from ..encodings.checks import require_float_in, require_int_at_least, require_positive_int
+from ..encodings.checks import require_int_at_least, require_known_keys, require_positive_int
+from .config import check_optimizer
 from .loop import lm_loss, make_optimizer, make_scheduler
 
 
@@ -46,17 +48,7 @@ class TaskTrainConfig:
         require_int_at_least("seed", self.seed, 0)
         if self.min_len > self.max_len:
             raise UserError(f"min_len={self.min_len} must be <= max_len={self.max_len}")
-        if self.warmup_steps is not None:
-            require_int_at_least("warmup_steps", self.warmup_steps, 0)
-        require_float_in("lr", self.lr, 0.0, math.inf)
-        require_float_in("weight_decay", self.weight_decay, 0.0, math.inf, low_open=False)
-        require_float_in("grad_clip", self.grad_clip, 0.0, math.inf, low_open=False)
-        require_float_in("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0, low_open=False,
-                         high_open=False)
-        if len(self.betas) != 2:
-            raise UserError(f"betas must be two floats in [0, 1), got {self.betas!r}")
-        for i, b in enumerate(self.betas):
-            require_float_in(f"betas[{i}]", b, 0.0, 1.0, low_open=False)
+        check_optimizer(self)
 
     @property
     def warmup(self) -> int:
@@ -72,6 +64,13 @@ class TaskTrainConfig:
         d = asdict(self)
         d["betas"] = list(self.betas)
         return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TaskTrainConfig:
+        data = require_known_keys("TaskTrainConfig", data, (f.name for f in fields(cls)))
+        if "betas" in data:
+            data["betas"] = tuple(data["betas"])
+        return cls(**data)
 
 
 @dataclass(frozen=True)

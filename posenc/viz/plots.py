@@ -149,9 +149,14 @@ def _ppl_panel(ax, panel_runs: list[dict], lengths: list[int], train_len, top, y
     ax.legend(loc="best", fontsize=8, frameon=True, framealpha=0.85)
 
 
+def config_train_len(results: dict) -> int | None:
+    """The training length of a comparison's results (``config.train.train_len``)."""
+    return (results.get("config", {}).get("train") or {}).get("train_len")
+
+
 def draw_ppl_vs_length(results: dict):
     runs = results.get("runs", [])
-    train_len = results.get("config", {}).get("train_len")
+    train_len = config_train_len(results)
     lengths = sorted({int(n) for r in runs for n in r.get("ppl", {})})
     at_train = sorted(v for r in runs for n, v, _ in ppl_points(r) if n == train_len)
     everything = [v for r in runs for _, v, _ in ppl_points(r)]
@@ -178,8 +183,7 @@ def ratio_points(results: dict) -> list[tuple[str, float | None, float, str | No
     The spread is the std of per-seed ratios with two or more seeds, else the run's
     ``ratio_spread`` (paired bootstrap), else propagated from the two perplexities' spreads
     (relative errors added in quadrature)."""
-    c = results.get("config", {})
-    train_len = int(c.get("train_len", 0))
+    train_len = int(config_train_len(results) or 0)
     lengths = sorted({int(n) for r in results.get("runs", []) for n in r.get("ppl", {})})
     probe = 8 * train_len if 8 * train_len in lengths else (lengths[-1] if lengths else 0)
     out = []
@@ -212,8 +216,7 @@ def ratio_points(results: dict) -> list[tuple[str, float | None, float, str | No
 
 def draw_ppl_ratio(results: dict):
     pts = ratio_points(results)
-    c = results.get("config", {})
-    train_len = c.get("train_len")
+    train_len = config_train_len(results)
     lengths = sorted({int(n) for r in results.get("runs", []) for n in r.get("ppl", {})})
     probe = 8 * train_len if train_len and 8 * train_len in lengths else max(lengths, default=0)
     fig = new_figure(figsize=(9, 0.34 * max(6, len(pts)) + 1.6), dpi=100)
@@ -304,7 +307,7 @@ def draw_training_curves(results: dict):
         ax.set_title(title, fontsize=11)
         ax.grid(True, alpha=0.3)
         ax.legend(loc="upper right", fontsize=8, frameon=True, framealpha=0.85)
-    fig.suptitle(f"Training curves at L = {results.get('config', {}).get('train_len')} "
+    fig.suptitle(f"Training curves at L = {config_train_len(results)} "
                  "(same data and budget; moving average, shaded: range over seeds)",
                  fontsize=12)
     fig.tight_layout()
@@ -325,7 +328,7 @@ def draw_entropy_vs_length(results: dict):
     runs = [r for r in results.get("runs", []) if r.get("entropy")]
     if not runs:
         return None
-    train_len = results.get("config", {}).get("train_len")
+    train_len = config_train_len(results)
     groups = panels(runs)
     fig, axes = _grid(max(1, len(groups)), width=5.6, height=4.2)
     for ax, (title, members) in zip(axes, groups):

@@ -40,8 +40,8 @@ def _panels(results: dict) -> list[tuple[str, str]]:
 
 
 def _train_len(results: dict, part: str) -> int:
-    cfg = results["config"]
-    return cfg["train_len"] if part == "lm" else cfg["seq2seq_len"]
+    cfg = results["config"]                     # L is each part's train.max_len
+    return cfg["train" if part == "lm" else "seq2seq_train"]["max_len"]
 
 
 def coinciding(series: dict[str, list[tuple]]) -> list[int]:

@@ -75,7 +75,7 @@ def results(seeds=(0,), spread=0.0, **changes):
         r("t5", [5.3, 5.3, 5.4, 5.6, 5.9], tps=21000),
     ]
     cfg = CompareConfig(encodings=("learned", "sinusoidal", "rope", "alibi", "t5"),
-                        train_len=L, steps=100, seeds=len(seeds), lengths=LENGTHS)
+                        seeds=len(seeds), lengths=LENGTHS).with_options(train_len=L, steps=100)
     rel = {"alibi": [0.9, 0.92, 0.91], "sinusoidal": [0.95, 0.94, 0.96],
            "rope": [1.05, 1.04, 1.06], "t5": [1.2, 1.25, 1.22], "learned": [1.0, 1.0, 1.0]}
     out = {"config": cfg.to_dict(),
@@ -91,8 +91,9 @@ def results(seeds=(0,), spread=0.0, **changes):
 
 TINY = TaskStudyConfig(
     preset="test", encodings=("nope", "alibi"), seq2seq_encodings=("rope",), seeds=(0, 1),
-    train_len=8, length_multipliers=(1, 2), d_model=16, n_layers=1, n_heads=2, steps=3,
-    batch_size=4, seq2seq_len=3, seq2seq_min_len=2, seq2seq_steps=3, eval_examples=5)
+    length_multipliers=(1, 2), eval_examples=5,
+).with_options(train_len=8, d_model=16, n_layers=1, n_heads=2, steps=3, batch_size=4,
+               seq2seq_len=3, seq2seq_min_len=2, seq2seq_steps=3)
 
 
 def _pair(value) -> tuple[float, float]:

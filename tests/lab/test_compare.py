@@ -5,7 +5,6 @@ read the finished comparison (eval, plot) or refuse to overwrite it."""
 import json
 import math
 import shutil
-from dataclasses import replace
 
 import pytest
 
@@ -42,11 +41,11 @@ def cache_env(tmp_path_factory):
 
 
 def tiny_config(corpus_dir, **changes):
-    cfg = replace(PRESETS["smoke"], encodings=("learned", "rope"), train_len=16, steps=6,
-                  batch_size=4, d_model=32, n_layers=1, n_heads=2, data=str(corpus_dir),
-                  scalings=("yarn:4", "logn"), eval_tokens=256, entropy_max_len=32,
-                  lengths=(16, 32, 64), timing_rounds=2)
-    return replace(cfg, **changes)
+    cfg = PRESETS["smoke"].with_options(
+        encodings=("learned", "rope"), train_len=16, steps=6, batch_size=4, d_model=32,
+        n_layers=1, n_heads=2, data=str(corpus_dir), scalings=("yarn:4", "logn"),
+        eval_tokens=256, entropy_max_len=32, lengths=(16, 32, 64), timing_rounds=2)
+    return cfg.with_options(**changes)
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +58,13 @@ def finished(corpus_dir, tmp_path_factory):
 def test_results_json_has_the_exact_layout(finished):
     out, outcome = finished
     res = json.loads((out / "results.json").read_text())
-    assert set(res) == {"config", "corpus", "runs", "baseline", "timing"}
+    assert set(res) == {"kind", "schema", "config", "corpus", "runs", "baseline", "timing"}
+    assert (res["kind"], res["schema"]) == ("compare", 1)
     assert set(res["corpus"]) == {"name", "python_version", "sha256"}
     assert res["baseline"]["unigram_ppl"] > 1 and res["baseline"]["tokens"] == 256
     assert set(res["timing"]["step_seconds"]) == {"learned", "rope"}
     assert all(len(v) == 2 and min(v) > 0 for v in res["timing"]["step_seconds"].values())
-    assert res["config"]["lengths"] == [16, 32, 64] and res["config"]["steps"] == 6
+    assert res["config"]["lengths"] == [16, 32, 64] and res["config"]["train"]["steps"] == 6
     assert [(r["encoding"], r["inference_scaling"]) for r in res["runs"]] == [
         ("learned", None), ("rope", None), ("rope", "yarn:4"), ("rope", "logn")]
     for run in res["runs"]:
@@ -211,7 +211,7 @@ def test_resume_after_a_crash_in_training(corpus_dir, tmp_path, monkeypatch):
 def test_a_different_comparison_is_refused_and_kept(finished, corpus_dir):
     out, _ = finished
     before = (out / "results.json").read_bytes()
-    with pytest.raises(ValueError, match="different comparison.*steps"):
+    with pytest.raises(ValueError, match="comparison whose settings differ.*steps"):
         run_compare(tiny_config(corpus_dir, steps=7), out, progress=False, atlas=False)
     assert (out / "results.json").read_bytes() == before
 
@@ -227,13 +227,14 @@ def test_cli_compare_refuses_bad_output_dirs(finished, tmp_path, capsys, corpus_
     before = (out / "results.json").read_bytes()
     code, _, err = cli(capsys, "compare", "--out", str(out), "--preset", "smoke",
                        "--no-progress")
-    assert code == 2 and "holds a different comparison" in err and "Traceback" not in err
+    assert code == 2 and "holds a comparison whose settings differ" in err
+    assert "pass --overwrite" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1 and (out / "results.json").read_bytes() == before
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
     code, _, err = cli(capsys, "compare", "--out", str(other), "--preset", "smoke")
-    assert code == 2 and "holds no comparison" in err
+    assert code == 2 and "is not empty and holds no comparison" in err
     assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
     code, _, err = cli(capsys, "compare", "--out", str(tmp_path / "x"), "--encodings",
                        "rope,warp")
@@ -309,7 +310,7 @@ def test_growing_trains_only_what_is_missing(corpus_dir, tmp_path):
                        entropy_max_len=0, timing_rounds=0)
     run_compare(base, out, progress=False, atlas=False)
     first = json.loads((out / "results.json").read_text())["runs"]
-    grown = run_compare(replace(base, encodings=("alibi",), seeds=2), out, progress=False,
+    grown = run_compare(base.with_options(encodings=("alibi",), seeds=2), out, progress=False,
                         atlas=False)
     assert grown.trained == ("alibi/seed0", "rope/seed1", "alibi/seed1")
     assert _trained_runs(out) == ["alibi/seed0", "alibi/seed1", "rope/seed0", "rope/seed1"]
@@ -317,7 +318,7 @@ def test_growing_trains_only_what_is_missing(corpus_dir, tmp_path):
     assert res["config"]["encodings"] == ["rope", "alibi"] and res["config"]["seeds"] == 2
     assert [r["label"] for r in res["runs"]] == ["rope", "rope+logn", "alibi"]
     assert res["runs"][0]["seeds"][0] == first[0]["seeds"][0]       # seed 0 reused as is
-    again = run_compare(replace(base, encodings=("rope", "alibi"), seeds=2), out, atlas=False,
+    again = run_compare(base.with_options(encodings=("rope", "alibi"), seeds=2), out, atlas=False,
                         progress=False)
     assert again.trained == ()
 
@@ -329,10 +330,10 @@ def test_an_incomparable_change_is_refused_with_the_reason(corpus_dir, tmp_path,
     run_compare(base, out, progress=False, atlas=False)
     before = (out / "results.json").read_bytes()
     with pytest.raises(ValueError, match="lr is 0.003 there but 0.001 now"):
-        run_compare(replace(base, lr=1e-3, encodings=("alibi",)), out, progress=False,
+        run_compare(base.with_options(lr=1e-3, encodings=("alibi",)), out, progress=False,
                     atlas=False)
     with pytest.raises(ValueError, match="options of rope"):
-        run_compare(replace(base, pe_options={"rope": {"theta": 500.0}}), out,
+        run_compare(base.with_options(pe_options={"rope": {"theta": 500.0}}), out,
                     progress=False)
     assert (out / "results.json").read_bytes() == before
     assert _trained_runs(out) == ["rope/seed0"]
@@ -349,3 +350,21 @@ def test_cli_plot_redraws_a_comparison(finished, capsys):
     assert png.read_bytes()[:4] == b"\x89PNG" and "wrote" in text
     assert "## Ranking" in (out / "report.md").read_text()
     assert (out / "results.json").read_bytes() == results_before
+
+
+def test_the_corpus_is_loaded_once_per_comparison(corpus_dir, tmp_path, monkeypatch):
+    import posenc.data.batches as batches
+    import posenc.data.corpora as corpora
+    import posenc.lab.study_data as study_data
+    real, loads = corpora.load_corpus, []
+
+    def counted(spec=None):
+        loads.append(spec)
+        return real(spec)
+    for module in (corpora, batches, study_data):      # every name it is called by
+        monkeypatch.setattr(module, "load_corpus", counted)
+    cfg = tiny_config(corpus_dir, encodings=("rope", "alibi"), scalings=(), steps=2,
+                      entropy_max_len=0, timing_rounds=0)
+    outcome = run_compare(cfg, tmp_path / "out", progress=False, atlas=False)
+    assert outcome.trained == ("rope/seed0", "alibi/seed0")
+    assert loads == [str(corpus_dir)]

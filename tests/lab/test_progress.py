@@ -1,21 +1,23 @@
-"""The comparison's progress bar: its total counts every training step of every seed and
-each evaluation length of every evaluated run, and a full job fills it exactly."""
+"""The comparison's progress: every unit of work weighs its training steps and each
+evaluation length of its evaluated runs, and a full job's units add up to all of it."""
 
 from __future__ import annotations
 
+from posenc.lab.compare import CompareStudy
 from posenc.lab.presets import preset
-from posenc.lab.progress import CompareProgress
+from posenc.lab.progress import UnitProgress, eval_unit
 
 
-def test_a_full_job_fills_the_bar_exactly():
-    cfg = preset("smoke", seeds=2)
-    runs = 3                                              # (encoding, scaling) pairs evaluated
-    bar = CompareProgress(cfg, runs, enabled=True)             # a disabled bar counts nothing
-    for _ in range(cfg.seeds):
-        for _ in cfg.encodings:
-            bar.update(cfg.steps)                         # a run's training
-        for _ in range(runs * len(cfg.eval_lengths)):
-            bar.update(bar.eval_unit)                     # one evaluation length
-    bar.stage("done")
-    assert bar.bar.n == bar.bar.total > 0
-    bar.close()
+def test_the_units_weigh_every_step_and_evaluation_length():
+    cfg = preset("smoke", seeds=2, timing_rounds=0)
+    runs = 1 + len(cfg.scalings) + 1                 # rope, its scalings, alibi
+    units = CompareStudy(cfg, "unused").plan({"runs": [], "timing": None})
+    assert [u.key for u in units] == [
+        ("run", e, scaling, s) for s in (0, 1) for e in ("rope", "alibi")
+        for scaling in ((None, *cfg.scalings) if e == "rope" else (None,))]
+    total = cfg.seeds * (len(cfg.encodings) * cfg.train.steps
+                         + runs * len(cfg.eval_lengths) * eval_unit(cfg))
+    assert sum(u.weight for u in units) == total > 0
+    moved = []
+    UnitProgress(cfg, moved.append).update(3)
+    assert moved == [3]

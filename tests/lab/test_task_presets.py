@@ -27,3 +27,30 @@ def test_presets_and_config_validation():
         TaskStudyConfig(seq2seq_task="copy")
     with pytest.raises(ValueError, match="seeds must be a count >= 1"):
         task_study.resolve_config("tasks", 0, None)
+
+
+#: the config block of a task study's results.json written before the model and training
+#: settings were nested (``--preset tasks-smoke``)
+FLAT_TASKS_SMOKE = {
+    "preset": "tasks-smoke", "encodings": ["nope", "alibi"], "seq2seq_encodings": ["rope"],
+    "seeds": [0, 1], "lm_tasks": ["copy"], "train_len": 8, "min_train_len": None,
+    "length_multipliers": [1, 2], "d_model": 16, "n_layers": 1, "n_heads": 2, "steps": 4,
+    "batch_size": 4, "lr": 0.003, "seq2seq_task": "reverse", "seq2seq_len": 4,
+    "seq2seq_min_len": 2, "seq2seq_layers": 1, "seq2seq_steps": 4, "seq2seq_lr": 0.005,
+    "eval_examples": 8, "eval_seed": 1000003}
+
+
+def test_the_config_nests_model_and_training_and_reads_the_flat_form():
+    smoke = TASK_PRESETS["tasks-smoke"]
+    assert TaskStudyConfig.from_dict(FLAT_TASKS_SMOKE) == smoke
+    data = smoke.to_dict()
+    assert data["model"]["d_model"] == 16 and data["seq2seq_train"]["max_len"] == 4
+    assert data["train"]["max_len"] == data["model"]["max_len"] == smoke.train_len == 8
+    assert TaskStudyConfig.from_dict(data) == smoke
+    run = smoke.train_config("lm", "copy", seed=1)
+    assert (run.min_len, run.max_len, run.seed, run.lr) == (2, 8, 1, 0.003)
+    assert smoke.train_config("seq2seq", "reverse", seed=0).lr == 0.005
+    assert smoke.with_options(**{"train.weight_decay": 0.1}).setting()["train.weight_decay"] \
+        == 0.1
+    with pytest.raises(ValueError, match="unknown task study option 'width'"):
+        smoke.with_options(width=3)

@@ -9,7 +9,6 @@ import math
 import pytest
 
 from posenc.lab import task_study
-from posenc.lab.task_presets import TaskStudyConfig
 from posenc.lab.task_study import run_task_study
 
 from tests.lab.helpers import TINY, fake_runs
@@ -20,7 +19,8 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 def test_a_real_tiny_study_writes_results_report_and_figure(tmp_path):
     results = run_task_study(tmp_path, TINY, progress=False)
     on_disk = json.loads((tmp_path / "results.json").read_text())
-    assert on_disk["kind"] == "posenc task study" and on_disk["config"] == TINY.to_dict()
+    assert (on_disk["kind"], on_disk["schema"]) == ("tasks", 1)
+    assert on_disk["config"] == TINY.to_dict()
     keys = sorted((r["part"], r["task"], r["encoding"], r["seed"]) for r in on_disk["runs"])
     assert keys == sorted(task_study.planned_runs(TINY)) and len(keys) == 6
     for run in on_disk["runs"]:
@@ -65,14 +65,36 @@ def test_a_rerun_skips_finished_runs_and_more_seeds_train_only_the_new_ones(
 def test_another_setting_or_a_foreign_directory_is_refused(tmp_path, monkeypatch):
     fake_runs(monkeypatch)
     run_task_study(tmp_path / "a", TINY, progress=False)
-    longer = TaskStudyConfig.from_dict({**TINY.to_dict(), "steps": 4, "lr": 1e-3})
-    with pytest.raises(ValueError, match=r"another setting \(differs in lr, steps\)"):
+    longer = TINY.with_options(steps=4, lr=1e-3)
+    with pytest.raises(ValueError, match=r"settings differ \(differs in train.lr, train.steps;"):
         run_task_study(tmp_path / "a", longer, progress=False)
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "notes.txt").write_text("mine")
-    with pytest.raises(ValueError, match="holds no task study"):
+    with pytest.raises(ValueError, match="holds no posenc task study"):
         run_task_study(tmp_path / "b", TINY, progress=False)
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "results.json").write_text('{"config": {}, "runs": []}')
-    with pytest.raises(ValueError, match="not a posenc task study"):
+    with pytest.raises(ValueError, match="results.json that posenc tasks did not write"):
         run_task_study(tmp_path / "c", TINY, progress=False)
+
+
+def test_a_study_written_before_schemas_grows_and_overwrite_keeps_foreign_files(
+        tmp_path, monkeypatch):
+    from tests.lab.test_task_presets import FLAT_TASKS_SMOKE
+    calls = fake_runs(monkeypatch)
+    old = {"kind": "posenc task study", "config": {**FLAT_TASKS_SMOKE, "seeds": [0]},
+           "runs": []}
+    run_task_study(tmp_path, "tasks-smoke", seeds=1, progress=False)   # what it held then
+    old["runs"] = json.loads((tmp_path / "results.json").read_text())["runs"]
+    (tmp_path / "results.json").write_text(json.dumps(old))
+    grown = run_task_study(tmp_path, "tasks-smoke", seeds=2, progress=False)
+    assert grown["trained"] == [["lm", "copy", "nope", 1], ["lm", "copy", "alibi", 1],
+                                ["seq2seq", "reverse", "rope", 1]]
+    on_disk = json.loads((tmp_path / "results.json").read_text())
+    assert on_disk["kind"] == "tasks" and on_disk["config"]["train"]["steps"] == 4
+    (tmp_path / "notes.txt").write_text("mine")
+    before = len(calls)
+    run_task_study(tmp_path, "tasks-smoke", seeds=1, progress=False, overwrite=True)
+    assert len(calls) == before + 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "notes.txt", "report.md", "results.json", "task_accuracy.png"]

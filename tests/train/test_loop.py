@@ -189,3 +189,46 @@ def test_the_loop_trains_and_validates_on_packed_documents(tmp_path):
     assert log[0]["loss"] == pytest.approx(first.item(), rel=1e-5)
     assert log[1]["val_loss"] == pytest.approx(val.item(), rel=1e-5)
     assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["pack"]
+
+
+# ------------------------------------------------------------ data prepared by the caller
+def test_prepared_data_trains_the_same_run_without_loading_again(tmp_path, monkeypatch):
+    cfg = tiny(tmp_path)
+    prepared = prepare_data(cfg.data, cfg.tokenizer, None, cfg.train_len, cfg.cache_dir)
+    own = train(cfg, tmp_path / "own", progress=False)
+    import posenc.data.batches as batches
+
+    def no_loading(*args, **kw):
+        raise AssertionError("train() loaded the data although it was given")
+    monkeypatch.setattr(batches, "prepare_data", no_loading)
+    monkeypatch.setattr("posenc.train.loop.prepare_data", no_loading)
+    given = train(cfg, tmp_path / "given", progress=False, data=prepared)
+    assert given.final_loss == own.final_loss and given.val_loss == own.val_loss
+
+
+def test_prepared_data_must_match_the_config(tmp_path):
+    cfg = tiny(tmp_path)
+    prepared = prepare_data(cfg.data, cfg.tokenizer, None, cfg.train_len, cfg.cache_dir)
+    with pytest.raises(ValueError, match="prepared data .* is not what the config asks"):
+        train(tiny(tmp_path, pack=True), tmp_path / "run", progress=False, data=prepared)
+    assert not (tmp_path / "run").exists()
+
+
+def test_resuming_with_prepared_data_needs_the_runs_own_tokenizer(tmp_path):
+    from dataclasses import replace
+    cfg = tiny(tmp_path, tokenizer="bpe:300", model={"vocab_size": 300})
+    prepared = prepare_data(cfg.data, cfg.tokenizer, None, cfg.train_len, cfg.cache_dir)
+
+    def stop_at_3(step, record, model):
+        if step == 3:
+            raise RuntimeError("stopped")
+    with pytest.raises(RuntimeError, match="stopped"):
+        train(cfg, tmp_path / "run", progress=False, data=prepared, on_step=stop_at_3)
+    other = prepare_data(str(write_short_files(tmp_path / "other", 40)), cfg.tokenizer, None,
+                         cfg.train_len, cfg.cache_dir).tokenizer
+    assert other.fingerprint != prepared.tokenizer.fingerprint
+    with pytest.raises(ValueError, match="is not the one .* was trained with"):
+        train(cfg, tmp_path / "run", resume=True, progress=False,
+              data=replace(prepared, tokenizer=other))
+    done = train(cfg, tmp_path / "run", resume=True, progress=False, data=prepared)
+    assert done.steps == 6

@@ -25,10 +25,11 @@ DRAW = textwrap.dedent("""
     run = {"encoding": "rope", "inference_scaling": None,
            "ppl": {"8": 5.0, "16": 7.0, "64": 9.0}, "curve": [[1, 3.0], [2, 2.5], [3, 2.0]],
            "entropy": {"8": {"tail": 1.0, "uniform_tail": 2.0}}}
-    comparison = {"config": {"train_len": 8}, "corpus": {},
+    comparison = {"config": {"train": {"train_len": 8}}, "corpus": {},
                   "runs": [run, {**run, "inference_scaling": "yarn:8"}]}
     cell = {"mean": 0.5, "spread": 0.1}
-    tasks = {"config": {"train_len": 8, "seq2seq_len": 8, "seeds": [0]},
+    tasks = {"config": {"train": {"max_len": 8}, "seq2seq_train": {"max_len": 8},
+                        "seeds": [0]},
              "summary": {"lm": {"copy": {"rope": {"exact_match": {"8": cell, "16": cell},
                                                    "token_accuracy": {"8": cell}}}}}}
     extension = {"model": "tiny", "native_context": 8,

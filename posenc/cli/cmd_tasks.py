@@ -1,0 +1,48 @@
+"""``posenc tasks``: the synthetic-task study (:mod:`posenc.lab.task_study`)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from ..errors import UserError
+from .args import name_list
+
+NAME = "tasks"
+HELP = ("train decoder-only models on synthetic tasks (copy, ...) and encoder-decoder models "
+        "on reversing, score exact match on inputs up to 8x longer over seeds, write "
+        "results.json, report.md and task_accuracy.png")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..lab.task_presets import TASK_PRESETS
+    p.add_argument("--out", required=True, help="output directory (grown if it holds a study "
+                   "with the same setting)")
+    p.add_argument("--preset", default="tasks", choices=sorted(TASK_PRESETS),
+                   help="tasks: NoPE, T5, ALiBi, RoPE, sinusoidal, 3 seeds, ~10 min on a "
+                   "2-core CPU; tasks-smoke: the pipeline in seconds")
+    p.add_argument("--encodings", type=name_list, help="comma-separated encodings for both "
+                   "parts, e.g. nope,rope,alibi")
+    p.add_argument("--seeds", type=int, help="seeds per run (0..N-1); a study already in "
+                   "--out grows: only missing runs are trained")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start the study in --out over instead of growing it")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..lab.task_study import FIGURE, REPORT, RESULTS, run_task_study
+    from ..study import CLI_NAMES
+    if args.seeds is not None and args.seeds < 1:
+        raise UserError(f"--seeds must be >= 1, got {args.seeds}")
+    start = time.perf_counter()
+    results = run_task_study(args.out, preset=args.preset, seeds=args.seeds,
+                             encodings=list(args.encodings) if args.encodings else None,
+                             progress=not args.no_progress, overwrite=args.overwrite,
+                             names=CLI_NAMES)
+    minutes = (time.perf_counter() - start) / 60
+    print(f"{len(results['runs'])} runs ({len(results['trained'])} trained now) in "
+          f"{minutes:.1f} min")
+    for what, name in (("results", RESULTS), ("report", REPORT), ("plot", FIGURE)):
+        print(f"{what + ':':8} {args.out}/{name}")
+    return 0
