@@ -36,7 +36,8 @@ def _umask() -> int:
     return mask
 
 
-FILE_MODE = 0o666 & ~_umask()
+FILE_MODE = 0o666 & ~_umask()     # what open() would give: the umask applies
+DIR_MODE = 0o777 & ~_umask()
 
 
 class DirectoryInUse(ValueError):
