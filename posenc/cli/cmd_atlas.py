@@ -8,14 +8,17 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
+from ..runio import DirectoryLock
+from .paths import path_arg
 
 NAME = "atlas"
 HELP = "draw one figure per idea about positional encodings, with index.html and atlas.json"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="directory to write (created if needed)")
-    p.add_argument("--run", metavar="RUN_DIR",
+    p.add_argument("--out", required=True, type=path_arg,
+                   help="directory to write (created if needed)")
+    p.add_argument("--run", metavar="RUN_DIR", type=path_arg,
                    help="a `posenc train` run, or runs/<encoding>/seed<k> inside a `posenc "
                         "compare` directory: adds its learned biases and attention maps at L "
                         "and 4L")

@@ -6,6 +6,7 @@ import argparse
 import time
 
 from ..errors import UserError
+from .paths import path_arg
 
 NAME = "compare"
 HELP = ("train every encoding with the same data, budget and seeds, evaluate at L..8L "
@@ -65,7 +66,7 @@ def _name_list(text: str) -> tuple[str, ...]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..lab.presets import PRESETS
     p.add_argument("--out", required=True, help="output directory (resumed if it holds the "
-                   "same comparison)")
+                   "same comparison)", type=path_arg)
     p.add_argument("--preset", default="default", choices=sorted(PRESETS) + sorted(
                    OTHER_PRESETS), help="default: every encoding, one seed, ~7 min on a 2-core "
                    "CPU; seeds3: the same with 3 seeds (for conclusions); paper: larger, for "
@@ -86,7 +87,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pe-option", action="append", metavar="ENC:KEY=VALUE",
                    help="an encoding option, e.g. sinusoidal:scale=1.0 or t5:max_distance=256 "
                         "(repeatable; replaces the preset's value)")
-    p.add_argument("--data", help="text file or folder (default: the Python standard library)")
+    p.add_argument("--data", help="text file or folder (default: the Python standard library)",
+                   type=path_arg)
     p.add_argument("--tokenizer", help="byte or bpe:N")
     p.add_argument("--seed", type=int, help="first seed (default 0)")
     p.add_argument("--seeds", type=int, help="seeds per encoding (seed, seed+1, ...); an "

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from .devices import add_device_arguments, resolve_device
+from .paths import path_arg
 
 NAME = "eval"
 HELP = ("evaluate a trained run at several lengths on held-out data (optionally with RoPE "
@@ -32,7 +33,8 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", help="a run directory written by `posenc train` or `posenc compare`")
+    p.add_argument("run", help="a run directory written by `posenc train` or `posenc compare`",
+                   type=path_arg)
     p.add_argument("--lengths", type=_int_list,
                    help="evaluation lengths, e.g. 128,256,512 (default: L,2L,4L,8L,16L)")
     p.add_argument("--stride", type=int, help="sliding windows with this stride (default: "

@@ -41,10 +41,23 @@ def train_step_bytes(cfg: TrainConfig) -> int:
     return 4 * (4 * params + tokens * per_token) + 16 * tokens       # + int64 ids, targets
 
 
+def validation_set_bytes(cfg: TrainConfig) -> int:
+    """A lower bound of the host memory of the validation set in bytes: ``eval_windows``
+    windows of int64 inputs, targets, document ids and the offsets they are read at."""
+    return 8 * 4 * cfg.eval_windows * (cfg.train_len + 1)
+
+
 def check_train_memory(cfg: TrainConfig, device: torch.device | str = "cpu",
                        limit: int | None = None) -> int:
     """ValueError if a step of ``cfg`` cannot fit in ``limit`` bytes (default: what
-    :func:`available_memory` says); returns the estimate."""
+    :func:`available_memory` says), or its validation set in the host's memory; returns the
+    estimate of a step."""
+    host = validation_set_bytes(cfg)
+    free = available_memory("cpu") if limit is None else limit
+    if host > free:
+        raise UserError(f"eval_windows={cfg.eval_windows} x train_len={cfg.train_len} needs at "
+                        f"least {host / GIB:,.1f} GiB for the validation set but "
+                        f"{free / GIB:,.1f} GiB are free; lower --eval-windows")
     need = train_step_bytes(cfg)
     limit = available_memory(device) if limit is None else limit
     if need > limit:
