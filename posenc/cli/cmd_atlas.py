@@ -1,4 +1,7 @@
-"""``posenc atlas``: draw the atlas of positional encodings (optionally with a trained run)."""
+"""``posenc atlas``: draw the atlas of positional encodings (optionally with a trained run).
+
+The command holds ``--out``'s lock (:class:`posenc.runio.DirectoryLock`) while it draws: a
+second writer is refused, and the temporaries a killed atlas left there are deleted."""
 
 from __future__ import annotations
 
@@ -33,6 +36,12 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    with DirectoryLock(out, "posenc atlas", subfolders=()):
+        return _draw(args, out, atlas_files, write_atlas)
+
+
+def _draw(args: argparse.Namespace, out: Path, atlas_files, write_atlas) -> int:
     taken = [name for name in atlas_files() if (out / name).exists()]
     if taken and not args.overwrite:
         shown = ", ".join(taken[:3]) + (", ..." if len(taken) > 3 else "")
