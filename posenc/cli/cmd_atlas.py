@@ -1,7 +1,8 @@
 """``posenc atlas``: draw the atlas of positional encodings (optionally with a trained run).
 
-The command holds ``--out``'s lock (:class:`posenc.runio.DirectoryLock`) while it draws: a
-second writer is refused, and the temporaries a killed atlas left there are deleted."""
+Into an existing ``--out`` the command draws holding its lock
+(:class:`posenc.runio.DirectoryLock`): a second writer is refused, and the temporaries a killed
+atlas left there are deleted. A new ``--out`` is made by the atlas once its input is checked."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a directory")
-    out.mkdir(parents=True, exist_ok=True)
+    if not out.is_dir():
+        return _draw(args, out, atlas_files, write_atlas)
     with DirectoryLock(out, "posenc atlas", subfolders=()):
         return _draw(args, out, atlas_files, write_atlas)
 

@@ -61,6 +61,7 @@ def test_atlas_stopped_by_sigterm_releases_its_lock(tmp_path, capsys, monkeypatc
 
     monkeypatch.setattr(posenc.atlas, "write_atlas", draw_then_signal)
     out = tmp_path / "atlas"
+    out.mkdir()                                       # an existing folder: drawn under its lock
     assert main(["atlas", "--out", str(out), "--quiet"]) == 128 + signal.SIGTERM
     assert "posenc atlas: interrupted by SIGTERM" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["partial.txt"]   # no lock left
