@@ -164,6 +164,7 @@ def _read_regular(path: Path) -> bytes | None:
             return None
         return f.read()
 
+
 def _is_hf_dataset_dir(path: Path) -> bool:
     return any((path / f).is_file()
                for f in ("dataset_info.json", "dataset_dict.json", "state.json"))

@@ -52,17 +52,17 @@ def check_train_memory(cfg: TrainConfig, device: torch.device | str = "cpu",
     """ValueError if a step of ``cfg`` cannot fit in ``limit`` bytes (default: what
     :func:`available_memory` says), or its validation set in the host's memory; returns the
     estimate of a step."""
+    need = train_step_bytes(cfg)
+    free = available_memory(device) if limit is None else limit
+    if need > free:
+        raise UserError(f"batch_size={cfg.batch_size} x train_len={cfg.train_len} needs at "
+                         f"least {need / GIB:,.1f} GiB per training step but "
+                         f"{free / GIB:,.1f} GiB are free on {torch.device(device).type}; "
+                         f"lower --batch-size or --train-len")
     host = validation_set_bytes(cfg)
     free = available_memory("cpu") if limit is None else limit
     if host > free:
         raise UserError(f"eval_windows={cfg.eval_windows} x train_len={cfg.train_len} needs at "
                         f"least {host / GIB:,.1f} GiB for the validation set but "
                         f"{free / GIB:,.1f} GiB are free; lower --eval-windows")
-    need = train_step_bytes(cfg)
-    limit = available_memory(device) if limit is None else limit
-    if need > limit:
-        raise UserError(f"batch_size={cfg.batch_size} x train_len={cfg.train_len} needs at "
-                         f"least {need / GIB:,.1f} GiB per training step but "
-                         f"{limit / GIB:,.1f} GiB are free on {torch.device(device).type}; "
-                         f"lower --batch-size or --train-len")
     return need
