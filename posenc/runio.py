@@ -3,11 +3,13 @@
 - :func:`atomic_write` / :func:`atomic_write_with` write to a temporary file next to the target,
   flush and ``fsync`` it, rename it into place and ``fsync`` the folder, so after a crash the
   target holds either the old or the new content, never a mix. Temporary files are named
-  ``.<name>.<random>.tmp``; :func:`remove_stale_temporaries` deletes those a crash left.
+  ``.<name>.<random>.tmp``; :func:`remove_stale_temporaries` deletes those a crash left
+  (only names of that pattern, :func:`is_temporary`).
 - :class:`DirectoryLock` is an advisory lock (``fcntl.flock``) on ``<dir>/.posenc.lock``, held
   while a command writes into ``<dir>``; a second writer gets :class:`DirectoryInUse` naming
   the holder's pid. The kernel drops the lock when its process dies (SIGKILL too), so a
-  crashed run never leaves a stale lock behind.
+  crashed run never leaves a stale lock behind. Taking the lock deletes the temporaries a
+  killed writer left in the folder and in its ``atlas/`` subfolder.
 - :func:`sha256_file` is the checksum recorded for checkpoints and caches.
 """
 
@@ -17,6 +19,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +33,10 @@ except ImportError:                                  # pragma: no cover - not on
 
 LOCK_FILE = ".posenc.lock"
 TMP_SUFFIX = ".tmp"
+#: ``.<name>.<8 random characters of tempfile>.tmp``: what mkstemp/mkdtemp name here
+_TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}" + re.escape(TMP_SUFFIX) + "$")
+#: subfolders whose temporaries are deleted too when a folder's lock is taken
+TIDIED_SUBFOLDERS = ("atlas",)
 
 
 def _umask() -> int:
@@ -38,7 +45,8 @@ def _umask() -> int:
     return mask
 
 
-FILE_MODE = 0o666 & ~_umask()
+FILE_MODE = 0o666 & ~_umask()     # what open() would give: the umask applies
+DIR_MODE = 0o777 & ~_umask()
 
 
 class DirectoryInUse(UserError):
@@ -93,16 +101,21 @@ def atomic_write_with(path: str | Path, write: Callable) -> None:
     fsync_dir(path.parent)
 
 
+def is_temporary(name: str) -> bool:
+    """Whether ``name`` is a temporary written here (``.<name>.<random>.tmp``)."""
+    return bool(_TEMPORARY.match(name))
+
+
 def remove_stale_temporaries(folder: str | Path) -> list[Path]:
-    """Delete the ``.<name>.*.tmp`` files (and folders) a crash left in ``folder``. Call it
-    only while holding the folder's lock. Returns what was removed."""
+    """Delete the ``.<name>.<random>.tmp`` files (and folders) a crash left in ``folder``.
+    Call it only while holding the folder's lock. Returns what was removed."""
     import shutil
     removed = []
     folder = Path(folder)
     if not folder.is_dir():
         return removed
     for p in folder.iterdir():
-        if p.name.startswith(".") and p.name.endswith(TMP_SUFFIX):
+        if is_temporary(p.name):
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
             else:
@@ -113,8 +126,7 @@ def remove_stale_temporaries(folder: str | Path) -> list[Path]:
 
 def has_content(folder: str | Path) -> bool:
     """Whether ``folder`` holds anything besides its lock file and crash temporaries."""
-    return any(p.name != LOCK_FILE and not (p.name.startswith(".") and
-                                             p.name.endswith(TMP_SUFFIX))
+    return any(p.name != LOCK_FILE and not is_temporary(p.name)
                for p in Path(folder).iterdir())
 
 
@@ -132,12 +144,16 @@ class DirectoryLock:
 
     The folder must exist. Acquiring never blocks: a lock held by another process raises
     :class:`DirectoryInUse` with its pid. On release the lock file is deleted (acquirers check
-    that the file they locked is still the one on disk, so deleting it is safe).
+    that the file they locked is still the one on disk, so deleting it is safe). Once held,
+    the temporaries a killed writer left in the folder are deleted, and those in its
+    ``subfolders`` (each taken under its own lock; one in use is left alone).
     """
 
-    def __init__(self, folder: str | Path, command: str) -> None:
+    def __init__(self, folder: str | Path, command: str,
+                 subfolders: tuple[str, ...] = TIDIED_SUBFOLDERS) -> None:
         self.folder = Path(folder)
         self.command = command
+        self.subfolders = subfolders
         self.path = self.folder / LOCK_FILE
         self._fd: int | None = None
 
@@ -172,7 +188,20 @@ class DirectoryLock:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()} {self.command}\n".encode())
         self._fd = fd
+        self._remove_temporaries()
         return self
+
+    def _remove_temporaries(self) -> None:
+        remove_stale_temporaries(self.folder)
+        for name in self.subfolders:
+            sub = self.folder / name
+            if not sub.is_dir() or sub.is_symlink():
+                continue
+            try:
+                with DirectoryLock(sub, self.command, subfolders=()):
+                    pass                          # acquiring it removes its temporaries
+            except (DirectoryInUse, OSError):
+                continue                          # another writer's, or not ours to write
 
     def release(self) -> None:
         if self._fd is None:

@@ -80,3 +80,33 @@ def test_locked_empty_folder_and_a_stale_lock_file(tmp_path, capsys):
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     assert main(["train", "--out", str(run), *TINY]) == 0      # stale lock file: not a run
+
+
+def test_taking_the_lock_removes_posenc_temporaries_only(tmp_path):
+    """What a killed writer left (``.<name>.<random>.tmp`` files and folders) goes when the
+    folder's lock is taken, in its atlas/ subfolder too unless another writer holds that;
+    the user's own files, dotted or not, stay."""
+    out = tmp_path / "cmp"
+    (out / "atlas").mkdir(parents=True)
+    stale = [out / ".results.json.k2x_9abc.tmp", out / ".entropy_vs_length.png.a1b2c3d4.tmp",
+             out / "atlas" / ".rope_decay.png.zz99_0qq.tmp"]
+    for p in stale:
+        p.write_bytes(b"half")
+    (out / ".step-00000004.abcdefgh.tmp").mkdir()
+    (out / ".step-00000004.abcdefgh.tmp" / "state.pt").write_bytes(b"half")
+    mine = [out / ".notes.tmp", out / "draft.tmp", out / "atlas" / ".plan.v2.tmp",
+            out / "results.json"]
+    for p in mine:
+        p.write_text("the user's")
+    with DirectoryLock(out, "posenc compare"):
+        assert all(p.exists() for p in mine)
+        assert not any(p.exists() for p in stale)
+        assert not (out / ".step-00000004.abcdefgh.tmp").exists()
+    with DirectoryLock(out / "atlas", "posenc atlas"):         # another writer draws there
+        (out / "atlas" / ".index.html.q1w2e3r4.tmp").write_text("being written")
+        with DirectoryLock(out, "posenc compare"):
+            assert (out / "atlas" / ".index.html.q1w2e3r4.tmp").exists()
+    with DirectoryLock(out, "posenc compare"):
+        assert not (out / "atlas" / ".index.html.q1w2e3r4.tmp").exists()
+    assert sorted(p.name for p in out.rglob("*")) == sorted(
+        ["atlas", ".notes.tmp", "draft.tmp", ".plan.v2.tmp", "results.json"])

@@ -7,8 +7,10 @@ a missing file, a full disk, a read-only folder) print one line and exit 2; a tr
 that diverges prints one line and exits 3; output cut short by a closed pipe (``posenc list |
 head``) ends quietly. stdout is flushed before the command returns (``--help`` and
 ``--version`` included), so output that cannot be written (``> /dev/full``) is one line and
-exit 2 too, never an error in the interpreter's final flush. Anything else is a bug: its
-traceback is printed and the exit is 1.
+exit 2 too, never an error in the interpreter's final flush. SIGTERM and SIGHUP stop a command
+as Ctrl-C does (its files and lock are tidied, "interrupted" is printed) and exit 128 + the
+signal's number; Ctrl-C exits 130. Anything else is a bug: its traceback is printed and the
+exit is 1.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import argparse
 import importlib
 import os
 import pkgutil
+import signal
 import sys
+from contextlib import contextmanager
 
 from ..errors import UserError
 
@@ -55,6 +59,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived: unwinds like Ctrl-C, so every command cleans up the same."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated(signum)
+
+
+@contextmanager
+def stop_signals_interrupt():
+    """While inside, SIGTERM and SIGHUP raise :class:`Terminated` (main thread only)."""
+    names = [n for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    try:
+        old = {n: signal.signal(getattr(signal, n), _raise_terminated) for n in names}
+    except ValueError:                                # not the main thread: leave them
+        yield
+        return
+    try:
+        yield
+    finally:
+        for n, handler in old.items():
+            signal.signal(getattr(signal, n), handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     from ..train import TrainingDiverged
     try:
@@ -69,12 +101,15 @@ def main(argv: list[str] | None = None) -> int:
         detach_stdout()
         raise SystemExit(EXIT_USER_ERROR) from None
     try:
-        return finish_output(f"posenc {args.command}", int(args._run(args) or 0))
+        with stop_signals_interrupt():
+            code = int(args._run(args) or 0)
+        return finish_output(f"posenc {args.command}", code)
     except BrokenPipeError:
         return quiet_closed_pipe()
-    except KeyboardInterrupt:
-        print(f"posenc {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:
+        by = f" by {err}" if isinstance(err, Terminated) else ""
+        print(f"posenc {args.command}: interrupted{by}", file=sys.stderr)
+        return 128 + int(err.signum if isinstance(err, Terminated) else signal.SIGINT)
     except USER_ERRORS as err:
         print(f"posenc {args.command}: error: {one_line(err)}", file=sys.stderr)
         detach_stdout()

@@ -8,6 +8,7 @@ import time
 from ..errors import UserError
 from .args import int_list, name_list
 from .devices import add_device_arguments, resolve_device
+from .paths import path_arg
 
 NAME = "compare"
 HELP = ("train every encoding with the same data, budget and seeds, evaluate at L..8L "
@@ -17,7 +18,7 @@ HELP = ("train every encoding with the same data, budget and seeds, evaluate at 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..lab.presets import PRESETS
     p.add_argument("--out", required=True, help="output directory (resumed if it holds the "
-                   "same comparison)")
+                   "same comparison)", type=path_arg)
     p.add_argument("--preset", default="default", choices=sorted(PRESETS),
                    help="default: every encoding, one seed, ~7 min on a 2-core CPU; seeds3: "
                    "the same with 3 seeds (for conclusions); paper: larger, for a GPU; smoke: "
@@ -37,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pe-option", action="append", metavar="ENC:KEY=VALUE",
                    help="an encoding option, e.g. sinusoidal:scale=1.0 or t5:max_distance=256 "
                         "(repeatable; replaces the preset's value)")
-    p.add_argument("--data", help="text file or folder (default: the Python standard library)")
+    p.add_argument("--data", help="text file or folder (default: the Python standard library)",
+                   type=path_arg)
     p.add_argument("--tokenizer", help="byte or bpe:N")
     p.add_argument("--seed", type=int, help="first seed (default 0)")
     p.add_argument("--seeds", type=int, help="seeds per encoding (seed, seed+1, ...); an "

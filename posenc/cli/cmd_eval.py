@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import UserError
 from .args import int_list as _int_list
 from .devices import add_device_arguments, resolve_device
+from .paths import path_arg
 
 NAME = "eval"
 HELP = ("evaluate a trained run at several lengths on held-out data (optionally with RoPE "
@@ -31,7 +32,8 @@ def multiples_of_L(multipliers: tuple[int, ...] | None = None) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", help="a run directory written by `posenc train` or `posenc compare`")
+    p.add_argument("run", help="a run directory written by `posenc train` or `posenc compare`",
+                   type=path_arg)
     p.add_argument("--lengths", type=_int_list,
                    help=f"evaluation lengths, e.g. 128,256,512 (default: {multiples_of_L()})")
     p.add_argument("--stride", type=int, help="sliding windows with this stride (default: "

@@ -22,6 +22,7 @@ from pathlib import Path
 from ..errors import UserError
 from .argtypes import positive_float
 from .devices import add_device_arguments, resolve_device
+from .paths import path_arg
 
 NAME = "extend"
 HELP = "extend the context of a Hugging Face model (PI, NTK, dynamic, YaRN, ...) and measure it"
@@ -60,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--lengths", type=_ints, help="window lengths (default: 1x, 1.5x and 2x "
                    "the native context)")
     m.add_argument("--data", help="text file or folder to score (default: the Python "
-                   "standard library source, test split)")
+                   "standard library source, test split)", type=path_arg)
     m.add_argument("--stride", type=int, help="sliding-window stride (default: length/2)")
     m.add_argument("--windows", type=int, default=2, help="windows per length (default 2)")
     m.add_argument("--passkey", action="store_true", help="also measure passkey retrieval")
@@ -76,7 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "1 is often faster on a busy machine)")
     m.add_argument("--gguf-cache", help="folder keeping the dequantized GGUF model so later "
                    "runs load fast (default: gguf/ in posenc's cache folder, "
-                   "$POSENC_CACHE_DIR or ~/.cache/posenc)")
+                   "$POSENC_CACHE_DIR or ~/.cache/posenc)", type=path_arg)
     m.add_argument("--no-gguf-cache", action="store_true", help="do not keep the conversion")
     m.add_argument("--seed", type=int, default=0)
     f = p.add_argument_group("fine-tuning (optional; on a real model meant for a GPU)")
@@ -85,13 +86,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: the longest length)")
     f.add_argument("--finetune-lr", type=float, default=2e-5)
     o = p.add_argument_group("output")
-    o.add_argument("--out", help="output directory (default: runs/extend-<model>)")
+    o.add_argument("--out", type=path_arg,
+                   help="output directory (default: runs/extend-<model>)")
     o.add_argument("--force", action="store_true", help="start again in an --out that holds a "
                    "posenc extend study, removing only what the study wrote")
     o.add_argument("--resume", action="store_true", help="continue an interrupted study in "
                    "--out, reusing the measurements it finished")
     o.add_argument("--save", help="also save the extended model (one method, no fine-tune) "
-                   "as a directory plain transformers loads")
+                   "as a directory plain transformers loads", type=path_arg)
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

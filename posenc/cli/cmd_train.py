@@ -13,6 +13,7 @@ from ..data.synthetic import TASKS
 from ..models.lm import LMConfig
 from ..train.config import TrainConfig, parse_options
 from ..train.loop import resolve_vocab, train
+from .paths import path_arg
 
 NAME = "train"
 HELP = "train a small language model with one positional encoding"
@@ -29,14 +30,14 @@ TRAIN_FLAGS = {"batch_size": int, "steps": int, "lr": float, "warmup_steps": int
 def add_arguments(p: argparse.ArgumentParser) -> None:
     model_defaults = {f.name: f.default for f in fields(LMConfig)}
     train_defaults = {f.name: f.default for f in fields(TrainConfig)}
-    p.add_argument("--out", required=True, help="run directory to write")
+    p.add_argument("--out", required=True, type=path_arg, help="run directory to write")
     p.add_argument("--pe", default="rope", help="positional encoding (see `posenc list`)")
     p.add_argument("--pe-option", action="append", metavar="KEY=VALUE",
                    help="an encoding option, repeatable (e.g. --pe-option theta=500000)")
     p.add_argument("--train-len", type=int, default=train_defaults["train_len"],
                    help="training sequence length (also the model's max_len)")
     p.add_argument("--data", help="text file, folder of text files, dataset directory or "
-                   "hf:NAME[:CONFIG] (default: the Python standard library source)")
+                   "hf:NAME[:CONFIG] (default: the Python standard library source)", type=path_arg)
     p.add_argument("--tokenizer", default="byte", help="byte (default) or bpe:N")
     p.add_argument("--task", choices=TASKS, help="train on a synthetic task instead of text")
     p.add_argument("--pack", action="store_true",
@@ -46,13 +47,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "documents). Use it for corpora of many short documents, or to match "
                    "how the model will be used (one document at a time); text data only")
     p.add_argument("--cache-dir", help="token cache folder (default: posenc's cache folder, "
-                   "$POSENC_CACHE_DIR or ~/.cache/posenc)")
+                   "$POSENC_CACHE_DIR or ~/.cache/posenc)", type=path_arg)
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--overwrite", action="store_true", help="replace the run in --out")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (= --dtype "
                    "bfloat16)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                   help="compute dtype: bfloat16 autocasts, weights stay float32")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"),
+                   help="compute dtype: bfloat16 autocasts, weights stay float32 (default: "
+                   "float32)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--backend", default="auto", help="attention backend while training")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's "
@@ -75,6 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The TrainConfig the flags describe (model max_len = --train-len)."""
+    if args.bf16 and args.dtype == "float32":
+        raise UserError("--bf16 asks for bfloat16 but --dtype is float32; pass only one")
     model = {k: getattr(args, k) for k in MODEL_FLAGS if getattr(args, k) is not None}
     model = LMConfig(pe=args.pe, pe_options=parse_options(args.pe_option, "--pe-option"),
                      max_len=args.train_len, attn_backend=args.backend, **model)

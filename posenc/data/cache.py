@@ -50,7 +50,7 @@ def token_stream(corpus: Corpus, tokenizer: Tokenizer, split: str,
                  cache_dir: str | Path | None = None) -> np.ndarray:
     """The token ids of ``split`` as a read-only 1-D memory-mapped array (cached on disk,
     with the split's document starts when it is tokenized)."""
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache_dir = _cache_folder(cache_dir)
     path = stream_path(corpus, tokenizer, split, cache_dir)
     stream = _load_checked(path)
     if stream is not None:
@@ -66,7 +66,7 @@ def document_starts(corpus: Corpus, tokenizer: Tokenizer, split: str,
                     cache_dir: str | Path | None = None) -> np.ndarray:
     """The start offset of every document of ``split`` in its token stream: (N,) int64,
     cached next to the stream (an older cache without them is completed)."""
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache_dir = _cache_folder(cache_dir)
     stream = token_stream(corpus, tokenizer, split, cache_dir)
     path = starts_path(corpus, tokenizer, split, cache_dir)
     texts = corpus.texts(split)
@@ -86,6 +86,17 @@ def document_starts(corpus: Corpus, tokenizer: Tokenizer, split: str,
         raise UserError(f"token cache {path} does not fit its token stream ({problem}); "
                          f"delete it to rebuild it")
     return starts
+
+
+def _cache_folder(cache_dir: str | Path | None) -> Path:
+    """``cache_dir`` as a Path (None: the default); an empty string is refused, it would be
+    the working directory."""
+    if cache_dir is None:
+        return default_cache_dir()
+    if cache_dir == "":
+        raise UserError("cache_dir is an empty path; name a folder (or None for posenc's "
+                        "cache folder)")
+    return Path(cache_dir)
 
 
 def stream_path(corpus: Corpus, tokenizer: Tokenizer, split: str, cache_dir: Path) -> Path:

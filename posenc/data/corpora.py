@@ -7,7 +7,10 @@
   suites and the machine-specific ``_sysconfigdata*`` module); present on every machine, no
   download;
 - a path to a text file or a folder of text files (read recursively; hidden entries, files
-  holding NUL bytes and files that are not UTF-8 are skipped and counted in ``n_skipped``);
+  holding NUL bytes and files that are not UTF-8 are skipped and counted in ``n_skipped``;
+  only regular files are read: FIFOs, devices and sockets, and links to them, are skipped
+  with a warning naming them, so a folder never blocks or reads without end; an empty path
+  is refused, it is not the current directory);
 - a local Hugging Face ``datasets`` directory (made by ``save_to_disk``) or ``"hf:NAME"`` /
   ``"hf:NAME:CONFIG"`` for ``datasets.load_dataset`` (needs the ``datasets`` extra).
 
@@ -21,11 +24,14 @@ the texts of every split and the rule used, so two runs with equal hashes saw th
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
 import platform
+import stat
 import sysconfig
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,11 +73,17 @@ def load_corpus(spec: str | None = None) -> Corpus:
     """Load the corpus named by ``spec`` (see the module docstring)."""
     if spec is None or spec == "stdlib":
         return _from_named_texts("stdlib", _stdlib_texts(), 0)
+    if spec == "":
+        raise UserError(f"data path {spec!r} is empty; name a text file or folder (or None "
+                        f"for the standard library)")
     if spec.startswith("hf:"):
         return _from_hf_hub(spec)
     path = Path(spec).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"data path {spec} does not exist")
+    if not (path.is_dir() or path.is_file()):
+        raise UserError(f"data path {spec} is not a regular file or a folder (a FIFO or "
+                        f"device is never read)")
     if path.is_dir() and _is_hf_dataset_dir(path):
         return _from_hf_disk(path)
     named, skipped = _read_text_files(path)
@@ -115,9 +127,12 @@ def _read_text_files(path: Path) -> tuple[list[tuple[str, str]], int]:
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             files += [Path(dirpath, f) for f in filenames if not f.startswith(".")]
         files.sort(key=lambda p: p.relative_to(root).as_posix())
-    named, skipped = [], 0
+    named, skipped, special = [], 0, []
     for p in files:
-        raw = p.read_bytes()
+        raw = _read_regular(p)
+        if raw is None:
+            special.append(p.relative_to(root).as_posix())
+            continue
         if b"\0" in raw[:8192]:
             skipped += 1
             continue
@@ -127,7 +142,27 @@ def _read_text_files(path: Path) -> tuple[list[tuple[str, str]], int]:
             skipped += 1
     if path.is_file() and skipped:
         raise UserError(f"data file {path} is not UTF-8 text")
+    if special:
+        shown = ", ".join(special[:5]) + (f" and {len(special) - 5} more"
+                                         if len(special) > 5 else "")
+        warnings.warn(f"data folder {path}: skipped {len(special)} entries that are not "
+                      f"regular files: {shown}", stacklevel=3)
     return named, skipped
+
+
+def _read_regular(path: Path) -> bytes | None:
+    """The bytes of ``path`` if it is (or links to) a regular file, else None. Opened without
+    blocking and checked on the open descriptor: a FIFO or a device is never read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as err:
+        if err.errno in (errno.ENXIO, errno.ENODEV) or not os.path.exists(path):
+            return None                         # a socket, a device, a dangling link
+        raise
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return f.read()
 
 
 def _is_hf_dataset_dir(path: Path) -> bool:

@@ -8,7 +8,8 @@ A model computes them once per forward and hands them to every layer:
   the nearest real token before it (0 before the first), no query sees it as a key, and as
   a query it sees its own key only;
 - ``document_ids`` (B, T): several documents packed into each row, each restarting at 0
-  and seeing only itself (attention is block-diagonal).
+  and seeing only itself (attention is block-diagonal). A document is a run of equal ids:
+  ``[0, 0, 1, 1, 0, 0]`` holds three documents, the two runs of id 0 never see each other.
 
 Everything here is tensor arithmetic (no value is read on the host).
 """
@@ -34,7 +35,9 @@ def check_mask(name: str, mask: Tensor, shape: tuple[int, int]) -> Tensor:
 
 
 def check_documents(document_ids: Tensor, shape: tuple[int, int]) -> Tensor:
-    """document_ids must be an integer (B, T) tensor; returned as is."""
+    """document_ids must be an integer (B, T) tensor; returns (B, T) int64 run numbers:
+    0 for the row's first run of equal ids, counting up by one where the id changes, so
+    each run is its own document even where an id comes back after another."""
     if not isinstance(document_ids, Tensor) or document_ids.is_floating_point() or \
             document_ids.dtype == torch.bool or document_ids.is_complex():
         got = f"dtype {document_ids.dtype}" if isinstance(document_ids, Tensor) \
@@ -43,7 +46,14 @@ def check_documents(document_ids: Tensor, shape: tuple[int, int]) -> Tensor:
     if tuple(document_ids.shape) != tuple(shape):
         raise UserError(f"document_ids must have shape {tuple(shape)} (batch, length), "
                          f"like the token ids, got {tuple(document_ids.shape)}")
-    return document_ids
+    return document_runs(document_ids)
+
+
+def document_runs(document_ids: Tensor) -> Tensor:
+    """document_ids (B, T) -> (B, T) int64: the number of each token's run of equal ids."""
+    runs = torch.zeros(document_ids.shape, dtype=torch.long, device=document_ids.device)
+    runs[:, 1:] = torch.cumsum((document_ids[:, 1:] != document_ids[:, :-1]).long(), dim=1)
+    return runs
 
 
 def positions_from_mask(mask: Tensor, start: Tensor) -> Tensor:

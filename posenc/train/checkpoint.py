@@ -17,13 +17,20 @@ durable, and the folder is renamed to ``step-N`` (one atomic rename); then ``sta
 replaced atomically to point at it, and only then are older checkpoints deleted. A crash at any
 moment leaves the previous complete checkpoint in place; :func:`recover` (run by ``train``
 under the run's lock) removes temporaries a crash left and adopts a ``step-N`` folder that was
-renamed but not yet recorded. Loading checks every file against its recorded sha256 and
-reports a mismatch naming the file.
+renamed but not yet recorded. Loading checks every file against the sha256 its folder's
+``manifest.json`` records (and ``state.json``, which repeats them, must agree) and reports a
+mismatch naming the file; a ``checkpoint`` entry naming anything but a folder of
+``checkpoints/`` is refused. Every file and folder follows the umask, like the rest of the run.
+
+The manifest also records the model's settings (``model_config``): a ``config.json`` that
+disagrees with them (edited by hand: a field deleted or changed) is refused on load instead of
+building another model. Runs written before the settings were recorded load unchecked.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shutil
 import tempfile
@@ -40,6 +47,8 @@ from ..errors import UserError
 from ..data.tokenizer import Tokenizer, load_tokenizer
 from ..models.lm import TransformerLM
 from ..runio import (
+    DIR_MODE,
+    FILE_MODE,
     TMP_SUFFIX,
     atomic_write,
     atomic_write_with,
@@ -140,9 +149,18 @@ def remove_run_files(run_dir: Path) -> None:
 # ------------------------------------------------------------- checkpoint
 def checkpoint_dir(run_dir: str | Path, progress: dict[str, Any]) -> Path:
     """The folder holding the files of the checkpoint ``state.json`` names (the run folder
-    itself for runs written before checkpoints had their own folders)."""
+    itself for runs written before checkpoints had their own folders). A name that is not a
+    folder of ``checkpoints/`` (``../..``, an absolute path) is refused: ValueError."""
     name = progress.get("checkpoint")
-    return Path(run_dir) / name if name else Path(run_dir)
+    if not name:
+        return Path(run_dir)
+    folder = Path(run_dir) / str(name)
+    inside = isinstance(name, str) and not Path(name).is_absolute() and \
+        folder.resolve().parent == (Path(run_dir) / CHECKPOINTS_DIR).resolve()
+    if not inside:
+        raise UserError(f"corrupt checkpoint record {Path(run_dir) / PROGRESS_FILE}: "
+                        f"checkpoint {name!r} is not a folder of {CHECKPOINTS_DIR}/")
+    return folder
 
 
 def committed_file(run_dir: str | Path, name: str = MODEL_FILE) -> Path:
@@ -155,7 +173,10 @@ def committed_file(run_dir: str | Path, name: str = MODEL_FILE) -> Path:
 
 def save_checkpoint(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
                     scheduler: Any, step: int, progress: dict[str, Any]) -> None:
-    """Write one checkpoint folder, commit it in ``state.json``, delete the older ones."""
+    """Write one checkpoint folder, commit it in ``state.json``, delete the older ones.
+
+    A failed write (a full disk, a file system that refuses the file) raises OSError naming
+    the file, on one line; the previous checkpoint stays the committed one."""
     state = {"step": step, "optimizer": optimizer.state_dict(),
              "scheduler": scheduler.state_dict(), "rng_torch": torch.get_rng_state(),
              "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -169,12 +190,17 @@ def save_checkpoint(run_dir: Path, model: nn.Module, optimizer: torch.optim.Opti
         raise FileExistsError(f"checkpoint {final} exists already")
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}.", suffix=TMP_SUFFIX))
     try:
-        atomic_write_with(tmp / STATE_FILE, lambda f: torch.save(state, f))
-        save_model(model, str(tmp / MODEL_FILE), metadata={"format": FORMAT, "step": str(step)})
-        fsync_file(tmp / MODEL_FILE)
+        os.chmod(tmp, DIR_MODE)                     # mkdtemp makes it 0700: follow the umask
+        _write_file(tmp / STATE_FILE,
+                    lambda: atomic_write_with(tmp / STATE_FILE, lambda f: torch.save(state, f)))
+        _write_file(tmp / MODEL_FILE, lambda: _save_weights(model, tmp / MODEL_FILE, step))
         record = {"step": step, **progress, "checkpoint": f"{CHECKPOINTS_DIR}/{name}",
                   "files": {n: sha256_file(tmp / n) for n in (MODEL_FILE, STATE_FILE)}}
-        atomic_write(tmp / MANIFEST_FILE, _json_bytes(record))
+        config = getattr(model, "config", None)
+        if hasattr(config, "to_dict"):
+            record["model_config"] = config.to_dict()
+        _write_file(tmp / MANIFEST_FILE, lambda: atomic_write(tmp / MANIFEST_FILE,
+                                                              _json_bytes(record)))
         tmp.rename(final)                                 # the checkpoint now exists whole
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -182,6 +208,27 @@ def save_checkpoint(run_dir: Path, model: nn.Module, optimizer: torch.optim.Opti
     fsync_dir(root)
     atomic_write(run_dir / PROGRESS_FILE, _json_bytes(record))        # ... and is committed
     _prune(root, keep=name)
+
+
+def _save_weights(model: nn.Module, path: Path, step: int) -> None:
+    save_model(model, str(path), metadata={"format": FORMAT, "step": str(step)})
+    os.chmod(path, FILE_MODE)                   # safetensors writes 0600: follow the umask
+    fsync_file(path)
+
+
+def _write_file(path: Path, write: Any) -> None:
+    """Call ``write()``; a failure to write ``path`` becomes one OSError naming it (torch and
+    safetensors report a full disk as a RuntimeError from deep inside)."""
+    try:
+        write()
+    except OSError as err:
+        if err.filename is not None or str(path) in str(err):
+            raise
+        raise OSError(err.errno, f"cannot write checkpoint file {path}: "
+                      f"{err.strerror or _one_line(err)}") from err
+    except Exception as err:  # noqa: BLE001 - RuntimeError / SafetensorError on a failed write
+        raise OSError(f"cannot write checkpoint file {path}: {_one_line(err)} (is the disk "
+                      f"full?)") from err
 
 
 def _json_bytes(doc: dict[str, Any]) -> bytes:
@@ -223,11 +270,24 @@ def recover(run_dir: str | Path) -> int | None:
 
 
 def verify_file(folder: Path, name: str, progress: dict[str, Any]) -> Path:
-    """``folder/name``, checked against the sha256 ``state.json`` recorded (ValueError)."""
+    """``folder/name``, checked against the sha256 recorded for it (ValueError otherwise).
+
+    In a ``checkpoints/`` folder the record is the folder's ``manifest.json``, which must
+    exist and agree with ``state.json`` (``progress``); the run folder itself (runs written
+    before checkpoints had their own folders) has only ``state.json``'s."""
     path = folder / name
-    expected = (progress.get("files") or {}).get(name)
     if not path.is_file():
         raise UserError(f"corrupt checkpoint {path}: the file is missing")
+    expected = (progress.get("files") or {}).get(name)
+    if progress.get("checkpoint"):                       # a folder of checkpoints/
+        recorded = read_manifest(folder, progress).get("files")
+        if not isinstance(recorded, dict) or not isinstance(recorded.get(name), str):
+            raise UserError(f"corrupt checkpoint {folder / MANIFEST_FILE}: it records no "
+                            f"sha256 for {name}")
+        if expected is not None and expected != recorded[name]:
+            raise UserError(f"corrupt checkpoint {path}: {PROGRESS_FILE} and "
+                            f"{MANIFEST_FILE} record different sha256 for it")
+        expected = recorded[name]
     if expected is not None:
         actual = sha256_file(path)
         if actual != expected:
@@ -235,6 +295,44 @@ def verify_file(folder: Path, name: str, progress: dict[str, Any]) -> Path:
                              f"the recorded {expected[:12]}... (the file changed after it was "
                              f"written)")
     return path
+
+
+def read_manifest(folder: Path, progress: dict[str, Any]) -> dict[str, Any]:
+    """The ``manifest.json`` of checkpoint ``folder``; ValueError if it is missing, corrupt or
+    names another step than ``state.json`` (``progress``)."""
+    path = folder / MANIFEST_FILE
+    try:
+        doc = json.loads(path.read_text())
+        same_step = int(doc["step"]) == int(progress["step"])
+    except FileNotFoundError:
+        raise UserError(f"corrupt checkpoint {path}: the file is missing") from None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise UserError(f"corrupt checkpoint {path}: {_one_line(err)}") from None
+    if not same_step:
+        raise UserError(f"corrupt checkpoint {path}: step {doc['step']} differs from "
+                        f"{PROGRESS_FILE}'s {progress['step']}")
+    return doc
+
+
+def check_model_config(model: nn.Module, run_dir: Path, progress: dict[str, Any]) -> None:
+    """Refuse a model built from settings other than those its checkpoint was written with
+    (``config.json`` edited by hand). ``attn_backend`` may differ (it changes no weights)."""
+    recorded = progress.get("model_config")
+    if progress.get("checkpoint"):
+        folder = checkpoint_dir(run_dir, progress)
+        recorded = read_manifest(folder, progress).get("model_config", recorded)
+    config = getattr(model, "config", None)
+    if not isinstance(recorded, dict) or not hasattr(config, "to_dict"):
+        return                                   # written before settings were recorded
+    current = config.to_dict()
+    differ = sorted(k for k in recorded.keys() | current.keys() if k != "attn_backend" and
+                    json.dumps(recorded.get(k), sort_keys=True) !=
+                    json.dumps(current.get(k), sort_keys=True))
+    if differ:
+        shown = ", ".join(f"{k} {current.get(k)!r} (checkpoint: {recorded.get(k)!r})"
+                          for k in differ[:4])
+        raise UserError(f"{Path(run_dir) / CONFIG_FILE} does not match the model its "
+                        f"checkpoint was written with: {shown}; was {CONFIG_FILE} edited?")
 
 
 def _weights_step(path: Path) -> int:
@@ -252,7 +350,9 @@ def load_weights(model: nn.Module, run_dir: Path, device: str | torch.device = "
     progress = read_progress(run_dir) if progress is None else progress
     if progress is None:
         raise UserError(f"run {run_dir} has no checkpoint yet ({PROGRESS_FILE} is missing)")
-    path = verify_file(checkpoint_dir(run_dir, progress), MODEL_FILE, progress)
+    folder = checkpoint_dir(run_dir, progress)
+    path = verify_file(folder, MODEL_FILE, progress)
+    check_model_config(model, run_dir, progress)
     step = _weights_step(path)
     try:
         load_model(model, path, strict=True, device=str(device))

@@ -246,6 +246,9 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     """
     if resume and overwrite:
         raise UserError("pass either resume or overwrite, not both")
+    for name, path in (("run_dir", run_dir), ("data", cfg.data), ("cache_dir", cfg.cache_dir)):
+        if path == "":                      # the file system reads "" as the working directory
+            raise UserError(f"{name} is an empty path; name a file or folder")
     run_dir = Path(run_dir)
     cfg = cfg.resolved()
     info = dist.setup(cfg.device)

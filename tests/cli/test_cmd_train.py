@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import torch
 
-from posenc.cli import cmd_train, main
+from posenc.cli import build_parser, cmd_train, main
 from posenc.train import load_run
 
 from tests.data.helpers import write_short_files
@@ -125,3 +126,44 @@ def test_cli_trains_on_packed_documents_and_resumes_only_packed(tmp_path, capsys
         torch.testing.assert_close(value, straight.model.state_dict()[name], rtol=0, atol=0)
     assert main(cli_args(tmp_path, tmp_path / "task", "--task", "copy", "--pack")) == 2
     one_line_error(capsys, "examples of task 'copy' are single documents already")
+
+
+def test_file_system_refusals_are_one_line(tmp_path, capsys, monkeypatch):
+    """A 300-character folder name (Errno 36) and a read-only output folder (Errno 30)."""
+    import errno
+    import pathlib
+    data = make_corpus(tmp_path / "data")
+    assert main(cli_args(tmp_path, tmp_path / ("r" * 300), "--data", str(data))) == 2
+    one_line_error(capsys, "File name too long")
+    read_only = tmp_path / "ro"
+    real_mkdir = pathlib.Path.mkdir
+
+    def mkdir(self, *args, **kwargs):
+        if read_only in self.parents:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", mkdir)
+    assert main(cli_args(tmp_path, read_only / "run", "--data", str(data))) == 2
+    one_line_error(capsys, "Read-only file system")
+
+
+@pytest.mark.parametrize("extra, msg", [
+    (["--eval-windows", "1000000000"], "lower --eval-windows"),
+    (["--bf16", "--dtype", "float32"], "--bf16 asks for bfloat16 but --dtype is float32"),
+])
+def test_options_are_checked_before_the_run_folder_is_made(tmp_path, capsys, extra, msg):
+    out = tmp_path / "run"
+    assert main(cli_args(tmp_path, out, "--data", str(make_corpus(tmp_path / "data")),
+                         *extra)) == 2
+    one_line_error(capsys, msg)
+    assert not out.exists()
+
+
+def test_bf16_flag_and_dtype_agree(tmp_path):
+    parser = build_parser()
+    for extra in (["--bf16"], ["--dtype", "bfloat16"], ["--bf16", "--dtype", "bfloat16"]):
+        args = parser.parse_args(cli_args(tmp_path, tmp_path / "run", *extra))
+        assert cmd_train.config_from_args(args).bf16
+    args = parser.parse_args(cli_args(tmp_path, tmp_path / "run"))
+    assert not cmd_train.config_from_args(args).bf16

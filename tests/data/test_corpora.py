@@ -129,3 +129,39 @@ def test_hub_dataset_without_network_is_a_clear_error(monkeypatch):
         load_corpus("hf:someone/data")
     with pytest.raises(ValueError, match="hf:NAME"):
         load_corpus("hf:")
+
+
+def test_only_regular_files_are_read_and_the_others_are_named(tmp_path):
+    """A FIFO would block the read forever and a device would read without end: both are
+    skipped (links to them too) with one warning naming them; a data path that is one of
+    them is refused."""
+    import os
+    import threading
+    import warnings
+
+    folder = write_files(tmp_path / "docs", 10)
+    os.mkfifo(folder / "pipe.txt")
+    os.symlink(os.devnull, folder / "null.txt")
+    os.symlink(folder / "doc000.txt", folder / "link.txt")          # a link to a file: read
+    result = {}
+
+    def load():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result["corpus"] = load_corpus(str(folder))
+        result["warnings"] = [str(w.message) for w in caught]
+
+    reader = threading.Thread(target=load, daemon=True)
+    reader.start()
+    reader.join(timeout=60)
+    if reader.is_alive():                                     # unblock the reader, then fail
+        os.close(os.open(folder / "pipe.txt", os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(timeout=10)
+        pytest.fail("reading the data folder blocked on a FIFO")
+    corpus = result["corpus"]
+    assert sum(len(corpus.texts(s)) for s in SPLITS) == 11 and corpus.n_skipped == 0
+    assert result["warnings"] == [f"data folder {folder}: skipped 2 entries that are not "
+                                  f"regular files: null.txt, pipe.txt"]
+    for special in ("pipe.txt", "null.txt"):
+        with pytest.raises(ValueError, match="is not a regular file or a folder"):
+            load_corpus(str(folder / special))

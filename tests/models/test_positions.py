@@ -65,3 +65,27 @@ def test_distances_match_indices_reads_no_device_and_nothing_compiled():
     compiled = torch.compile(lambda m: torch.tensor(distances_match_indices(m, None)),
                              backend="eager", fullgraph=True)
     assert not bool(compiled(torch.ones(2, 3, dtype=torch.bool)))
+
+
+def test_each_run_of_equal_ids_is_its_own_document():
+    ids = torch.tensor([[0, 0, 1, 1, 0, 0, 1, 1], [4, 4, 4, 4, 4, 4, 4, 4]])
+    assert check_documents(ids, (2, 8)).tolist() == [[0, 0, 1, 1, 2, 2, 3, 3],
+                                                     [0, 0, 0, 0, 0, 0, 0, 0]]
+    assert check_documents(ids.int(), (2, 8)).dtype == torch.long
+
+
+@pytest.mark.parametrize("pe", ["rope", "alibi", "learned"])
+def test_a_document_id_that_comes_back_starts_a_new_document(tiny_lm, pe):
+    """Editing run 1 (id 0) leaves run 3 (id 0 again) alone: it reads as its own document,
+    exactly as if it were alone in its row."""
+    model = tiny_lm(pe)
+    documents = torch.tensor([[0, 0, 1, 1, 0, 0, 1, 1]])
+    tokens = torch.randint(0, 48, (1, 8), generator=torch.Generator().manual_seed(3))
+    edited = tokens.clone()
+    edited[0, :2] = (edited[0, :2] + 7) % 48
+    with torch.no_grad():
+        a = model(tokens, document_ids=documents)
+        b = model(edited, document_ids=documents)
+        alone = model(tokens[:, 4:6])
+    torch.testing.assert_close(a[:, 4:6], b[:, 4:6], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(a[:, 4:6], alone, rtol=1e-5, atol=1e-5)
