@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 import posenc
 from posenc.atlas.pages import write_html, write_markdown
-from posenc.lab import report, task_report
+from posenc.study import RunDirectory, StudyKind
 from posenc.runio import TMP_SUFFIX
 from posenc.viz.axes import save_png
 
@@ -62,12 +62,11 @@ def test_reports_and_pages_are_renamed_into_place(tmp_path, monkeypatch):
         return real_replace(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(os, "replace", replace)
-    monkeypatch.setattr(task_report, "render_report", lambda results, plots: "# tasks\n")
-    results = {"config": {"encodings": [], "train_len": 8}, "corpus": {}, "runs": []}
+    directory = RunDirectory(tmp_path, StudyKind("toy", 1, "posenc toy", ("*",)))
     written = [
-        report.write_report(results, tmp_path),
-        report.write_index(results, tmp_path, []),
-        task_report.write_report({}, tmp_path / "tasks.md"),
+        directory.write("report.md", "# report\n"),
+        directory.write("index.html", "<html></html>"),
+        directory.write("tasks.md", "# tasks\n"),
         write_html(tmp_path, []),
         write_markdown(tmp_path, []),
         save_png(_figure("red"), tmp_path / "plot.png"),

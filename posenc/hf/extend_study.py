@@ -29,7 +29,7 @@ from .extend import extend, hf_rope_parameters, make_extension, parse_method, re
 from .finetune import FinetuneConfig, finetune
 from .measure import PeakMemory, n_windows, perplexity_vs_length
 from .passkey import PasskeyGrid, passkey_cell
-from .report import report_markdown, write_figures
+from .report import check_extension_numbers, report_markdown, write_figures
 from .study import (DEFAULT_DEPTHS, DEFAULT_METHODS, StudyConfig, config_dict, default_lengths,
                     row_names, validate_study)
 
@@ -45,10 +45,27 @@ def _migrate(data: dict, schema: int) -> dict:
     return {**data, "setting": None, "partial": {}, "notes": data.get("notes", [])}
 
 
+def render_extension(results: dict, directory: RunDirectory, final: bool = True
+                     ) -> list[Path]:
+    """report.md, and when ``final`` the perplexity plot and the passkey heat maps."""
+    paths = [directory.path / RESULTS,
+             directory.write("report.md", report_markdown(results))]
+    if final:
+        paths += write_figures(results, directory)
+    return paths
+
+
+def redraw_extension(results: dict, directory: RunDirectory) -> list[Path]:
+    """``posenc plot``: report.md and the figures again from a results.json (checked)."""
+    check_extension_numbers(results, directory.path / RESULTS)
+    return render_extension(decode(results), directory)[1:]
+
+
 EXTEND_KIND = StudyKind(
     name="extend", schema=1, command="posenc extend",
     outputs=(RESULTS, "report.md", "ppl.png", "passkey_*.png", "measurements.json"),
-    legacy=_legacy, migrate=_migrate, description="posenc extend study")
+    legacy=_legacy, migrate=_migrate, description="posenc extend study",
+    redraw=lambda results, directory: redraw_extension(results, directory))
 
 #: how ``posenc extend`` spells the options messages name
 EXTEND_CLI_NAMES = {**CLI_NAMES, "overwrite": "--force", "resume": "--resume"}
@@ -352,11 +369,7 @@ class ExtendStudy:
 
     # ------------------------------------------------------------ report
     def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
-        paths = [directory.path / RESULTS,
-                 directory.write("report.md", report_markdown(results))]
-        if final:
-            paths += write_figures(results, directory)
-        return paths
+        return render_extension(results, directory, final)
 
     def save_extended(self, path: str | Path) -> Path:
         """Save the model extended by the study's one scaled method (``runtime.save``)."""

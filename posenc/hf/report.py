@@ -148,3 +148,20 @@ def write_figures(results: dict[str, Any], directory: RunDirectory) -> list[Path
             paths.append(plot_passkey(name, row["passkey"],
                                       directory.path / f"passkey_{_safe(name)}.png"))
     return paths
+
+
+def check_extension_numbers(results: dict[str, Any], path: Path) -> None:
+    """UserError naming ``path`` and the field if a perplexity point of a (hand-edited or
+    damaged) results.json is not a length and a number."""
+    from ..study.fields import field_error, is_length, is_number
+    methods = results.get("methods")
+    for name, row in (methods.items() if isinstance(methods, dict) else ()):
+        for k, point in enumerate((row or {}).get("ppl") or []):
+            field = f"methods[{name!r}].ppl[{k}]"
+            if not isinstance(point, dict):
+                raise field_error(path, field, "must be an object with length and ppl", point)
+            if not is_length(point.get("length")):
+                raise field_error(path, f"{field}.length", "is not a positive integer",
+                                  point.get("length"))
+            if not is_number(point.get("ppl")):
+                raise field_error(path, f"{field}.ppl", "is not a number", point.get("ppl"))

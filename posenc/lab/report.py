@@ -3,7 +3,7 @@
 a comparison with the ALiBi paper, entropy, and training cost.
 
 Everything is computed from the ``results.json`` dict, so a report can be rebuilt at any time
-(``write_report``, ``posenc plot``) and a partial comparison gives a partial report.
+(``render_report``, ``posenc plot``) and a partial comparison gives a partial report.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..eval.inference_scaling import accepts_rope_scaling, run_label
 from ..eval.lengths import note_reason
-from ..runio import atomic_write
+from ..study import markdown_table
 from .baseline import LEARNED_FRACTION
 from .claims import PRESS, TOLERANCE, check_claims
 from .evidence import Runs, fmt, fmt_est
@@ -25,11 +25,6 @@ ALIBI_PAPER_ORDER = ("alibi", "t5", "rope", "sinusoidal")
 #: a perplexity ratio above this is called a blow-up in the text
 BLOW_UP = 4.0
 PAPER_NAMES = {"alibi": "ALiBi", "t5": "T5 bias", "rope": "rotary", "sinusoidal": "sinusoidal"}
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def behaviour(ratio: float | None, note: str | None) -> str:
@@ -80,7 +75,7 @@ def learned_section(r: Runs, runs: list[dict]) -> list[str]:
             f"Unigram baseline (token frequencies of the training split, no context): "
             f"perplexity {fmt(r.unigram)} on the same held-out tokens. A run has learned when "
             f"its perplexity at L = {r.train_len} is at most {LEARNED_FRACTION:g} x the "
-            "baseline; no claim is decided from a run that has not.", ""] + _table(
+            "baseline; no claim is decided from a run that has not.", ""] + markdown_table(
         ["encoding", f"ppl@{r.train_len}", "ppl / unigram", "learned"], rows)
 
 
@@ -97,14 +92,14 @@ def ppl_section(r: Runs, runs: list[dict], results: dict) -> list[str]:
     out = ["## Perplexity against evaluation length", "",
            f"Held-out test split, {_windows_text(r)}; lower is better; {noise_text(results)}.",
            ""]
-    out += _table(header, rows)
+    out += markdown_table(header, rows)
     for label, note in notes.items():
         out += ["", f"- {label}: {note}"]
     ratio_rows = [[run_label(run)] + [fmt_est(r.ratio_est(run_label(run), n)) for n in lengths]
                   for run in runs]
     out += ["", f"Ratio to the run's own perplexity at L = {r.train_len} (1.00 = no loss from "
             "longer inputs; below 1 = the extra context helps):", ""]
-    out += _table(["run"] + [str(n) for n in lengths], ratio_rows)
+    out += markdown_table(["run"] + [str(n) for n in lengths], ratio_rows)
     return out
 
 
@@ -149,8 +144,8 @@ def ranking_section(r: Runs, runs: list[dict]) -> list[str]:
            f"last. A rank with `=` is shared by runs that do not differ beyond noise at "
            f"{longest} from some other run of the group: a tie. Mean ratio = mean of "
            f"ppl(n)/ppl({r.train_len}) over n > {r.train_len}.", ""]
-    return out + _table(["rank", "run", f"ppl@{longest}", f"ratio@{longest}", "mean ratio",
-                         f"ppl@{r.train_len}"], rows)
+    return out + markdown_table(["rank", "run", f"ppl@{longest}", f"ratio@{longest}",
+                                 "mean ratio", f"ppl@{r.train_len}"], rows)
 
 
 def claims_section(results: dict, r: Runs) -> list[str]:
@@ -164,7 +159,7 @@ def claims_section(results: dict, r: Runs) -> list[str]:
            "models: a verdict says what THIS comparison shows, not what is true in general.",
            ""]
     verdicts = check_claims(results)
-    out += _table(["#", "claim", "source", "this run"],
+    out += markdown_table(["#", "claim", "source", "this run"],
                   [[str(i), v.claim, v.source, f"**{v.verdict}**"]
                    for i, v in enumerate(verdicts, 1)])
     out.append("")
@@ -215,7 +210,7 @@ def entropy_section(r: Runs, runs: list[dict]) -> list[str]:
             "Mean entropy (nats) of the attention of the last quarter of query positions "
             "(those that see the most keys), over layers, heads and windows; eager backend; "
             "± over seeds (? with one seed: no noise estimate).",
-            ""] + _table(["run"] + [str(n) for n in lengths], rows)
+            ""] + markdown_table(["run"] + [str(n) for n in lengths], rows)
 
 
 def training_section(r: Runs, runs: list[dict]) -> list[str]:
@@ -239,7 +234,7 @@ def training_section(r: Runs, runs: list[dict]) -> list[str]:
             "(mean over seeds; wall time, so it includes whatever else the machine did). Step "
             f"ms: median of {timing.get('rounds', 0)} interleaved timing rounds of one "
             "training step (forward, backward, AdamW); relative: step time / the round's "
-            "median over encodings, mean ± spread over rounds.", ""] + _table(
+            "median over encodings, mean ± spread over rounds.", ""] + markdown_table(
         ["encoding", "steps", "final loss", "train seconds", "step ms", "relative step time"],
         rows)
 
@@ -316,13 +311,6 @@ def existing_links(out_dir: Path) -> tuple[tuple[str, str], ...]:
     return tuple((t, h) for t, h in INDEX_LINKS if (Path(out_dir) / h).exists())
 
 
-def write_report(results: dict, out_dir: Path, plots: list[str] | None = None) -> Path:
-    """Write ``out_dir/report.md`` atomically and return its path."""
-    path = Path(out_dir) / "report.md"
-    atomic_write(path, render_report(results, plots, existing_links(out_dir)).encode("utf-8"))
-    return path
-
-
 def render_index(results: dict, plots: list[str], links: tuple[tuple[str, str], ...] = ()
                  ) -> str:
     """A self-contained index.html: the report, each figure with its caption, and ``links``
@@ -345,13 +333,3 @@ def render_index(results: dict, plots: list[str], links: tuple[tuple[str, str], 
         f"{esc(str(c.get('seeds', 1)))} "
         "seed(s).</p>", "<ul>", *items, "</ul>", *figures, "</body></html>", ""])
 
-
-def write_index(results: dict, out_dir: Path, plots: list[str],
-                links: tuple[tuple[str, str], ...] | None = None) -> Path:
-    """Write ``out_dir/index.html`` atomically and return its path; ``links`` None: those of
-    ``INDEX_LINKS`` whose target exists in ``out_dir``."""
-    if links is None:
-        links = existing_links(out_dir)
-    path = Path(out_dir) / "index.html"
-    atomic_write(path, render_index(results, plots, links).encode("utf-8"))
-    return path

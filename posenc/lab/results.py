@@ -33,8 +33,11 @@ RESULTS = "results.json"
 
 
 #: what a comparison writes into its folder (overwrite removes these and nothing else)
+#: (each run folder ``runs/<encoding>/seed<k>`` and the atlas's own files; a user's files
+#: beside them stay)
 OUTPUTS = (RESULTS, "report.md", "index.html", "ppl_vs_length.png", "ppl_ratio.png",
-           "training_curves.png", "entropy_vs_length.png", "runs", "atlas")
+           "training_curves.png", "entropy_vs_length.png", "runs/*/seed*", "atlas/*.png",
+           "atlas/atlas.json", "atlas/index.html", "atlas/index.md")
 
 
 def _is_legacy(data: dict) -> bool:
@@ -47,9 +50,15 @@ def _migrate(data: dict, schema: int) -> dict:
     return {**data, "config": migrate_config(data["config"])}
 
 
+def _redraw(results: dict, directory) -> list:
+    from .redraw import redraw_comparison
+    return redraw_comparison(results, directory)
+
+
 #: the comparison as the study core knows it (:class:`~posenc.study.StudyKind`)
 COMPARE_KIND = StudyKind(name="compare", schema=1, command="posenc compare", outputs=OUTPUTS,
-                         legacy=_is_legacy, migrate=_migrate, description="comparison")
+                         legacy=_is_legacy, migrate=_migrate, description="comparison",
+                         redraw=_redraw)
 
 
 def _number(value: Any) -> float | None:

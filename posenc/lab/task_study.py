@@ -138,8 +138,21 @@ def _migrate(data: dict, schema: int) -> dict:
     return {**data, "config": TaskStudyConfig.from_dict(data["config"]).to_dict()}
 
 
+def render_task_study(results: dict, directory: RunDirectory, final: bool = True
+                      ) -> list[Path]:
+    """report.md, and when ``final`` the figure first (the report links it)."""
+    from ..viz.task_plots import plot_task_accuracy
+    from .task_report import render_report
+    plots = []
+    if final and results["runs"]:
+        plots.append(plot_task_accuracy(results, directory.path / FIGURE))
+    report = directory.write(REPORT, render_report(results, [p.name for p in plots]))
+    return [directory.path / RESULTS, report, *plots]
+
+
 KIND = StudyKind(name="tasks", schema=1, command="posenc tasks", outputs=OUTPUTS,
-                 legacy=_is_legacy, migrate=_migrate, description="posenc task study")
+                 legacy=_is_legacy, migrate=_migrate, description="posenc task study",
+                 redraw=lambda results, directory: render_task_study(results, directory)[1:])
 
 
 def _merged_config(cfg: TaskStudyConfig, existing: dict | None) -> TaskStudyConfig:
@@ -193,14 +206,7 @@ class TaskStudy:
         results["summary"] = summarize(results)
 
     def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
-        """report.md, and when ``final`` the figure first (the report links it)."""
-        from ..viz.task_plots import plot_task_accuracy
-        from .task_report import render_report
-        plots = []
-        if final and results["runs"]:
-            plots.append(plot_task_accuracy(results, directory.path / FIGURE))
-        report = directory.write(REPORT, render_report(results, [p.name for p in plots]))
-        return [directory.path / RESULTS, report, *plots]
+        return render_task_study(results, directory, final)
 
 
 def resolve_config(preset: str | TaskStudyConfig, seeds: int | list[int] | None,

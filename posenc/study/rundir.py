@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,8 @@ class StudyKind:
     (overwrite removes these and nothing else). ``legacy``: recognises a results file
     written before kinds were stamped (schema 0). ``migrate(results, schema)``: the results
     of an older schema in the current layout (None: older schemas are refused).
+    ``redraw(results, directory)``: the report and figures drawn again from the results
+    alone (``posenc plot``), without rewriting results.json.
     """
 
     name: str
@@ -55,7 +57,7 @@ class StudyKind:
     legacy: Callable[[dict], bool] | None = None
     migrate: Callable[[dict, int], dict] | None = None
     description: str = ""
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    redraw: Callable[[dict, RunDirectory], list[Path]] | None = None
 
     @property
     def what(self) -> str:

@@ -2,7 +2,7 @@
 
 import copy
 
-from posenc.lab.report import render_index, render_report, write_report
+from posenc.lab.report import render_index, render_report
 
 from tests.lab.helpers import results
 
@@ -43,11 +43,10 @@ def test_ranking_marks_ties_within_noise():
     assert rows[2].split("|")[1].strip() == "3"
 
 
-def test_partial_report_says_so(tmp_path):
+def test_partial_report_says_so():
     res = results()
     res["runs"] = res["runs"][:2]
-    path = write_report(res, tmp_path)
-    assert "Partial report: 2 of 10 runs finished" in path.read_text()
+    assert "Partial report: 2 of 10 runs finished" in render_report(res)
 
 
 def test_index_links_report_figures_and_extra_pages():
@@ -68,7 +67,7 @@ def test_index_links_registered_pages_that_exist(tmp_path, monkeypatch):
                                                     ("Other", "other.html")))
     (tmp_path / "atlas").mkdir()
     (tmp_path / "atlas/index.html").write_text("<html></html>")
-    page = report_mod.write_index(results(), tmp_path, []).read_text()
+    page = render_index(results(), [], report_mod.existing_links(tmp_path))
     assert '<a href="atlas/index.html">Atlas</a>' in page and "other.html" not in page
 
 
