@@ -101,7 +101,7 @@ def test_overwrite_removes_only_declared_outputs(tmp_path):
 def test_claim_removes_stale_temporaries_in_output_folders(tmp_path):
     out = _claimed(tmp_path / "s")
     (out / "atlas").mkdir()
-    stale = [out / ".results.json.abc.tmp", out / "atlas" / ".a.png.x.tmp"]
+    stale = [out / ".results.json.abcd1234.tmp", out / "atlas" / ".a.png.x_yz7890.tmp"]
     for p in stale:
         p.write_text("half")
     with RunDirectory(out, KIND) as rd:
