@@ -32,7 +32,7 @@ def test_the_label_and_its_spaced_form(run, label, spaced):
 def test_report_evidence_and_figures_name_runs_alike():
     runs = [{"encoding": "rope", "inference_scaling": None, "ppl": {"8": 5.0, "64": 9.0}},
             {"encoding": "rope", "inference_scaling": "yarn:8", "ppl": {"8": 5.0, "64": 6.0}}]
-    results = {"config": {"train_len": 8}, "corpus": {}, "runs": runs}
+    results = {"config": {"train": {"train_len": 8}}, "corpus": {}, "runs": runs}
     assert set(Runs(results).by_label) == {"rope", "rope+yarn:8"}
     assert [p[0] for p in ratio_points(results)] == ["rope + yarn:8", "rope"]
 
