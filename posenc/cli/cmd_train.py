@@ -12,7 +12,7 @@ from ..errors import UserError
 from ..data.synthetic import TASKS
 from ..models.lm import LMConfig
 from ..train.config import TrainConfig, parse_options
-from ..train.loop import resolve_vocab, train
+from ..train.loop import TRAIN_CLI_NAMES, resolve_vocab, train
 from .paths import path_arg
 
 NAME = "train"
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     result = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite,
-                   progress=not args.no_progress)
+                   progress=not args.no_progress, names=TRAIN_CLI_NAMES)
     if int(os.environ.get("RANK", "0")) != 0:          # under torchrun, rank 0 reports
         return 0
     val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""

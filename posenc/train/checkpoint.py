@@ -386,8 +386,8 @@ def load_training_state(run_dir: Path, model: nn.Module, optimizer: torch.optim.
     if state_step != weights_step:
         raise UserError(f"checkpoint files in {run_dir} disagree (state.json step "
                          f"{progress['step']}, weights step {weights_step}, optimizer step "
-                         f"{state_step}): a save was interrupted; start again with "
-                         f"--overwrite")
+                         f"{state_step}): a save was interrupted; start the run again "
+                         f"(overwrite it)")
     return progress
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,8 +107,16 @@ def rank_weight(info: dist.DistInfo, targets: torch.Tensor) -> float:
     return scored / mean if mean else 1.0
 
 
-def check_run_dir(run_dir: Path, cfg: TrainConfig, resume: bool, overwrite: bool) -> str:
-    """"fresh", "overwrite" or "resume"; ValueError when the folder holds another run."""
+#: how messages name the options of :func:`train`: its own arguments from Python, the
+#: flags from ``posenc train`` (which passes :data:`TRAIN_CLI_NAMES`)
+TRAIN_API_NAMES = {"resume": "resume=True", "overwrite": "overwrite=True", "out": "run_dir"}
+TRAIN_CLI_NAMES = {"resume": "--resume", "overwrite": "--overwrite", "out": "--out"}
+
+
+def check_run_dir(run_dir: Path, cfg: TrainConfig, resume: bool, overwrite: bool,
+                  names: Mapping[str, str] = TRAIN_API_NAMES) -> str:
+    """"fresh", "overwrite" or "resume"; UserError when the folder holds another run (its
+    message names the options as ``names`` spell them)."""
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"run directory {run_dir} exists and is not a directory")
     if not run_dir.exists() or not has_content(run_dir):
@@ -117,19 +125,19 @@ def check_run_dir(run_dir: Path, cfg: TrainConfig, resume: bool, overwrite: bool
         if overwrite:
             return "fresh"
         raise UserError(f"{run_dir} is not empty and holds no posenc run; choose another "
-                         f"--out or pass --overwrite")
+                        f"{names['out']} or pass {names['overwrite']}")
     if overwrite:
         return "overwrite"
     old = ckpt.read_config(run_dir)["train"]
     diffs = [d for d in cfg.differences(old) if d not in RESUMABLE_CHANGES]
     if diffs:
         raise UserError(f"{run_dir} holds a different run (differs in {', '.join(diffs[:8])}"
-                         f"); choose another --out or pass --overwrite")
+                        f"); choose another {names['out']} or pass {names['overwrite']}")
     if not resume:
         progress = ckpt.read_progress(run_dir)
         done = f"step {progress['step']} of {old.steps}" if progress else "no checkpoint yet"
-        raise UserError(f"{run_dir} already holds this run ({done}); pass --resume to "
-                         f"continue it or --overwrite to start again")
+        raise UserError(f"{run_dir} already holds this run ({done}); pass {names['resume']} "
+                        f"to continue it or {names['overwrite']} to start again")
     return "resume"
 
 
@@ -234,7 +242,8 @@ def validation_loss(model: nn.Module, data: TrainData, cfg: TrainConfig,
 
 def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
           overwrite: bool = False, progress: bool = True,
-          on_step: StepCallback | None = None, data: TrainData | None = None) -> TrainResult:
+          on_step: StepCallback | None = None, data: TrainData | None = None,
+          names: Mapping[str, str] = TRAIN_API_NAMES) -> TrainResult:
     """Train ``cfg`` into ``run_dir`` (see the module docstring).
 
     ``resume`` continues from the last checkpoint (a missing or empty folder starts fresh);
@@ -243,6 +252,8 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     after every step (and its checkpoint), e.g. to stop early. ``data``: the run's data
     already prepared (:func:`~posenc.data.batches.prepare_data` of ``cfg``'s data, tokenizer
     and task; a study prepares it once for all its runs), else it is prepared here.
+    ``names``: how messages name ``resume``, ``overwrite`` and ``run_dir`` (the CLI passes
+    :data:`TRAIN_CLI_NAMES`).
     """
     if resume and overwrite:
         raise UserError("pass either resume or overwrite, not both")
@@ -256,16 +267,17 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     try:
         if info.is_main and run_dir.is_dir():
             lock.acquire()                  # before looking: nobody changes it meanwhile
-        return _train(cfg, run_dir, info, resume, overwrite, progress, on_step, lock, data)
+        return _train(cfg, run_dir, info, (resume, overwrite, names), progress, on_step, lock,
+                      data)
     finally:
         lock.release()
         dist.teardown(info)
 
 
-def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, resume: bool,
-           overwrite: bool, show_progress: bool, on_step: StepCallback | None,
+def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, asked: tuple,
+           show_progress: bool, on_step: StepCallback | None,
            lock: DirectoryLock, prepared: TrainData | None) -> TrainResult:
-    mode = check_run_dir(run_dir, cfg, resume, overwrite)
+    mode = check_run_dir(run_dir, cfg, *asked)
     dev = info.device
     check_train_memory(cfg, dev)
     data = _load_data_rank0_first(cfg, run_dir, mode, info, prepared)
@@ -277,7 +289,7 @@ def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, resume: bool,
         if not lock.held:                   # the folder did not exist: make it, lock it and
             run_dir.mkdir(parents=True, exist_ok=True)    # look again (another process
             lock.acquire()                                # may have been quicker)
-            if check_run_dir(run_dir, cfg, resume, overwrite) != mode:
+            if check_run_dir(run_dir, cfg, *asked) != mode:
                 raise UserError(f"{run_dir} was written by another process meanwhile")
         if mode == "overwrite":
             ckpt.remove_run_files(run_dir)

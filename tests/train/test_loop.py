@@ -232,3 +232,13 @@ def test_resuming_with_prepared_data_needs_the_runs_own_tokenizer(tmp_path):
               data=replace(prepared, tokenizer=other))
     done = train(cfg, tmp_path / "run", resume=True, progress=False, data=prepared)
     assert done.steps == 6
+
+
+def test_refusals_name_the_options_as_the_caller_spells_them(tmp_path):
+    from posenc.train.loop import TRAIN_CLI_NAMES
+    cfg = tiny(tmp_path, steps=2, checkpoint_every=2)
+    train(cfg, tmp_path / "run", progress=False)
+    with pytest.raises(ValueError, match=r"pass resume=True to continue it or overwrite=True"):
+        train(cfg, tmp_path / "run", progress=False)
+    with pytest.raises(ValueError, match=r"pass --resume to continue it or --overwrite"):
+        train(cfg, tmp_path / "run", progress=False, names=TRAIN_CLI_NAMES)
