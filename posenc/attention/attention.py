@@ -98,22 +98,27 @@ class MultiHeadAttention(nn.Module):
         request = AttentionCall(HookContext(pos, pos), ctx.backend, ctx.need_weights, dropout)
         implementation = route(pe, q, k, v, request,
                                k_len=t + (cache.length if cache else 0))
+        consecutive = ctx.consecutive if cache is None else \
+            cache.note_consecutive(ctx.consecutive)
+
+        def keys_at(k_pos: Tensor) -> HookContext:
+            return ctx.hook_context(k_pos, consecutive, implementation)
+
         if cache is None:
-            consecutive, k_pos, key_valid = ctx.consecutive, pos, ctx.key_valid
-            q, k = pe.transform_qk(q, k, ctx.hooks(pos, consecutive, implementation))
+            k_pos, key_valid = pos, ctx.key_valid
+            q, k = pe.transform_qk(q, k, keys_at(pos))
         else:
-            consecutive = cache.note_consecutive(ctx.consecutive)
             # a length-dependent transform may be cached when the model recomputes the
             # cache as soon as it changes (KVCache.replays)
             if pe.cache_transformed_keys or (cache.replays and pe.length_dependent):
-                q, k = pe.transform_qk(q, k, ctx.hooks(pos, consecutive, implementation))
+                q, k = pe.transform_qk(q, k, keys_at(pos))
                 k, v, k_pos = cache.append(k, v, pos, ctx.key_valid)
             else:                                                  # re-transform all keys
                 k_raw, v, k_pos = cache.append(k, v, pos, ctx.key_valid)
-                q, k = pe.transform_qk(q, k_raw, ctx.hooks(k_pos, consecutive, implementation))
+                q, k = pe.transform_qk(q, k_raw, keys_at(k_pos))
             key_valid = cache.valid()
         if ctx.causal and k.shape[2] < t:
             raise UserError(f"causal attention with {t} queries over {k.shape[2]} keys")
         masks = Masks(key_valid=key_valid, documents=ctx.documents)
-        return q, k, v, AttentionCall(ctx.hooks(k_pos, consecutive, implementation),
-                                      ctx.backend, ctx.need_weights, dropout, masks)
+        return q, k, v, AttentionCall(keys_at(k_pos), ctx.backend, ctx.need_weights, dropout,
+                                      masks)

@@ -84,7 +84,8 @@ class AttentionContext:
                         self.memory.shape[0])
         _check_mask("memory_valid", self.memory_valid, self.memory_pos)
 
-    def hooks(self, k_pos: Tensor, consecutive: bool, backend: str | None) -> HookContext:
+    def hook_context(self, k_pos: Tensor, consecutive: bool, backend: str | None
+                     ) -> HookContext:
         """What the hooks see for keys at ``k_pos``, with the layer's layout hint and
         implementation."""
         return HookContext(self.pos, k_pos, self.causal, consecutive, backend)

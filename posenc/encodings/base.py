@@ -5,18 +5,18 @@ these hooks; each default does nothing. ``at`` is the call's
 :class:`~posenc.encodings.context.HookContext`: q_pos (Lq,) or (B, Lq), k_pos (Lk,) or
 (B, Lk), causal, consecutive, backend.
 
-=================  ==========================================  ==============================
-hook               called with                                 returns
-=================  ==========================================  ==============================
-``embed``          x (B, T, C), pos (T,) or (B, T), ids, state  x with positions mixed in
-``transform_qk``   q (B, H, Lq, D), k (B, H, Lk, D), at        (q, k)
-``score_bias``     q, k, at                                    (B|1, H, Lq, Lk) term or None
-``fused_bias``     q, k, at                                    score_bias as FusedBias or None
-``score_mod``      q, k, at                                    FlexAttention score_mod or None
-``value_term``     weights (B, H, Lq, Lk), at                  (B, H, Lq, D) added, or None
-``attn_scale``     at                                          (Lq,) or (B, Lq) multiplier
-``sm_scale``       (nothing)                                   softmax temperature (float)
-=================  ==========================================  ==============================
+================  ===========================================  ===============================
+hook              called with                                  returns
+================  ===========================================  ===============================
+``embed``         x (B, T, C), pos (T,) or (B, T), ids, state  x with positions mixed in
+``transform_qk``  q (B, H, Lq, D), k (B, H, Lk, D), at         (q, k)
+``score_bias``    q, k, at                                     (B|1, H, Lq, Lk) term or None
+``fused_bias``    q, k, at                                     score_bias as FusedBias or None
+``score_mod``     q, k, at                                     FlexAttention score_mod or None
+``value_term``    weights (B, H, Lq, Lk), at                   (B, H, Lq, D) added, or None
+``attn_scale``    at                                           (Lq,) or (B, Lq) multiplier
+``sm_scale``      (nothing)                                    softmax temperature (float)
+================  ===========================================  ===============================
 
 Positions are integer tensors passed explicitly (never inferred from shapes), so KV caches,
 offsets and packed batches work alike for every encoding. ``score_bias`` and ``score_mod``

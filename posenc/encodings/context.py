@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from ..errors import UserError
+from ..kernels.layouts.relative_shift import PairLayout, layout_kind, pair_layout
 from .checks import check_positions
 
 #: the attention implementations a hook may be told about (posenc.attention.routing)
@@ -59,6 +60,15 @@ class HookContext:
             raise UserError(f"backend must be None or one of {', '.join(HOOK_BACKENDS)}, "
                             f"got {backend!r}")
         return cls(q_pos, k_pos, causal, consecutive, backend)
+
+    def layout_kind(self) -> str:
+        """How per-distance tables become pair terms here: "causal", "window" or "gather"
+        (posenc.kernels.layouts.relative_shift), from the host facts only."""
+        return layout_kind(self.q_pos, self.k_pos, self.causal, self.consecutive)
+
+    def pair_layout(self) -> PairLayout:
+        """The cheapest exact :class:`PairLayout` for these positions."""
+        return pair_layout(self.q_pos, self.k_pos, self.causal, self.consecutive)
 
     def with_backend(self, backend: str) -> HookContext:
         """The same call, consumed by ``backend``."""

@@ -40,7 +40,7 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from ..kernels.layouts.causal_pairs import CausalPairBias, causal_pair_bias
-from ..kernels.layouts.relative_shift import PairLayout, head_table, layout_kind, pair_layout
+from ..kernels.layouts.relative_shift import PairLayout, head_table
 from ..kernels.pairs import pair_kernel_ready
 from .absolute import LearnedEncoding
 from .base import (PositionalEncoding, ScoreMod, heads_first, pairs_per_head, position_reader,
@@ -236,12 +236,12 @@ class DeBERTaEncoding(PositionalEncoding):
         return q + p.to(q.dtype), k
 
     def score_bias(self, q: Tensor, k: Tensor, at: HookContext) -> Tensor:
-        q_pos, k_pos, causal, consecutive = at.q_pos, at.k_pos, at.causal, at.consecutive
-        kind = layout_kind(q_pos, k_pos, causal, consecutive)
+        q_pos, k_pos = at.q_pos, at.k_pos
+        kind = at.layout_kind()
         distances = q_pos.shape[-1] if kind == "causal" else \
             q_pos.shape[-1] + k_pos.shape[-1] - 1
         if kind != "gather" and distances <= 2 * self.span:
-            return self._shifted_bias(q, k, pair_layout(q_pos, k_pos, causal, consecutive))
+            return self._shifted_bias(q, k, at.pair_layout())
         index = pairs_per_head(self.pair_rows(q_pos, k_pos))          # (1|B, 1, Lq, Lk)
         c2p, p2c = self.term_tables(q, k)
         bias = 0
@@ -284,10 +284,9 @@ class DeBERTaEncoding(PositionalEncoding):
         return causal_pair_bias(q, k, c2p_heads, p2c_heads)
 
     def fused_bias(self, q: Tensor, k: Tensor, at: HookContext) -> CausalPairBias | None:
-        q_pos, k_pos, causal, consecutive = at.q_pos, at.k_pos, at.causal, at.consecutive
-        if layout_kind(q_pos, k_pos, causal, consecutive) != "causal":
+        if at.layout_kind() != "causal":
             return None
-        return self._causal_pairs(q, k, pair_layout(q_pos, k_pos, causal, consecutive))
+        return self._causal_pairs(q, k, at.pair_layout())
 
     def score_mod(self, q: Tensor, k: Tensor, at: HookContext) -> ScoreMod:
         q_pos, k_pos = at.q_pos, at.k_pos

@@ -26,7 +26,6 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from ..kernels.layouts.clipped_pairs import ClippedPairBias, collect_clipped, spread_clipped
-from ..kernels.layouts.relative_shift import layout_kind
 from .base import PositionalEncoding, ScoreMod, pairs_per_head, position_reader, register
 from .checks import require_choice, require_float_in, require_positive_int
 from .context import HookContext
@@ -95,17 +94,15 @@ class ShawEncoding(PositionalEncoding):
         return (q @ self.key_table[:rows].to(q.dtype).t()) * self.sm_scale()
 
     def score_bias(self, q: Tensor, k: Tensor, at: HookContext) -> Tensor:
-        q_pos, k_pos, causal, consecutive = at.q_pos, at.k_pos, at.causal, at.consecutive
         clip = self.max_relative_position
-        if layout_kind(q_pos, k_pos, causal, consecutive) == "causal":  # j <= i: rows <= K
+        if at.layout_kind() == "causal":                               # j <= i: rows <= K
             return spread_clipped(self.key_scores(q, clip + 1), clip)  # (B, H, L, K+1)
         table = self.key_scores(q)                                     # (B, H, Lq, 2K+1)
-        index = pairs_per_head(self.clipped_index(q_pos, k_pos))       # (1|B, 1, Lq, Lk)
+        index = pairs_per_head(self.clipped_index(at.q_pos, at.k_pos))  # (1|B, 1, Lq, Lk)
         return table.gather(-1, index.expand(*table.shape[:2], *index.shape[2:]))
 
     def fused_bias(self, q: Tensor, k: Tensor, at: HookContext) -> ClippedPairBias | None:
-        q_pos, k_pos, causal, consecutive = at.q_pos, at.k_pos, at.causal, at.consecutive
-        if layout_kind(q_pos, k_pos, causal, consecutive) != "causal":
+        if at.layout_kind() != "causal":
             return None
         clip = self.max_relative_position
         return ClippedPairBias(self.key_scores(q, clip + 1), clip)    # (B, H, L, K+1)
@@ -123,15 +120,14 @@ class ShawEncoding(PositionalEncoding):
         return add_key_term
 
     def value_term(self, weights: Tensor, at: HookContext) -> Tensor | None:
-        q_pos, k_pos, causal, consecutive = at.q_pos, at.k_pos, at.causal, at.consecutive
         if not self.relative_values:
             return None
         table = self.key_table if self.value_table is None else self.value_table
         clip = self.max_relative_position
-        if layout_kind(q_pos, k_pos, causal, consecutive) == "causal":
+        if at.layout_kind() == "causal":
             per_distance = collect_clipped(weights, clip)             # (B, H, L, K+1)
             return per_distance @ table[:clip + 1].to(weights.dtype)  # (B, H, L, D)
-        index = pairs_per_head(self.clipped_index(q_pos, k_pos)).expand_as(weights)
+        index = pairs_per_head(self.clipped_index(at.q_pos, at.k_pos)).expand_as(weights)
         per_distance = weights.new_zeros(*weights.shape[:3], table.shape[0])
         per_distance = per_distance.scatter_add(-1, index, weights)    # (B, H, Lq, 2K+1)
         return per_distance @ table.to(weights.dtype)                  # (B, H, Lq, D)

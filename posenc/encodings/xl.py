@@ -38,7 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import UserError
-from ..kernels.layouts.relative_shift import distance_span, head_table, pair_layout
+from ..kernels.layouts.relative_shift import distance_span, head_table
 from ..kernels.rotary import apply_rotary
 from .base import PositionalEncoding, ScoreMod, register
 from .checks import require_choice, require_float_in
@@ -95,8 +95,8 @@ class TransformerXLEncoding(PositionalEncoding):
         return backend == "flex" or not consecutive
 
     def transform_qk(self, q: Tensor, k: Tensor, at: HookContext) -> tuple[Tensor, Tensor]:
-        q_pos, k_pos, consecutive, backend = at.q_pos, at.k_pos, at.consecutive, at.backend
-        if not self.rotary(backend, consecutive):
+        q_pos, k_pos = at.q_pos, at.k_pos
+        if not self.rotary(at.backend, at.consecutive):
             return q + self.u[:, None].to(q.dtype), k
         h, d = q.shape[1], q.shape[3]
         # a = W_KR^T (q + v) pairs (a_sin, a_cos) with R's (sin, cos). The pair (a_cos, -a_sin)
@@ -128,10 +128,9 @@ class TransformerXLEncoding(PositionalEncoding):
         return head_table(qv, heads)                                  # (B, H, Lq, N)
 
     def score_bias(self, q: Tensor, k: Tensor, at: HookContext) -> Tensor | None:
-        q_pos, k_pos, causal, consecutive = at.q_pos, at.k_pos, at.causal, at.consecutive
         if q.shape[-1] != self.head_dim:                  # the rotary form is in q and k
             return None
-        layout = pair_layout(q_pos, k_pos, causal, consecutive)
+        layout = at.pair_layout()
         table = self.position_table(q, layout.query_distances, self.attn_scale(at))
         return layout.query_rows(table)
 

@@ -50,7 +50,7 @@ def test_hook_context_of_a_layer_and_of_a_call():
     pos = torch.arange(3, 7)
     ctx = AttentionContext(pos, causal=True, consecutive=True)
     keys = torch.arange(7)
-    at = ctx.hooks(keys, False, "eager")             # after a cache: all keys, run broken
+    at = ctx.hook_context(keys, False, "eager")     # after a cache: all keys, run broken
     assert at.q_pos is pos and at.k_pos is keys
     assert (at.causal, at.consecutive, at.backend) == (True, False, "eager")
     masks = Masks(key_valid=torch.ones(1, 7, dtype=torch.bool))

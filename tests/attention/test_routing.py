@@ -131,5 +131,5 @@ def test_route_reads_only_tensor_metadata(name):
     assert route(pe, q, k, v) == expected
     with torch.no_grad():
         long = RoutingFacts(device_type="meta", grad=False, q_len=16, k_len=4096)
-        assert route(pe, q, k, v, k_len=4096) == choose_backend(pe.backends(), pe.has_bias,
-                                                                long)
+        want = choose_backend(pe.backends(), pe.has_bias, long)
+        assert route(pe, q, k, v, k_len=4096) == want

@@ -17,9 +17,8 @@ def test_kerple_formula_and_translation_invariance(variant):
     pe = _randomize(_pe("kerple", variant=variant))
     r1, r2 = F.softplus(pe.raw_r1), pe.r2
     q_pos, k_pos = torch.arange(4, 9), torch.arange(12)
-    bias = pe.score_bias(None, None,
-                         HookContext.for_positions(q_pos,
-                                                   k_pos))[0]                   # (H, Lq, Lk)
+    at = HookContext.for_positions(q_pos, k_pos)
+    bias = pe.score_bias(None, None, at)[0]                                  # (H, Lq, Lk)
     dist = (q_pos[:, None] - k_pos[None, :]).abs().float()
     if variant == "log":
         want = -r1[:, None, None] * torch.log(1 + r2[:, None, None] * dist)
