@@ -1,19 +1,41 @@
-"""Argument types shared by the commands: comma-separated lists."""
+"""Argument types and option checks shared by the commands.
+
+- argparse ``type`` functions (argparse names the option and exits 2): comma-separated
+  lists (:func:`int_list`, :func:`float_list`, :func:`name_list`), :func:`positive_float`,
+  and :func:`path_arg`. An empty string given for a path would mean the current directory to
+  the file system (``--out ""`` writes into it, ``--data ""`` reads everything below it); no
+  command wants that, so it is refused.
+- :func:`check_seed`, called by a command's ``run``: a one-line
+  :class:`~posenc.errors.UserError` naming the option, as the commands' other checks do.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
+
+from ..errors import UserError
+
+
+def _numbers(text: str, kind: type, what: str) -> tuple:
+    try:
+        values = tuple(kind(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}"
+                                         ) from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected at least one of the {what}")
+    return values
 
 
 def int_list(text: str) -> tuple[int, ...]:
     """``"16,32,64"`` -> ``(16, 32, 64)``; an argparse error for anything else."""
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one integer")
-    return values
+    return _numbers(text, int, "integers")
+
+
+def float_list(text: str) -> tuple[float, ...]:
+    """``"0,0.5,1"`` -> ``(0.0, 0.5, 1.0)``; an argparse error for anything else."""
+    return _numbers(text, float, "numbers")
 
 
 def name_list(text: str) -> tuple[str, ...]:
@@ -22,3 +44,35 @@ def name_list(text: str) -> tuple[str, ...]:
     if not values:
         raise argparse.ArgumentTypeError("expected at least one name")
     return values
+
+
+def path_arg(text: str) -> str:
+    """A path option's value, unchanged; ArgumentTypeError if it is empty or holds a NUL."""
+    if text == "":
+        raise argparse.ArgumentTypeError("an empty path is not allowed (for the current "
+                                         "directory write '.')")
+    if "\0" in text:
+        raise argparse.ArgumentTypeError("a path cannot hold a NUL character")
+    return text
+
+
+#: the largest seed ``torch.manual_seed`` and ``torch.Generator.manual_seed`` accept
+MAX_SEED = 2**64 - 1
+
+
+def positive_float(text: str) -> float:
+    """A finite float > 0 (a size, a limit in GiB)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def check_seed(option: str, value: int | None) -> None:
+    """UserError naming ``option`` unless ``value`` is None or in 0 .. 2**64 - 1, the range
+    torch's seeding accepts."""
+    if value is not None and not 0 <= value <= MAX_SEED:
+        raise UserError(f"{option} must be between 0 and 2**64 - 1 ({MAX_SEED}), got {value}")

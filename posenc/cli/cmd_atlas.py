@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..runio import DirectoryLock
-from .paths import path_arg
+from .args import path_arg
 
 NAME = "atlas"
 HELP = "draw one figure per idea about positional encodings, with index.html and atlas.json"

@@ -8,7 +8,7 @@ import time
 from ..errors import UserError
 from .args import int_list, name_list
 from .devices import add_device_arguments, resolve_device
-from .paths import path_arg
+from .args import path_arg
 
 NAME = "compare"
 HELP = ("train every encoding with the same data, budget and seeds, evaluate at L..8L "

@@ -18,7 +18,7 @@ from ..encodings import list_encodings
 from ..errors import UserError
 from ..models import LMConfig, TransformerLM
 from ..models.generate import select_next
-from .argtypes import check_seed
+from .args import check_seed
 from .devices import add_device_arguments, resolve_device
 
 NAME = "demo-generate"

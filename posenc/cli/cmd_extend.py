@@ -20,28 +20,11 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from .argtypes import positive_float
+from .args import float_list, int_list, path_arg, positive_float
 from .devices import add_device_arguments, resolve_device
-from .paths import path_arg
 
 NAME = "extend"
 HELP = "extend the context of a Hugging Face model (PI, NTK, dynamic, YaRN, ...) and measure it"
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") \
-            from None
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") \
-            from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,15 +41,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="method option, VALUE as JSON (beta_fast=32, long_factor=[...])")
     m = p.add_argument_group("measurement")
-    m.add_argument("--lengths", type=_ints, help="window lengths (default: 1x, 1.5x and 2x "
+    m.add_argument("--lengths", type=int_list, help="window lengths (default: 1x, 1.5x and 2x "
                    "the native context)")
     m.add_argument("--data", help="text file or folder to score (default: the Python "
                    "standard library source, test split)", type=path_arg)
     m.add_argument("--stride", type=int, help="sliding-window stride (default: length/2)")
     m.add_argument("--windows", type=int, default=2, help="windows per length (default 2)")
     m.add_argument("--passkey", action="store_true", help="also measure passkey retrieval")
-    m.add_argument("--passkey-lengths", type=_ints, help="default: --lengths")
-    m.add_argument("--passkey-depths", type=_floats, default=(0.0, 0.25, 0.5, 0.75, 1.0))
+    m.add_argument("--passkey-lengths", type=int_list, help="default: --lengths")
+    m.add_argument("--passkey-depths", type=float_list, default=(0.0, 0.25, 0.5, 0.75, 1.0))
     m.add_argument("--passkey-trials", type=int, default=2, help="keys per cell (default 2)")
     m.add_argument("--memory-limit-gb", type=positive_float, help="refuse lengths whose "
                    "forward would need more (default: the memory available now)")

@@ -9,7 +9,7 @@ import random
 import sys
 
 from ..errors import UserError
-from .argtypes import check_seed
+from .args import check_seed
 from .devices import add_device_arguments
 
 NAME = "generate"

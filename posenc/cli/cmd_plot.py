@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .paths import path_arg
+from .args import path_arg
 
 NAME = "plot"
 HELP = ("redraw the figures and report of a `posenc compare`, `posenc tasks` or `posenc "

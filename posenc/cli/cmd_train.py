@@ -13,7 +13,7 @@ from ..data.synthetic import TASKS
 from ..models.lm import LMConfig
 from ..train.config import TrainConfig, parse_options
 from ..train.loop import TRAIN_CLI_NAMES, resolve_vocab, train
-from .paths import path_arg
+from .args import path_arg
 
 NAME = "train"
 HELP = "train a small language model with one positional encoding"

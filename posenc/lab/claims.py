@@ -149,14 +149,20 @@ def scalings_soften_rope(r: Runs) -> tuple[str, str]:
     return _scaling_beats_rope(r, ("yarn", "dynamic"), "probe")
 
 
-def logn_helps(r: Runs) -> tuple[str, str]:
-    a, b = r.ppl_est("rope+logn", r.probe), r.ppl_est("rope", r.probe)
-    miss = _missing((f"rope+logn@{r.probe}", a), (f"rope@{r.probe}", b))
+def _lower_ppl(r: Runs, a: str, b: str, n: int, guarded: tuple[str, ...]) -> tuple[str, str]:
+    """Is run ``a``'s perplexity at length ``n`` below run ``b``'s, beyond the noise?
+    Inconclusive while a run of ``guarded`` has not learned."""
+    ea, eb = r.ppl_est(a, n), r.ppl_est(b, n)
+    miss = _missing((f"{a}@{n}", ea), (f"{b}@{n}", eb))
     if miss:
         return NOT_TESTED, miss
-    text = f"at {r.probe}: rope+logn ppl {fmt_est(a)} vs rope {fmt_est(b)}"
-    guard = _guard(r, "rope")
-    return (INCONCLUSIVE, f"{guard}; {text}") if guard else (less(a, b), text)
+    text = f"at {n}: {a} ppl {fmt_est(ea)} vs {b} {fmt_est(eb)}"
+    guard = _guard(r, *guarded)
+    return (INCONCLUSIVE, f"{guard}; {text}") if guard else (less(ea, eb), text)
+
+
+def logn_helps(r: Runs) -> tuple[str, str]:
+    return _lower_ppl(r, "rope+logn", "rope", r.probe, ("rope",))
 
 
 def entropy_grows(r: Runs) -> tuple[str, str]:
@@ -190,13 +196,7 @@ def logn_lowers_entropy(r: Runs) -> tuple[str, str]:
 
 
 def rope_beats_alibi_in_length(r: Runs) -> tuple[str, str]:
-    a, b = r.ppl_est("rope", r.train_len), r.ppl_est("alibi", r.train_len)
-    miss = _missing((f"rope@{r.train_len}", a), (f"alibi@{r.train_len}", b))
-    if miss:
-        return NOT_TESTED, miss
-    text = f"at {r.train_len}: rope ppl {fmt_est(a)} vs alibi {fmt_est(b)}"
-    guard = _guard(r, "rope", "alibi")
-    return (INCONCLUSIVE, f"{guard}; {text}") if guard else (less(a, b), text)
+    return _lower_ppl(r, "rope", "alibi", r.train_len, ("rope", "alibi"))
 
 
 def alibi_sinusoidal_fastest(r: Runs) -> tuple[str, str]:

@@ -7,7 +7,7 @@ import argparse
 import pytest
 import torch
 
-from posenc.cli.argtypes import MAX_SEED, check_seed, positive_float
+from posenc.cli.args import MAX_SEED, check_seed, positive_float
 from posenc.errors import UserError
 
 
