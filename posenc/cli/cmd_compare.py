@@ -6,9 +6,8 @@ import argparse
 import time
 
 from ..errors import UserError
-from .args import int_list, name_list
+from .args import check_seed, int_list, name_list, path_arg
 from .devices import add_device_arguments, resolve_device
-from .args import path_arg
 
 NAME = "compare"
 HELP = ("train every encoding with the same data, budget and seeds, evaluate at L..8L "
@@ -16,19 +15,18 @@ HELP = ("train every encoding with the same data, budget and seeds, evaluate at 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..lab.presets import PRESETS
+    from ..lab.presets import PRESETS, length_help, preset_help
     p.add_argument("--out", required=True, help="output directory (resumed if it holds the "
                    "same comparison)", type=path_arg)
     p.add_argument("--preset", default="default", choices=sorted(PRESETS),
-                   help="default: every encoding, one seed, ~7 min on a 2-core CPU; seeds3: "
-                   "the same with 3 seeds (for conclusions); paper: larger, for a GPU; smoke: "
-                   "seconds (the synthetic-task study is `posenc tasks`)")
+                   help=preset_help() + " (the synthetic-task study is `posenc tasks`)")
     p.add_argument("--encodings", type=name_list, help="comma-separated encodings, e.g. "
                    "nope,learned,sinusoidal,rope,alibi,t5 (see `posenc list`)")
     p.add_argument("--steps", type=int, help="training steps per encoding")
     p.add_argument("--train-len", type=int, help="training length L")
     p.add_argument("--lengths", type=int_list,
-                   help="evaluation lengths (default: L,2L,4L,8L,16L)")
+                   help=f"evaluation lengths (default: the preset's; {length_help()} for "
+                        "the default preset)")
     p.add_argument("--scalings", type=name_list,
                    help="RoPE inference-time scalings, e.g. linear:4,ntk:4,dynamic,yarn:4,logn"
                         " ('none' for none)")
@@ -75,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from ..lab.compare import run_compare
     from ..lab.presets import preset
     from ..study import CLI_NAMES
+    check_seed("--seed", args.seed)
     if args.threads is not None:
         if args.threads < 1:
             raise UserError(f"--threads must be >= 1, got {args.threads}")

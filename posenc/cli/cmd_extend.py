@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from .args import float_list, int_list, path_arg, positive_float
+from .args import check_seed, float_list, int_list, path_arg, positive_float
 from .devices import add_device_arguments, resolve_device
 
 NAME = "extend"
@@ -149,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
     from ..hf.extend_study import EXTEND_CLI_NAMES, ExtendStudy
     from ..hf.load import resolve_model
     from ..study import run_study
+    check_seed("--seed", args.seed)
 
     if args.force and args.resume:
         raise UserError("give --force or --resume, not both")

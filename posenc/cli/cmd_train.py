@@ -13,7 +13,7 @@ from ..data.synthetic import TASKS
 from ..models.lm import LMConfig
 from ..train.config import TrainConfig, parse_options
 from ..train.loop import TRAIN_CLI_NAMES, resolve_vocab, train
-from .args import path_arg
+from .args import check_seed, path_arg
 
 NAME = "train"
 HELP = "train a small language model with one positional encoding"
@@ -91,6 +91,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_seed("--seed", args.seed)
     cfg = config_from_args(args)
     if args.threads is not None:
         if args.threads < 1:

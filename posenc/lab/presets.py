@@ -4,7 +4,8 @@ A :class:`CompareConfig` holds the :class:`~posenc.train.config.TrainConfig` eve
 (its ``model`` an :class:`~posenc.models.lm.LMConfig`); each encoding's run derives from it
 with :func:`dataclasses.replace` (:meth:`CompareConfig.train_config`).
 
-- ``default``: a CPU run for a laptop (about 7 minutes on 2 cores): every registered
+- ``default``: a CPU run for a laptop (:data:`PRESET_MINUTES` has its measured wall time):
+  every registered
   encoding (an encoding registered later joins without an edit here), a tiny model (width
   64, 2 layers, 2 heads) trained for 400 steps at length 64 on the byte-level
   standard-library corpus, evaluated at 64..512 (L..8L) with
@@ -275,6 +276,32 @@ PRESETS: dict[str, CompareConfig] = {
     ).with_options(train_len=16, steps=20, batch_size=8, lr=3e-3, d_model=32, n_layers=1,
                    n_heads=2),
 }
+
+
+#: what each preset is for, and its wall time measured on the 2-core CPU machine from an
+#: empty output directory (minutes; None: not measured here). The README's preset table and
+#: ``posenc compare --help`` quote these.
+PRESET_PURPOSE = {"default": "every encoding, one seed",
+                  "seeds3": "the default with 3 seeds (draw conclusions from this one)",
+                  "paper": "larger, for a GPU", "smoke": "two encodings, a few steps"}
+PRESET_MINUTES: dict[str, float | None] = {"default": 3.6, "seeds3": 13.4, "paper": None,
+                                           "smoke": 0.2}
+
+
+def preset_help() -> str:
+    """One line per preset for ``--help``: its purpose and measured wall time."""
+    def took(name: str) -> str:
+        minutes = PRESET_MINUTES.get(name)
+        if minutes is None:
+            return "not timed on a CPU"
+        return (f"about {round(minutes * 60)} s" if minutes < 1 else f"about {minutes:g} min"
+                ) + " on a 2-core CPU"
+    return "; ".join(f"{name}: {PRESET_PURPOSE[name]}, {took(name)}" for name in PRESETS)
+
+
+def length_help(name: str = "default") -> str:
+    """The evaluation lengths of preset ``name`` as multiples of L (``"L,2L,4L,8L"``)."""
+    return ",".join("L" if m == 1 else f"{m}L" for m in PRESETS[name].length_multipliers)
 
 
 #: presets that train every registered encoding (resolved when the preset is used)
