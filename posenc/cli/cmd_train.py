@@ -14,6 +14,7 @@ from ..models.lm import LMConfig
 from ..train.config import TrainConfig, parse_options
 from ..train.loop import TRAIN_CLI_NAMES, resolve_vocab, train
 from .args import check_seed, path_arg
+from .devices import resolve_device
 
 NAME = "train"
 HELP = "train a small language model with one positional encoding"
@@ -55,7 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=("float32", "bfloat16"),
                    help="compute dtype: bfloat16 autocasts, weights stay float32 (default: "
                    "float32)")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--device", default="auto", metavar="DEVICE",
+                   help="auto (the CUDA GPU when there is one, else the CPU), cpu, cuda, "
+                        "cuda:N, mps, xpu, ... (default auto)")
     p.add_argument("--backend", default="auto", help="attention backend while training")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's "
                    "choice; 1 is faster on a busy machine)")
@@ -92,6 +95,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 def run(args: argparse.Namespace) -> int:
     check_seed("--seed", args.seed)
+    resolve_device(args.device)                 # a device this machine lacks: one line
     cfg = config_from_args(args)
     if args.threads is not None:
         if args.threads < 1:

@@ -8,13 +8,30 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..errors import UserError
 from ..data.synthetic import TASKS
 from ..data.tokenizer import parse_spec
 from ..encodings.checks import require_float_in, require_int_at_least, require_positive_int
 from ..models.lm import LMConfig
 
+#: the device strings every machine understands; any string torch parses is accepted too
+#: (``cuda:1``, ``mps``, ``xpu``): whether it exists is checked where the run starts
 DEVICES = ("auto", "cpu", "cuda")
+
+
+def check_device(device: object) -> None:
+    """UserError unless ``device`` is "auto" or a device string torch parses (not "meta")."""
+    if device == "auto":
+        return
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        parsed = None
+    if parsed is None or parsed.type == "meta":
+        raise UserError(f"device must be auto or a device string such as {', '.join(DEVICES[1:])}"
+                        f", cuda:N, mps or xpu; got {device!r}")
 
 
 def check_optimizer(cfg: Any) -> None:
@@ -102,8 +119,7 @@ class TrainConfig:
             if self.pack:
                 raise UserError(f"pack is for text data: the examples of task "
                                  f"{self.task!r} are single documents already")
-        if self.device not in DEVICES:
-            raise UserError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        check_device(self.device)
         for name in ("bf16", "pack"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"{name} must be a bool, got {getattr(self, name)!r}")

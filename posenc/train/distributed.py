@@ -36,17 +36,20 @@ class DistInfo:
 
 
 def setup(device: str = "auto") -> DistInfo:
-    """Join the process group when launched by torchrun; pick this process's device."""
+    """Join the process group when launched by torchrun; pick this process's device:
+    ``auto`` the CUDA GPU of its local rank when there is one, else the CPU; ``cuda`` the
+    GPU of its local rank; any other device string as given (``cuda:1``, ``mps``, ``xpu``)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
+                       "cpu" if device == "auto" else device)
+    use_cuda = dev.type == "cuda"
     if use_cuda and not torch.cuda.is_available():
-        raise UserError("device 'cuda' was asked for but CUDA is not available")
+        raise UserError(f"device {device!r} was asked for but CUDA is not available")
     if use_cuda:
-        dev = torch.device("cuda", local % torch.cuda.device_count())
+        if dev.index is None:                # one GPU per process under torchrun
+            dev = torch.device("cuda", local % torch.cuda.device_count())
         torch.cuda.set_device(dev)
-    else:
-        dev = torch.device("cpu")
     if world <= 1:
         return DistInfo(device=dev)
     owns = False

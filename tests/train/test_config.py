@@ -33,7 +33,7 @@ def test_config_round_trip_and_validation(tmp_path):
              ({"task": "sort", "data": None}, "valid tasks"),
              ({"tokenizer": "chars"}, "valid: byte, bpe:N"),
              ({"lr": 0}, "lr must be"), ({"warmup_steps": 6}, "warmup_steps must be < steps"),
-             ({"device": "tpu"}, "device must be one of"),
+             ({"device": "tpu"}, "device must be auto or a device string"),
              ({"data": None, "task": "copy", "pack": True}, "single documents already"),
              ({"pack": 1}, "pack must be a bool")]
     for change, msg in cases:
@@ -46,3 +46,14 @@ def test_config_round_trip_and_validation(tmp_path):
     assert parse_value("null") is None
     with pytest.raises(ValueError, match="key=value"):
         parse_options(["theta"])
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:1", "mps", "xpu:0"])
+def test_any_device_string_torch_parses_is_a_setting(device):
+    assert TrainConfig(device=device).device == device
+
+
+@pytest.mark.parametrize("device", ["meta", "bogus", "", 3])
+def test_a_string_that_is_no_device_is_refused_in_one_line(device):
+    with pytest.raises(ValueError, match="device must be auto or a device string"):
+        TrainConfig(device=device)

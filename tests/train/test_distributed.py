@@ -97,3 +97,15 @@ def test_torchrun_runs_the_same_command(tmp_path):
     run = load_run(tmp_path / "run")
     assert [r["step"] for r in run.log if "loss" in r] == [1, 2, 3]   # rank 0 alone writes
     assert run.log[-1]["step"] == 3 and "val_loss" in run.log[-1]
+
+
+def test_a_cuda_device_string_without_cuda_is_one_line(monkeypatch):
+    import torch
+
+    from posenc.errors import UserError
+    from posenc.train import distributed
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for device in ("cuda", "cuda:1"):
+        with pytest.raises(UserError, match=f"device '{device}' was asked for but CUDA"):
+            distributed.setup(device)
+    assert distributed.setup("auto").device == torch.device("cpu")
