@@ -118,6 +118,9 @@ class PositionalEncoding(nn.Module):
     #: every term reads positions only through the distances k_pos - q_pos (see
     #: ``translation_invariant``)
     distance_only: ClassVar[bool] = False
+    #: how many position axes the encoding reads (M-RoPE: 3, axial RoPE: 2); a model then
+    #: accepts positions (A, T) or (A, B, T) and hands them to the hooks as ``at.axes``
+    position_axes: ClassVar[int] = 1
 
     def __init__(self, *, n_heads: int, head_dim: int, max_len: int | None = None,
                  logn_base_len: int | None = None, temperature_floor: int | None = None,
