@@ -1,12 +1,14 @@
 """2-D axial RoPE for a grid of patches (Heo, Park, Han and Yun, 2024, "Rotary Position
-Embedding for Vision Transformer", ECCV; Sec. 3.2, "Axial frequency", RoPE-Axial).
+Embedding for Vision Transformer", ECCV, arXiv 2403.13298: RoPE-Axial, the "axial frequency"
+of their ``compute_axial_cis``).
 
 A patch at row r and column c rotates half of its pairs by its row and the other half by its
 column, each half with the full range of frequencies ``theta^(-t/(R/4))``, t = 0..R/4-1 (R the
 rotated dimensions; Heo et al. take theta = 100 for images). Since each pair reads one axis,
 ``<R(r1, c1) q, R(r2, c2) k>`` depends only on (r2 - r1, c2 - c1): the relative property holds
 along each axis separately. A model hands the positions as ``at.axes`` (2, Lq) or (2, B, Lq),
-rows first (``TransformerLM`` takes positions (2, B, T)); without them a 1-D position p is
+rows first (their code rotates the first half by the column: the same up to a permutation
+of the pairs; ``TransformerLM`` takes positions (2, B, T)); without them a 1-D position p is
 read as the patch of a raster scan over rows of ``grid_width`` patches: (p // grid_width,
 p % grid_width).
 """

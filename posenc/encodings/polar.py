@@ -1,6 +1,6 @@
 """PoPE, polar coordinate position embeddings (Gopalakrishnan, Csordás, Schmidhuber and Mozer,
 2025, "Decoupling the 'What' and 'Where' With Polar Coordinate Positional Embeddings",
-arXiv 2509.10534, Sec. 3).
+arXiv 2509.10534).
 
 Each of the D components c of a query or key becomes a complex number whose magnitude is the
 content, ``softplus(x_c)``, and whose phase is the position, ``pos * theta_c`` with D
