@@ -95,8 +95,9 @@ class PositionalEncoding(nn.Module):
         max_len: the longest position the encoding must serve (None: unbounded if possible).
         logn_base_len: if set, logits are multiplied by ``log(n) / log(logn_base_len)`` where
             ``n`` (the number of keys a query sees) exceeds ``logn_base_len``.
-        temperature_floor: if set, Llama 4's attention temperature tuning (Meta 2025; the
-            ``floor_scale`` of transformers' ``Llama4TextAttention``, 8192 there): logits of a
+        temperature_floor: if set, Llama 4's attention temperature tuning (transformers'
+            ``Llama4TextAttention``, after Nakanishi, 2025, "Scalable-Softmax Is Superior for
+            Attention", arXiv 2501.19399; this is its ``floor_scale``, 8192): logits of a
             query at position p are multiplied by ``1 + temperature_scale * log(1 + floor((p +
             1) / temperature_floor))`` (after log-n scaling, if both are set).
         temperature_scale: the ``attn_scale`` of that formula, >= 0 (default 0.1, as Llama 4);

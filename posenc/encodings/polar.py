@@ -48,7 +48,6 @@ class PolarEncoding(PositionalEncoding):
     extrapolates = "reported better than RoPE (Gopalakrishnan et al., 2025)"
     cache_note = "exact (the cache keeps raw keys; each step re-encodes them: 2x wider q, k)"
     cache_transformed_keys = False
-    distance_only = True
 
     def __init__(self, *, theta: float = 10000.0, bias_init: str = "zeros", **kw) -> None:
         super().__init__(**kw)
@@ -76,16 +75,18 @@ class PolarEncoding(PositionalEncoding):
             setattr(self, name, value.to(getattr(self, name).device))
         return self
 
-    def _phases(self, pos: Tensor) -> Tensor:
-        """pos (L,) or (B, L) -> phases fp32 broadcastable to (B, H, L, D)."""
+    def _cos_sin(self, pos: Tensor) -> tuple[Tensor, Tensor]:
+        """pos (L,) or (B, L) -> cos and sin of the phases, fp32, broadcastable to
+        (B, H, L, D)."""
         angles = rotary_angles(pos, self.inv_freq, (self.turns_fixed, self.turns_rest))
-        return angles[None, None] if pos.dim() == 1 else angles[:, None]
+        angles = angles[None, None] if pos.dim() == 1 else angles[:, None]
+        return angles.cos(), angles.sin()
 
     @staticmethod
-    def _polar(x: Tensor, phases: Tensor) -> Tensor:
+    def _polar(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         """x (B, H, L, D) -> (B, H, L, 2D): softplus(x) e^{i phase}, real then imaginary."""
         magnitude = F.softplus(x.float())
-        return torch.cat((magnitude * phases.cos(), magnitude * phases.sin()), -1).to(x.dtype)
+        return torch.cat((magnitude * cos, magnitude * sin), -1).to(x.dtype)
 
     def key_phase_bias(self) -> Tensor:
         """delta (1, H, 1, D), fp32, clamped to [-2 pi, 0]."""
@@ -96,9 +97,15 @@ class PolarEncoding(PositionalEncoding):
         if q.shape[-1] != self.head_dim or k.shape[-1] != self.head_dim:
             raise UserError(f"q and k must have head_dim={self.head_dim} components, got "
                             f"{q.shape[-1]} and {k.shape[-1]}")
-        k_phases = self._phases(at.k_pos)
-        q_phases = k_phases if at.q_pos is at.k_pos else self._phases(at.q_pos)
-        return self._polar(q, q_phases), self._polar(k, k_phases + self.key_phase_bias())
+        k_cos, k_sin = self._cos_sin(at.k_pos)
+        q_cos, q_sin = (k_cos, k_sin) if at.q_pos is at.k_pos else self._cos_sin(at.q_pos)
+        # the keys' phases n theta + delta by the angle-sum identities: cos and sin of
+        # (L, D) and (H, D) values instead of (H, L, D) (the cache re-encodes every key
+        # at each decoding step)
+        delta = self.key_phase_bias()
+        d_cos, d_sin = delta.cos(), delta.sin()
+        k_cos, k_sin = k_cos * d_cos - k_sin * d_sin, k_sin * d_cos + k_cos * d_sin
+        return self._polar(q, q_cos, q_sin), self._polar(k, k_cos, k_sin)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, theta={self.theta}, bias_init={self.bias_init!r}"

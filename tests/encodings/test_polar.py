@@ -31,9 +31,12 @@ def _scores(pe, q, k, q_pos, k_pos):
     return qp @ kp.transpose(-1, -2)
 
 
-@pytest.mark.parametrize("uniform,offset", [(False, 0), (True, 0), (True, 60_000)])
+@pytest.mark.parametrize("uniform,offset", [(False, 0), (True, 0), (True, 100)])
 @torch.no_grad()
 def test_matches_x_transformers_attention(uniform, offset):
+    """At small positions: x-transformers adds the key bias to the fp32 phases pos * theta,
+    which rounds the sum to the ulp of pos * theta (about 3e-5 rad near 1000); posenc adds it
+    by the angle-sum identities. The formula test below checks far positions in float64."""
     xt = pytest.importorskip("x_transformers.x_transformers")
     torch.manual_seed(0)
     attn = xt.Attention(dim=H * D, heads=H, dim_head=D, causal=True).eval()
