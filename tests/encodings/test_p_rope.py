@@ -128,3 +128,14 @@ def test_tiny_llama_with_proportional_rope_logits_match():
     assert_close(model(ids, positions=pos), want, atol=1e-4, rtol=1e-4)
     full = _copy_llama(hf, LMConfig(**{**cfg.__dict__, "pe_options": {}}))
     assert (full(ids, positions=pos) - want).abs().max() > 1e-3       # the check can fail
+
+
+@torch.no_grad()
+def test_in_a_model_cached_decoding_equals_full_forward(tiny_lm):
+    model = tiny_lm("rope", {"partial": 0.5}, max_len=32)
+    ids = torch.randint(0, 48, (2, 12), generator=torch.Generator().manual_seed(0))
+    full = model(ids)
+    caches = model.make_caches(2, 12)
+    steps = [model(ids[:, :5], caches=caches)] + [
+        model(ids[:, i:i + 1], caches=caches) for i in range(5, 12)]
+    assert_close(torch.cat(steps, 1), full, atol=2e-5, rtol=1e-5)

@@ -107,3 +107,25 @@ def test_off_by_default():
 def test_bad_options_are_named(options, message):
     with pytest.raises(ValueError, match=message):
         build_encoding("rope", n_heads=2, head_dim=8, **options)
+
+
+@pytest.mark.parametrize("name", ["nope", "rope", "alibi"])
+@torch.no_grad()
+def test_in_a_model_cached_padded_and_packed_runs_equal_full_ones(name, tiny_lm):
+    """The factor reads the query's own position: cached decoding equals a full forward, a
+    left-padded row equals the row alone, a packed document equals the document alone."""
+    options = {"temperature_floor": 2, "temperature_scale": 0.8}
+    model = tiny_lm(name, options, max_len=32)
+    ids = torch.randint(0, 48, (2, 12), generator=torch.Generator().manual_seed(0))
+    full = model(ids)
+    caches = model.make_caches(2, 12)
+    steps = [model(ids[:, :5], caches=caches)] + [
+        model(ids[:, i:i + 1], caches=caches) for i in range(5, 12)]
+    assert_close(torch.cat(steps, 1), full, atol=2e-5, rtol=1e-5)
+    padded = torch.cat([torch.zeros(1, 3, dtype=torch.long), ids[:1]], 1)
+    mask = torch.cat([torch.zeros(1, 3), torch.ones(1, 12)], 1).long()
+    assert_close(model(padded, attention_mask=mask)[:, 3:], full[:1], atol=2e-5, rtol=1e-5)
+    packed = model(ids.reshape(1, 24), document_ids=torch.arange(2).repeat_interleave(12)[None])
+    assert_close(packed.reshape(2, 12, -1), full, atol=2e-5, rtol=1e-5)
+    plain = tiny_lm(name, max_len=32)
+    assert (plain(ids) - full).abs().max() > 1e-3              # the option changes logits
