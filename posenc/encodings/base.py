@@ -219,7 +219,8 @@ class PositionalEncoding(nn.Module):
 
     def attn_scale(self, at: HookContext) -> Tensor | None:
         """Per-query logits multiplier (Lq,) or (B, Lq) (the shape of ``at.q_pos``; (B, Lq)
-        when ``at.k_pos`` is per sequence), or None. Implements log-n scaling and temperature tuning.
+        when ``at.k_pos`` is per sequence), or None. Implements log-n scaling and
+        temperature tuning.
 
         A causal query at position p sees ``p + 1`` keys, so its factor depends on ``p`` only
         and cached decoding equals a full forward pass; a bidirectional query sees all Lk keys

@@ -14,9 +14,9 @@ p-RoPE (Barbero, Vitvitskyi, Perivolaropoulos, Pascanu and Veličković, 2024, "
 Round We Go! What makes Rotary Positional Encodings useful?", arXiv 2410.06205, ICLR 2025;
 their ``apply_p_rope`` and Table 2) is the option ``partial=p``: it keeps the
 ``floor(p * R / 2)`` highest frequencies of the R rotated dimensions, unchanged, and sets the
-lowest ones to zero, so those pairs are never rotated (semantic channels); p = 1 is RoPE. It is an option rather
-than an encoding of its own because it is RoPE with a frequency mask: every layout, scaling,
-cache rule and oracle of RoPE carries over. Unlike ``rotary_dim``, which recomputes the
+lowest ones to zero, so those pairs are never rotated (semantic channels); p = 1 is RoPE. It
+is an option rather than an encoding of its own because it is RoPE with a frequency mask:
+every layout, scaling, cache rule and oracle of RoPE carries over. Unlike ``rotary_dim``, which recomputes the
 frequencies over fewer dimensions (theta^(-2i/R')), it keeps RoPE's own frequencies
 (transformers' "proportional" RoPE of Gemma 4 with ``partial_rotary_factor``).
 """

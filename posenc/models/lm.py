@@ -119,8 +119,9 @@ class TransformerLM(nn.Module):
         overrides the positions (default: 0..T-1 per sequence, as the masks say, continuing
         after the caches' contents); for an encoding with ``position_axes`` A > 1 (M-RoPE,
         axial RoPE), positions (A, B, T) give each token's position along each axis instead
-        (masks and caches then count tokens as without positions). With ``need_weights`` also returns each layer's
-        attention weights (B, H, T, Lk). See :mod:`posenc.models.positions`.
+        (masks and caches then count tokens as without positions). With ``need_weights``
+        also returns each layer's attention weights (B, H, T, Lk). See
+        :mod:`posenc.models.positions`.
         """
         self._check_ids(ids)
         b, t = ids.shape
