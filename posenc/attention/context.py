@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from ..encodings.checks import check_positions
+from ..encodings.checks import check_axis_positions, check_positions
 from ..encodings.context import HookContext
 from ..errors import UserError
 from .masks import Masks
@@ -49,6 +49,9 @@ class AttentionContext:
         memory: for cross-attention, the (B, S, C) states its keys and values come from.
         memory_pos: the memory's integer positions (S,) or (B, S).
         memory_valid: (B, S) bool, the memory's padding, or None.
+        axes: positions along each axis (A, T) or (A, B, T) for an encoding with
+            ``position_axes`` A > 1 (the hooks get them when the keys are these tokens), or
+            None; ``pos`` then stays the positions masks and caches count.
     """
 
     pos: Tensor
@@ -61,9 +64,13 @@ class AttentionContext:
     memory: Tensor | None = None
     memory_pos: Tensor | None = None
     memory_valid: Tensor | None = None
+    axes: Tensor | None = None
 
     def __post_init__(self) -> None:
         check_positions("positions", self.pos, None)
+        if self.axes is not None:
+            check_axis_positions("axes", self.axes, len(self.axes), self.pos.shape[-1],
+                                 self.pos.shape[0] if self.pos.dim() == 2 else None)
         for name in ("causal", "consecutive", "need_weights"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"{name} must be True or False, got {getattr(self, name)!r}")
@@ -88,7 +95,8 @@ class AttentionContext:
                      ) -> HookContext:
         """What the hooks see for keys at ``k_pos``, with the layer's layout hint and
         implementation."""
-        return HookContext(self.pos, k_pos, self.causal, consecutive, backend)
+        axes = self.axes if k_pos is self.pos else None
+        return HookContext(self.pos, k_pos, self.causal, consecutive, backend, axes)
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import UserError
-from .checks import require_int_at_least, require_positive_int
+from .checks import require_float_in, require_int_at_least, require_positive_int
 from .context import HookContext
 from .limits import PositionLimit
 
@@ -95,6 +95,13 @@ class PositionalEncoding(nn.Module):
         max_len: the longest position the encoding must serve (None: unbounded if possible).
         logn_base_len: if set, logits are multiplied by ``log(n) / log(logn_base_len)`` where
             ``n`` (the number of keys a query sees) exceeds ``logn_base_len``.
+        temperature_floor: if set, Llama 4's attention temperature tuning (transformers'
+            ``Llama4TextAttention``, after Nakanishi, 2025, "Scalable-Softmax Is Superior for
+            Attention", arXiv 2501.19399; this is its ``floor_scale``, 8192): logits of a
+            query at position p are multiplied by ``1 + temperature_scale * log(1 + floor((p +
+            1) / temperature_floor))`` (after log-n scaling, if both are set).
+        temperature_scale: the ``attn_scale`` of that formula, >= 0 (default 0.1, as Llama 4);
+            only with ``temperature_floor``.
     """
 
     name: ClassVar[str] = ""
@@ -112,9 +119,13 @@ class PositionalEncoding(nn.Module):
     #: every term reads positions only through the distances k_pos - q_pos (see
     #: ``translation_invariant``)
     distance_only: ClassVar[bool] = False
+    #: how many position axes the encoding reads (M-RoPE: 3, axial RoPE: 2); a model then
+    #: accepts positions (A, T) or (A, B, T) and hands them to the hooks as ``at.axes``
+    position_axes: ClassVar[int] = 1
 
     def __init__(self, *, n_heads: int, head_dim: int, max_len: int | None = None,
-                 logn_base_len: int | None = None) -> None:
+                 logn_base_len: int | None = None, temperature_floor: int | None = None,
+                 temperature_scale: float | None = None) -> None:
         super().__init__()
         require_positive_int("n_heads", n_heads)
         require_positive_int("head_dim", head_dim)
@@ -126,6 +137,15 @@ class PositionalEncoding(nn.Module):
         self.head_dim = head_dim
         self.max_len = max_len
         self.logn_base_len = logn_base_len
+        if temperature_floor is not None:
+            require_positive_int("temperature_floor", temperature_floor)
+            temperature_scale = 0.1 if temperature_scale is None else require_float_in(
+                "temperature_scale", temperature_scale, 0.0, float("inf"), low_open=False)
+        elif temperature_scale is not None:
+            raise UserError("temperature_scale needs temperature_floor (Llama 4's floor_scale, "
+                            "a positive integer such as 8192)")
+        self.temperature_floor = temperature_floor
+        self.temperature_scale = temperature_scale
 
     @property
     def position_limit(self) -> PositionLimit | None:
@@ -145,7 +165,8 @@ class PositionalEncoding(nn.Module):
         ``distance_only`` class without log-n scaling (whose factor reads the query's own
         position). A model may then hand such an encoding the run 0..T-1 in place of
         per-sequence positions whose distances it equals at every visible pair."""
-        return self.distance_only and self.logn_base_len is None
+        return self.distance_only and self.logn_base_len is None and \
+            self.temperature_floor is None
 
     # ----------------------------------------------------------------- hooks
     def embed(self, x: Tensor, pos: Tensor, *, ids: Tensor | None = None,
@@ -198,13 +219,24 @@ class PositionalEncoding(nn.Module):
 
     def attn_scale(self, at: HookContext) -> Tensor | None:
         """Per-query logits multiplier (Lq,) or (B, Lq) (the shape of ``at.q_pos``; (B, Lq)
-        when ``at.k_pos`` is per sequence), or None. Implements log-n scaling.
+        when ``at.k_pos`` is per sequence), or None. Implements log-n scaling and
+        temperature tuning.
 
         A causal query at position p sees ``p + 1`` keys, so its factor depends on ``p`` only
         and cached decoding equals a full forward pass; a bidirectional query sees all Lk keys
         (per sequence: the span of its key positions, which counts its real tokens when
-        padding repeats an edge position).
+        padding repeats an edge position). Temperature tuning (``temperature_floor``) reads
+        the query's own position, causal or not, and multiplies the log-n factor.
         """
+        logn = self._logn_scale(at)
+        if self.temperature_floor is None:
+            return logn
+        steps = torch.floor((at.q_pos.to(torch.float32) + 1.0) / self.temperature_floor)
+        tuned = 1.0 + self.temperature_scale * torch.log1p(steps)
+        return tuned if logn is None else logn * tuned
+
+    def _logn_scale(self, at: HookContext) -> Tensor | None:
+        """The log-n factor of ``attn_scale`` (None without ``logn_base_len``)."""
         if self.logn_base_len is None:
             return None
         q_pos, k_pos = at.q_pos, at.k_pos

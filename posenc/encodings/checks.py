@@ -98,6 +98,24 @@ def check_position_shape(name: str, pos: Tensor, length: int | None,
                          f"token, got shape {tuple(pos.shape)}")
 
 
+def check_axis_positions(name: str, axes: Any, n_axes: int, length: int | None,
+                         batch: int | None = None) -> None:
+    """Positions along ``n_axes`` axes (M-RoPE's temporal, height, width; a grid's row and
+    column) must be an integer tensor of shape (n_axes, length), shared by the batch, or
+    (n_axes, batch, length) (any length or batch if None). Metadata only (no sync)."""
+    if not isinstance(axes, Tensor) or not _is_integer(axes):
+        got = f"dtype {axes.dtype}" if isinstance(axes, Tensor) else type(axes).__name__
+        raise UserError(f"{name} must be an integer tensor of positions, got {got}")
+    ok = axes.dim() in (2, 3) and axes.shape[0] == n_axes and (
+        length is None or axes.shape[-1] == length) and (
+        axes.dim() == 2 or batch is None or axes.shape[1] == batch)
+    if not ok:
+        n = "length" if length is None else str(length)
+        rows = "batch" if batch is None else str(batch)
+        raise UserError(f"{name} must have shape ({n_axes}, {n}) or ({n_axes}, {rows}, {n}), "
+                        f"one position per axis and token, got shape {tuple(axes.shape)}")
+
+
 def check_qk(encoding: Any, q: Any, k: Any, at: Any, *, bias: bool = False) -> None:
     """Arguments of a hook: floating-point q (B, H, Lq, D) and k (B, H', Lk, D) whose lengths
     match the positions of ``at`` (a HookContext: (Lq,) or (B, Lq) and (Lk,) or (B, Lk)).

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from ..errors import UserError
 from ..kernels.layouts.relative_shift import PairLayout, layout_kind, pair_layout
-from .checks import check_positions
+from .checks import check_axis_positions, check_positions
 
 #: the attention implementations a hook may be told about (posenc.attention.routing)
 HOOK_BACKENDS = ("sdpa", "fused", "flex", "eager")
@@ -33,6 +33,10 @@ class HookContext:
             read through strided views); False promises nothing.
         backend: the implementation that will consume q and k ("sdpa", "fused", "flex",
             "eager"), or None when unknown.
+        axes: for an encoding with ``position_axes`` A > 1 (M-RoPE, axial RoPE), the
+            queries' positions along each axis, (A, Lq) or (A, B, Lq), or None (then the
+            encoding derives them from q_pos). Given only when the keys are the queries'
+            own tokens (k_pos is q_pos).
 
     The plain constructor trusts its arguments (attention builds one per call from positions
     the model validated once per forward); :meth:`for_positions` checks them.
@@ -43,13 +47,16 @@ class HookContext:
     causal: bool = False
     consecutive: bool = False
     backend: str | None = None
+    axes: Tensor | None = None
 
     @classmethod
     def for_positions(cls, q_pos: Tensor, k_pos: Tensor | None = None, *,
                       causal: bool = False, consecutive: bool = False,
-                      backend: str | None = None) -> HookContext:
+                      backend: str | None = None, axes: Tensor | None = None
+                      ) -> HookContext:
         """A checked context: integer q_pos (Lq,) or (B, Lq) and k_pos (default: q_pos);
-        UserError naming the argument otherwise."""
+        ``axes`` (A, Lq) or (A, B, Lq) needs k_pos to be q_pos. UserError naming the
+        argument otherwise."""
         k_pos = q_pos if k_pos is None else k_pos
         check_positions("q_pos", q_pos, None)
         check_positions("k_pos", k_pos, None)
@@ -59,7 +66,14 @@ class HookContext:
         if backend is not None and backend not in HOOK_BACKENDS:
             raise UserError(f"backend must be None or one of {', '.join(HOOK_BACKENDS)}, "
                             f"got {backend!r}")
-        return cls(q_pos, k_pos, causal, consecutive, backend)
+        if axes is not None:
+            if k_pos is not q_pos:
+                raise UserError("axes (positions per axis) are the queries' own; they need "
+                                "k_pos to be q_pos (self-attention over the same tokens)")
+            n_axes = axes.shape[0] if isinstance(axes, Tensor) and axes.dim() > 1 else 2
+            check_axis_positions("axes", axes, n_axes, q_pos.shape[-1],
+                                 q_pos.shape[0] if q_pos.dim() == 2 else None)
+        return cls(q_pos, k_pos, causal, consecutive, backend, axes)
 
     def layout_kind(self) -> str:
         """How per-distance tables become pair terms here: "causal", "window" or "gather"
@@ -72,4 +86,5 @@ class HookContext:
 
     def with_backend(self, backend: str) -> HookContext:
         """The same call, consumed by ``backend``."""
-        return HookContext(self.q_pos, self.k_pos, self.causal, self.consecutive, backend)
+        return HookContext(self.q_pos, self.k_pos, self.causal, self.consecutive, backend,
+                           self.axes)

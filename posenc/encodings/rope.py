@@ -9,6 +9,16 @@ model dtype. Angles are the fp32 product pos * inv_freq below position 2^16 (as 
 computes them) and, for integer positions from there on, exact products of the fp32
 frequencies reduced modulo 2 pi (about 1e-6 rad below 2^31). Scalings come from
 :mod:`posenc.encodings.rope_scaling` (one module applies any).
+
+p-RoPE (Barbero, Vitvitskyi, Perivolaropoulos, Pascanu and Veličković, 2024, "Round and
+Round We Go! What makes Rotary Positional Encodings useful?", arXiv 2410.06205, ICLR 2025;
+their ``apply_p_rope`` and Table 2) is the option ``partial=p``: it keeps the
+``floor(p * R / 2)`` highest frequencies of the R rotated dimensions, unchanged, and sets the
+lowest ones to zero, so those pairs are never rotated (semantic channels); p = 1 is RoPE. It
+is an option rather than an encoding of its own because it is RoPE with a frequency mask:
+every layout, scaling, cache rule and oracle of RoPE carries over. Unlike ``rotary_dim``, which recomputes the
+frequencies over fewer dimensions (theta^(-2i/R')), it keeps RoPE's own frequencies
+(transformers' "proportional" RoPE of Gemma 4 with ``partial_rotary_factor``).
 """
 
 from __future__ import annotations
@@ -38,6 +48,8 @@ class RotaryEncoding(PositionalEncoding):
         scaling: a Hugging Face ``rope_scaling`` dict (linear, ntk, dynamic, yarn, llama3,
             longrope). ``original_max_position_embeddings`` defaults to ``max_len`` where the
             type needs it.
+        partial: p-RoPE's fraction p in (0, 1] of the frequencies kept (the highest
+            ``floor(p * rotary_dim / 2)``; the others are zero: those pairs are not rotated).
     """
 
     family = "rotary"
@@ -46,7 +58,7 @@ class RotaryEncoding(PositionalEncoding):
 
     def __init__(self, *, theta: float = 10000.0, layout: str = "half",
                  rotary_dim: int | None = None, scaling: dict[str, Any] | None = None,
-                 **kw) -> None:
+                 partial: float = 1.0, **kw) -> None:
         super().__init__(**kw)
         self.theta = require_float_in("theta", theta, 1.0, float("inf"))
         self.layout = require_choice("layout", layout, ("half", "interleaved"))
@@ -58,6 +70,12 @@ class RotaryEncoding(PositionalEncoding):
             raise UserError(f"rotary_dim must be an even integer in [2, head_dim={self.head_dim}]"
                              f", got {rotary_dim!r}")
         self.rotary_dim = rotary_dim
+        self.partial = require_float_in("partial", partial, 0.0, 1.0, high_open=False)
+        #: p-RoPE: the number of frequencies kept (the highest), the rest are zero
+        self.kept_pairs = int(self.partial * rotary_dim // 2)
+        if self.kept_pairs < 1:
+            raise UserError(f"partial={partial!r} keeps no frequency of rotary_dim="
+                            f"{rotary_dim}: partial * rotary_dim / 2 must be >= 1")
         kind = scaling_type(scaling)
         if scaling is not None and "original_max_position_embeddings" in REQUIRED[kind] \
                 and scaling.get("original_max_position_embeddings") is None:
@@ -68,7 +86,7 @@ class RotaryEncoding(PositionalEncoding):
         self.scaling = validate_scaling(scaling, rotary_dim=rotary_dim)
         self.length_dependent = kind in LENGTH_DEPENDENT
         self.cache_transformed_keys = not self.length_dependent
-        inv_freq, factor = compute_inv_freq(rotary_dim, self.theta, self.scaling)
+        inv_freq, factor = self._inv_freq()
         self._frequency_buffers("", inv_freq)
         self.attention_factor = factor
         self._frequency_memo: dict = {}
@@ -78,8 +96,16 @@ class RotaryEncoding(PositionalEncoding):
         self.switch_at = self.scaling["original_max_position_embeddings"] \
             if kind == "longrope" else None
         if self.switch_at is not None:
-            self._frequency_buffers("_long", compute_inv_freq(
-                rotary_dim, self.theta, self.scaling, self.switch_at + 1)[0])
+            self._frequency_buffers("_long", self._inv_freq(self.switch_at + 1)[0])
+
+    def _inv_freq(self, seq_len: int | None = None) -> tuple[Tensor, float]:
+        """(inv_freq (R/2,) fp32, attention factor) of the scaling at ``seq_len``, with the
+        frequencies p-RoPE drops set to zero."""
+        inv_freq, factor = compute_inv_freq(self.rotary_dim, self.theta, self.scaling, seq_len)
+        if self.kept_pairs < inv_freq.shape[0]:
+            inv_freq = inv_freq.clone()
+            inv_freq[self.kept_pairs:] = 0.0
+        return inv_freq, factor
 
     def _frequency_buffers(self, suffix: str, inv_freq: Tensor) -> None:
         """inv_freq (R/2,) fp32 and its split into turns (``frequency_turns``, float64 on
@@ -105,8 +131,7 @@ class RotaryEncoding(PositionalEncoding):
         key = (frequency_key(self.scaling, seq_len), str(device))
         found = self._frequency_memo.get(key)
         if found is None:
-            inv_freq, factor = compute_inv_freq(self.rotary_dim, self.theta, self.scaling,
-                                                seq_len)
+            inv_freq, factor = self._inv_freq(seq_len)
             inv_freq = inv_freq.to(device)
             found = (inv_freq, factor, frequency_turns(inv_freq))
             if len(self._frequency_memo) >= 8:
@@ -118,7 +143,7 @@ class RotaryEncoding(PositionalEncoding):
         """(inv_freq, attention_factor) in force for a sequence of ``seq_len`` positions."""
         if not self.length_dependent:
             return self.inv_freq, self.attention_factor
-        inv_freq, factor = compute_inv_freq(self.rotary_dim, self.theta, self.scaling, seq_len)
+        inv_freq, factor = self._inv_freq(seq_len)
         return inv_freq.to(self.inv_freq.device), factor
 
     def length_signature(self, seq_len: int) -> object | None:
@@ -172,5 +197,5 @@ class RotaryEncoding(PositionalEncoding):
 
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, theta={self.theta}, layout={self.layout!r}, "
-                f"rotary_dim={self.rotary_dim}, scaling={self.scaling}")
+                f"rotary_dim={self.rotary_dim}, scaling={self.scaling}, partial={self.partial}")
 

@@ -23,7 +23,7 @@ from ..encodings.checks import (check_positions, check_token_ids, require_int_at
 from .blocks import Block, init_weights, make_norm
 from .config import ModelShape
 from .generate import select_next
-from .positions import (check_documents, check_mask, distances_match_indices,
+from .positions import (axis_positions, check_documents, check_mask, distances_match_indices,
                         positions_from_documents, positions_from_mask)
 
 
@@ -117,8 +117,11 @@ class TransformerLM(nn.Module):
         only. ``document_ids`` (B, T): documents packed into each row; each restarts at
         position 0 and sees only itself (not with caches). ``positions`` (T,) or (B, T)
         overrides the positions (default: 0..T-1 per sequence, as the masks say, continuing
-        after the caches' contents). With ``need_weights`` also returns each layer's
-        attention weights (B, H, T, Lk). See :mod:`posenc.models.positions`.
+        after the caches' contents); for an encoding with ``position_axes`` A > 1 (M-RoPE,
+        axial RoPE), positions (A, B, T) give each token's position along each axis instead
+        (masks and caches then count tokens as without positions). With ``need_weights``
+        also returns each layer's attention weights (B, H, T, Lk). See
+        :mod:`posenc.models.positions`.
         """
         self._check_ids(ids)
         b, t = ids.shape
@@ -131,7 +134,10 @@ class TransformerLM(nn.Module):
         if documents is not None and caches:
             raise UserError("document_ids (packed rows) cannot be combined with KV caches; "
                              "decode each document on its own")
-        built = positions is None
+        axes = None
+        if isinstance(positions, Tensor) and positions.dim() == 3:
+            axes, positions = axis_positions(positions, self.pe.position_axes, (b, t)), None
+        built = positions is None and axes is None
         positions, consecutive = self._positions(ids, positions, key_valid, documents, caches)
         if caches:
             ids, positions, key_valid = replay_if_stale(
@@ -148,7 +154,7 @@ class TransformerLM(nn.Module):
         ctx = AttentionContext(layer_positions, causal=True, consecutive=consecutive,
                                key_valid=key_valid, documents=documents,
                                backend=backend or self.config.attn_backend,
-                               need_weights=need_weights)
+                               need_weights=need_weights, axes=axes)
         all_weights = []
         for i, block in enumerate(self.blocks):
             x, w = block(x, ctx, self.pe, caches[i] if caches else None)

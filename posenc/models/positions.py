@@ -9,7 +9,9 @@ A model computes them once per forward and hands them to every layer:
   a query it sees its own key only;
 - ``document_ids`` (B, T): several documents packed into each row, each restarting at 0
   and seeing only itself (attention is block-diagonal). A document is a run of equal ids:
-  ``[0, 0, 1, 1, 0, 0]`` holds three documents, the two runs of id 0 never see each other.
+  ``[0, 0, 1, 1, 0, 0]`` holds three documents, the two runs of id 0 never see each other;
+- positions per axis (A, B, T) for an encoding reading A > 1 axes (M-RoPE, axial RoPE):
+  they reach its hooks only; masks and caches count tokens as above.
 
 Everything here is tensor arithmetic (no value is read on the host).
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..encodings.checks import check_axis_positions
 from ..errors import UserError
 
 
@@ -54,6 +57,19 @@ def document_runs(document_ids: Tensor) -> Tensor:
     runs = torch.zeros(document_ids.shape, dtype=torch.long, device=document_ids.device)
     runs[:, 1:] = torch.cumsum((document_ids[:, 1:] != document_ids[:, :-1]).long(), dim=1)
     return runs
+
+
+def axis_positions(positions: Tensor, n_axes: int, shape: tuple[int, int]) -> Tensor:
+    """positions (A, B, T) along the ``n_axes`` axes of the model's encoding, for ids of
+    ``shape`` (B, T); UserError naming ``positions`` otherwise."""
+    if n_axes < 2:
+        b, t = shape
+        raise UserError(f"positions must have shape ({t},) or ({b}, {t}), one position per "
+                        f"token, got shape {tuple(positions.shape)}; positions per axis (axis, "
+                        f"batch, length) need an encoding with several position axes (mrope, "
+                        f"axial_rope)")
+    check_axis_positions("positions", positions, n_axes, shape[1], shape[0])
+    return positions
 
 
 def positions_from_mask(mask: Tensor, start: Tensor) -> Tensor:

@@ -1,0 +1,110 @@
+"""M-RoPE, multimodal rotary position embedding (Wang et al., 2024, "Qwen2-VL: Enhancing
+Vision-Language Model's Perception of the World at Any Resolution", arXiv 2409.12191,
+Sec. 2.1, Fig. 3).
+
+Each token has three positions: temporal, height and width (an image patch: its frame, row
+and column; a text token: the same value on all three axes). The R/2 rotary pairs (their
+frequencies theta^(-2i/R), as RoPE) are split into three consecutive sections
+``mrope_section`` = (s_t, s_h, s_w): pair i of section a is rotated by ``pos_a * inv_freq[i]``.
+For text the three axes are equal and M-RoPE is RoPE. Qwen2-VL uses (16, 24, 24) for
+head_dim 128 (transformers' ``Qwen2VLRotaryEmbedding``, the anchor of the tests).
+
+A model hands the positions as ``at.axes`` (3, Lq) or (3, B, Lq) (``TransformerLM`` takes
+positions (3, B, T)); without them every axis reads the 1-D positions (text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..errors import UserError
+from ..kernels.rotary import apply_rotary
+from .base import register
+from .checks import check_qk
+from .context import HookContext
+from .rope import RotaryEncoding
+from .rope_scaling import LENGTH_DEPENDENT
+
+
+def default_sections(pairs: int, n_axes: int = 3) -> list[int]:
+    """Qwen2-VL's proportions (1/4, 3/8, 3/8 of the pairs) for ``pairs`` rotary pairs:
+    (16, 24, 24) for 64 pairs."""
+    side = 3 * pairs // 8
+    return [pairs - 2 * side, side, side] if n_axes == 3 else [pairs // 2, pairs - pairs // 2]
+
+
+def check_sections(option: str, sections: Any, pairs: int, n_axes: int) -> list[int]:
+    """``sections``: ``n_axes`` integers >= 0 summing to ``pairs``; UserError otherwise."""
+    ok = isinstance(sections, Sequence) and not isinstance(sections, str) and \
+        len(sections) == n_axes and all(isinstance(s, int) and not isinstance(s, bool) and
+                                        s >= 0 for s in sections) and sum(sections) == pairs
+    if not ok:
+        raise UserError(f"{option} must be {n_axes} integers >= 0 summing to the rotary pairs "
+                        f"rotary_dim/2={pairs}, got {sections!r}")
+    return list(sections)
+
+
+def axes_of(at: HookContext, n_axes: int) -> Tensor | None:
+    """The per-axis positions of the hook's queries (A, Lq) or (A, B, Lq), or None; UserError
+    when they are given for another number of axes."""
+    if at.axes is None:
+        return None
+    if at.axes.shape[0] != n_axes:
+        raise UserError(f"this encoding reads {n_axes} position axes, got axes of shape "
+                        f"{tuple(at.axes.shape)}")
+    return at.axes
+
+
+def sectioned(per_axis: list[Tensor], sections: list[int]) -> Tensor:
+    """Per-axis values (L, R/2) or (B, L, R/2) -> section a's pairs from axis a."""
+    parts, start = [], 0
+    for values, size in zip(per_axis, sections):
+        parts.append(values[..., start:start + size])
+        start += size
+    return torch.cat(parts, dim=-1)
+
+
+@register("mrope")
+class MultimodalRotaryEncoding(RotaryEncoding):
+    """RoPE whose pairs are split into temporal, height and width sections.
+
+    Options (besides RoPE's theta, layout, rotary_dim, scaling, partial):
+        mrope_section: three integers >= 0 summing to rotary_dim/2 (default: Qwen2-VL's
+            proportions, 1/4, 3/8, 3/8 of the pairs).
+
+    Scalings that depend on the sequence length (dynamic, longrope) are refused: they
+    re-encode cached keys from 1-D positions.
+    """
+
+    extrapolates = "as RoPE, per axis"
+    cache_note = "exact (the positions per axis are given for each new token)"
+    position_axes = 3
+
+    def __init__(self, *, mrope_section: Sequence[int] | None = None, **kw) -> None:
+        super().__init__(**kw)
+        if self.length_dependent:
+            raise UserError(f"{self.name} does not support the scaling "
+                            f"{self.scaling['rope_type']!r}; valid: a scaling that does not "
+                            f"depend on the length (not {', '.join(sorted(LENGTH_DEPENDENT))})")
+        pairs = self.rotary_dim // 2
+        if mrope_section is None:
+            mrope_section = default_sections(pairs, self.position_axes)
+        self.mrope_section = check_sections("mrope_section", mrope_section, pairs,
+                                            self.position_axes)
+
+    def transform_qk(self, q: Tensor, k: Tensor, at: HookContext) -> tuple[Tensor, Tensor]:
+        axes = axes_of(at, self.position_axes)
+        if axes is None:                      # one position per token: every axis equal
+            return super().transform_qk(q, k, at)
+        check_qk(self, q, k, at)
+        cos_sin = [self.cos_sin(axes[a], 0) for a in range(self.position_axes)]
+        cos = sectioned([c for c, _ in cos_sin], self.mrope_section)
+        sin = sectioned([s for _, s in cos_sin], self.mrope_section)
+        return (apply_rotary(q, cos, sin, self.layout), apply_rotary(k, cos, sin, self.layout))
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, mrope_section={self.mrope_section}"
