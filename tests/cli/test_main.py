@@ -223,3 +223,43 @@ def test_eval_help_states_the_default_lengths_eval_uses(trained, tmp_path, capsy
     saved = [json.loads(p.read_text())["lengths"] for p in run.glob("eval*.json")]
     assert saved == [[16, 32]]                                  # L = 16
     assert cmd_eval.multiples_of_L((1, 2, 4, 8, 16)) == "L,2L,4L,8L,16L"
+
+
+@pytest.mark.parametrize("error", [RuntimeError("index -1 is out of bounds"),
+                                   KeyError("pe"), ValueError("shape mismatch")])
+def test_an_internal_error_keeps_its_traceback_and_exits_1(error, monkeypatch, capsys):
+    """A bug (anything but a UserError or an OSError) is not dressed as a user's mistake:
+    main lets it propagate, and the process prints its traceback and exits 1."""
+    import posenc.cli.cmd_list as cmd_list
+
+    def broken(args):
+        raise error
+    monkeypatch.setattr(cmd_list, "run", broken)
+    with pytest.raises(type(error)):
+        main(["list"])
+    assert "error:" not in capsys.readouterr().err
+
+
+def test_an_internal_error_in_a_process_is_a_traceback_with_exit_1(tmp_path):
+    import subprocess
+    import sys
+    code = ("import sys, posenc.cli.cmd_list as c\n"
+            "def broken(args): raise RuntimeError('injected bug')\n"
+            "c.run = broken\n"
+            "from posenc.cli import main\n"
+            "sys.exit(main(['list']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=os.getcwd())
+    assert proc.returncode == 1
+    assert "Traceback" in proc.stderr and "RuntimeError: injected bug" in proc.stderr
+
+
+def test_a_user_error_from_deep_inside_is_one_line_with_exit_2(monkeypatch, capsys):
+    import posenc.cli.cmd_list as cmd_list
+    from posenc.errors import UserError
+
+    def refused(args):
+        raise UserError("n_heads=3 must divide d_model=8")
+    monkeypatch.setattr(cmd_list, "run", refused)
+    err = one_line(capsys, main(["list"]))
+    assert err == "posenc list: error: n_heads=3 must divide d_model=8\n"
