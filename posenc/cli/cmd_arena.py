@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from .argtypes import positive_float
+from .argtypes import check_seed, positive_float
 from .cmd_extend import _floats, _ints
 from .devices import add_device_arguments, resolve_device
 
@@ -81,6 +81,7 @@ def _methods(text: str | None) -> tuple[str, ...] | None:
 def _request(args: argparse.Namespace):
     from ..hf.arena import preset_request
 
+    check_seed("--seed", args.seed)
     return preset_request(args.preset, model=args.model, text=args.text, dtype=args.dtype,
                           methods=_methods(args.methods), factor=args.factor,
                           original=args.original_length, lengths=args.lengths,

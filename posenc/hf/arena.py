@@ -291,6 +291,8 @@ def _check_request(req: ArenaRequest) -> None:
                              ("windows", req.windows, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise UserError(f"{name} must be an integer >= {low}, got {value!r}")
+    if isinstance(req.seed, bool) or not isinstance(req.seed, int) or not 0 <= req.seed < 2**63:
+        raise UserError(f"seed must be an integer in [0, 2**63), got {req.seed!r}")
 
 
 def _notes(original: int, native: int, lengths: tuple[int, ...], skipped: list[str]

@@ -55,6 +55,8 @@ def test_cli_arena_end_to_end_then_resume_and_force(tiny_dir, tmp_path, capsys):
     (("--depths", "0,2"), "depths must be numbers in [0, 1]"),
     (("--force", "--resume"), "give --force or --resume, not both"),
     (("--lengths", "16"), "shorter than a prompt"),
+    (("--seed", "-1"), "--seed must be between 0 and 2**64 - 1"),
+    (("--needles", "0"), "needles must be an integer >= 1"),
 ])
 def test_bad_arena_options_are_one_line_errors(tiny_dir, tmp_path, capsys, extra, message):
     out = tmp_path / "bad"
