@@ -4,7 +4,10 @@ passkey.png), all drawn from results.json (:mod:`posenc.hf.arena`).
 Noise: retrieval accuracy is resampled over needles (each needle is one fact in its own
 stretch of text, so this also resamples the documents) or passkeys, perplexity over its
 windows (distinct stretches of the text); :data:`REPLICATES` bootstrap resamples drawn with a
-fixed seed (Efron & Tibshirani 1993), the spread is their standard deviation. A method beats
+fixed seed (Efron & Tibshirani 1993), the spread is their standard deviation. An accuracy's
+spread is at least the binomial standard error of its rate over all its trials, the rate
+smoothed as (k + 1) / (n + 2) (as the lab's task verdicts do), so one needle per cell or a
+perfect score never claims zero noise. A method beats
 'none' on a task beyond noise when the intervals mean ± spread of the two do not overlap;
 overlapping intervals are inconclusive (the lab's rule, :mod:`posenc.lab.stats`).
 
@@ -48,16 +51,19 @@ def _draws(n: int) -> np.ndarray:
 
 
 def hit_estimate(cells: dict[str, list[int]], keys: list[str]) -> tuple[float, float] | None:
-    """(mean, bootstrap spread) of the hits of ``cells[k]`` for ``keys`` (cells "length:depth
-    index", each a 0/1 per needle), resampling needles; None if a cell is missing."""
+    """(mean, spread) of the hits of ``cells[k]`` for ``keys`` (cells "length:depth index",
+    each a 0/1 per needle): the bootstrap std resampling needles, at least the smoothed
+    binomial standard error (module docstring); None if a cell is missing."""
     if not keys or any(k not in cells for k in keys):
         return None
     hits = np.asarray([cells[k] for k in keys], dtype=float)          # (cells, needles)
-    mean = float(hits.mean())
+    mean, n = float(hits.mean()), hits.size
+    smoothed = (mean * n + 1) / (n + 2)
+    floor = math.sqrt(smoothed * (1 - smoothed) / n)
     if hits.shape[1] < 2:
-        return mean, 0.0
+        return mean, floor
     reps = hits[:, _draws(hits.shape[1])].mean(axis=(0, 2))            # (REPLICATES,)
-    return mean, float(reps.std(ddof=1))
+    return mean, max(floor, float(reps.std(ddof=1)))
 
 
 def nll_estimate(points: dict[str, dict], lengths: list[int]) -> tuple[float, float] | None:
@@ -152,7 +158,8 @@ def verdicts(results: dict) -> list[Verdict]:
     return out
 
 
-RULE = "mean ± bootstrap std over the lengths beyond the original; overlap is inconclusive"
+RULE = ("mean ± spread (bootstrap std; for accuracies at least the binomial standard error) "
+        "over the lengths beyond the original; overlapping intervals are inconclusive")
 
 
 def _decide(a: tuple[float, float], b: tuple[float, float], lower_better: bool) -> str:
@@ -227,11 +234,13 @@ def report_markdown(results: dict[str, Any]) -> str:
         lines.append(f"- {TASKS[task]}: {'counts' if ok else 'does not count'} ({why})")
     lines += ["", "## Needle in a haystack", "",
               f"Accuracy over depths {depths} and {s['needles']} needles, ± the bootstrap "
-              "std over needles (each in its own stretch of text).", "",
+              "std over needles (each in its own stretch of text), at least the binomial "
+              "standard error of the rate.", "",
               "![needle in a haystack](needle.png)", ""] + _table(results, "needle")
     if s["passkey_trials"]:
         lines += ["", "## Passkey retrieval", "", "Accuracy over depths, ± the bootstrap std "
-                  "over keys (heat map: passkey.png).", ""] + _table(results, "passkey")
+                  "over keys, at least the binomial standard error (heat map: passkey.png).",
+                  ""] + _table(results, "passkey")
     if s["windows"]:
         lines += ["", "## Perplexity", "", "Sliding windows (stride length/2) over the text, "
                   "± the bootstrap std over windows.", ""] + _table(results, "ppl")
@@ -263,7 +272,7 @@ def write_figures(results: dict, directory: RunDirectory) -> list[Path]:
         grids = {m: accuracy_grid(results, task, m) for m in results["methods"]}
         fig = accuracy_heatmaps(grids, results["lengths"], results["setting"]["depths"],
                                 f"{TASKS[task]}: {Path(results['model']).name}, extended "
-                                f"from {results['original']} tokens (outlined)",
+                                f"from {results['original']} tokens, outlined",
                                 results["original"])
         paths.append(save_png(fig, directory.path / f"{task}.png", dpi=110))
     return paths

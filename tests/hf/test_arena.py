@@ -163,7 +163,7 @@ def test_verdicts_follow_the_noise_rule():
     by = lambda res: {v.claim.split(" on ")[1].split(" beyond")[0]: v  # noqa: E731
                       for v in verdicts(res)}
     clear = by(_made_up((0, 0, 0, 0), (1, 1, 1, 1)))["needle in a haystack"]
-    assert clear.verdict == "supported" and "1.00 ± 0.00 (yarn) vs 0.00 ± 0.00" in clear.evidence
+    assert clear.verdict == "supported" and "1.00 ± 0.19 (yarn) vs 0.00 ± 0.19" in clear.evidence
     worse = by(_made_up((1, 1, 1, 1), (0, 0, 0, 0)))["needle in a haystack"]
     assert worse.verdict == "not supported"
     close = by(_made_up((0, 1, 0, 1), (1, 1, 0, 1)))["needle in a haystack"]
@@ -174,10 +174,13 @@ def test_verdicts_follow_the_noise_rule():
     assert by(unsolved)["passkey retrieval"].evidence == "does not count: not measured"
 
 
-def test_the_needle_bootstrap_resamples_needles():
+def test_the_needle_spread_resamples_needles_and_never_claims_zero_noise():
     mean, spread = hit_estimate({"a": [1, 0, 1, 0], "b": [1, 1, 1, 1]}, ["a", "b"])
-    assert mean == 0.75 and 0.05 < spread < 0.3
-    assert hit_estimate({"a": [1]}, ["a"]) == (1.0, 0.0)
+    assert mean == 0.75 and 0.162 <= spread < 0.3          # at least the binomial s.e.
+    one = hit_estimate({"a": [1]}, ["a"])                  # one trial: the s.e. of 2/3
+    assert one[0] == 1.0 and one[1] == pytest.approx(math.sqrt(2 / 9))
+    perfect = hit_estimate({"a": [1, 1, 1, 1]}, ["a"])
+    assert perfect[0] == 1.0 and perfect[1] > 0.15         # a perfect score still has noise
     assert hit_estimate({"a": [1]}, ["a", "b"]) is None
     assert math.isfinite(spread)
     json.dumps(spread)
