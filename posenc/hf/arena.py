@@ -172,7 +172,8 @@ class ArenaStudy:
                 if results.get(key) != derived[key]:
                     raise UserError(f"the output directory holds a posenc arena study whose "
                                     f"{key} was {_short(results.get(key))} and is "
-                                    f"{_short(derived[key])} now (the model or text changed); "
+                                    f"{_short(derived[key])} now (the model, the text or "
+                                    "the methods of 'all' changed); "
                                     f"pass {self.names['overwrite']} to start again")
         results.update(derived)
         for note in notes:

@@ -180,7 +180,8 @@ def _evidence(task: str, method: str, a, b, lengths: list[int]) -> str:
     if task == "ppl":
         return (f"perplexity {_ppl(a[0])} ({method}) vs {_ppl(b[0])} (none) at {at}; "
                 f"mean NLL {a[0]:.3f} ± {a[1]:.3f} vs {b[0]:.3f} ± {b[1]:.3f}")
-    return f"accuracy {a[0]:.2f} ± {a[1]:.2f} ({method}) vs {b[0]:.2f} ± {b[1]:.2f} (none) at {at}"
+    return (f"accuracy {a[0]:.2f} ± {a[1]:.2f} ({method}) vs {b[0]:.2f} ± {b[1]:.2f} (none) "
+            f"at {at}")
 
 
 # ------------------------------------------------------------------ report

@@ -4,7 +4,6 @@ options, ``--resume`` / ``--force``, bad input as one-line errors (exit 2)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

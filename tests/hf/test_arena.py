@@ -184,3 +184,16 @@ def test_the_needle_spread_resamples_needles_and_never_claims_zero_noise():
     assert hit_estimate({"a": [1]}, ["a", "b"]) is None
     assert math.isfinite(spread)
     json.dumps(spread)
+
+
+def test_a_changed_text_is_refused_on_resume(model_dir, tmp_path):
+    import shutil
+    docs = tmp_path / "docs"
+    shutil.copytree(model_dir.parent / "docs", docs)
+    small = dict(text=str(docs), methods=("none",), depths=(0.5,), needles=1,
+                 passkey_trials=0, windows=0)
+    first = _run(model_dir, tmp_path / "out", **small)
+    assert len(first.ran) == 2 and "passkey.png" not in {p.name for p in first.paths}
+    (docs / "0-json.txt").write_text((docs / "0-json.txt").read_text() + "\nmore text\n")
+    with pytest.raises(UserError, match="whose text was .* now"):
+        _run(model_dir, tmp_path / "out", **small)
