@@ -274,6 +274,7 @@ def write_figures(results: dict, directory: RunDirectory) -> list[Path]:
         fig = accuracy_heatmaps(grids, results["lengths"], results["setting"]["depths"],
                                 f"{TASKS[task]}: {Path(results['model']).name}, extended "
                                 f"from {results['original']} tokens, outlined",
-                                results["original"])
+                                results["original"],
+                                "needle depth" if task == "needle" else "key depth")
         paths.append(save_png(fig, directory.path / f"{task}.png", dpi=110))
     return paths

@@ -11,6 +11,7 @@ methods on a 6 x 11 grid.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -31,12 +32,13 @@ def _length_label(n: int, original: int | None) -> str:
 
 
 def accuracy_heatmaps(grids: Mapping[str, Sequence[Sequence[float]]], lengths: Sequence[int],
-                      depths: Sequence[float], title: str, original: int | None = None):
+                      depths: Sequence[float], title: str, original: int | None = None,
+                      depth_label: str = "needle depth"):
     """A Figure with one panel per method.
 
     ``grids[name][i][j]`` is the accuracy in [0, 1] at ``depths[i]`` and ``lengths[j]`` (NaN:
     not measured yet, drawn blank). ``original``: the context the methods extend from; its
-    column is outlined. Returns the figure (save it with :func:`posenc.viz.axes.save_png`).
+    column is outlined. ``depth_label`` names the rows' axis. Returns the figure (save it with :func:`posenc.viz.axes.save_png`).
     """
     names = list(grids)
     n_cols = max(1, min(MAX_COLUMNS, len(names)))
@@ -44,7 +46,9 @@ def accuracy_heatmaps(grids: Mapping[str, Sequence[Sequence[float]]], lengths: S
     cell_w, cell_h = 0.62, 0.36
     panel_w = max(2.4, 1.0 + cell_w * len(lengths))
     panel_h = max(1.9, 1.1 + cell_h * len(depths))
-    fig = new_figure(figsize=(n_cols * panel_w + 0.9, n_rows * panel_h + 0.7),
+    width = n_cols * panel_w + 0.9
+    title = textwrap.fill(title, width=max(24, int(width * 9)))   # about 9 characters/inch
+    fig = new_figure(figsize=(width, n_rows * panel_h + 0.5 + 0.2 * title.count("\n") + 0.2),
                      layout="constrained")
     axes = np.atleast_1d(fig.subplots(n_rows, n_cols, squeeze=False)).ravel()
     font = 8 if len(lengths) <= 6 else 7
@@ -66,7 +70,7 @@ def accuracy_heatmaps(grids: Mapping[str, Sequence[Sequence[float]]], lengths: S
             ax.add_patch(_outline(ax, j, len(depths)))
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("context length (tokens)", fontsize=font)
-        ax.set_ylabel("needle depth", fontsize=font)
+        ax.set_ylabel(depth_label, fontsize=font)
     for ax in axes[len(names):]:
         ax.set_visible(False)
     if image is not None:

@@ -41,3 +41,11 @@ def test_many_methods_wrap_into_rows_and_the_figure_grows():
     assert w1 > 3 * w0 and h1 > 3 * h0
     ticks = [t.get_text() for t in big.axes[0].get_xticklabels()]
     assert ticks == ["8k\n1x", "16k\n2x", "24k\n3x", "32k\n4x"]
+
+
+def test_a_long_title_wraps_on_a_small_figure_and_the_rows_can_be_named():
+    title = "passkey retrieval: a model with a long name, extended from 256 tokens, outlined"
+    fig = accuracy_heatmaps({"none": [[1.0]]}, [256], [0.5], title, 256, "key depth")
+    shown = fig._suptitle.get_text()
+    assert shown.replace("\n", " ") == title and shown.count("\n") >= 1
+    assert fig.axes[0].get_ylabel() == "key depth"
