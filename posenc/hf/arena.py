@@ -50,7 +50,8 @@ CPU_METHODS = ("none", "linear", "yarn")
 class ArenaRequest:
     """What the arena measures (compared on resume). ``methods=("all",)``: every method of
     :data:`~posenc.hf.extend.METHODS` that needs nothing but a factor; ``original=None``: the
-    model's native context; ``lengths=None``: 1x, 2x and ``factor`` x ``original``."""
+    model's native context; ``lengths=None``: ``multiples`` x ``original`` and ``factor`` x
+    ``original``."""
 
     model: str = "smollm2"
     text: str | None = None
@@ -59,6 +60,7 @@ class ArenaRequest:
     factor: float = 4.0
     original: int | None = 512
     lengths: tuple[int, ...] | None = None
+    multiples: tuple[float, ...] = (1.0, 2.0)
     depths: tuple[float, ...] = (0.0, 0.5, 1.0)
     needles: int = 2
     passkey_trials: int = 1
@@ -72,7 +74,7 @@ class ArenaRequest:
 #: ``--preset``: a default that finishes on a 2-core CPU, and the full grid for a GPU
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu": {},
-    "gpu": {"methods": ("all",), "original": None, "lengths": (8192, 16384, 24576, 32768),
+    "gpu": {"methods": ("all",), "original": None, "multiples": (1.0, 2.0, 3.0),
             "depths": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0), "needles": 5,
             "passkey_trials": 5, "windows": 4},
 }
@@ -143,8 +145,8 @@ class ArenaStudy:
                             gguf_cache=rt.gguf_cache, device=rt.device)
         model, tok, native = loaded.model, loaded.tokenizer, loaded.native_context
         original = req.original or native
-        lengths = tuple(req.lengths or sorted({original, 2 * original,
-                                               round(req.factor * original)}))
+        lengths = tuple(req.lengths or sorted({round(m * original) for m in req.multiples}
+                                              | {round(req.factor * original)}))
         methods, skipped = self._methods(model.config, original)
         shortest = max(min_needle_length(tok, req.needles, req.seed),
                        min_length(tok) if req.passkey_trials else 0)
@@ -285,6 +287,9 @@ def _check_request(req: ArenaRequest) -> None:
         raise UserError(f"lengths must be integers >= 2, got {req.lengths!r}")
     if req.lengths is not None and len(set(req.lengths)) != len(req.lengths):
         raise UserError(f"lengths repeat: {list(req.lengths)}")
+    if not req.multiples or any(isinstance(m, bool) or not isinstance(m, (int, float))
+                                or not m > 0 for m in req.multiples):
+        raise UserError(f"length multiples must be numbers > 0, got {list(req.multiples)}")
     if not req.depths or any(not 0 <= d <= 1 for d in req.depths):
         raise UserError(f"depths must be numbers in [0, 1], got {list(req.depths)}")
     for name, value, low in (("needles", req.needles, 1), ("passkey trials",

@@ -12,7 +12,7 @@ from tests.hf.helpers import save_tiny_model
 transformers = pytest.importorskip("transformers")
 
 from posenc.cli import main  # noqa: E402
-from posenc.hf.arena import CPU_METHODS, PRESETS, preset_request  # noqa: E402
+from posenc.hf.arena import CPU_METHODS, preset_request  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -89,4 +89,5 @@ def test_the_presets_cover_the_cpu_default_and_the_full_gpu_grid():
     assert cpu.methods == CPU_METHODS and cpu.original == 512 and cpu.factor == 4.0
     gpu = preset_request("gpu", needles=2)
     assert gpu.methods == ("all",) and gpu.original is None and gpu.needles == 2
-    assert max(PRESETS["gpu"]["lengths"]) == 4 * 8192 and len(gpu.depths) == 11
+    assert gpu.lengths is None and gpu.multiples == (1.0, 2.0, 3.0) and len(gpu.depths) == 11
+    assert gpu.factor == 4.0                   # 8192 -> 32768 on SmolLM2: 1x, 2x, 3x, 4x

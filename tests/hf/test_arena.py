@@ -197,3 +197,12 @@ def test_a_changed_text_is_refused_on_resume(model_dir, tmp_path):
     (docs / "0-json.txt").write_text((docs / "0-json.txt").read_text() + "\nmore text\n")
     with pytest.raises(UserError, match="whose text was .* now"):
         _run(model_dir, tmp_path / "out", **small)
+
+
+def test_default_lengths_are_the_multiples_and_the_factor_of_the_original(model_dir, tmp_path):
+    small = dict(methods=("none",), depths=(0.5,), needles=1, passkey_trials=0, windows=0,
+                 lengths=None, multiples=(1.0, 1.5))
+    done = _run(model_dir, tmp_path / "out", **small)
+    assert done.results["lengths"] == [256, 384, 512]          # 1x, 1.5x and factor 2x
+    with pytest.raises(UserError, match="length multiples must be numbers > 0"):
+        _run(model_dir, tmp_path / "bad", **{**small, "multiples": (0.0,)})
