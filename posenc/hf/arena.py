@@ -14,9 +14,10 @@ Every method of :data:`posenc.hf.extend.METHODS` (given by name, checked by
 and perplexity point (a method at one length, and depth), so a kill loses at most one cell and
 the same call resumes. Each unit extends the model and restores it. results.json (schema 1)
 holds ``setting`` (compared on resume), ``needle`` and ``passkey`` (method -> "length:depth
-index" -> a 0/1 per needle or key), ``ppl`` (method -> length -> point), ``extensions``,
-``model``, ``native_context``, ``original``, ``text`` and ``notes``; the report and verdicts
-are :mod:`posenc.hf.arena_report`.
+index" -> a 0/1 per needle or key), ``ppl`` (method -> length -> point), ``extensions``
+(what each method did), ``peak_rss_bytes`` (per method), ``model``, ``native_context``,
+``original``, ``lengths``, ``methods`` (``all`` expanded), ``text``, ``n_tokens`` and
+``notes``; the report and verdicts are :mod:`posenc.hf.arena_report`.
 """
 
 from __future__ import annotations
