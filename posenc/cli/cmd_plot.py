@@ -8,22 +8,24 @@ from pathlib import Path
 from .args import path_arg
 
 NAME = "plot"
-HELP = ("redraw the figures and report of a `posenc compare`, `posenc tasks` or `posenc "
-        "extend` output directory from its results.json, without training or evaluating")
+HELP = ("redraw the figures and report of a `posenc compare`, `posenc tasks`, `posenc "
+        "extend` or `posenc arena` output directory from its results.json, without training "
+        "or evaluating")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", type=path_arg,
-                   help="output directory of `posenc compare`, `posenc tasks` or "
-                        "`posenc extend`")
+                   help="output directory of `posenc compare`, `posenc tasks`, `posenc "
+                        "extend` or `posenc arena`")
 
 
 def study_kinds() -> tuple:
     """Every kind of study ``posenc plot`` redraws (each knows how: ``StudyKind.redraw``)."""
+    from ..hf.arena import ARENA_KIND
     from ..hf.extend_study import EXTEND_KIND
     from ..lab.results import COMPARE_KIND
     from ..lab.task_study import KIND as TASKS_KIND
-    return COMPARE_KIND, TASKS_KIND, EXTEND_KIND
+    return COMPARE_KIND, TASKS_KIND, EXTEND_KIND, ARENA_KIND
 
 
 def run(args: argparse.Namespace) -> int:

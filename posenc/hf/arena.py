@@ -36,10 +36,19 @@ from .extend import METHODS, extend, make_extension, parse_method, restore
 from .measure import PeakMemory, check_memory, n_windows, perplexity_vs_length, tokens_needed
 from .passkey import min_length
 
+def render_arena(results: dict, directory: RunDirectory, final: bool = True) -> list[Path]:
+    """report.md, and when ``final`` the needle and passkey heat maps."""
+    paths = [directory.path / RESULTS, directory.write("report.md", report_markdown(results))]
+    if final:
+        paths += write_figures(results, directory)
+    return paths
+
+
 ARENA_KIND = StudyKind(
     name="arena", schema=1, command="posenc arena",
     outputs=(RESULTS, "report.md", "needle.png", "passkey.png"),
-    description="posenc arena study")
+    description="posenc arena study",
+    redraw=lambda results, directory: render_arena(decode(results), directory)[1:])
 ARENA_CLI_NAMES = {"overwrite": "--force", "out": "--out", "resume": "--resume"}
 ARENA_API_NAMES = {"overwrite": "overwrite=True", "out": "out_dir", "resume": "resume=True"}
 
@@ -258,11 +267,7 @@ class ArenaStudy:
 
     # ------------------------------------------------------------ report
     def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
-        paths = [directory.path / RESULTS,
-                 directory.write("report.md", report_markdown(results))]
-        if final:
-            paths += write_figures(results, directory)
-        return paths
+        return render_arena(results, directory, final)
 
 
 def _check_request(req: ArenaRequest) -> None:

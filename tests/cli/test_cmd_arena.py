@@ -47,6 +47,10 @@ def test_cli_arena_end_to_end_then_resume_and_force(tiny_dir, tmp_path, capsys):
     (out / "notes.txt").write_text("mine")
     assert main(_argv(tiny_dir, out, "--force")) == 0
     assert (out / "notes.txt").read_text() == "mine"       # force removes only its own
+    saved = (out / "results.json").read_bytes()
+    (out / "needle.png").unlink()
+    assert main(["plot", str(out)]) == 0                   # plot knows the arena's kind
+    assert (out / "needle.png").stat().st_size > 0 and (out / "results.json").read_bytes() == saved
 
 
 @pytest.mark.parametrize("extra,message", [
