@@ -8,7 +8,7 @@ hook reads what it needs from it. Users calling hooks from their own attention b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from torch import Tensor
 
@@ -32,6 +32,10 @@ class HookContext:
             read through strided views); False promises nothing.
         backend: the implementation that will consume q and k ("sdpa", "fused", "flex",
             "eager"), or None when unknown.
+        key_terms: (B, H, Lk, K), what the encoding's ``token_terms`` read from the
+            attention's input at every key (cached keys first; the queries are the last Lq
+            keys), or None: self-attention fills it for an encoding that reads its input
+            (data-dependent biases), and keeps it with the KV cache.
 
     The plain constructor trusts its arguments (attention builds one per call from positions
     the model validated once per forward); :meth:`for_positions` checks them.
@@ -42,13 +46,15 @@ class HookContext:
     causal: bool = False
     consecutive: bool = False
     backend: str | None = None
+    key_terms: Tensor | None = None
 
     @classmethod
     def for_positions(cls, q_pos: Tensor, k_pos: Tensor | None = None, *,
                       causal: bool = False, consecutive: bool = False,
-                      backend: str | None = None) -> HookContext:
-        """A checked context: integer q_pos (Lq,) or (B, Lq) and k_pos (default: q_pos);
-        UserError naming the argument otherwise."""
+                      backend: str | None = None, key_terms: Tensor | None = None
+                      ) -> HookContext:
+        """A checked context: integer q_pos (Lq,) or (B, Lq) and k_pos (default: q_pos),
+        ``key_terms`` None or (B, H, Lk, K) floats; UserError naming the argument otherwise."""
         k_pos = q_pos if k_pos is None else k_pos
         check_positions("q_pos", q_pos, None)
         check_positions("k_pos", k_pos, None)
@@ -58,8 +64,19 @@ class HookContext:
         if backend is not None and backend not in HOOK_BACKENDS:
             raise UserError(f"backend must be None or one of {', '.join(HOOK_BACKENDS)}, "
                             f"got {backend!r}")
-        return cls(q_pos, k_pos, causal, consecutive, backend)
+        if key_terms is not None and not (
+                isinstance(key_terms, Tensor) and key_terms.dim() == 4
+                and key_terms.is_floating_point() and key_terms.shape[2] == k_pos.shape[-1]):
+            got = (f"shape {tuple(key_terms.shape)}, dtype {key_terms.dtype}"
+                   if isinstance(key_terms, Tensor) else type(key_terms).__name__)
+            raise UserError(f"key_terms must be None or a float tensor (batch, heads, "
+                            f"{k_pos.shape[-1]}, terms), one row per key, got {got}")
+        return cls(q_pos, k_pos, causal, consecutive, backend, key_terms)
 
     def with_backend(self, backend: str) -> HookContext:
         """The same call, consumed by ``backend``."""
-        return HookContext(self.q_pos, self.k_pos, self.causal, self.consecutive, backend)
+        return replace(self, backend=backend)
+
+    def with_key_terms(self, key_terms: Tensor | None) -> HookContext:
+        """The same call, with the encoding's terms of every key (attention fills them)."""
+        return replace(self, key_terms=key_terms)
