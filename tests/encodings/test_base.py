@@ -116,7 +116,7 @@ def test_translation_invariance_is_the_distance_only_encodings_without_position_
         return build_encoding(name, n_heads=2, head_dim=8, max_len=32, **options)
     invariant = {name for name in list_encodings() if pe(name, **context_options(name))
                  .translation_invariant}
-    assert invariant == {"alibi", "t5", "kerple", "shaw", "xl", "deberta",
+    assert invariant == {"alibi", "t5", "kerple", "shaw", "xl", "deberta", "dynamic_bias",
                          "forget_gate"}                # reads no position
     for name in invariant:
         assert not pe(name, logn_base_len=8).translation_invariant
