@@ -55,6 +55,22 @@ def context_options(name: str, vocab_size: int = 48) -> dict:
             if key in CONTEXT_OPTIONS and default is None}
 
 
+def input_terms(pe, batch: int, length: int, seed: int = 3):
+    """What self-attention hands an encoding that reads its input (``token_terms``) for
+    ``length`` keys, from a random input (batch, length, H * D); None for the others."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, length, pe.n_heads * pe.head_dim, generator=gen)
+    return pe.token_terms(x)
+
+
+def hook_context(pe, q_pos, k_pos, *, batch: int = 1, **flags):
+    """A checked HookContext (``flags``: causal, consecutive, backend) that carries the
+    :func:`input_terms` of every key, as self-attention builds it."""
+    from posenc.encodings.context import HookContext
+    return HookContext.for_positions(q_pos, k_pos, key_terms=input_terms(
+        pe, batch, k_pos.shape[-1]), **flags)
+
+
 def tiny_lm_factory(pe: str, pe_options: dict | None = None, *, max_len: int = 32,
                     d_model: int = 32, n_heads: int = 4, n_layers: int = 2,
                     vocab_size: int = 48, std: float = 0.3, **config) -> TransformerLM:

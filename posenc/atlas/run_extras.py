@@ -58,7 +58,9 @@ def _layer_encodings(loaded: LoadedRun) -> list[PositionalEncoding]:
 
 
 def _has_bias_curve(pe: PositionalEncoding) -> bool:
-    return type(pe).family == "bias" and pe.has_bias
+    """A bias against distance exists (not for a bias of the content, which reads no
+    position: the forget gate)."""
+    return type(pe).family == "bias" and pe.has_bias and not pe.position_free
 
 
 def learned_terms_panel(loaded: LoadedRun, out_dir: Path) -> Panel | None:

@@ -18,7 +18,8 @@ class MultiHeadAttention(nn.Module):
     """Self- or cross-attention with hook calls in the order of the data flow.
 
     q, k, v projections -> ``transform_qk`` -> (cache) -> scores + bias, scaled -> softmax ->
-    values (+ value term) -> output projection.
+    values (+ value term) -> output projection. Self-attention hands an encoding that reads
+    its input the ``token_terms`` of every key (``HookContext.key_terms``), cached with them.
     """
 
     def __init__(self, d_model: int, n_heads: int, *, bias: bool = False,
@@ -104,6 +105,7 @@ class MultiHeadAttention(nn.Module):
         def keys_at(k_pos: Tensor) -> HookContext:
             return ctx.hook_context(k_pos, consecutive, implementation)
 
+        key_terms = pe.token_terms(x)                 # (B, H, T, K) or None
         if cache is None:
             k_pos, key_valid = pos, ctx.key_valid
             q, k = pe.transform_qk(q, k, keys_at(pos))
@@ -117,8 +119,10 @@ class MultiHeadAttention(nn.Module):
                 k_raw, v, k_pos = cache.append(k, v, pos, ctx.key_valid)
                 q, k = pe.transform_qk(q, k_raw, keys_at(k_pos))
             key_valid = cache.valid()
+            if key_terms is not None:                 # those of every cached key
+                key_terms = cache.append_terms(key_terms)
         if ctx.causal and k.shape[2] < t:
             raise UserError(f"causal attention with {t} queries over {k.shape[2]} keys")
         masks = Masks(key_valid=key_valid, documents=ctx.documents)
-        return q, k, v, AttentionCall(keys_at(k_pos), ctx.backend, ctx.need_weights, dropout,
-                                      masks)
+        at = keys_at(k_pos).with_key_terms(key_terms)
+        return q, k, v, AttentionCall(at, ctx.backend, ctx.need_weights, dropout, masks)

@@ -43,6 +43,9 @@ class KVCache:
         self.consecutive = True
         #: per-sequence state an encoding keeps while decoding (see ``embed``'s ``state``)
         self.extra: dict = {}
+        #: (B, H, capacity, K): the encoding's ``token_terms`` of the cached tokens, allocated
+        #: by the first :meth:`append_terms` (None for encodings that read no input)
+        self.terms: Tensor | None = None
         #: what a model keeps to recompute earlier tokens (ids, positions, the encoding's
         #: length signature) when a length-dependent encoding makes the cache stale
         self.replay: dict = {}
@@ -82,6 +85,15 @@ class KVCache:
         self.padded = self.padded or key_valid is not None
         self.length = end
         return self.k[:, :, :end], self.v[:, :, :end], self.positions()
+
+    def append_terms(self, terms: Tensor) -> Tensor:
+        """After :meth:`append` of the same T tokens: store their encoding terms (B, H, T, K)
+        and return those of every cached token (B, H, L, K)."""
+        t, end = terms.shape[2], self.length
+        if self.terms is None:
+            self.terms = terms.new_zeros(*terms.shape[:2], self.capacity, terms.shape[-1])
+        self.terms[:, :, end - t:end] = terms
+        return self.terms[:, :, :end]
 
     def positions(self) -> Tensor:
         """Positions of the cached keys: (L,) or, once given per sequence, (B, L)."""

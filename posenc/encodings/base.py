@@ -3,20 +3,21 @@
 Every encoding is a :class:`PositionalEncoding` (an ``nn.Module``) that overrides some of
 these hooks; each default does nothing. ``at`` is the call's
 :class:`~posenc.encodings.context.HookContext`: q_pos (Lq,) or (B, Lq), k_pos (Lk,) or
-(B, Lk), causal, consecutive, backend.
+(B, Lk), causal, consecutive, backend, axes (positions per axis), key_terms.
 
-================  ===========================================  ===============================
-hook              called with                                  returns
-================  ===========================================  ===============================
-``embed``         x (B, T, C), pos (T,) or (B, T), ids, state  x with positions mixed in
-``transform_qk``  q (B, H, Lq, D), k (B, H, Lk, D), at         (q, k)
-``score_bias``    q, k, at                                     (B|1, H, Lq, Lk) term or None
-``fused_bias``    q, k, at                                     score_bias as FusedBias or None
-``score_mod``     q, k, at                                     FlexAttention score_mod or None
-``value_term``    weights (B, H, Lq, Lk), at                   (B, H, Lq, D) added, or None
-``attn_scale``    at                                           (Lq,) or (B, Lq) multiplier
-``sm_scale``      (nothing)                                    softmax temperature (float)
-================  ===========================================  ===============================
+=================  ===========================================  ===============================
+hook               called with                                  returns
+=================  ===========================================  ===============================
+``embed``          x (B, T, C), pos (T,) or (B, T), ids, state  x with positions mixed in
+``transform_qk``   q (B, H, Lq, D), k (B, H, Lk, D), at         (q, k)
+``token_terms``    x (B, T, C), the attention's input           (B, H, T, K) per token, or None
+``score_bias``     q, k, at                                     (B|1, H, Lq, Lk) term or None
+``fused_bias``     q, k, at                                     score_bias as FusedBias or None
+``score_mod``      q, k, at                                     FlexAttention score_mod or None
+``value_term``     weights (B, H, Lq, Lk), at                   (B, H, Lq, D) added, or None
+``attn_scale``     at                                           (Lq,) or (B, Lq) multiplier
+``sm_scale``       (nothing)                                    softmax temperature (float)
+=================  ===========================================  ===============================
 
 Positions are integer tensors passed explicitly (never inferred from shapes), so KV caches,
 offsets and packed batches work alike for every encoding. ``score_bias`` and ``score_mod``
@@ -37,6 +38,13 @@ them, so the hot path never synchronises with a device):
   False promises nothing; every hook is exact either way.
 - ``backend``: the attention implementation that will consume q and k ("sdpa", "fused",
   "flex", "eager"; None when unknown), for an encoding whose cheapest exact form depends on it.
+
+and one tensor, ``key_terms``: for an encoding that reads the attention's input
+(``token_terms``: a forget gate per token), what it read at every key (B, H, Lk, K), cached
+keys first (the queries of a self-attention call are the last Lq keys). Self-attention
+computes the terms of its new tokens once per call and keeps them with the KV cache; None
+elsewhere (cross-attention, a hook called without them). To call such a hook yourself:
+``HookContext.for_positions(pos, pos, causal=True, key_terms=pe.token_terms(x))``.
 
 Attention never asks for an encoding's name: it reads the capabilities below, which are
 derived from which hooks a class overrides.
@@ -122,6 +130,9 @@ class PositionalEncoding(nn.Module):
     #: how many position axes the encoding reads (M-RoPE: 3, axial RoPE: 2); a model then
     #: accepts positions (A, T) or (A, B, T) and hands them to the hooks as ``at.axes``
     position_axes: ClassVar[int] = 1
+    #: no term reads a position at all: the order of the keys is the context (CoPE, the
+    #: forget gate), so any positions give the same result
+    position_free: ClassVar[bool] = False
 
     def __init__(self, *, n_heads: int, head_dim: int, max_len: int | None = None,
                  logn_base_len: int | None = None, temperature_floor: int | None = None,
@@ -164,9 +175,10 @@ class PositionalEncoding(nn.Module):
         """Whether adding one constant to every position of a sequence changes no term: a
         ``distance_only`` class without log-n scaling (whose factor reads the query's own
         position). A model may then hand such an encoding the run 0..T-1 in place of
-        per-sequence positions whose distances it equals at every visible pair."""
-        return self.distance_only and self.logn_base_len is None and \
-            self.temperature_floor is None
+        per-sequence positions whose distances it equals at every visible pair. A
+        ``position_free`` class is, trivially."""
+        return (self.distance_only or self.position_free) and self.logn_base_len is None \
+            and self.temperature_floor is None
 
     # ----------------------------------------------------------------- hooks
     def embed(self, x: Tensor, pos: Tensor, *, ids: Tensor | None = None,
@@ -183,6 +195,14 @@ class PositionalEncoding(nn.Module):
         """Transform queries (B, H, Lq, D) and keys (B, H, Lk, D) by their positions
         ``at.q_pos`` and ``at.k_pos`` (``at.backend``, ``at.consecutive``: module docstring)."""
         return q, k
+
+    def token_terms(self, x: Tensor) -> Tensor | None:
+        """Per-token values read from the self-attention's input x (B, T, C) (C = H * D) of
+        the tokens whose keys a call adds: (B, H, T, K) or None (the default: the encoding
+        reads no input). Each token's terms depend on that token only; attention keeps them
+        with the KV cache and hands those of every key to the other hooks as
+        ``at.key_terms``."""
+        return None
 
     def score_bias(self, q: Tensor, k: Tensor, at: HookContext) -> Tensor | None:
         """Additive logits term broadcastable to (B, H, Lq, Lk), or None; float32 for the
@@ -268,7 +288,8 @@ class PositionalEncoding(nn.Module):
     @classmethod
     def hook_kinds(cls) -> list[str]:
         """Names of the hooks this encoding implements (``attn_scale`` always: log-n)."""
-        hooks = ["embed", "transform_qk", "score_bias", "score_mod", "value_term"]
+        hooks = ["embed", "transform_qk", "token_terms", "score_bias", "score_mod",
+                 "value_term"]
         return [h for h in hooks if cls.overrides(h)]
 
     @property

@@ -8,7 +8,7 @@ hook reads what it needs from it. Users calling hooks from their own attention b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from torch import Tensor
 
@@ -37,6 +37,10 @@ class HookContext:
             queries' positions along each axis, (A, Lq) or (A, B, Lq), or None (then the
             encoding derives them from q_pos). Given only when the keys are the queries'
             own tokens (k_pos is q_pos).
+        key_terms: (B, H, Lk, K), what the encoding's ``token_terms`` read from the
+            attention's input at every key (cached keys first; the queries are the last Lq
+            keys), or None: self-attention fills it for an encoding that reads its input
+            (data-dependent biases), and keeps it with the KV cache.
 
     The plain constructor trusts its arguments (attention builds one per call from positions
     the model validated once per forward); :meth:`for_positions` checks them.
@@ -48,15 +52,16 @@ class HookContext:
     consecutive: bool = False
     backend: str | None = None
     axes: Tensor | None = None
+    key_terms: Tensor | None = None
 
     @classmethod
     def for_positions(cls, q_pos: Tensor, k_pos: Tensor | None = None, *,
                       causal: bool = False, consecutive: bool = False,
-                      backend: str | None = None, axes: Tensor | None = None
-                      ) -> HookContext:
+                      backend: str | None = None, axes: Tensor | None = None,
+                      key_terms: Tensor | None = None) -> HookContext:
         """A checked context: integer q_pos (Lq,) or (B, Lq) and k_pos (default: q_pos);
-        ``axes`` (A, Lq) or (A, B, Lq) needs k_pos to be q_pos. UserError naming the
-        argument otherwise."""
+        ``axes`` (A, Lq) or (A, B, Lq) needs k_pos to be q_pos; ``key_terms`` None or
+        (B, H, Lk, K) floats. UserError naming the argument otherwise."""
         k_pos = q_pos if k_pos is None else k_pos
         check_positions("q_pos", q_pos, None)
         check_positions("k_pos", k_pos, None)
@@ -73,7 +78,14 @@ class HookContext:
             n_axes = axes.shape[0] if isinstance(axes, Tensor) and axes.dim() > 1 else 2
             check_axis_positions("axes", axes, n_axes, q_pos.shape[-1],
                                  q_pos.shape[0] if q_pos.dim() == 2 else None)
-        return cls(q_pos, k_pos, causal, consecutive, backend, axes)
+        if key_terms is not None and not (
+                isinstance(key_terms, Tensor) and key_terms.dim() == 4
+                and key_terms.is_floating_point() and key_terms.shape[2] == k_pos.shape[-1]):
+            got = (f"shape {tuple(key_terms.shape)}, dtype {key_terms.dtype}"
+                   if isinstance(key_terms, Tensor) else type(key_terms).__name__)
+            raise UserError(f"key_terms must be None or a float tensor (batch, heads, "
+                            f"{k_pos.shape[-1]}, terms), one row per key, got {got}")
+        return cls(q_pos, k_pos, causal, consecutive, backend, axes, key_terms)
 
     def layout_kind(self) -> str:
         """How per-distance tables become pair terms here: "causal", "window" or "gather"
@@ -86,5 +98,8 @@ class HookContext:
 
     def with_backend(self, backend: str) -> HookContext:
         """The same call, consumed by ``backend``."""
-        return HookContext(self.q_pos, self.k_pos, self.causal, self.consecutive, backend,
-                           self.axes)
+        return replace(self, backend=backend)
+
+    def with_key_terms(self, key_terms: Tensor | None) -> HookContext:
+        """The same call, with the encoding's terms of every key (attention fills them)."""
+        return replace(self, key_terms=key_terms)

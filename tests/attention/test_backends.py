@@ -23,7 +23,7 @@ from posenc.attention.backends import _causal_block_mask
 from posenc.attention.context import AttentionCall
 from posenc.encodings.context import HookContext
 
-from tests.helpers import context_options
+from tests.helpers import context_options, hook_context
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -53,8 +53,8 @@ def _sharpen_parameters(pe) -> None:
 
 def _run(pe, backend, q, k, v, q_pos, k_pos, causal):
     q, k = pe.transform_qk(q, k, HookContext.for_positions(q_pos, k_pos))
-    return attend(q, k, v, pe,
-                  AttentionCall.for_positions(q_pos, k_pos, causal=causal, backend=backend))[0]
+    at = hook_context(pe, q_pos, k_pos, batch=q.shape[0], causal=causal)
+    return attend(q, k, v, pe, AttentionCall(at, backend=backend))[0]
 
 
 CASES = [(name, {}) for name in list_encodings()] + [
@@ -126,7 +126,7 @@ def test_score_mod_equals_score_bias():
     k_pos, q_pos = torch.arange(LK) + 3, torch.arange(LK - 5, LK) + 3
     for name in list_encodings():
         pe = _encoding(name)
-        at = HookContext.for_positions(q_pos, k_pos, causal=True)
+        at = hook_context(pe, q_pos, k_pos, causal=True)
         if not pe.has_bias or pe.score_mod(q, k, at) is None:
             continue
         _sharpen_parameters(pe)
@@ -278,8 +278,8 @@ def test_every_backend_applies_padding_and_document_masks(name, grad, monkeypatc
                 continue
             q2, k2 = pe.transform_qk(q, k,
                                      HookContext.for_positions(q_pos, k_pos, backend=backend))
-            call = AttentionCall.for_positions(q_pos, k_pos, causal=True, backend=backend,
-                                               masks=masks)
+            call = AttentionCall(hook_context(pe, q_pos, k_pos, batch=2, causal=True),
+                                 backend=backend, masks=masks)
             outs[backend] = attend(q2, k2, v, pe, call)[0]
     for backend, out in outs.items():
         assert_close(out, outs["eager"], atol=1e-5, rtol=1e-5, msg=lambda m: f"{backend}: {m}")

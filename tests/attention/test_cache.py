@@ -8,6 +8,7 @@ import torch
 
 from posenc import LMConfig, TransformerLM
 from posenc.attention import KVCache
+from posenc.encodings import PositionalEncoding
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -30,3 +31,41 @@ def test_sequence_past_the_cache_size(options):
 def test_cache_capacity_must_be_positive():
     with pytest.raises(ValueError, match="capacity"):
         KVCache(1, 2, 4, 0)
+
+
+class _TermsSpy(PositionalEncoding):
+    """Reads its input (the first feature per head) and records the key terms it is told."""
+
+    seen: list
+
+    def token_terms(self, x):
+        return x.unflatten(-1, (self.n_heads, -1))[..., :1].transpose(1, 2)   # (B, H, T, 1)
+
+    def score_bias(self, q, k, at):
+        self.seen.append(at.key_terms)
+        return None
+
+
+@torch.no_grad()
+def test_token_terms_of_cached_keys_are_kept_with_the_cache():
+    """Self-attention hands the hooks the terms of every key, cached ones first, in cached
+    decoding as in one pass; cross-attention hands none."""
+    from posenc.attention import AttentionContext, MultiHeadAttention
+    pe = _TermsSpy(n_heads=2, head_dim=4)
+    pe.seen = []
+    attn = MultiHeadAttention(8, 2)
+    x = torch.randn(2, 6, 8)
+    attn(x, AttentionContext(torch.arange(6), causal=True), pe)
+    full = pe.seen.pop()
+    assert full.shape == (2, 2, 6, 1)
+    torch.testing.assert_close(full[..., 0], x[..., ::4].transpose(1, 2))
+    cache = KVCache(2, 2, 4, 6)
+    attn(x[:, :4], AttentionContext(torch.arange(4), causal=True), pe, cache)
+    for t in (4, 5):
+        attn(x[:, t:t + 1], AttentionContext(torch.arange(t, t + 1), causal=True), pe, cache)
+    assert [s.shape[2] for s in pe.seen] == [4, 5, 6]
+    torch.testing.assert_close(pe.seen[-1], full)
+    cross = MultiHeadAttention(8, 2, cross=True)
+    cross(x, AttentionContext(torch.arange(6), causal=False, memory=x,
+                              memory_pos=torch.arange(6)), pe)
+    assert pe.seen[-1] is None

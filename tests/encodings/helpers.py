@@ -52,3 +52,22 @@ def weights(pe, q, k, v, q_pos, k_pos, causal):
     q, k = pe.transform_qk(q, k, HookContext.for_positions(q_pos, k_pos))
     return attend(q, k, v, pe,
                   AttentionCall.for_positions(q_pos, k_pos, causal=causal, need_weights=True))[1]
+
+
+def layer_grads_by_backend(pe, backends=("sdpa", "eager"), length=20, seed=7):
+    """One causal self-attention layer over ``pe`` in training through each backend
+    ("sdpa" runs as the fused CPU attention): {backend: gradients of the input and of every
+    parameter of the layer and the encoding}."""
+    from posenc.attention import AttentionContext, MultiHeadAttention
+    torch.manual_seed(seed)
+    d_model = pe.n_heads * pe.head_dim
+    attn = MultiHeadAttention(d_model, pe.n_heads)
+    x = torch.randn(2, length, d_model, requires_grad=True)
+    params = [x, *attn.parameters(), *pe.parameters()]
+    grads = {}
+    for backend in backends:
+        ctx = AttentionContext(torch.arange(length), causal=True, backend=backend)
+        out, _ = attn(x, ctx, pe)
+        grads[backend] = torch.autograd.grad(
+            out, params, torch.randn(out.shape, generator=torch.Generator().manual_seed(1)))
+    return grads

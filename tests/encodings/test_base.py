@@ -15,7 +15,7 @@ from posenc.encodings import build_encoding
 from posenc.models.lm import LMConfig, TransformerLM
 from posenc.encodings.context import HookContext
 
-from tests.helpers import context_options, sharpen
+from tests.helpers import context_options, hook_context, sharpen
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -116,18 +116,30 @@ def test_translation_invariance_is_the_distance_only_encodings_without_position_
         return build_encoding(name, n_heads=2, head_dim=8, max_len=32, **options)
     invariant = {name for name in list_encodings() if pe(name, **context_options(name))
                  .translation_invariant}
-    assert invariant == {"alibi", "t5", "kerple", "shaw", "xl", "deberta"}
+    assert invariant == {"alibi", "t5", "kerple", "shaw", "xl", "deberta", "dynamic_bias",
+                         "cope", "forget_gate"}        # the last two read no position
     for name in invariant:
         assert not pe(name, logn_base_len=8).translation_invariant
     assert not pe("deberta", absolute_query=True).translation_invariant
 
 
 # ------------------------------------------------------------- score_bias(causal=True)
+def _sharing_parameters(source, target):
+    """``target`` holding ``source``'s parameter objects wherever it has the same names."""
+    own = dict(target.named_parameters())
+    for name, param in source.named_parameters():
+        if name in own:
+            owner, _, leaf = name.rpartition(".")
+            setattr(target.get_submodule(owner) if owner else target, leaf, param)
+    return target
+
+
 @pytest.mark.parametrize("name", BIASED)
 def test_causal_bias_equals_the_full_one_where_visible(name):
     """``causal=True`` may skip hidden pairs; at visible pairs its values and gradients (into
     q, k and every parameter) are those of the full bias (for a bias built in its causal
-    form, which refuses causal=False: its per-distance formula, ``distance_bias``)."""
+    form, which refuses causal=False: its per-distance formula, ``distance_bias``, or for a
+    content-dependent one the bidirectional build sharing its parameters)."""
     pe = sharpen(build_encoding(name, n_heads=2, head_dim=8, max_len=64,
                                 **context_options(name)), std=0.5)
     gen = torch.Generator().manual_seed(1)
@@ -142,11 +154,17 @@ def test_causal_bias_equals_the_full_one_where_visible(name):
     for causal in (False, True):
         if causal_form and not causal:
             with pytest.raises(ValueError, match="built for causal attention"):
-                pe.score_bias(q, k, HookContext.for_positions(pos, pos, causal=causal))
-            rel = pos[None, :] - pos[:, None]                          # k_pos - q_pos
-            bias = pe.distance_bias(rel.flatten()).view(1, 2, 9, 9).expand(2, 2, 9, 9)
+                pe.score_bias(q, k, hook_context(pe, pos, pos, batch=2, causal=causal))
+            if hasattr(pe, "distance_bias"):
+                rel = pos[None, :] - pos[:, None]                      # k_pos - q_pos
+                bias = pe.distance_bias(rel.flatten()).view(1, 2, 9, 9).expand(2, 2, 9, 9)
+            else:
+                full = _sharing_parameters(pe, build_encoding(
+                    name, n_heads=2, head_dim=8, max_len=64, bidirectional=True))
+                at = hook_context(full, pos, pos, batch=2, causal=causal)
+                bias = full.score_bias(q, k, at)
         else:
-            at = HookContext.for_positions(pos, pos, causal=causal)
+            at = hook_context(pe, pos, pos, batch=2, causal=causal)
             bias = pe.score_bias(q, k, at).expand(2, 2, 9, 9)
         assert torch.isfinite(bias).all()
         grads = (torch.autograd.grad(bias, leaves, grad, allow_unused=True)

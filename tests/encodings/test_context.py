@@ -36,3 +36,16 @@ def test_hooks_compare_q_and_k_with_the_context():
     assert pe.score_bias(q, q, at).shape == (1, 2, 3, 3)
     _raises(r"q_pos must have shape \(4,\) or \(1, 4\)", pe.score_bias,
             torch.randn(1, 2, 4, 8), q, at)
+
+
+def test_key_terms_are_checked_and_kept_by_with_backend():
+    pos = torch.arange(4)
+    terms = torch.randn(2, 3, 4, 1)
+    at = HookContext.for_positions(pos, key_terms=terms).with_backend("eager")
+    assert at.key_terms is terms and at.backend == "eager"
+    assert at.with_key_terms(None).key_terms is None and at.key_terms is terms
+    _raises(r"key_terms must be None or a float tensor \(batch, heads, 4, terms\), one row "
+            r"per key, got shape \(2, 3, 5, 1\)", HookContext.for_positions, pos,
+            key_terms=torch.randn(2, 3, 5, 1))
+    _raises(r"key_terms must be None .* got list", HookContext.for_positions, pos,
+            key_terms=[1.0])

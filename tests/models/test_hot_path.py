@@ -39,7 +39,8 @@ SCALINGS = {
 #: what the compile tests cover: the encodings without host reads or tables of the text's
 #: vocabulary, and RoPE with every scaling but dynamic NTK (which reads the sequence length)
 COMPILED = ["nope", "learned", "sinusoidal", "rope", "alibi", "t5", "xpos", "kerple",
-            "fire"] + [f"rope+{kind}" for kind in SCALINGS]
+            "fire", "cope", "dynamic_bias", "forget_gate"] + \
+    [f"rope+{kind}" for kind in SCALINGS]
 
 
 def _model(spec: str, vocab: int = 64) -> TransformerLM:
