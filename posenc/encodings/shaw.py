@@ -25,10 +25,12 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import UserError
-from ..kernels.layouts.clipped_pairs import ClippedPairBias, collect_clipped, spread_clipped
-from .base import PositionalEncoding, ScoreMod, pairs_per_head, position_reader, register
+from ..kernels.layouts.clipped_pairs import ClippedPairBias, collect_clipped
+from .base import PositionalEncoding, ScoreMod, pairs_per_head, register
 from .checks import require_choice, require_float_in, require_positive_int
 from .context import HookContext
+from .relative_term import (RelativeTerm, fused_relative_bias, relative_bias,
+                            relative_score_mod)
 from .sinusoidal import sinusoidal_at
 
 #: backends that compute the key term alone exactly
@@ -88,36 +90,22 @@ class ShawEncoding(PositionalEncoding):
         k = self.max_relative_position
         return (k_pos[..., None, :] - q_pos[..., :, None]).clamp(-k, k) + k
 
-    def key_scores(self, q: Tensor, rows: int | None = None) -> Tensor:
-        """q . A^K[r] / sqrt(d) for every clipped distance r, or the first ``rows`` of them:
-        (B, H, Lq, 2K+1 or rows)."""
-        return (q @ self.key_table[:rows].to(q.dtype).t()) * self.sm_scale()
+    def key_term(self, q: Tensor) -> RelativeTerm:
+        """The key term q . A^K[r] / sqrt(d), declared over the clipped table rows."""
+        def heads(rows: Tensor | None) -> Tensor:                    # (R, D), shared by heads
+            table = self.key_table if rows is None else self.key_table[rows]
+            return table.to(q.dtype)
+        return RelativeTerm.clipped("query", q, heads, self.max_relative_position,
+                                    scale=self.sm_scale())
 
     def score_bias(self, q: Tensor, k: Tensor, at: HookContext) -> Tensor:
-        clip = self.max_relative_position
-        if at.layout_kind() == "causal":                               # j <= i: rows <= K
-            return spread_clipped(self.key_scores(q, clip + 1), clip)  # (B, H, L, K+1)
-        table = self.key_scores(q)                                     # (B, H, Lq, 2K+1)
-        index = pairs_per_head(self.clipped_index(at.q_pos, at.k_pos))  # (1|B, 1, Lq, Lk)
-        return table.gather(-1, index.expand(*table.shape[:2], *index.shape[2:]))
+        return relative_bias([self.key_term(q)], at)                 # (B, H, Lq, Lk)
 
     def fused_bias(self, q: Tensor, k: Tensor, at: HookContext) -> ClippedPairBias | None:
-        if at.layout_kind() != "causal":
-            return None
-        clip = self.max_relative_position
-        return ClippedPairBias(self.key_scores(q, clip + 1), clip)    # (B, H, L, K+1)
+        return fused_relative_bias([self.key_term(q)], at)
 
     def score_mod(self, q: Tensor, k: Tensor, at: HookContext) -> ScoreMod:
-        q_pos, k_pos = at.q_pos, at.k_pos
-        table = self.key_scores(q)                                     # (B, H, Lq, 2K+1)
-        clip = self.max_relative_position
-        q_at, k_at = position_reader(q_pos), position_reader(k_pos)
-
-        def add_key_term(score, b, h, q_idx, kv_idx):
-            r = (k_at(b, kv_idx) - q_at(b, q_idx)).clamp(-clip, clip) + clip
-            return score + table[b, h, q_idx, r]
-
-        return add_key_term
+        return relative_score_mod([self.key_term(q)], at.q_pos, at.k_pos)
 
     def value_term(self, weights: Tensor, at: HookContext) -> Tensor | None:
         if not self.relative_values:
