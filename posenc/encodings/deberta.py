@@ -21,6 +21,9 @@ backward. With both terms over a causal square block (training) and the native p
 kernels, the tables hold only the distances each row group sees, and ``fused_bias`` hands
 them to fused attention, which writes the bias straight into its logits
 (kernels/layouts/causal_pairs.py). The softmax scale is folded into the (H, rows, D) tables.
+Each term is declared once (``relative_terms``: a query-side c2p and a key-side p2c
+:class:`~posenc.encodings.relative_term.RelativeTerm` over the bucketed rows); every form
+above is derived from the declarations there.
 
 Differences from the reference: each layer has its own table P (and its LayerNorm) where
 DeBERTa shares one across layers; no dropout on P. The enhanced mask decoder (EMD) adds
@@ -195,9 +198,7 @@ class DeBERTaEncoding(PositionalEncoding):
     @property
     def position_limit(self) -> PositionLimit | None:
         """``absolute_query``'s table's last row (relative positions alone: no bound)."""
-        if self.absolute is None:
-            return None
-        return learned_table(self.max_len, self.name)
+        return None if self.absolute is None else learned_table(self.max_len, self.name)
 
     def check_positions(self, pos: Tensor) -> None:
         """ValueError if ``absolute_query``'s table does not cover every position."""

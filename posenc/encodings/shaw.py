@@ -13,6 +13,9 @@ so both run as a masked pass plus K diagonal copies (kernels/layouts/clipped_pai
 instead of a gather and a scatter-add over every pair. The value term needs the weights,
 hence the eager (or fused) backend; ``relative_values=False`` keeps only the key term (HF
 BERT's "relative_key"), which is a score_mod every backend computes.
+The key term is declared once (``key_term``, a clipped query-side
+:class:`~posenc.encodings.relative_term.RelativeTerm`); its gather, strided, clipped-pair and
+score_mod forms are derived there.
 
 ``table="sinusoidal"`` replaces both learned tables by one fixed sinusoidal table of the
 distances (NEZHA's functional relative positions, Wei et al., 2019). Distances are signed, so

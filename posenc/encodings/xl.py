@@ -12,7 +12,9 @@ Two exact ways to compute the position term, chosen by ``position_term``:
   a (B, H, Lq, N) table and read it per pair with the relative shift
   (kernels/layouts/relative_shift.py; N = L for causal training). ``transform_qk`` only
   adds u. q.k stays D wide and the table costs about one more q.k product, but the table
-  grows like Lq * Lk.
+  grows like Lq * Lk. The term is declared once (``relative_term``, an unbounded
+  query-side :class:`~posenc.encodings.relative_term.RelativeTerm`), which derives the
+  strided, gathered and score_mod forms.
 - ``"rotary"``: R_{i-j} pairs sin((i-j)w_m) and cos((i-j)w_m), and the angle-difference
   identities split each into products of functions of i and of j. So the term is the dot
   product of a query-side vector (W_KR^T (q_i + v), rotated by i w_m: RoPE, with the rotary
