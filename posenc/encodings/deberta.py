@@ -142,6 +142,7 @@ class DeBERTaEncoding(PositionalEncoding):
         if absolute_query and self.max_len is None:
             raise UserError("absolute_query needs max_len (the size of its table), a "
                              "positive int")
+        self._block_rows: dict = {}           # a causal block's table rows, per length
         self.absolute = LearnedEncoding(n_heads=self.n_heads, head_dim=self.head_dim,
                                         max_len=self.max_len,
                                         init_std=init_std) if absolute_query else None
@@ -186,7 +187,7 @@ class DeBERTaEncoding(PositionalEncoding):
             if proj is not None:
                 heads = functools.partial(self.position_heads, proj, dtype=x.dtype)
                 terms.append(RelativeTerm.bounded(side, x, heads, self.distance_rows,
-                                                  2 * self.span))
+                                                  2 * self.span, row_cache=self._block_rows))
         return terms
 
     def term_tables(self, q: Tensor, k: Tensor) -> tuple[Tensor | None, Tensor | None]:

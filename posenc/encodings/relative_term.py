@@ -25,7 +25,7 @@ of kernels/layouts/causal_pairs.py for a query-side plus a key-side bounded term
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
@@ -57,6 +57,8 @@ class RelativeTerm:
         n_rows: rows of a bounded table, None when unbounded.
         clip: K when row_of is K - clamp(delta, -K, K) (Shaw), else None.
         scale: multiplies the table after the product (None: folded into ``heads``).
+        row_cache: a dict the encoding owns, where the fused causal form keeps the rows of
+            a block's distances (they depend on its length alone); None: computed per call.
     """
 
     side: str
@@ -66,6 +68,7 @@ class RelativeTerm:
     n_rows: int | None = None
     clip: int | None = None
     scale: float | None = None
+    row_cache: dict | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.side not in SIDES:
@@ -85,9 +88,9 @@ class RelativeTerm:
 
     @classmethod
     def bounded(cls, side: str, x: Tensor, heads, row_of, n_rows: int,
-                scale: float | None = None) -> RelativeTerm:
+                scale: float | None = None, row_cache: dict | None = None) -> RelativeTerm:
         """Any map of distances onto the n_rows rows of a table (e.g. log buckets)."""
-        return cls(side, x, heads, row_of, n_rows, None, scale)
+        return cls(side, x, heads, row_of, n_rows, None, scale, row_cache)
 
     @classmethod
     def unbounded(cls, side: str, x: Tensor, heads, scale: float | None = None
@@ -168,6 +171,17 @@ def _causal_pair_terms(terms: Sequence[RelativeTerm], length: int
     return query, key
 
 
+def _block_rows(term: RelativeTerm, distances: Tensor) -> Tensor:
+    """The table rows of a causal block's distances (N,), from ``term.row_cache`` when it
+    has them. Eager calls only (the pair kernels decline while compiling)."""
+    if term.row_cache is None:
+        return term.row_of(distances)
+    key = (term.side, distances.numel(), str(distances.device))
+    if key not in term.row_cache:
+        term.row_cache[key] = term.row_of(distances)
+    return term.row_cache[key]
+
+
 def _causal_clipped_table(terms: Sequence[RelativeTerm]) -> Tensor | None:
     """For one clipped query-side term over a causal block (pairs j <= i: rows K..0 hold
     distances 0..>=K), its table over rows 0..K: (B, H, L, K + 1); else None."""
@@ -191,8 +205,9 @@ def fused_relative_bias(terms: Sequence[RelativeTerm], at: HookContext
         return None
     layout = at.pair_layout()
     query, key = pair
-    return causal_pair_bias(query.x, key.x, query.heads(query.row_of(layout.query_distances)),
-                            key.heads(key.row_of(layout.key_distances)))
+    return causal_pair_bias(query.x, key.x,
+                            query.heads(_block_rows(query, layout.query_distances)),
+                            key.heads(_block_rows(key, layout.key_distances)))
 
 
 def relative_bias(terms: Sequence[RelativeTerm], at: HookContext) -> Tensor:

@@ -193,6 +193,13 @@ def test_query_and_key_terms_over_a_causal_block_use_the_pair_kernels(monkeypatc
     for a, b in zip(torch.autograd.grad((got * weight).sum(), used),
                     torch.autograd.grad((want * weight).sum(), used)):
         torch.testing.assert_close(a, b)
+    cache = {}                                # rows kept per block length, same bias
+    cached = [RelativeTerm.bounded(t.side, t.x, t.heads, t.row_of, t.n_rows, row_cache=cache)
+              for t in terms]
+    for _ in range(2):
+        torch.testing.assert_close(fused_relative_bias(cached, at).materialize(),
+                                   fused.materialize())
+    assert sorted(key[:2] for key in cache) == [("key", 10), ("query", 10)]
 
 
 def test_declaration_checks_its_fields():
