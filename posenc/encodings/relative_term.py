@@ -20,11 +20,13 @@ causal square block written straight into fused attention's logits: the clipped 
 kernels/layouts/clipped_pairs.py for one clipped query-side term, the row-group pair kernels
 of kernels/layouts/causal_pairs.py for a query-side plus a key-side bounded term),
 :func:`relative_bias` (the cheapest exact materialized form) and :func:`relative_score_mod`
-(FlexAttention). All are exact; they differ in cost only.
+(FlexAttention). All are exact; they differ in cost only. A term whose heads are value
+vectors (Shaw's A^V) is read the other way round, weights into rows: :func:`relative_value_sum`.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -33,13 +35,19 @@ from torch import Tensor
 
 from ..errors import UserError
 from ..kernels.layouts.causal_pairs import CausalPairBias, causal_pair_bias
-from ..kernels.layouts.clipped_pairs import ClippedPairBias, spread_clipped
+from ..kernels.layouts.clipped_pairs import ClippedPairBias, collect_clipped, spread_clipped
 from ..kernels.layouts.relative_shift import PairLayout, distance_span, head_table
 from ..kernels.pairs import pair_kernel_ready
 from .base import ScoreMod, pairs_per_head, position_reader
 from .context import HookContext
 
 SIDES = ("query", "key")
+
+
+def clipped_rows(delta: Tensor, clip: int) -> Tensor:
+    """Shaw's table row of signed distances q_pos - k_pos: K - clamp(delta, -K, K), in
+    0..2K (any int shape -> same shape)."""
+    return clip - delta.clamp(-clip, clip)
 
 
 @dataclass(frozen=True)
@@ -49,7 +57,8 @@ class RelativeTerm:
 
     Attributes:
         side: "query" (a row per query) or "key" (a row per key).
-        x: (B, H, L, D) the queries (query side) or keys (key side) the table is made of.
+        x: (B, H, L, D) the queries (query side) or keys (key side) the table is made of;
+            None for a value term (read by :func:`relative_value_sum` only).
         heads: table rows (R,) long, or None for all n_rows -> (H, R, D), or (R, D) shared
             by the heads.
         row_of: signed distances q_pos - k_pos (any int shape) -> table rows (same shape);
@@ -62,7 +71,7 @@ class RelativeTerm:
     """
 
     side: str
-    x: Tensor
+    x: Tensor | None
     heads: Callable[[Tensor | None], Tensor]
     row_of: Callable[[Tensor], Tensor] | None = None
     n_rows: int | None = None
@@ -82,9 +91,8 @@ class RelativeTerm:
                 ) -> RelativeTerm:
         """Shaw's clipped distances: row K - clamp(delta, -K, K) of 2K + 1 (row 0 holds
         delta >= K, row K delta = 0)."""
-        def row_of(delta: Tensor) -> Tensor:
-            return clip - delta.clamp(-clip, clip)
-        return cls(side, x, heads, row_of, 2 * clip + 1, clip, scale)
+        return cls(side, x, heads, functools.partial(clipped_rows, clip=clip), 2 * clip + 1,
+                   clip, scale)
 
     @classmethod
     def bounded(cls, side: str, x: Tensor, heads, row_of, n_rows: int,
@@ -244,3 +252,21 @@ def relative_score_mod(terms: Sequence[RelativeTerm], q_pos: Tensor, k_pos: Tens
         return score
 
     return add_relative_terms
+
+
+def relative_value_sum(term: RelativeTerm, weights: Tensor, at: HookContext) -> Tensor:
+    """sum_j w_ij heads[row(q_pos_i - k_pos_j)] for a query-side bounded term whose heads
+    are value vectors (the adjoint of its pair read): weights (B, H, Lq, Lk) -> (B, H, Lq, D).
+    The weights are summed per table row first, (B, H, Lq, R), then multiplied by the heads
+    once, so no (Lq, Lk, D) tensor is built: over a causal block of a clipped term by the
+    clipped pairs' collect pass (hidden weights are zero), otherwise by a scatter-add."""
+    if term.side != "query" or term.row_of is None:
+        raise UserError("relative_value_sum needs a query-side bounded term")
+    if at.layout_kind() == "causal" and term.clip is not None:
+        per_row = collect_clipped(weights, term.clip)                # (B, H, L, K + 1)
+        return per_row @ term.heads(torch.arange(term.clip + 1, device=weights.device))
+    rows = term.row_of(at.q_pos[..., :, None] - at.k_pos[..., None, :])   # ([B,] Lq, Lk)
+    index = pairs_per_head(rows).expand_as(weights)
+    per_row = weights.new_zeros(*weights.shape[:3], term.n_rows)
+    per_row = per_row.scatter_add(-1, index, weights)                 # (B, H, Lq, R)
+    return per_row @ term.heads(None)                                 # (B, H, Lq, D)

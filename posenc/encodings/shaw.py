@@ -28,12 +28,12 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import UserError
-from ..kernels.layouts.clipped_pairs import ClippedPairBias, collect_clipped
-from .base import PositionalEncoding, ScoreMod, pairs_per_head, register
+from ..kernels.layouts.clipped_pairs import ClippedPairBias
+from .base import PositionalEncoding, ScoreMod, register
 from .checks import require_choice, require_float_in, require_positive_int
 from .context import HookContext
-from .relative_term import (RelativeTerm, fused_relative_bias, relative_bias,
-                            relative_score_mod)
+from .relative_term import (RelativeTerm, clipped_rows, fused_relative_bias, relative_bias,
+                            relative_score_mod, relative_value_sum)
 from .sinusoidal import sinusoidal_at
 
 #: backends that compute the key term alone exactly
@@ -90,16 +90,20 @@ class ShawEncoding(PositionalEncoding):
     def clipped_index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         """Row of each (query, key) pair in the tables: clip(j - i, -K, K) + K. -> (Lq, Lk),
         or (B, Lq, Lk) for positions per sequence."""
-        k = self.max_relative_position
-        return (k_pos[..., None, :] - q_pos[..., :, None]).clamp(-k, k) + k
+        return clipped_rows(q_pos[..., :, None] - k_pos[..., None, :], self.max_relative_position)
+
+    def clipped_term(self, x: Tensor | None, table: Tensor, scale: float | None = None
+                     ) -> RelativeTerm:
+        """A term over the clipped rows of ``table`` (2K+1, D), shared by the heads."""
+        dtype = table.dtype if x is None else x.dtype
+
+        def heads(rows: Tensor | None) -> Tensor:                    # (R, D)
+            return (table if rows is None else table[rows]).to(dtype)
+        return RelativeTerm.clipped("query", x, heads, self.max_relative_position, scale)
 
     def key_term(self, q: Tensor) -> RelativeTerm:
         """The key term q . A^K[r] / sqrt(d), declared over the clipped table rows."""
-        def heads(rows: Tensor | None) -> Tensor:                    # (R, D), shared by heads
-            table = self.key_table if rows is None else self.key_table[rows]
-            return table.to(q.dtype)
-        return RelativeTerm.clipped("query", q, heads, self.max_relative_position,
-                                    scale=self.sm_scale())
+        return self.clipped_term(q, self.key_table, self.sm_scale())
 
     def score_bias(self, q: Tensor, k: Tensor, at: HookContext) -> Tensor:
         return relative_bias([self.key_term(q)], at)                 # (B, H, Lq, Lk)
@@ -114,14 +118,8 @@ class ShawEncoding(PositionalEncoding):
         if not self.relative_values:
             return None
         table = self.key_table if self.value_table is None else self.value_table
-        clip = self.max_relative_position
-        if at.layout_kind() == "causal":
-            per_distance = collect_clipped(weights, clip)             # (B, H, L, K+1)
-            return per_distance @ table[:clip + 1].to(weights.dtype)  # (B, H, L, D)
-        index = pairs_per_head(self.clipped_index(at.q_pos, at.k_pos)).expand_as(weights)
-        per_distance = weights.new_zeros(*weights.shape[:3], table.shape[0])
-        per_distance = per_distance.scatter_add(-1, index, weights)    # (B, H, Lq, 2K+1)
-        return per_distance @ table.to(weights.dtype)                  # (B, H, Lq, D)
+        value = self.clipped_term(None, table.to(weights.dtype))
+        return relative_value_sum(value, weights, at)                 # (B, H, Lq, D)
 
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, max_relative_position={self.max_relative_position}, "

@@ -9,7 +9,8 @@ import torch
 
 from posenc.encodings.context import HookContext
 from posenc.encodings.relative_term import (RelativeTerm, fused_relative_bias, gathered_bias,
-                                            relative_bias, relative_score_mod, strided_bias)
+                                            relative_bias, relative_score_mod,
+                                            relative_value_sum, strided_bias)
 from posenc.errors import UserError
 from posenc.kernels import build as native_build
 from posenc.kernels.layouts.causal_pairs import CausalPairBias
@@ -200,6 +201,42 @@ def test_query_and_key_terms_over_a_causal_block_use_the_pair_kernels(monkeypatc
         torch.testing.assert_close(fused_relative_bias(cached, at).materialize(),
                                    fused.materialize())
     assert sorted(key[:2] for key in cache) == [("key", 10), ("query", 10)]
+
+
+@pytest.mark.parametrize("kind", ["bounded", "clipped"])
+@pytest.mark.parametrize("layout", ["causal", "gather", "per_sequence"])
+def test_value_sum_is_the_adjoint_of_the_pair_read(kind, layout):
+    """sum_j w_ij heads[row_ij] equals the weights times a per-pair read of the heads
+    (causal blocks of a clipped term: the clipped pairs' collect pass; else scatter-adds)."""
+    q_pos, k_pos = {"causal": (torch.arange(8), torch.arange(8)),
+                    "gather": (torch.tensor([7, 3, 12]), torch.tensor([0, 2, 5, 9, 15])),
+                    "per_sequence": (GAPPED[:, 2:], GAPPED)}[layout]
+    causal = layout == "causal"
+    at = HookContext.for_positions(q_pos, k_pos, causal=causal, consecutive=causal)
+    _, _, values, _, shared, _ = leaves(1, 1, seed=7)
+    term = (RelativeTerm.bounded("query", None, lambda r: values if r is None else values[:, r],
+                                 bucket_rows, ROWS) if kind == "bounded" else
+            RelativeTerm.clipped("query", None, lambda r: shared if r is None else shared[r],
+                                 CLIP))
+    lq, lk = q_pos.shape[-1], k_pos.shape[-1]
+    g = torch.Generator().manual_seed(8)
+    weights = visible(torch.rand(B, H, lq, lk, generator=g), causal).requires_grad_()
+    rows = term.row_of(q_pos[..., :, None] - k_pos[..., None, :])     # ([B,] Lq, Lk)
+    heads = term.heads(rows.flatten())                                 # (H, N, D) or (N, D)
+    per_pair = heads.unflatten(-2, rows.shape)                        # (H|.., [B,] Lq, Lk, D)
+    if per_pair.dim() == 5:                                            # per head, per sequence
+        per_pair = per_pair.transpose(0, 1)                            # (B, H, Lq, Lk, D)
+    elif kind == "bounded":
+        per_pair = per_pair[None]                                      # (1, H, Lq, Lk, D)
+    elif rows.dim() == 3:                                              # shared by the heads
+        per_pair = per_pair[:, None]                                   # (B, 1, Lq, Lk, D)
+    want = (weights[..., None] * per_pair).sum(-2)                     # (B, H, Lq, D)
+    got = relative_value_sum(term, weights, at)
+    torch.testing.assert_close(got, want)
+    if causal:                                                         # gradients: hidden 0
+        grad_got, = torch.autograd.grad(got.sum(), weights)
+        grad_want, = torch.autograd.grad(want.sum(), weights)
+        torch.testing.assert_close(visible(grad_got, True), visible(grad_want, True))
 
 
 def test_declaration_checks_its_fields():
