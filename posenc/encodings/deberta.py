@@ -21,6 +21,9 @@ backward. With both terms over a causal square block (training) and the native p
 kernels, the tables hold only the distances each row group sees, and ``fused_bias`` hands
 them to fused attention, which writes the bias straight into its logits
 (kernels/layouts/causal_pairs.py). The softmax scale is folded into the (H, rows, D) tables.
+Each term is declared once (``relative_terms``: a query-side c2p and a key-side p2c
+:class:`~posenc.encodings.relative_term.RelativeTerm` over the bucketed rows); every form
+above is derived from the declarations there.
 
 Differences from the reference: each layer has its own table P (and its LayerNorm) where
 DeBERTa shares one across layers; no dropout on P. The enhanced mask decoder (EMD) adds
@@ -33,21 +36,21 @@ does, or pick the last layers; a model chooses which layers get the option.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 from torch import Tensor, nn
 
 from ..errors import UserError
-from ..kernels.layouts.causal_pairs import CausalPairBias, causal_pair_bias
-from ..kernels.layouts.relative_shift import PairLayout, head_table
-from ..kernels.pairs import pair_kernel_ready
+from ..kernels.layouts.causal_pairs import CausalPairBias
 from .absolute import LearnedEncoding
-from .base import (PositionalEncoding, ScoreMod, heads_first, pairs_per_head, position_reader,
-                   register)
+from .base import PositionalEncoding, ScoreMod, heads_first, register
 from .checks import require_float_in, require_int_at_least
 from .context import HookContext
 from .limits import PositionLimit, learned_table
+from .relative_term import (RelativeTerm, fused_relative_bias, relative_bias,
+                            relative_score_mod)
 
 TERMS = ("c2p", "p2c")
 LAYER_NORM_EPS = 1e-7           # DeBERTa-v2's layer_norm_eps
@@ -139,7 +142,7 @@ class DeBERTaEncoding(PositionalEncoding):
         if absolute_query and self.max_len is None:
             raise UserError("absolute_query needs max_len (the size of its table), a "
                              "positive int")
-        self._causal_rows: dict[tuple[int, str], tuple[Tensor, tuple[Tensor, ...]]] = {}
+        self._block_rows: dict = {}           # a causal block's table rows, per length
         self.absolute = LearnedEncoding(n_heads=self.n_heads, head_dim=self.head_dim,
                                         max_len=self.max_len,
                                         init_std=init_std) if absolute_query else None
@@ -164,62 +167,39 @@ class DeBERTaEncoding(PositionalEncoding):
         positions per sequence."""
         return self.distance_rows(q_pos[..., :, None] - k_pos[..., None, :])
 
-    @staticmethod
-    def distinct_rows(*rows: Tensor) -> tuple[Tensor, tuple[Tensor, ...]]:
-        """The distinct table rows among index tensors (R_t,), and where each index sits in
-        them: (used (U,), one (R_t,) index into ``used`` per tensor)."""
-        used, inverse = torch.unique(torch.cat(rows), return_inverse=True)
-        return used, inverse.split([r.numel() for r in rows])
-
-    def position_heads(self, dtype: torch.dtype, rows: Tensor | None = None, *,
-                       distinct: tuple[Tensor, tuple[Tensor, ...]] | None = None
-                       ) -> tuple[Tensor | None, ...]:
-        """Projected relative table per head, times the softmax scale, for c2p (K^r) and p2c
-        (Q^r): (H, R, D) each (None for a term not in ``pos_att_type``), over all 2 span
-        rows, or over the table rows ``rows`` (R,), or, with ``distinct`` =
-        ``distinct_rows(c2p rows, p2c rows)``, the c2p heads at the first index tensor and the
-        p2c heads at the second, projecting each distinct row once. Normalization and
-        projection are row-wise, so only the rows in use are computed, once for both
-        terms."""
-        rel, inverses = self.rel_embeddings, (None, None)
-        if distinct is not None:
-            used, inverses = distinct
-            rel = rel.index_select(0, used)
-        elif rows is not None:
-            rel = rel.index_select(0, rows)
+    def position_heads(self, proj: nn.Linear, rows: Tensor | None, dtype: torch.dtype
+                       ) -> Tensor:
+        """The relative table projected by ``proj`` (K^r for c2p, Q^r for p2c) per head, times
+        the softmax scale: (H, R, D) over all 2 span rows, or over the table rows ``rows``
+        (R,). Normalization and projection are row-wise, so only the rows in use are
+        computed."""
+        rel = self.rel_embeddings if rows is None else self.rel_embeddings.index_select(0, rows)
         if self.rel_norm is not None:
             rel = self.rel_norm(rel)
-        out = []
-        for proj, index in zip((self.pos_key_proj, self.pos_query_proj), inverses):
-            if proj is None:
-                out.append(None)
-                continue
-            heads = proj(rel)                                         # (rows used, H * D)
-            if index is not None:
-                heads = heads.index_select(0, index)
-            heads = (heads * self.sm_scale()).to(dtype)
-            out.append(heads.view(-1, self.n_heads, self.head_dim).transpose(0, 1))
-        return tuple(out)
+        heads = (proj(rel) * self.sm_scale()).to(dtype)              # (R, H * D)
+        return heads.view(-1, self.n_heads, self.head_dim).transpose(0, 1)
 
-    def term_tables(self, q: Tensor, k: Tensor, rows: Tensor | None = None
-                    ) -> tuple[Tensor | None, Tensor | None]:
-        """Scaled c2p table q K^r^T (B, H, Lq, R) and p2c table k Q^r^T (B, H, Lk, R) (None
-        for a term not in ``pos_att_type``), over the 2 span table rows, or over ``rows``
-        (R,) for p2c and the same rows in reverse order for c2p (a layout's key and query
-        distances)."""
-        c2p_heads, p2c_heads = self.position_heads(q.dtype, rows)
-        if rows is not None and c2p_heads is not None:
-            c2p_heads = c2p_heads.flip(1)
-        c2p = head_table(q, c2p_heads) if c2p_heads is not None else None
-        p2c = head_table(k, p2c_heads) if p2c_heads is not None else None
-        return c2p, p2c
+    def relative_terms(self, q: Tensor, k: Tensor) -> list[RelativeTerm]:
+        """The c2p term (query side, q . K^r) and the p2c term (key side, k . Q^r) in
+        ``pos_att_type``, over the log-bucketed table rows."""
+        terms = []
+        for side, x, proj in (("query", q, self.pos_key_proj), ("key", k, self.pos_query_proj)):
+            if proj is not None:
+                heads = functools.partial(self.position_heads, proj, dtype=x.dtype)
+                terms.append(RelativeTerm.bounded(side, x, heads, self.distance_rows,
+                                                  2 * self.span, row_cache=self._block_rows))
+        return terms
+
+    def term_tables(self, q: Tensor, k: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        """Scaled c2p table q K^r^T (B, H, Lq, 2 span) and p2c table k Q^r^T (B, H, Lk,
+        2 span); None for a term not in ``pos_att_type``."""
+        tables = {term.side: term.table() for term in self.relative_terms(q, k)}
+        return tables.get("query"), tables.get("key")
 
     @property
     def position_limit(self) -> PositionLimit | None:
         """``absolute_query``'s table's last row (relative positions alone: no bound)."""
-        if self.absolute is None:
-            return None
-        return learned_table(self.max_len, self.name)
+        return None if self.absolute is None else learned_table(self.max_len, self.name)
 
     def check_positions(self, pos: Tensor) -> None:
         """ValueError if ``absolute_query``'s table does not cover every position."""
@@ -236,73 +216,13 @@ class DeBERTaEncoding(PositionalEncoding):
         return q + p.to(q.dtype), k
 
     def score_bias(self, q: Tensor, k: Tensor, at: HookContext) -> Tensor:
-        q_pos, k_pos = at.q_pos, at.k_pos
-        kind = at.layout_kind()
-        distances = q_pos.shape[-1] if kind == "causal" else \
-            q_pos.shape[-1] + k_pos.shape[-1] - 1
-        if kind != "gather" and distances <= 2 * self.span:
-            return self._shifted_bias(q, k, at.pair_layout())
-        index = pairs_per_head(self.pair_rows(q_pos, k_pos))          # (1|B, 1, Lq, Lk)
-        c2p, p2c = self.term_tables(q, k)
-        bias = 0
-        if c2p is not None:
-            bias = bias + c2p.gather(-1, index.expand(*c2p.shape[:2], *index.shape[2:]))
-        if p2c is not None:
-            index_t = index.transpose(-2, -1)                         # (1|B, 1, Lk, Lq)
-            index_t = index_t.expand(*p2c.shape[:2], *index_t.shape[2:])
-            bias = bias + p2c.gather(-1, index_t).transpose(-2, -1)
-        return bias                                                   # (B, H, Lq, Lk)
-
-    def _shifted_bias(self, q: Tensor, k: Tensor, layout: PairLayout) -> Tensor:
-        """The bias for consecutive positions from tables over the distances of ``layout``
-        (fewer than the 2 span table rows), read through strided views: no gathers."""
-        fused = self._causal_pairs(q, k, layout)
-        if fused is not None:
-            return fused.materialize()                                # (B, H, Lq, Lk)
-        c2p, p2c = self.term_tables(q, k, self.distance_rows(layout.key_distances))
-        if c2p is not None and p2c is not None:
-            return layout.pair_sum(c2p, p2c)                          # (B, H, Lq, Lk)
-        return layout.query_rows(c2p) if c2p is not None else layout.key_rows(p2c)
-
-    def _layout_rows(self, layout: PairLayout) -> tuple[Tensor, Tensor]:
-        return (self.distance_rows(layout.query_distances),
-                self.distance_rows(layout.key_distances))
-
-    def _causal_pairs(self, q: Tensor, k: Tensor, layout: PairLayout
-                      ) -> CausalPairBias | None:
-        """Both terms over a causal square block from row-group tables of the distances
-        each group sees (kernels/layouts/causal_pairs.py), or None where that path does not
-        apply."""
-        if layout.kind != "causal" or len(self.terms) != 2 or \
-                layout.query_distances.numel() > 2 * self.span or \
-                not pair_kernel_ready(q, k, self.rel_embeddings):
-            return None
-        key = (layout.query_distances.numel(), str(q.device))
-        if key not in self._causal_rows:                  # depends on L only: computed once
-            self._causal_rows[key] = self.distinct_rows(*self._layout_rows(layout))
-        c2p_heads, p2c_heads = self.position_heads(q.dtype, distinct=self._causal_rows[key])
-        return causal_pair_bias(q, k, c2p_heads, p2c_heads)
+        return relative_bias(self.relative_terms(q, k), at)          # (B, H, Lq, Lk)
 
     def fused_bias(self, q: Tensor, k: Tensor, at: HookContext) -> CausalPairBias | None:
-        if at.layout_kind() != "causal":
-            return None
-        return self._causal_pairs(q, k, at.pair_layout())
+        return fused_relative_bias(self.relative_terms(q, k), at)
 
     def score_mod(self, q: Tensor, k: Tensor, at: HookContext) -> ScoreMod:
-        q_pos, k_pos = at.q_pos, at.k_pos
-        c2p, p2c = self.term_tables(q, k)
-        rows_of = self.distance_rows
-        q_at, k_at = position_reader(q_pos), position_reader(k_pos)
-
-        def add_disentangled(score, b, h, q_idx, kv_idx):
-            r = rows_of(q_at(b, q_idx) - k_at(b, kv_idx))
-            if c2p is not None:
-                score = score + c2p[b, h, q_idx, r]
-            if p2c is not None:
-                score = score + p2c[b, h, kv_idx, r]
-            return score
-
-        return add_disentangled
+        return relative_score_mod(self.relative_terms(q, k), at.q_pos, at.k_pos)
 
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, position_buckets={self.position_buckets}, "

@@ -13,6 +13,9 @@ so both run as a masked pass plus K diagonal copies (kernels/layouts/clipped_pai
 instead of a gather and a scatter-add over every pair. The value term needs the weights,
 hence the eager (or fused) backend; ``relative_values=False`` keeps only the key term (HF
 BERT's "relative_key"), which is a score_mod every backend computes.
+The key term is declared once (``key_term``, a clipped query-side
+:class:`~posenc.encodings.relative_term.RelativeTerm`); its gather, strided, clipped-pair and
+score_mod forms are derived there.
 
 ``table="sinusoidal"`` replaces both learned tables by one fixed sinusoidal table of the
 distances (NEZHA's functional relative positions, Wei et al., 2019). Distances are signed, so
@@ -25,10 +28,12 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import UserError
-from ..kernels.layouts.clipped_pairs import ClippedPairBias, collect_clipped, spread_clipped
-from .base import PositionalEncoding, ScoreMod, pairs_per_head, position_reader, register
+from ..kernels.layouts.clipped_pairs import ClippedPairBias
+from .base import PositionalEncoding, ScoreMod, register
 from .checks import require_choice, require_float_in, require_positive_int
 from .context import HookContext
+from .relative_term import (RelativeTerm, clipped_rows, fused_relative_bias, relative_bias,
+                            relative_score_mod, relative_value_sum)
 from .sinusoidal import sinusoidal_at
 
 #: backends that compute the key term alone exactly
@@ -85,52 +90,36 @@ class ShawEncoding(PositionalEncoding):
     def clipped_index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         """Row of each (query, key) pair in the tables: clip(j - i, -K, K) + K. -> (Lq, Lk),
         or (B, Lq, Lk) for positions per sequence."""
-        k = self.max_relative_position
-        return (k_pos[..., None, :] - q_pos[..., :, None]).clamp(-k, k) + k
+        return clipped_rows(q_pos[..., :, None] - k_pos[..., None, :], self.max_relative_position)
 
-    def key_scores(self, q: Tensor, rows: int | None = None) -> Tensor:
-        """q . A^K[r] / sqrt(d) for every clipped distance r, or the first ``rows`` of them:
-        (B, H, Lq, 2K+1 or rows)."""
-        return (q @ self.key_table[:rows].to(q.dtype).t()) * self.sm_scale()
+    def clipped_term(self, x: Tensor | None, table: Tensor, scale: float | None = None
+                     ) -> RelativeTerm:
+        """A term over the clipped rows of ``table`` (2K+1, D), shared by the heads."""
+        dtype = table.dtype if x is None else x.dtype
+
+        def heads(rows: Tensor | None) -> Tensor:                    # (R, D)
+            return (table if rows is None else table[rows]).to(dtype)
+        return RelativeTerm.clipped("query", x, heads, self.max_relative_position, scale)
+
+    def key_term(self, q: Tensor) -> RelativeTerm:
+        """The key term q . A^K[r] / sqrt(d), declared over the clipped table rows."""
+        return self.clipped_term(q, self.key_table, self.sm_scale())
 
     def score_bias(self, q: Tensor, k: Tensor, at: HookContext) -> Tensor:
-        clip = self.max_relative_position
-        if at.layout_kind() == "causal":                               # j <= i: rows <= K
-            return spread_clipped(self.key_scores(q, clip + 1), clip)  # (B, H, L, K+1)
-        table = self.key_scores(q)                                     # (B, H, Lq, 2K+1)
-        index = pairs_per_head(self.clipped_index(at.q_pos, at.k_pos))  # (1|B, 1, Lq, Lk)
-        return table.gather(-1, index.expand(*table.shape[:2], *index.shape[2:]))
+        return relative_bias([self.key_term(q)], at)                 # (B, H, Lq, Lk)
 
     def fused_bias(self, q: Tensor, k: Tensor, at: HookContext) -> ClippedPairBias | None:
-        if at.layout_kind() != "causal":
-            return None
-        clip = self.max_relative_position
-        return ClippedPairBias(self.key_scores(q, clip + 1), clip)    # (B, H, L, K+1)
+        return fused_relative_bias([self.key_term(q)], at)
 
     def score_mod(self, q: Tensor, k: Tensor, at: HookContext) -> ScoreMod:
-        q_pos, k_pos = at.q_pos, at.k_pos
-        table = self.key_scores(q)                                     # (B, H, Lq, 2K+1)
-        clip = self.max_relative_position
-        q_at, k_at = position_reader(q_pos), position_reader(k_pos)
-
-        def add_key_term(score, b, h, q_idx, kv_idx):
-            r = (k_at(b, kv_idx) - q_at(b, q_idx)).clamp(-clip, clip) + clip
-            return score + table[b, h, q_idx, r]
-
-        return add_key_term
+        return relative_score_mod([self.key_term(q)], at.q_pos, at.k_pos)
 
     def value_term(self, weights: Tensor, at: HookContext) -> Tensor | None:
         if not self.relative_values:
             return None
         table = self.key_table if self.value_table is None else self.value_table
-        clip = self.max_relative_position
-        if at.layout_kind() == "causal":
-            per_distance = collect_clipped(weights, clip)             # (B, H, L, K+1)
-            return per_distance @ table[:clip + 1].to(weights.dtype)  # (B, H, L, D)
-        index = pairs_per_head(self.clipped_index(at.q_pos, at.k_pos)).expand_as(weights)
-        per_distance = weights.new_zeros(*weights.shape[:3], table.shape[0])
-        per_distance = per_distance.scatter_add(-1, index, weights)    # (B, H, Lq, 2K+1)
-        return per_distance @ table.to(weights.dtype)                  # (B, H, Lq, D)
+        value = self.clipped_term(None, table.to(weights.dtype))
+        return relative_value_sum(value, weights, at)                 # (B, H, Lq, D)
 
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, max_relative_position={self.max_relative_position}, "

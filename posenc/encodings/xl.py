@@ -12,7 +12,9 @@ Two exact ways to compute the position term, chosen by ``position_term``:
   a (B, H, Lq, N) table and read it per pair with the relative shift
   (kernels/layouts/relative_shift.py; N = L for causal training). ``transform_qk`` only
   adds u. q.k stays D wide and the table costs about one more q.k product, but the table
-  grows like Lq * Lk.
+  grows like Lq * Lk. The term is declared once (``relative_term``, an unbounded
+  query-side :class:`~posenc.encodings.relative_term.RelativeTerm`), which derives the
+  strided, gathered and score_mod forms.
 - ``"rotary"``: R_{i-j} pairs sin((i-j)w_m) and cos((i-j)w_m), and the angle-difference
   identities split each into products of functions of i and of j. So the term is the dot
   product of a query-side vector (W_KR^T (q_i + v), rotated by i w_m: RoPE, with the rotary
@@ -38,11 +40,11 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import UserError
-from ..kernels.layouts.relative_shift import distance_span, head_table
 from ..kernels.rotary import apply_rotary
 from .base import PositionalEncoding, ScoreMod, register
 from .checks import require_choice, require_float_in
 from .context import HookContext
+from .relative_term import RelativeTerm, relative_bias, relative_score_mod
 
 POSITION_TERMS = ("auto", "table", "rotary")
 
@@ -112,41 +114,32 @@ class TransformerXLEncoding(PositionalEncoding):
         k_out = torch.cat((k, k_rel.expand(k.shape[0], h, k.shape[2], -1)), dim=-1)
         return q_out, k_out                                           # (B, H, L, D + C)
 
-    def position_table(self, q: Tensor, distances: Tensor, q_scale: Tensor | None
-                       ) -> Tensor:
-        """(q + v).(W_KR R_d) * sm_scale for every distance d: q (B, H, Lq, D) as attention
-        passes it (u added, then times ``q_scale`` (Lq,), log-n, if any), distances (N,)
-        -> (B, H, Lq, N)."""
-        cos, sin = self.cos_sin(distances)
-        r = torch.stack((sin, cos), dim=-1).flatten(-2)               # (N, C): R_d
-        heads = (self.pos_proj(r.to(self.pos_proj.weight.dtype)) * self.sm_scale())
-        heads = heads.to(q.dtype).view(-1, self.n_heads, self.head_dim).transpose(0, 1)
+    def relative_term(self, q: Tensor, q_scale: Tensor | None) -> RelativeTerm:
+        """The position term (q + v).(W_KR R_d) * sm_scale, declared over unclipped
+        distances d (query side): q (B, H, Lq, D) as attention passes it (u added, then
+        times ``q_scale`` (Lq,), log-n, if any)."""
         shift = (self.v - self.u)[:, None].to(q.dtype)                # (H, 1, D)
         if q_scale is not None:                                       # log-n scales q + v
             shift = shift * q_scale.to(q.dtype)[:, None]              # (H, Lq, D)
-        qv = q + shift                                                # (B, H, Lq, D)
-        return head_table(qv, heads)                                  # (B, H, Lq, N)
+
+        def heads(distances: Tensor) -> Tensor:                      # (H, N, D)
+            cos, sin = self.cos_sin(distances)
+            r = torch.stack((sin, cos), dim=-1).flatten(-2)           # (N, C): R_d
+            out = self.pos_proj(r.to(self.pos_proj.weight.dtype)) * self.sm_scale()
+            return out.to(q.dtype).view(-1, self.n_heads, self.head_dim).transpose(0, 1)
+
+        return RelativeTerm.unbounded("query", q + shift, heads)
 
     def score_bias(self, q: Tensor, k: Tensor, at: HookContext) -> Tensor | None:
         if q.shape[-1] != self.head_dim:                  # the rotary form is in q and k
             return None
-        layout = at.pair_layout()
-        table = self.position_table(q, layout.query_distances, self.attn_scale(at))
-        return layout.query_rows(table)
+        return relative_bias([self.relative_term(q, self.attn_scale(at))], at)
 
     def score_mod(self, q: Tensor, k: Tensor, at: HookContext) -> ScoreMod | None:
-        q_pos, k_pos = at.q_pos, at.k_pos
         if q.shape[-1] != self.head_dim:                  # the rotary form is in q and k
             return None
-        lo, hi = distance_span(q_pos, k_pos)
-        table = self.position_table(q, torch.arange(lo, hi + 1, device=q.device),
-                                    self.attn_scale(at))
-        q_off = q_pos - lo
-
-        def add_position_term(score, b, h, q_idx, kv_idx):
-            return score + table[b, h, q_idx, q_off[q_idx] - k_pos[kv_idx]]
-
-        return add_position_term
+        term = self.relative_term(q, self.attn_scale(at))
+        return relative_score_mod([term], at.q_pos, at.k_pos)
 
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, base={self.base}, "
