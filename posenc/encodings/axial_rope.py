@@ -23,11 +23,12 @@ from ..kernels.rotary import apply_rotary, frequency_turns, rotary_angles
 from .base import PositionalEncoding, register
 from .checks import check_qk, require_choice, require_float_in, require_positive_int
 from .context import HookContext
+from .fp32_buffers import KeepsFp32Buffers
 from .mrope import axes_of
 
 
 @register("axial_rope")
-class AxialRotaryEncoding(PositionalEncoding):
+class AxialRotaryEncoding(KeepsFp32Buffers, PositionalEncoding):
     """RoPE over (row, column): the first half of the pairs by the row, the second half by
     the column.
 
@@ -58,14 +59,6 @@ class AxialRotaryEncoding(PositionalEncoding):
         self.register_buffer("inv_freq", inv_freq, persistent=False)             # (D/4,)
         self.register_buffer("turns_fixed", fixed, persistent=False)
         self.register_buffer("turns_rest", rest, persistent=False)
-
-    def _apply(self, fn, recurse=True):
-        # keep the frequencies fp32 when the module is cast (model.to(torch.bfloat16))
-        kept = {name: getattr(self, name) for name in ("inv_freq", "turns_rest")}
-        super()._apply(fn, recurse)
-        for name, value in kept.items():
-            setattr(self, name, value.to(getattr(self, name).device))
-        return self
 
     def grid(self, at: HookContext) -> tuple[Tensor, Tensor]:
         """(rows, columns) of the queries, each (Lq,) or (B, Lq)."""

@@ -29,10 +29,11 @@ from ..kernels.rotary import frequency_turns, rotary_angles
 from .base import PositionalEncoding, register
 from .checks import check_qk, require_float_in
 from .context import HookContext
+from .fp32_buffers import KeepsFp32Buffers
 
 
 @register("pope")
-class PolarEncoding(PositionalEncoding):
+class PolarEncoding(KeepsFp32Buffers, PositionalEncoding):
     """PoPE on q and k: softplus magnitudes, phases pos * theta_c (+ a learned key bias).
 
     Options:
@@ -66,14 +67,6 @@ class PolarEncoding(PositionalEncoding):
         if bias_init == "uniform":
             with torch.no_grad():
                 self.phase_bias.uniform_(-2.0 * math.pi, 0.0)
-
-    def _apply(self, fn, recurse=True):
-        # keep the frequencies fp32 when the module is cast (model.to(torch.bfloat16))
-        kept = {name: getattr(self, name) for name in ("inv_freq", "turns_rest")}
-        super()._apply(fn, recurse)
-        for name, value in kept.items():
-            setattr(self, name, value.to(getattr(self, name).device))
-        return self
 
     def _cos_sin(self, pos: Tensor) -> tuple[Tensor, Tensor]:
         """pos (L,) or (B, L) -> cos and sin of the phases, fp32, broadcastable to

@@ -33,12 +33,13 @@ from ..kernels.rotary import apply_rotary, frequency_turns, rotary_angles
 from .base import PositionalEncoding, register
 from .checks import check_qk, require_choice, require_float_in
 from .context import HookContext
+from .fp32_buffers import KeepsFp32Buffers
 from .rope_scaling import (LENGTH_DEPENDENT, REQUIRED, compute_inv_freq, frequency_key,
                            scaling_type, validate_scaling)
 
 
 @register("rope")
-class RotaryEncoding(PositionalEncoding):
+class RotaryEncoding(KeepsFp32Buffers, PositionalEncoding):
     """RoPE on q and k; optional partial rotary and any frequency scaling.
 
     Options:
@@ -51,6 +52,8 @@ class RotaryEncoding(PositionalEncoding):
         partial: p-RoPE's fraction p in (0, 1] of the frequencies kept (the highest
             ``floor(p * rotary_dim / 2)``; the others are zero: those pairs are not rotated).
     """
+
+    FP32_BUFFERS = ("inv_freq", "turns_rest", "inv_freq_long", "turns_rest_long")
 
     family = "rotary"
     extrapolates = "poorly (better with scaling)"
@@ -114,15 +117,6 @@ class RotaryEncoding(PositionalEncoding):
         self.register_buffer("inv_freq" + suffix, inv_freq, persistent=False)   # fp32
         self.register_buffer("turns_fixed" + suffix, fixed, persistent=False)   # int64
         self.register_buffer("turns_rest" + suffix, rest, persistent=False)     # fp32
-
-    def _apply(self, fn, recurse=True):
-        # keep the frequencies fp32 when the module is cast (model.to(torch.bfloat16))
-        kept = {name: getattr(self, name) for name in (
-            "inv_freq", "turns_rest", "inv_freq_long", "turns_rest_long") if hasattr(self, name)}
-        super()._apply(fn, recurse)
-        for name, value in kept.items():
-            setattr(self, name, value.to(getattr(self, name).device))
-        return self
 
     def _dynamic_frequencies(self, seq_len: int, device) -> tuple[Tensor, float, tuple]:
         """(inv_freq, attention factor, frequency_turns) of dynamic NTK at ``seq_len``, kept

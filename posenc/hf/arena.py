@@ -22,7 +22,6 @@ index" -> a 0/1 per needle or key), ``ppl`` (method -> length -> point), ``exten
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..study import RESULTS, RunDirectory, StudyKind, Unit, decode, encode
+from ..study.settings import require_resume, settings_difference, short
 from .arena_report import report_markdown, write_figures
 from .arena_tasks import Haystack, min_needle_length, needle_hits, passkey_hits
 from .extend import METHODS, extend, make_extension, parse_method, restore
@@ -124,12 +124,7 @@ class ArenaStudy:
         self.original = 0
 
     def incomparable(self, existing: dict) -> str | None:
-        old, new = existing.get("setting"), self.request.setting()
-        if not isinstance(old, dict):
-            return "it records no settings"
-        differ = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-        return "; ".join(f"{k} {_short(old.get(k))} there, {_short(new.get(k))} now"
-                         for k in differ) or None
+        return settings_difference(existing.get("setting"), self.request.setting())
 
     # ------------------------------------------------------------ prepare
     def prepare(self, existing: dict | None) -> dict:
@@ -140,10 +135,7 @@ class ArenaStudy:
         from .load import load_model, resolve_model
 
         req, rt = self.request, self.runtime
-        if existing is not None and not rt.resume:
-            raise UserError(f"the output directory holds a posenc arena study; pass "
-                            f"{self.names['resume']} to continue it or "
-                            f"{self.names['overwrite']} to start again")
+        require_resume(existing, rt.resume, "posenc arena study", self.names)
         _check_request(req)
         if rt.threads is not None and rt.threads < 1:
             raise UserError(f"threads must be >= 1, got {rt.threads}")
@@ -183,8 +175,8 @@ class ArenaStudy:
             for key in ("native_context", "text", "n_tokens", "lengths", "methods"):
                 if results.get(key) != derived[key]:
                     raise UserError(f"the output directory holds a posenc arena study whose "
-                                    f"{key} was {_short(results.get(key))} and is "
-                                    f"{_short(derived[key])} now (the model, the text or "
+                                    f"{key} was {short(results.get(key))} and is "
+                                    f"{short(derived[key])} now (the model, the text or "
                                     "the methods of 'all' changed); "
                                     f"pass {self.names['overwrite']} to start again")
         results.update(derived)
@@ -324,7 +316,3 @@ def _notes(original: int, native: int, lengths: tuple[int, ...], skipped: list[s
         notes.append("methods left out of 'all' (they need options): " + "; ".join(skipped))
     return notes
 
-
-def _short(value: Any) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 40 else text[:37] + "..."

@@ -17,7 +17,6 @@ replace it, but not resumed: it did not record its settings.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..study import CLI_NAMES, RESULTS, RunDirectory, StudyKind, Unit, decode, encode
+from ..study.settings import require_resume, settings_difference, short
 from .extend import extend, hf_rope_parameters, make_extension, parse_method, restore
 from .finetune import FinetuneConfig, finetune
 from .measure import PeakMemory, n_windows, perplexity_vs_length
@@ -155,13 +155,7 @@ class ExtendStudy:
 
     # ------------------------------------------------------------ settings
     def incomparable(self, existing: dict) -> str | None:
-        old = existing.get("setting")
-        if not isinstance(old, dict):
-            return "it was written by an older posenc that did not record its settings"
-        new = self.request.setting()
-        differ = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-        return "; ".join(f"{k} {_short(old.get(k))} there, {_short(new.get(k))} now"
-                         for k in differ) or None
+        return settings_difference(existing.get("setting"), self.request.setting(), "it was written by an older posenc that did not record its settings")
 
     # ------------------------------------------------------------ prepare
     def prepare(self, existing: dict | None) -> dict:
@@ -172,10 +166,7 @@ class ExtendStudy:
         from .measure import corpus_texts, token_stream, tokens_needed
 
         req, rt = self.request, self.runtime
-        if existing is not None and not rt.resume:
-            raise UserError(f"the output directory holds a posenc extend study; pass "
-                            f"{self.names['resume']} to continue it or "
-                            f"{self.names['overwrite']} to start again")
+        require_resume(existing, rt.resume, "posenc extend study", self.names)
         self._check_before_loading()
         resolve_model(req.model)                   # a bad path or GGUF fails before loading
         texts, data_info = corpus_texts(req.data)
@@ -209,7 +200,7 @@ class ExtendStudy:
                 if results.get(key) != derived[key]:
                     raise UserError(
                         f"the output directory holds a posenc extend study whose {key} was "
-                        f"{_short(results.get(key))} and is {_short(derived[key])} now (the "
+                        f"{short(results.get(key))} and is {short(derived[key])} now (the "
                         f"model or text changed); pass {self.names['overwrite']} to start "
                         "again")
         results.update(derived)
@@ -386,7 +377,3 @@ def _new_state(ext: Any) -> dict:
     return {"extension": ext.as_dict(), "ppl": {}, "passkey": {}, "peak_rss_bytes": None,
             "rss_before_bytes": None}
 
-
-def _short(value: Any) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 40 else text[:37] + "..."
