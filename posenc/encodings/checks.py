@@ -89,13 +89,7 @@ def check_position_shape(name: str, pos: Tensor, length: int | None,
                          batch: int | None = None) -> None:
     """The shape part of :func:`check_positions`, for positions already checked once (a
     hook comparing them with its q and k)."""
-    ok = pos.dim() in (1, 2) and (length is None or pos.shape[-1] == length) and (
-        pos.dim() == 1 or batch is None or pos.shape[0] == batch)
-    if not ok:
-        n = "length" if length is None else str(length)
-        rows = "batch" if batch is None else str(batch)
-        raise UserError(f"{name} must have shape ({n},) or ({rows}, {n}), one position per "
-                         f"token, got shape {tuple(pos.shape)}")
+    _check_shape(name, pos, (), length, batch, "one position per token")
 
 
 def check_axis_positions(name: str, axes: Any, n_axes: int, length: int | None,
@@ -106,14 +100,24 @@ def check_axis_positions(name: str, axes: Any, n_axes: int, length: int | None,
     if not isinstance(axes, Tensor) or not _is_integer(axes):
         got = f"dtype {axes.dtype}" if isinstance(axes, Tensor) else type(axes).__name__
         raise UserError(f"{name} must be an integer tensor of positions, got {got}")
-    ok = axes.dim() in (2, 3) and axes.shape[0] == n_axes and (
-        length is None or axes.shape[-1] == length) and (
-        axes.dim() == 2 or batch is None or axes.shape[1] == batch)
+    _check_shape(name, axes, (n_axes,), length, batch, "one position per axis and token")
+
+
+def _check_shape(name: str, t: Tensor, lead: tuple[int, ...], length: int | None,
+                 batch: int | None, what: str) -> None:
+    """UserError unless ``t`` is (*lead, length) or (*lead, batch, length) (any length or
+    batch where None)."""
+    shape, k = tuple(t.shape), len(lead)
+    ok = len(shape) in (k + 1, k + 2) and shape[:k] == lead and (
+        length is None or shape[-1] == length) and (
+        len(shape) == k + 1 or batch is None or shape[k] == batch)
     if not ok:
+        head = "".join(f"{d}, " for d in lead)
         n = "length" if length is None else str(length)
         rows = "batch" if batch is None else str(batch)
-        raise UserError(f"{name} must have shape ({n_axes}, {n}) or ({n_axes}, {rows}, {n}), "
-                        f"one position per axis and token, got shape {tuple(axes.shape)}")
+        one = f"({head}{n},)" if not lead else f"({head}{n})"
+        raise UserError(f"{name} must have shape {one} or ({head}{rows}, {n}), {what}, got "
+                        f"shape {shape}")
 
 
 def check_qk(encoding: Any, q: Any, k: Any, at: Any, *, bias: bool = False) -> None:

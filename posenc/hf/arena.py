@@ -27,11 +27,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..encodings.checks import require_choice
 from ..errors import UserError
 from ..study import RESULTS, RunDirectory, StudyKind, Unit, decode, encode
 from ..study.settings import require_resume, settings_difference, short
 from .arena_report import report_markdown, write_figures
 from .arena_tasks import Haystack, min_needle_length, needle_hits, passkey_hits
+from .load import MODEL_DTYPES
 from .extend import METHODS, extend, make_extension, parse_method, restore
 from .measure import PeakMemory, check_memory, n_windows, perplexity_vs_length, tokens_needed
 from .passkey import min_length
@@ -271,9 +273,7 @@ def _check_request(req: ArenaRequest) -> None:
             raise UserError(f"methods repeat: {', '.join(req.methods)}")
         for m in req.methods:
             parse_method(m)
-    if req.dtype not in ("float32", "float16", "bfloat16", "float64"):
-        raise UserError(f"dtype must be float32, float16, bfloat16 or float64, got "
-                        f"{req.dtype!r}")
+    require_choice("dtype", req.dtype, MODEL_DTYPES)
     if isinstance(req.factor, bool) or not isinstance(req.factor, (int, float)) \
             or not req.factor > 1:
         raise UserError(f"factor must be a number > 1, got {req.factor!r}")

@@ -22,9 +22,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..encodings.checks import require_choice
 from ..errors import UserError
 from ..study import CLI_NAMES, RESULTS, RunDirectory, StudyKind, Unit, decode, encode
 from ..study.settings import require_resume, settings_difference, short
+from .load import MODEL_DTYPES
 from .extend import extend, hf_rope_parameters, make_extension, parse_method, restore
 from .finetune import FinetuneConfig, finetune
 from .measure import PeakMemory, n_windows, perplexity_vs_length
@@ -219,9 +221,7 @@ class ExtendStudy:
             raise UserError(f"threads must be >= 1, got {rt.threads}")
         for method in req.methods:
             parse_method(method)
-        if req.dtype not in ("float32", "float16", "bfloat16", "float64"):
-            raise UserError(f"dtype must be float32, float16, bfloat16 or float64, got "
-                            f"{req.dtype!r}")
+        require_choice("dtype", req.dtype, MODEL_DTYPES)
         stand_in = req.lengths or (max(2, req.stride or 2, req.finetune_len or 2),)
         req.config(stand_in, rt.memory_limit)      # lengths, windows, passkey, fine-tune
         if rt.save:

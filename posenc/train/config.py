@@ -34,6 +34,30 @@ def check_device(device: object) -> None:
                         f", cuda:N, mps or xpu; got {device!r}")
 
 
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """AdamW (``lr``, ``weight_decay``, ``betas``), gradient clipping, the schedule (linear
+    warmup for ``warmup_steps``, None: steps // 10, then cosine decay to ``min_lr_ratio`` x
+    lr) and the seed: declared once for every training config (:class:`TrainConfig` of the
+    language models, the task loop's ``TaskTrainConfig``, which sets its own defaults) and
+    checked by :func:`check_optimizer`."""
+
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int | None = None
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0
+    seed: int = 0
+
+    def ordered_dict(self, order: tuple[str, ...]) -> dict[str, Any]:
+        """The fields as a dict, keys in ``order`` (the order saved files have always had;
+        the optimizer's fields come first in the dataclass), betas as a list."""
+        d = asdict(self)
+        d["betas"] = list(self.betas)
+        return {name: d[name] for name in order}
+
+
 def check_optimizer(cfg: Any) -> None:
     """Check the optimizer and schedule fields a training config has (``lr``,
     ``min_lr_ratio``, ``warmup_steps``, ``weight_decay``, ``betas``, ``grad_clip``): the
@@ -52,7 +76,7 @@ def check_optimizer(cfg: Any) -> None:
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(OptimizerSettings):
     """Everything that determines a training run (and so its loss curve).
 
     ``model.max_len`` must be at least ``train_len`` (it is the learned table size and the
@@ -74,13 +98,6 @@ class TrainConfig:
     train_len: int = 128
     batch_size: int = 16
     steps: int = 600
-    lr: float = 2e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int | None = None        # None: steps // 10
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    grad_clip: float = 1.0
-    seed: int = 0
     bf16: bool = False
     eval_every: int = 0
     eval_windows: int = 16
@@ -134,10 +151,15 @@ class TrainConfig:
         """Tokens one process trains on per step."""
         return self.batch_size * self.train_len
 
+    #: the key order of a saved config.json
+    DICT_ORDER = ("model", "data", "tokenizer", "train_len", "batch_size", "steps", "lr",
+                  "min_lr_ratio", "warmup_steps", "weight_decay", "betas", "grad_clip",
+                  "seed", "bf16", "eval_every", "eval_windows", "checkpoint_every", "task",
+                  "cache_dir", "device", "skip_bad_steps", "pack")
+
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = self.ordered_dict(self.DICT_ORDER)
         d["model"] = self.model.to_dict()
-        d["betas"] = list(self.betas)
         return d
 
     @classmethod

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -22,25 +22,25 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from ..encodings.checks import require_int_at_least, require_known_keys, require_positive_int
-from .config import check_optimizer
+from .config import OptimizerSettings, check_optimizer
 from .loop import lm_loss, make_optimizer, make_scheduler
 
 
 @dataclass(frozen=True)
-class TaskTrainConfig:
+class TaskTrainConfig(OptimizerSettings):
     """Budget and optimizer of one task run; lengths are drawn from ``min_len..max_len``."""
 
+    lr: float = 3e-3                        # the optimizer's fields: OptimizerSettings
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.98)
     steps: int = 1000
     batch_size: int = 32
     min_len: int = 2
     max_len: int = 16
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int | None = None        # None: steps // 10
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.98)
-    grad_clip: float = 1.0
-    seed: int = 0
+
+    #: the key order of saved results
+    DICT_ORDER = ("steps", "batch_size", "min_len", "max_len", "lr", "min_lr_ratio",
+                  "warmup_steps", "weight_decay", "betas", "grad_clip", "seed")
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "min_len", "max_len"):
@@ -61,9 +61,7 @@ class TaskTrainConfig:
         return int(rng.integers(self.min_len, self.max_len + 1))
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["betas"] = list(self.betas)
-        return d
+        return self.ordered_dict(self.DICT_ORDER)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TaskTrainConfig:
