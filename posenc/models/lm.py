@@ -16,13 +16,14 @@ from torch import Tensor, nn
 from ..errors import UserError
 from ..attention import AttentionContext, KVCache, make_caches
 from ..attention.cache import replay_if_stale
-from ..encodings import build_encoding
+from ..encodings import build_encoding, encoding_class
 from ..encodings.base import with_model_facts
 from ..encodings.checks import (check_positions, check_token_ids, require_int_at_least,
                                 require_options, require_positive_int)
 from .blocks import Block, init_weights, make_norm
 from .config import ModelShape
 from .generate import select_next
+from .plans import LayerSpec, resolve_plan
 from .positions import (check_documents, check_mask, distances_match_indices,
                         positions_from_documents, positions_from_mask)
 
@@ -36,16 +37,21 @@ class LMConfig(ModelShape):
     the model (``vocab_size``, ``n_layers``, ``d_model``) it gets from this config. ``max_len``
     is the training length: the size of a learned table and the default original length for
     RoPE scalings.
+
+    ``plan`` (None: ``pe`` in every layer) gives each layer its encoding, options, attention
+    window and sinks: a named plan ("gemma3", "smollm3", "llama4") or a dict
+    (:mod:`posenc.models.plans`).
     """
 
     n_layers: int = 2
     pe: str = "rope"
     pe_options: dict[str, Any] = field(default_factory=dict)
+    plan: Any = None
 
     DICT_ORDER: ClassVar[tuple[str, ...]] = (
         "vocab_size", "d_model", "n_layers", "n_heads", "max_len", "d_ff", "activation",
         "norm", "norm_eps", "norm_placement", "dropout", "bias", "tie_embeddings", "pe",
-        "pe_options", "attn_backend")
+        "pe_options", "attn_backend", "plan", "attn_sinks")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -54,6 +60,26 @@ class LMConfig(ModelShape):
             raise UserError(f"pe must be the name of an encoding (posenc list), got "
                              f"{self.pe!r}")
         object.__setattr__(self, "pe_options", require_options("pe_options", self.pe_options))
+        if self.plan is not None:
+            require_plan_fits(self.layer_specs())
+
+    def layer_specs(self) -> tuple[LayerSpec, ...]:
+        """Each layer's encoding, options, window and sinks (:mod:`posenc.models.plans`)."""
+        return resolve_plan(self.plan, n_layers=self.n_layers, max_len=self.max_len,
+                            pe=self.pe, pe_options=self.pe_options,
+                            attn_sinks=self.attn_sinks)
+
+
+def require_plan_fits(specs: tuple[LayerSpec, ...]) -> None:
+    """UserError when a plan mixes encodings and one of them adds positions at the input
+    (``embed``): a model has one input, so such an encoding cannot be per layer."""
+    names = sorted({spec.pe for spec in specs})
+    if len({spec.encoding_key() for spec in specs}) > 1:
+        embedding = [n for n in names if encoding_class(n).overrides("embed")]
+        if embedding:
+            raise UserError(f"plan: encoding {embedding[0]!r} adds positions at the input and "
+                            f"cannot vary per layer; plan layer types may use encodings that "
+                            f"act in attention only (rope, alibi, nope, ...)")
 
 
 class TransformerLM(nn.Module):
@@ -64,11 +90,20 @@ class TransformerLM(nn.Module):
         self.config = config
         c = config
         self.tok = nn.Embedding(c.vocab_size, c.d_model)
-        self.pe = self._build_pe()
+        self.specs = c.layer_specs()
+        if c.plan is None:
+            self.pe = self._build_pe()
+            layer_pes = [self._layer_pe(i) for i in range(c.n_layers)]
+            self.encodings = [self.pe]
+        else:
+            layer_pes = self._plan_pes()
+            self.pe = layer_pes[0]                 # the input's encoding (plans: none adds)
+            self.encodings = list({id(e): e for e in layer_pes}.values())
         self.blocks = nn.ModuleList(
             Block(c.d_model, c.n_heads, c.d_ff or 4 * c.d_model, activation=c.activation,
                   norm=c.norm, norm_placement=c.norm_placement, dropout=c.dropout,
-                  bias=c.bias, pe=self._layer_pe(i), norm_eps=c.norm_eps)
+                  bias=c.bias, pe=layer_pes[i], norm_eps=c.norm_eps,
+                  window=self.specs[i].window, sinks=self.specs[i].sinks)
             for i in range(c.n_layers))
         self.norm = (make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_placement == "pre"
                      else nn.Identity())
@@ -78,12 +113,26 @@ class TransformerLM(nn.Module):
         if c.tie_embeddings:
             self.head.weight = self.tok.weight
 
-    def _build_pe(self):
+    def _build_pe(self, name: str | None = None, options: dict | None = None):
         c = self.config
-        options = with_model_facts(c.pe, c.pe_options, vocab_size=c.vocab_size,
+        name, options = (c.pe, c.pe_options) if name is None else (name, options)
+        options = with_model_facts(name, options, vocab_size=c.vocab_size,
                                    n_layers=c.n_layers, d_model=c.d_model)
-        return build_encoding(c.pe, n_heads=c.n_heads, head_dim=c.head_dim, max_len=c.max_len,
+        return build_encoding(name, n_heads=c.n_heads, head_dim=c.head_dim, max_len=c.max_len,
                               **options)
+
+    def _plan_pes(self) -> list:
+        """Each layer's encoding under the plan: one instance per layer type (per layer for
+        encodings with per-layer parameters)."""
+        shared: dict[tuple, Any] = {}
+        layer_pes = []
+        for spec in self.specs:
+            key = spec.encoding_key()
+            if key not in shared or shared[key].per_layer:
+                pe = self._build_pe(spec.pe, spec.pe_options)
+                shared.setdefault(key, pe)
+            layer_pes.append(pe if shared[key].per_layer else shared[key])
+        return layer_pes
 
     def _layer_pe(self, index: int):
         """Layer ``index``'s own encoding for per-layer encodings (layer 0 reuses the model's,
@@ -92,13 +141,20 @@ class TransformerLM(nn.Module):
             return None
         return self.pe if index == 0 else self._build_pe()
 
+    @property
+    def has_windows(self) -> bool:
+        """Whether some layer attends through a window (sliding or chunked)."""
+        return any(spec.window is not None for spec in self.specs)
+
     def make_caches(self, batch: int, capacity: int) -> list[KVCache]:
-        """Empty per-layer KV caches for ``batch`` sequences of up to ``capacity`` tokens."""
+        """Empty per-layer KV caches for ``batch`` sequences of up to ``capacity`` tokens (a
+        rolling cache of what the window sees for a layer with a window)."""
         require_int_at_least("batch", batch, 1)
         require_int_at_least("capacity", capacity, 1)
         p = self.tok.weight
         return make_caches(self.config.n_layers, batch, self.config.n_heads,
-                           self.config.head_dim, capacity, p.dtype, p.device)
+                           self.config.head_dim, capacity, p.dtype, p.device,
+                           windows=[spec.window for spec in self.specs])
 
     def _check_ids(self, ids: Tensor) -> None:
         if not isinstance(ids, Tensor) or ids.dim() != 2:
@@ -135,10 +191,10 @@ class TransformerLM(nn.Module):
         positions, consecutive = self._positions(ids, positions, key_valid, documents, caches)
         if caches:
             ids, positions, key_valid = replay_if_stale(
-                self.pe, ids, positions, caches, key_valid,
+                self.encodings, ids, positions, caches, key_valid,
                 seq_len=caches[0].length + t if consecutive else None)
         layer_positions = positions
-        if built and not caches and self.pe.translation_invariant and \
+        if built and not caches and all(e.translation_invariant for e in self.encodings) and \
                 distances_match_indices(key_valid, documents):
             # the same distances at every visible pair, as one run shared by the batch
             layer_positions, consecutive = torch.arange(t, device=ids.device), True
@@ -148,7 +204,9 @@ class TransformerLM(nn.Module):
         ctx = AttentionContext(layer_positions, causal=True, consecutive=consecutive,
                                key_valid=key_valid, documents=documents,
                                backend=backend or self.config.attn_backend,
-                               need_weights=need_weights)
+                               need_weights=need_weights,
+                               window_pos=positions if layer_positions is not positions
+                               and self.has_windows else None)
         all_weights = []
         for i, block in enumerate(self.blocks):
             x, w = block(x, ctx, self.pe, caches[i] if caches else None)

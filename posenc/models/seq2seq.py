@@ -80,7 +80,7 @@ class Seq2SeqTransformer(nn.Module):
         return nn.ModuleList(
             Block(c.d_model, c.n_heads, c.d_ff or 4 * c.d_model, activation=c.activation,
                   norm=c.norm, norm_placement=c.norm_placement, dropout=c.dropout,
-                  bias=c.bias, cross=cross, norm_eps=c.norm_eps,
+                  bias=c.bias, cross=cross, norm_eps=c.norm_eps, sinks=c.attn_sinks,
                   pe=(shared if i == 0 else self._encoding(name, options))
                   if shared.per_layer else None)
             for i in range(n_layers))

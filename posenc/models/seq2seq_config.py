@@ -43,7 +43,8 @@ class Seq2SeqConfig(ModelShape):
         "vocab_size", "src_vocab_size", "d_model", "n_encoder_layers", "n_decoder_layers",
         "n_heads", "max_len", "d_ff", "activation", "norm", "norm_eps", "norm_placement",
         "dropout", "bias", "share_embeddings", "tie_embeddings", "encoder_pe",
-        "encoder_pe_options", "decoder_pe", "decoder_pe_options", "attn_backend")
+        "encoder_pe_options", "decoder_pe", "decoder_pe_options", "attn_backend",
+        "attn_sinks")
 
     def __post_init__(self) -> None:
         super().__post_init__()

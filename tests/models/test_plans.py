@@ -1,0 +1,230 @@
+"""Per-layer plans: parsing and errors, saved configs, named plans against the transformers
+configs they copy, and exact cached decoding / real batches with windows and sinks."""
+
+import pytest
+import torch
+
+from posenc.attention.cache import WindowedKVCache
+from posenc.attention.masks import Window
+from posenc.errors import UserError
+from posenc.models.lm import LMConfig, TransformerLM
+from posenc.models.plans import resolve_plan
+
+TINY = dict(vocab_size=40, d_model=32, n_heads=2, max_len=32)
+
+
+def _lm(seed=0, **options) -> TransformerLM:
+    torch.manual_seed(seed)
+    model = TransformerLM(LMConfig(**{**TINY, **options})).eval()
+    for block in model.blocks:                    # sinks start at 0: make them matter
+        if block.attn.sinks is not None:
+            block.attn.sinks.data.normal_()
+    return model
+
+
+def test_to_dict_without_a_plan_is_unchanged():
+    assert LMConfig().to_dict() == {
+        "vocab_size": 256, "d_model": 128, "n_layers": 2, "n_heads": 4, "max_len": 256,
+        "d_ff": None, "activation": "gelu", "norm": "layernorm", "norm_eps": 1e-5,
+        "norm_placement": "pre", "dropout": 0.0, "bias": False, "tie_embeddings": True,
+        "pe": "rope", "pe_options": {}, "attn_backend": "auto"}
+
+
+@pytest.mark.parametrize("plan", ["gemma3", {"name": "llama4", "chunk": 4},
+                                  {"layers": ["rope", "nope"], "types": {}}])
+def test_a_plan_round_trips_through_its_dict(plan):
+    config = LMConfig(**TINY, n_layers=2, plan=plan, attn_sinks=True)
+    data = config.to_dict()
+    assert data["plan"] == plan and data["attn_sinks"] is True
+    assert LMConfig.from_dict(data) == config
+
+
+def test_explicit_plan_with_types_and_inherited_options():
+    plan = {"layers": ["local", "local", "global"],
+            "types": {"local": {"pe_options": {"theta": 100.0}, "window": 4},
+                      "global": {"pe": "alibi", "sinks": True}}}
+    specs = LMConfig(**TINY, n_layers=3, pe_options={"layout": "interleaved"},
+                     plan=plan).layer_specs()
+    assert specs[0] == specs[1]
+    assert specs[0].pe == "rope" and specs[0].pe_options == {"layout": "interleaved",
+                                                             "theta": 100.0}
+    assert specs[0].window == Window("sliding", 4) and not specs[0].sinks
+    assert specs[2].pe == "alibi" and specs[2].pe_options == {} and specs[2].window is None
+    assert specs[2].sinks
+
+
+@pytest.mark.parametrize("plan,message", [
+    ({"layers": ["rope", "nope"]}, r"one layer type per layer \(n_layers=3\)"),
+    ({"layers": ["rope"] * 3, "types": {"rope": {"window": 33}}},
+     "window must be at most max_len=32"),
+    ({"layers": ["rope"] * 3, "types": {"rope": {"window": 0}}}, "window must be an integer >= 1"),
+    ({"layers": ["rope", "local", "rope"]}, "unknown layer type 'local'"),
+    ({"layers": ["rope"] * 3, "types": {"rope": {"window_kind": "strided", "window": 2}}},
+     "window_kind must be one of sliding, chunked"),
+    ({"layers": ["rope"] * 3, "types": {"rope": {"theta": 5.0}}}, "unknown plan type 'rope' key"),
+    ("mistral", "unknown plan 'mistral'; named plans: gemma3, smollm3, llama4"),
+    ({"name": "gemma3", "chunk": 4}, "unknown plan 'gemma3' key"),
+    ({"name": "gemma3", "window": 64}, "window must be at most max_len=32"),
+    ({"layers": {"cycle": ["rope", "sinusoidal"]}}, "'sinusoidal' adds positions at the input"),
+    (7, "plan must be a plan name"),
+])
+def test_bad_plans_get_a_one_line_error(plan, message):
+    with pytest.raises(UserError, match=message) as err:
+        LMConfig(**TINY, n_layers=3, plan=plan)
+    assert "\n" not in str(err.value)
+
+
+def test_layers_of_a_type_share_one_encoding():
+    model = _lm(n_layers=6, plan="gemma3")
+    pes = [block.layer_pe for block in model.blocks]
+    assert all(pe is pes[0] for pe in pes[:5]) and pes[5] is not pes[0]
+    assert pes[0].theta == 10_000.0 and pes[5].theta == 1_000_000.0
+    assert [block.attn.window for block in model.blocks] == [Window("sliding", 8)] * 5 + [None]
+
+
+# ------------------------------------------------------- named plans = transformers configs
+
+def test_smollm3_plan_matches_transformers():
+    from transformers import SmolLM3Config
+    hf = SmolLM3Config(num_hidden_layers=10)
+    specs = resolve_plan("smollm3", n_layers=10, max_len=64, pe="rope", pe_options={})
+    assert [int(s.pe == "rope") for s in specs] == hf.no_rope_layers
+    assert {s.pe for s in specs} == {"rope", "nope"} and all(s.window is None for s in specs)
+
+
+def test_gemma3_plan_matches_transformers():
+    from transformers import Gemma3TextConfig
+    hf = Gemma3TextConfig(num_hidden_layers=13, sliding_window=16)
+    specs = resolve_plan({"name": "gemma3", "window": 16}, n_layers=13, max_len=64,
+                         pe="rope", pe_options={})
+    kinds = ["sliding_attention" if s.window else "full_attention" for s in specs]
+    assert kinds == hf.layer_types
+    for spec, kind in zip(specs, hf.layer_types):
+        assert spec.pe == "rope"
+        assert spec.pe_options["theta"] == hf.rope_parameters[kind]["rope_theta"]
+        if spec.window is not None:
+            assert spec.window == Window("sliding", hf.sliding_window)
+
+
+def test_llama4_plan_matches_transformers():
+    from transformers import Llama4TextConfig
+    hf = Llama4TextConfig(num_hidden_layers=9, attention_chunk_size=8)
+    specs = resolve_plan({"name": "llama4", "chunk": 8}, n_layers=9, max_len=64, pe="rope",
+                         pe_options={})
+    assert [int(s.pe == "rope") for s in specs] == hf.no_rope_layers
+    kinds = ["chunked_attention" if s.window else "full_attention" for s in specs]
+    assert kinds == hf.layer_types
+    assert all(s.window == Window("chunked", hf.attention_chunk_size)
+               for s in specs if s.window is not None)
+
+
+def test_gemma3_sliding_layer_attention_equals_transformers():
+    """One Gemma 3 sliding layer's attention (its rotary at theta 10k, its sliding mask, its
+    eager attention) on random q, k, v equals posenc's rope layer with the window."""
+    from transformers import Gemma3TextConfig
+    from transformers.masking_utils import sliding_window_causal_mask_function
+    from transformers.models.gemma3.modeling_gemma3 import (Gemma3RotaryEmbedding,
+                                                            apply_rotary_pos_emb)
+    from posenc.attention import AttentionCall, Masks, attend
+    n, window, heads, dim = 12, 4, 2, 16
+    hf = Gemma3TextConfig(num_hidden_layers=6, sliding_window=window, head_dim=dim,
+                          hidden_size=heads * dim, num_attention_heads=heads,
+                          num_key_value_heads=heads, query_pre_attn_scalar=dim)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, heads, n, dim) for _ in range(3))
+    pos = torch.arange(n)
+    cos, sin = Gemma3RotaryEmbedding(hf)(v, pos[None], layer_type="sliding_attention")
+    q_rot, k_rot = apply_rotary_pos_emb(q, k, cos, sin)
+    idx = torch.arange(n)
+    visible = sliding_window_causal_mask_function(window)(0, 0, idx[:, None], idx[None, :])
+    logits = q_rot @ k_rot.transpose(-1, -2) * dim ** -0.5
+    theirs = logits.masked_fill(~visible, float("-inf")).softmax(-1) @ v
+
+    model = _lm(n_layers=6, d_model=heads * dim, plan={"name": "gemma3", "window": window})
+    layer = model.blocks[0]
+    pe = layer.layer_pe
+    masks = Masks(window=layer.attn.window, q_pos=pos, k_pos=pos)
+    for backend in ("eager", "sdpa", "flex"):
+        call = AttentionCall.for_positions(pos, pos, causal=True, backend=backend, masks=masks)
+        at = call.at
+        q2, k2 = pe.transform_qk(q, k, at)
+        ours, _ = attend(q2, k2, v, pe, call)
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------- exact caches and real batches
+
+PLANS_WITH_WINDOWS = [
+    {"name": "gemma3", "window": 3, "every": 2},
+    {"name": "llama4", "chunk": 4, "every": 2},
+    {"layers": ["slide", "chunk", "alibi"],
+     "types": {"slide": {"pe": "alibi", "window": 5}, "chunk": {"window": 3,
+                                                             "window_kind": "chunked"}}},
+]
+
+
+@pytest.mark.parametrize("sinks", [False, True])
+@pytest.mark.parametrize("plan", PLANS_WITH_WINDOWS)
+def test_cached_decoding_equals_a_full_forward_past_the_window(plan, sinks):
+    model = _lm(n_layers=3, plan=plan, attn_sinks=sinks)
+    ids = torch.randint(0, 40, (2, 19), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = model(ids)
+        for prompt, step in ((1, 1), (6, 2), (11, 4)):
+            caches = model.make_caches(2, 19)
+            assert any(isinstance(c, WindowedKVCache) for c in caches)
+            parts = [model(ids[:, :prompt], caches=caches)]
+            for start in range(prompt, 19, step):
+                parts.append(model(ids[:, start:start + step], caches=caches))
+            torch.testing.assert_close(torch.cat(parts, 1), full, atol=2e-5, rtol=1e-5)
+
+
+def test_windows_change_the_output():
+    """A window is not a no-op: the same weights without it give other logits past it."""
+    windowed = _lm(n_layers=2, plan={"name": "gemma3", "window": 3, "every": 2})
+    plain = _lm(n_layers=2, plan={"name": "gemma3", "window": 32, "every": 2})
+    ids = torch.randint(0, 40, (1, 10), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        a, b = windowed(ids), plain(ids)
+    torch.testing.assert_close(a[:, :3], b[:, :3])
+    assert (a[:, 3:] - b[:, 3:]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("plan", PLANS_WITH_WINDOWS)
+def test_padded_generation_gives_each_row_what_it_gets_alone(plan):
+    model = _lm(n_layers=3, plan=plan, attn_sinks=True)
+    prompts = [torch.randint(1, 40, (n,), generator=torch.Generator().manual_seed(n))
+               for n in (7, 3)]
+    width = 7
+    ids = torch.stack([torch.cat([torch.zeros(width - len(p), dtype=torch.long), p])
+                       for p in prompts])
+    mask = torch.stack([torch.arange(width) >= width - len(p) for p in prompts]).long()
+    batch = model.generate(ids, 9, attention_mask=mask)
+    for row, prompt in enumerate(prompts):
+        alone = model.generate(prompt[None], 9)
+        assert torch.equal(batch[row, width:], alone[0, len(prompt):])
+
+
+@pytest.mark.parametrize("plan", PLANS_WITH_WINDOWS)
+def test_packed_rows_equal_documents_alone(plan):
+    model = _lm(n_layers=3, plan=plan, attn_sinks=True)
+    docs = [torch.randint(0, 40, (n,), generator=torch.Generator().manual_seed(n))
+            for n in (6, 9)]
+    ids = torch.cat(docs)[None]
+    document_ids = torch.cat([torch.full((len(d),), i) for i, d in enumerate(docs)])[None]
+    with torch.no_grad():
+        packed = model(ids, document_ids=document_ids)
+        alone = torch.cat([model(d[None]) for d in docs], dim=1)
+    torch.testing.assert_close(packed, alone, atol=2e-5, rtol=1e-5)
+
+
+def test_batch_positions_with_windows_equal_rows_alone():
+    """(B, T) positions: each row equals that row run alone with its own positions."""
+    model = _lm(n_layers=3, plan=PLANS_WITH_WINDOWS[2])
+    ids = torch.randint(0, 40, (2, 12), generator=torch.Generator().manual_seed(3))
+    positions = torch.stack([torch.arange(12), torch.arange(5, 17)])
+    with torch.no_grad():
+        batch = model(ids, positions=positions)
+        for row in range(2):
+            alone = model(ids[row:row + 1], positions=positions[row])
+            torch.testing.assert_close(batch[row:row + 1], alone, atol=2e-5, rtol=1e-5)
