@@ -16,14 +16,14 @@ from torch import Tensor, nn
 from ..errors import UserError
 from ..attention import AttentionContext, KVCache, make_caches
 from ..attention.cache import replay_if_stale
-from ..encodings import build_encoding, encoding_class
+from ..encodings import build_encoding
 from ..encodings.base import with_model_facts
 from ..encodings.checks import (check_positions, check_token_ids, require_int_at_least,
                                 require_options, require_positive_int)
 from .blocks import Block, init_weights, make_norm
 from .config import ModelShape
 from .generate import select_next
-from .plans import LayerSpec, resolve_plan
+from .plans import LayerSpec, distinct, plan_encodings, require_plan_fits, resolve_plan
 from .positions import (check_documents, check_mask, distances_match_indices,
                         positions_from_documents, positions_from_mask)
 
@@ -70,18 +70,6 @@ class LMConfig(ModelShape):
                             attn_sinks=self.attn_sinks)
 
 
-def require_plan_fits(specs: tuple[LayerSpec, ...]) -> None:
-    """UserError when a plan mixes encodings and one of them adds positions at the input
-    (``embed``): a model has one input, so such an encoding cannot be per layer."""
-    names = sorted({spec.pe for spec in specs})
-    if len({spec.encoding_key() for spec in specs}) > 1:
-        embedding = [n for n in names if encoding_class(n).overrides("embed")]
-        if embedding:
-            raise UserError(f"plan: encoding {embedding[0]!r} adds positions at the input and "
-                            f"cannot vary per layer; plan layer types may use encodings that "
-                            f"act in attention only (rope, alibi, nope, ...)")
-
-
 class TransformerLM(nn.Module):
     """Decoder-only LM: ``model(ids) -> logits (B, T, V)``; ``generate`` uses a KV cache."""
 
@@ -96,9 +84,9 @@ class TransformerLM(nn.Module):
             layer_pes = [self._layer_pe(i) for i in range(c.n_layers)]
             self.encodings = [self.pe]
         else:
-            layer_pes = self._plan_pes()
+            layer_pes = plan_encodings(self.specs, self._build_pe)
             self.pe = layer_pes[0]                 # the input's encoding (plans: none adds)
-            self.encodings = list({id(e): e for e in layer_pes}.values())
+            self.encodings = distinct(layer_pes)
         self.blocks = nn.ModuleList(
             Block(c.d_model, c.n_heads, c.d_ff or 4 * c.d_model, activation=c.activation,
                   norm=c.norm, norm_placement=c.norm_placement, dropout=c.dropout,
@@ -120,19 +108,6 @@ class TransformerLM(nn.Module):
                                    n_layers=c.n_layers, d_model=c.d_model)
         return build_encoding(name, n_heads=c.n_heads, head_dim=c.head_dim, max_len=c.max_len,
                               **options)
-
-    def _plan_pes(self) -> list:
-        """Each layer's encoding under the plan: one instance per layer type (per layer for
-        encodings with per-layer parameters)."""
-        shared: dict[tuple, Any] = {}
-        layer_pes = []
-        for spec in self.specs:
-            key = spec.encoding_key()
-            if key not in shared or shared[key].per_layer:
-                pe = self._build_pe(spec.pe, spec.pe_options)
-                shared.setdefault(key, pe)
-            layer_pes.append(pe if shared[key].per_layer else shared[key])
-        return layer_pes
 
     def _layer_pe(self, index: int):
         """Layer ``index``'s own encoding for per-layer encodings (layer 0 reuses the model's,

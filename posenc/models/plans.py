@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..attention.masks import WINDOW_KINDS, Window
-from ..encodings import encoding_class, list_encodings
+from ..encodings import PositionalEncoding, encoding_class, list_encodings
 from ..encodings.checks import require_known_keys, require_options
 from ..errors import UserError
 
@@ -143,6 +143,39 @@ def resolve_plan(plan: Any, *, n_layers: int, max_len: int, pe: str,
             specs[name] = _layer_type(name, explicit["types"], max_len, pe, pe_options,
                                       attn_sinks)
     return tuple(specs[name] for name in explicit["layers"])
+
+
+def require_plan_fits(specs: tuple[LayerSpec, ...]) -> None:
+    """UserError when a plan mixes encodings and one of them adds positions at the input
+    (``embed``): a model has one input, so such an encoding cannot be per layer."""
+    if len({spec.encoding_key() for spec in specs}) > 1:
+        embedding = sorted(n for n in {spec.pe for spec in specs}
+                           if encoding_class(n).overrides("embed"))
+        if embedding:
+            raise UserError(f"plan: encoding {embedding[0]!r} adds positions at the input and "
+                            f"cannot vary per layer; plan layer types may use encodings that "
+                            f"act in attention only (rope, alibi, nope, ...)")
+
+
+def plan_encodings(specs: tuple[LayerSpec, ...],
+                   build: Callable[[str, dict], PositionalEncoding]
+                   ) -> list[PositionalEncoding]:
+    """Each layer's encoding, ``build(name, options)`` once per layer type (once per layer
+    for an encoding with per-layer parameters)."""
+    shared: dict[tuple, PositionalEncoding] = {}
+    layer_pes = []
+    for spec in specs:
+        key = spec.encoding_key()
+        if key not in shared or shared[key].per_layer:
+            pe = build(spec.pe, spec.pe_options)
+            shared.setdefault(key, pe)
+        layer_pes.append(pe if shared[key].per_layer else shared[key])
+    return layer_pes
+
+
+def distinct(encodings: list[PositionalEncoding]) -> list[PositionalEncoding]:
+    """The distinct instances of ``encodings``, in order."""
+    return list({id(e): e for e in encodings}.values())
 
 
 def _layer_type(name: Any, types: dict, max_len: int, pe: str, pe_options: dict,

@@ -9,6 +9,7 @@ from ..encodings import encoding_class, encoding_options
 from ..encodings.checks import require_options, require_positive_int
 from ..errors import UserError
 from .config import ModelShape, require_flags
+from .plans import LayerSpec, require_plan_fits, resolve_plan
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,11 @@ class Seq2SeqConfig(ModelShape):
     ``share_embeddings`` uses one table for source and target tokens (vocabularies must
     match); ``tie_embeddings`` ties the output layer to the target embedding. ``max_len`` is
     the longest source or target length the encodings must serve (a learned table's size).
+
+    ``decoder_plan`` (None: the decoder's encoding in every decoder layer) gives each decoder
+    layer its encoding, options, window and sinks, as ``LMConfig.plan``
+    (:mod:`posenc.models.plans`); the encoder has no plan (its windows would be
+    bidirectional).
     """
 
     src_vocab_size: int | None = None       # default vocab_size
@@ -38,13 +44,16 @@ class Seq2SeqConfig(ModelShape):
     encoder_pe_options: dict[str, Any] = field(default_factory=dict)
     decoder_pe: str | None = None           # default encoder_pe
     decoder_pe_options: dict[str, Any] | None = None
+    decoder_plan: Any = None
+
+    NEW_FIELD_DEFAULTS: ClassVar[dict[str, Any]] = {"attn_sinks": False, "decoder_plan": None}
 
     DICT_ORDER: ClassVar[tuple[str, ...]] = (
         "vocab_size", "src_vocab_size", "d_model", "n_encoder_layers", "n_decoder_layers",
         "n_heads", "max_len", "d_ff", "activation", "norm", "norm_eps", "norm_placement",
         "dropout", "bias", "share_embeddings", "tie_embeddings", "encoder_pe",
         "encoder_pe_options", "decoder_pe", "decoder_pe_options", "attn_backend",
-        "attn_sinks")
+        "attn_sinks", "decoder_plan")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -69,6 +78,14 @@ class Seq2SeqConfig(ModelShape):
         if self.decoder_pe_options is not None:
             object.__setattr__(self, "decoder_pe_options",
                                require_options("decoder_pe_options", self.decoder_pe_options))
+        if self.decoder_plan is not None:
+            require_plan_fits(self.decoder_specs())
+
+    def decoder_specs(self) -> tuple[LayerSpec, ...]:
+        """Each decoder layer's encoding, options, window and sinks."""
+        return resolve_plan(self.decoder_plan, n_layers=self.n_decoder_layers,
+                            max_len=self.max_len, pe=self.decoder_pe_name,
+                            pe_options=self.decoder_options(), attn_sinks=self.attn_sinks)
 
     @property
     def source_vocab_size(self) -> int:

@@ -228,3 +228,34 @@ def test_batch_positions_with_windows_equal_rows_alone():
         for row in range(2):
             alone = model(ids[row:row + 1], positions=positions[row])
             torch.testing.assert_close(batch[row:row + 1], alone, atol=2e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------- encoder-decoder
+
+def test_seq2seq_decoder_plan_decodes_exactly_with_windows_and_sinks():
+    from posenc.models.seq2seq import Seq2SeqTransformer
+    from posenc.models.seq2seq_config import Seq2SeqConfig
+    config = Seq2SeqConfig(**TINY, n_encoder_layers=1, n_decoder_layers=2, attn_sinks=True,
+                           decoder_plan={"name": "gemma3", "window": 3, "every": 2})
+    assert Seq2SeqConfig.from_dict(config.to_dict()) == config
+    assert "decoder_plan" not in Seq2SeqConfig(**TINY).to_dict()
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(config).eval()
+    assert model.decoder[0].attn.window == Window("sliding", 3)
+    assert model.decoder[1].attn.window is None and model.decoder[1].attn.sinks is not None
+    src = torch.randint(0, 40, (2, 6), generator=torch.Generator().manual_seed(4))
+    tgt = torch.randint(0, 40, (2, 11), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        memory = model.encode(src)
+        full = model.decode(memory, tgt)
+        caches, cross = model.make_caches(2, 11, 6)
+        assert isinstance(caches[0], WindowedKVCache)
+        steps = [model.decode(memory, tgt[:, :4], caches, cross)]
+        steps += [model.decode(memory, tgt[:, i:i + 1], caches, cross) for i in range(4, 11)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=2e-5, rtol=1e-5)
+
+
+def test_seq2seq_decoder_plan_checks_its_length():
+    from posenc.models.seq2seq_config import Seq2SeqConfig
+    with pytest.raises(UserError, match=r"n_layers=2"):
+        Seq2SeqConfig(**TINY, n_decoder_layers=2, decoder_plan={"layers": ["rope"]})
