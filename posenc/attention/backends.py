@@ -195,11 +195,13 @@ def _ordered(blocks: Tensor) -> tuple[Tensor, Tensor]:
     return count[None, None].contiguous(), order[None, None].contiguous()   # (1, 1, nq[, nk])
 
 
-def _block_mask(lq: int, lk: int, device, causal: bool, mask_mod, partial_only: bool):
+def _block_mask(lq: int, lk: int, device, causal: bool, mask_mod, partial_only: bool,
+                allowed: Tensor | None = None):
     """A BlockMask from block index ranges, without the (Lq, Lk) mask ``create_block_mask``
     would evaluate. Causal (query i sees keys up to i + Lk - Lq): a block is skipped where no
     key is visible, full where every key is (mask_mod skipped), partial otherwise; with
-    ``partial_only`` (padding or documents hide more) no block is full."""
+    ``partial_only`` (padding, documents or a window hide more) no block is full. ``allowed``
+    (nq, nk) bool: blocks that may hold a visible pair (a window's), the others skipped."""
     from torch.nn.attention.flex_attention import BlockMask
     offset = lk - lq
     n_q, n_k = -(-lq // _FLEX_BLOCK), -(-lk // _FLEX_BLOCK)
@@ -214,6 +216,8 @@ def _block_mask(lq: int, lk: int, device, causal: bool, mask_mod, partial_only: 
         every = q_complete[:, None] & k_complete[None, :]
     if partial_only:
         every = torch.zeros_like(every)
+    if allowed is not None:
+        some = some & allowed
     partial_count, partial_index = _ordered(some & ~every)
     full_count, full_index = _ordered(every)
     return BlockMask.from_kv_blocks(partial_count, partial_index, full_count, full_index,
@@ -253,7 +257,33 @@ def _masked_block_mask(lq: int, lk: int, device, causal: bool, masks: Masks):
             ok = ok & (documents[b, q_idx + offset] == documents[b, kv_idx])
         return ok
 
-    return _block_mask(lq, lk, device, causal, visible, partial_only=True)
+    allowed = None if window is None else _window_blocks(window, q_pos, k_pos, device)
+    return _block_mask(lq, lk, device, causal, visible, partial_only=True, allowed=allowed)
+
+
+def _position_blocks(pos: Tensor) -> tuple[Tensor, Tensor]:
+    """Positions (L,) -> the smallest and largest of each block of ``_FLEX_BLOCK``."""
+    n = pos.shape[0]
+    n_blocks = -(-n // _FLEX_BLOCK)
+    padded = torch.cat([pos, pos[-1:].expand(n_blocks * _FLEX_BLOCK - n)])
+    blocks = padded.view(n_blocks, _FLEX_BLOCK)
+    return blocks.amin(dim=1), blocks.amax(dim=1)
+
+
+def _window_blocks(window, q_pos: Tensor, k_pos: Tensor, device) -> Tensor | None:
+    """(nq, nk) bool: the blocks where some pair may lie inside ``window``, from each block's
+    smallest and largest position (positions shared by the batch; else None: no skipping)."""
+    if q_pos.dim() != 1 or k_pos.dim() != 1:
+        return None
+    q_lo, q_hi = _position_blocks(q_pos.to(device))
+    k_lo, k_hi = _position_blocks(k_pos.to(device))
+    if window.kind == "sliding":
+        return k_hi[None, :] > q_lo[:, None] - window.size
+    size = window.size
+    return (torch.div(k_lo[None, :], size, rounding_mode="floor")
+            <= torch.div(q_hi[:, None], size, rounding_mode="floor")) & \
+        (torch.div(k_hi[None, :], size, rounding_mode="floor")
+         >= torch.div(q_lo[:, None], size, rounding_mode="floor"))
 
 
 #: torch 2.13's CPU flex kernel returns wrong values (NaN, run-to-run differences) for head

@@ -122,3 +122,22 @@ def test_make_caches_rolls_windowed_layers_only():
                          windows=[Window("sliding", 5), None])
     assert isinstance(caches[0], WindowedKVCache) and caches[0].k.shape[2] == 4
     assert type(caches[1]) is KVCache and caches[1].k.shape[2] == 32
+
+
+@pytest.mark.parametrize("window", [Window("sliding", 100), Window("chunked", 128)])
+def test_flex_skips_blocks_outside_the_window_and_stays_exact(window):
+    """Past FlexAttention's block size (128) the block mask skips the blocks a window
+    cannot see, and the output still equals eager's."""
+    from posenc.attention.backends import _masked_block_mask
+    n = 300
+    pos = torch.arange(n)
+    masks = Masks(window=window, q_pos=pos, k_pos=pos)
+    block_mask = _masked_block_mask(n, n, "cpu", True, masks)
+    counts = block_mask.kv_num_blocks[0, 0].tolist()
+    assert counts == ([1, 2, 2] if window.kind == "sliding" else [1, 1, 1])
+    torch.manual_seed(0)
+    pe = build_encoding("rope", n_heads=1, head_dim=32)
+    q, k, v = (torch.randn(1, 1, n, 32) for _ in range(3))
+    eager, _ = attend(q, k, v, pe, _call(pos, pos, window, "eager"))
+    flex, _ = attend(q, k, v, pe, _call(pos, pos, window, "flex"))
+    torch.testing.assert_close(flex, eager, atol=1e-5, rtol=1e-5)

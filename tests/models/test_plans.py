@@ -259,3 +259,20 @@ def test_seq2seq_decoder_plan_checks_its_length():
     from posenc.models.seq2seq_config import Seq2SeqConfig
     with pytest.raises(UserError, match=r"n_layers=2"):
         Seq2SeqConfig(**TINY, n_decoder_layers=2, decoder_plan={"layers": ["rope"]})
+
+
+@pytest.mark.parametrize("pe", ["rope", "alibi"])
+def test_attn_sinks_without_a_plan_on_every_backend_and_cache(pe):
+    model = _lm(n_layers=2, pe=pe, attn_sinks=True)
+    assert all(block.attn.sinks is not None for block in model.blocks)
+    ids = torch.randint(0, 40, (2, 9), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        full = model(ids, backend="eager")
+        for backend in ("sdpa", "flex"):
+            torch.testing.assert_close(model(ids, backend=backend), full, atol=2e-5, rtol=1e-5)
+        caches = model.make_caches(2, 9)
+        steps = [model(ids[:, :5], caches=caches)]
+        steps += [model(ids[:, i:i + 1], caches=caches) for i in range(5, 9)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=2e-5, rtol=1e-5)
+    plain = _lm(n_layers=2, pe=pe)
+    assert not any(name.endswith("sinks") for name, _ in plain.named_parameters())
