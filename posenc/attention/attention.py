@@ -23,7 +23,9 @@ class MultiHeadAttention(nn.Module):
 
     ``window``: self-attention sees only the keys in this :class:`Window` (sliding or
     chunked); ``sinks``: a learned sink logit per head joins each query's softmax
-    denominator (a virtual key with a zero value; gpt-oss), initialised to 0.
+    denominator (a virtual key with a zero value: OpenAI 2025, gpt-oss-120b & gpt-oss-20b
+    model card; a learned form of the attention sinks of Xiao et al. 2024, ICLR), initially
+    0.
     """
 
     def __init__(self, d_model: int, n_heads: int, *, bias: bool = False,

@@ -79,10 +79,11 @@ class Window:
     """An attention window over positions, on top of the causal mask.
 
     ``sliding``: a query at position p sees keys at positions p - size < k (the last ``size``
-    tokens, itself included: Mistral, Gemma 2/3, gpt-oss; Hugging Face's
-    ``sliding_window_overlay``). ``chunked``: positions fall into chunks [c * size,
-    (c + 1) * size) and a query sees keys of its own chunk only (Llama 4's chunked local
-    attention; Hugging Face's ``chunked_overlay``).
+    tokens, itself included: Beltagy et al. 2020, Longformer, section 3.1; Jiang et al. 2023,
+    Mistral 7B, section 2; Gemma 2/3, gpt-oss; Hugging Face's ``sliding_window_overlay``).
+    ``chunked``: positions fall into chunks [c * size, (c + 1) * size) and a query sees keys
+    of its own chunk only (Meta 2025, Llama 4's chunked local attention; Hugging Face's
+    ``chunked_overlay``).
     """
 
     kind: str

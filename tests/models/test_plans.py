@@ -276,3 +276,23 @@ def test_attn_sinks_without_a_plan_on_every_backend_and_cache(pe):
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=2e-5, rtol=1e-5)
     plain = _lm(n_layers=2, pe=pe)
     assert not any(name.endswith("sinks") for name, _ in plain.named_parameters())
+
+
+def test_length_dependent_types_replay_through_windowed_caches():
+    """Two dynamic-NTK layer types (different thetas) and a window: each decoding step
+    equals a full forward over the prefix (the caches replay when either type's
+    frequencies change)."""
+    scaling = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 6}
+    plan = {"layers": {"cycle": ["w", "g"]},
+            "types": {"w": {"window": 4, "window_kind": "chunked"},
+                      "g": {"pe_options": {"theta": 500.0}}}}
+    model = _lm(n_layers=2, pe_options={"scaling": scaling}, plan=plan)
+    assert [e.length_dependent for e in model.encodings] == [True, True]
+    ids = torch.randint(0, 40, (2, 13), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        caches = model.make_caches(2, 13)
+        model(ids[:, :3], caches=caches)
+        for i in range(3, 13):
+            step = model(ids[:, i:i + 1], caches=caches)[:, -1]
+            torch.testing.assert_close(step, model(ids[:, :i + 1])[:, -1], atol=2e-5,
+                                       rtol=1e-5)
