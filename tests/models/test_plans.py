@@ -118,6 +118,29 @@ def test_llama4_plan_matches_transformers():
                for s in specs if s.window is not None)
 
 
+def test_plans_match_tiny_transformers_models_layer_by_layer():
+    """Tiny SmolLM3 and Gemma 3 text models built from their configs: which layers rotate,
+    which slide and by how much, and each layer type's rotary frequencies, as posenc's
+    models under the named plans."""
+    from transformers import Gemma3TextConfig, Gemma3TextModel, SmolLM3Config, SmolLM3Model
+    small = dict(hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                 num_key_value_heads=2, vocab_size=40, max_position_embeddings=64,
+                 pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    smol = SmolLM3Model(SmolLM3Config(num_hidden_layers=8, **small))
+    ours = _lm(n_layers=8, plan="smollm3")
+    assert [bool(layer.self_attn.use_rope) for layer in smol.layers] == \
+        [block.layer_pe.name == "rope" for block in ours.blocks]
+    gemma = Gemma3TextModel(Gemma3TextConfig(num_hidden_layers=7, sliding_window=6,
+                                             head_dim=16, **small))
+    ours = _lm(n_layers=7, plan={"name": "gemma3", "window": 6})
+    assert [layer.self_attn.sliding_window for layer in gemma.layers] == \
+        [None if block.attn.window is None else block.attn.window.size
+         for block in ours.blocks]
+    for layer, block in zip(gemma.layers, ours.blocks):
+        theirs = getattr(gemma.rotary_emb, f"{layer.self_attn.layer_type}_inv_freq")
+        torch.testing.assert_close(block.layer_pe.inv_freq, theirs)
+
+
 def test_gemma3_sliding_layer_attention_equals_transformers():
     """One Gemma 3 sliding layer's attention (its rotary at theta 10k, its sliding mask, its
     eager attention) on random q, k, v equals posenc's rope layer with the window."""
