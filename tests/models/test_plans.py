@@ -175,6 +175,51 @@ def test_gemma3_sliding_layer_attention_equals_transformers():
         torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
 
 
+def test_llama4_chunked_layer_attention_equals_transformers():
+    """One Llama 4 chunked RoPE layer's attention (its interleaved rotary at theta 500k, its
+    chunked mask with left padding, eager attention) equals posenc's rope layer under the
+    llama4 plan on the real tokens of a left-padded batch."""
+    from transformers import Llama4TextConfig
+    from transformers.masking_utils import chunked_causal_mask_function
+    from transformers.models.llama4.modeling_llama4 import (Llama4TextRotaryEmbedding,
+                                                            apply_rotary_emb)
+    from posenc.attention import AttentionCall, Masks, attend
+    from posenc.models.positions import positions_from_mask
+    n, chunk, heads, dim, theta = 11, 4, 2, 16, 500_000.0
+    hf = Llama4TextConfig(num_hidden_layers=4, attention_chunk_size=chunk, head_dim=dim,
+                          hidden_size=heads * dim, num_attention_heads=heads,
+                          num_key_value_heads=heads, rope_parameters={
+                              "rope_type": "default", "rope_theta": theta})
+    pads = torch.tensor([0, 3])
+    valid = torch.arange(n)[None, :] >= pads[:, None]
+    pos = positions_from_mask(valid, torch.zeros(2, dtype=torch.long))        # (B, n)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, heads, n, dim) for _ in range(3))
+    freqs = Llama4TextRotaryEmbedding(hf)(v, pos)
+    q_rot, k_rot = (t.transpose(1, 2) for t in apply_rotary_emb(
+        q.transpose(1, 2), k.transpose(1, 2), freqs))
+    idx = torch.arange(n)
+    visible = chunked_causal_mask_function(chunk, pads)(
+        torch.arange(2)[:, None, None, None], 0, idx[None, None, :, None],
+        idx[None, None, None, :]) & valid[:, None, None, :]
+    logits = q_rot @ k_rot.transpose(-1, -2) * dim ** -0.5
+    theirs = logits.masked_fill(~visible, float("-inf")).softmax(-1) @ v
+
+    model = _lm(n_layers=4, d_model=heads * dim, plan={"name": "llama4", "chunk": chunk},
+                pe_options={"layout": "interleaved", "theta": theta})
+    assert [block.layer_pe.name for block in model.blocks] == \
+        ["rope" if use else "nope" for use in hf.no_rope_layers]
+    layer = model.blocks[0]
+    masks = Masks(key_valid=valid, window=layer.attn.window, q_pos=pos, k_pos=pos)
+    for backend in ("eager", "sdpa", "flex"):
+        call = AttentionCall.for_positions(pos, pos, causal=True, backend=backend, masks=masks)
+        q2, k2 = layer.layer_pe.transform_qk(q, k, call.at)
+        ours, _ = attend(q2, k2, v, layer.layer_pe, call)
+        for row, pad in enumerate(pads.tolist()):
+            torch.testing.assert_close(ours[row, :, pad:], theirs[row, :, pad:], atol=1e-5,
+                                       rtol=1e-5)
+
+
 # ----------------------------------------------------- exact caches and real batches
 
 PLANS_WITH_WINDOWS = [
