@@ -20,6 +20,7 @@ config's ``attn_sinks``).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +50,7 @@ class LayerSpec:
 
 def gemma3(n_layers: int, max_len: int, *, window: int | None = None, every: int = 6,
            local_theta: float = 10_000.0, global_theta: float = 1_000_000.0) -> dict:
-    """Gemma 3 (Gemma Team 2025, "Gemma 3 Technical Report", section 2.1): five local
+    """Gemma 3 (Gemma Team 2025, "Gemma 3 Technical Report", section 2): five local
     sliding-window layers (RoPE theta 10k) to one global layer (theta 1M); layer i is global
     when (i + 1) % ``every`` == 0, as transformers' ``Gemma3TextConfig.layer_types``.
     ``window`` defaults to max_len // 4 (Gemma 3: 1024 of 32k tokens)."""
@@ -89,6 +90,20 @@ NAMED_PLANS: dict[str, Callable[..., dict]] = {
     "gemma3": gemma3, "smollm3": smollm3, "llama4": llama4}
 _NAMED_OPTIONS = {"gemma3": ("window", "every", "local_theta", "global_theta"),
                   "smollm3": ("every",), "llama4": ("chunk", "every", "nope_options")}
+_SUMMARIES = {"gemma3": "five sliding-window RoPE layers (theta 10k) to one global (theta 1M)",
+              "smollm3": "RoPE layers with a NoPE layer every fourth",
+              "llama4": "chunked-attention RoPE layers with a full NoPE layer every fourth"}
+
+
+def describe_plans() -> list[dict[str, Any]]:
+    """One row per named plan (for ``posenc list``): its name, a one-line summary and its
+    options with their defaults (None: derived from max_len, see the plan's function)."""
+    rows = []
+    for name, build in NAMED_PLANS.items():
+        params = inspect.signature(build).parameters
+        rows.append({"name": name, "summary": _SUMMARIES[name],
+                     "options": {key: params[key].default for key in _NAMED_OPTIONS[name]}})
+    return rows
 
 
 def expand_plan(plan: Any, n_layers: int, max_len: int) -> dict:

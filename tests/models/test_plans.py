@@ -226,3 +226,12 @@ def test_length_dependent_types_replay_through_windowed_caches():
             step = model(ids[:, i:i + 1], caches=caches)[:, -1]
             torch.testing.assert_close(step, model(ids[:, :i + 1])[:, -1], atol=2e-5,
                                        rtol=1e-5)
+
+
+def test_describe_plans_lists_every_named_plan_with_its_options():
+    from posenc.models.plans import NAMED_PLANS, describe_plans
+    rows = describe_plans()
+    assert [row["name"] for row in rows] == list(NAMED_PLANS)
+    assert rows[0]["options"] == {"window": None, "every": 6, "local_theta": 10_000.0,
+                                  "global_theta": 1_000_000.0}
+    assert all(row["summary"] and "\n" not in row["summary"] for row in rows)
