@@ -48,8 +48,12 @@ class Seq2SeqTransformer(nn.Module):
         encoder_options = with_model_facts(c.encoder_pe, c.encoder_options(), **encoder_facts)
         decoder_options = with_model_facts(c.decoder_pe_name, c.decoder_options(),
                                            **decoder_facts)
-        self.encoder_pe = self._encoding(c.encoder_pe, encoder_options)
-        self.decoder_specs = c.decoder_specs()
+        self.encoder_specs, self.decoder_specs = c.encoder_specs(), c.decoder_specs()
+        encoder_pes = None if c.encoder_plan is None else plan_encodings(
+            self.encoder_specs, lambda name, options: self._encoding(
+                name, with_model_facts(name, options, **encoder_facts)))
+        self.encoder_pe = (self._encoding(c.encoder_pe, encoder_options)
+                           if encoder_pes is None else encoder_pes[0])
         if c.decoder_plan is None:
             self.decoder_pe = self._encoding(c.decoder_pe_name, decoder_options)
             layer_pes = None
@@ -59,11 +63,12 @@ class Seq2SeqTransformer(nn.Module):
             self.decoder_pe = layer_pes[0]         # the input's encoding (plans: none adds)
         self.decoder_encodings = [self.decoder_pe] if layer_pes is None else distinct(layer_pes)
         self.cross_pe = self._encoding("nope", {})
-        self.encoder = self._stack(c.n_encoder_layers, self.encoder_pe, c.encoder_pe,
-                                   encoder_options, cross=False)
+        self.encoder = (self._stack(c.n_encoder_layers, self.encoder_pe, c.encoder_pe,
+                                    encoder_options, cross=False) if encoder_pes is None
+                        else self._planned_stack(encoder_pes, self.encoder_specs, cross=False))
         self.decoder = (self._stack(c.n_decoder_layers, self.decoder_pe, c.decoder_pe_name,
                                     decoder_options, cross=True) if layer_pes is None
-                        else self._planned_stack(layer_pes))
+                        else self._planned_stack(layer_pes, self.decoder_specs, cross=True))
         def final_norm() -> nn.Module:                      # pre-norm stacks end with one
             return (make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_placement == "pre"
                     else nn.Identity())
@@ -95,16 +100,17 @@ class Seq2SeqTransformer(nn.Module):
                   if shared.per_layer else None)
             for i in range(n_layers))
 
-    def _planned_stack(self, layer_pes: list[PositionalEncoding]) -> nn.ModuleList:
-        """The decoder's blocks under ``decoder_plan``: each with its layer's encoding,
-        window and sinks."""
+    def _planned_stack(self, layer_pes: list[PositionalEncoding], specs, *, cross: bool
+                       ) -> nn.ModuleList:
+        """The blocks of a stack under its plan: each with its layer's encoding, window and
+        sinks."""
         c = self.config
         return nn.ModuleList(
             Block(c.d_model, c.n_heads, c.d_ff or 4 * c.d_model, activation=c.activation,
                   norm=c.norm, norm_placement=c.norm_placement, dropout=c.dropout,
-                  bias=c.bias, cross=True, norm_eps=c.norm_eps, pe=pe, window=spec.window,
+                  bias=c.bias, cross=cross, norm_eps=c.norm_eps, pe=pe, window=spec.window,
                   sinks=spec.sinks)
-            for pe, spec in zip(layer_pes, self.decoder_specs))
+            for pe, spec in zip(layer_pes, specs))
 
     def make_caches(self, batch: int, target_len: int, source_len: int
                     ) -> tuple[list[KVCache], list[KVCache]]:

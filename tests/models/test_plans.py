@@ -235,3 +235,28 @@ def test_describe_plans_lists_every_named_plan_with_its_options():
     assert rows[0]["options"] == {"window": None, "every": 6, "local_theta": 10_000.0,
                                   "global_theta": 1_000_000.0}
     assert all(row["summary"] and "\n" not in row["summary"] for row in rows)
+
+
+def test_seq2seq_encoder_plan_builds_per_type_encodings_and_refuses_windows():
+    from posenc.models.seq2seq import Seq2SeqTransformer
+    from posenc.models.seq2seq_config import Seq2SeqConfig
+    config = Seq2SeqConfig(**TINY, n_encoder_layers=3, n_decoder_layers=1, encoder_pe="t5",
+                           encoder_plan={"layers": {"cycle": ["t5", "t5", "nope"]},
+                                         "types": {"nope": {"pe": "nope", "sinks": True}}})
+    assert Seq2SeqConfig.from_dict(config.to_dict()) == config
+    specs = config.encoder_specs()
+    assert specs[0].pe_options.get("bidirectional") is True and specs[2].pe == "nope"
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(config).eval()
+    assert model.encoder[0].layer_pe is model.encoder[1].layer_pe is model.encoder_pe
+    assert model.encoder[2].layer_pe.name == "nope" and model.encoder[2].attn.sinks is not None
+    src = torch.randint(1, 40, (1, 5), generator=torch.Generator().manual_seed(8))
+    padded = torch.cat([src, torch.zeros(1, 2, dtype=torch.long)], dim=1)
+    mask = torch.tensor([[1] * 5 + [0] * 2])
+    with torch.no_grad():
+        torch.testing.assert_close(model.encode(padded, mask)[:, :5], model.encode(src),
+                                   atol=2e-5, rtol=1e-5)
+    with pytest.raises(UserError, match="encoder_plan: layer type 'rope' has a window"):
+        Seq2SeqConfig(**TINY, n_encoder_layers=2,
+                      encoder_plan={"layers": ["rope", "rope"],
+                                    "types": {"rope": {"window": 4}}})
