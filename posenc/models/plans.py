@@ -16,6 +16,12 @@ config's options when the type keeps the config's encoding, else the type's own)
 ``window`` (tokens, 1..max_len) with ``window_kind`` "sliding" (default) or "chunked"
 (:class:`~posenc.attention.masks.Window`), and ``sinks`` (learned sink logits; default: the
 config's ``attn_sinks``).
+
+Windows count positions: those a model builds count each sequence's real tokens (restarting
+per packed document), so a row's window is the same alone, padded or packed. A windowed
+layer's KV cache keeps only the last size - 1 tokens, which is exact while positions grow by
+at least one per real token (always, for the positions a model builds); positions given by
+a caller that repeat (several tokens at one position) need a plan without windows.
 """
 
 from __future__ import annotations
