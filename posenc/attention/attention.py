@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from ..errors import UserError
@@ -11,7 +12,7 @@ from ..encodings.context import HookContext
 from .backends import attend, route
 from .cache import KVCache
 from .context import AttentionCall, AttentionContext
-from .masks import Masks
+from .masks import Masks, Window
 
 
 class MultiHeadAttention(nn.Module):
@@ -20,12 +21,23 @@ class MultiHeadAttention(nn.Module):
     q, k, v projections -> ``transform_qk`` -> (cache) -> scores + bias, scaled -> softmax ->
     values (+ value term) -> output projection. Self-attention hands an encoding that reads
     its input the ``token_terms`` of every key (``HookContext.key_terms``), cached with them.
+
+    ``window``: self-attention sees only the keys in this :class:`Window` (sliding or
+    chunked); ``sinks``: a learned sink logit per head joins each query's softmax
+    denominator (a virtual key with a zero value: OpenAI 2025, gpt-oss-120b & gpt-oss-20b
+    model card; a learned form of the attention sinks of Xiao et al. 2024, ICLR), initially
+    0.
     """
 
     def __init__(self, d_model: int, n_heads: int, *, bias: bool = False,
-                 dropout: float = 0.0, cross: bool = False) -> None:
+                 dropout: float = 0.0, cross: bool = False, window: Window | None = None,
+                 sinks: bool = False) -> None:
         super().__init__()
         require_divides(n_heads, d_model)
+        if window is not None and cross:
+            raise UserError("an attention window applies to self-attention only")
+        self.window = window
+        self.sinks = nn.Parameter(torch.zeros(n_heads)) if sinks else None
         self.n_heads, self.head_dim = n_heads, d_model // n_heads
         self.cross = cross
         if cross:
@@ -82,11 +94,12 @@ class MultiHeadAttention(nn.Module):
             k_pos, memory_valid = ctx.memory_pos, ctx.memory_valid
             if cache is not None:
                 k, v, k_pos = cache.append(k, v, k_pos, memory_valid)
-        request = AttentionCall(HookContext(ctx.pos, k_pos), ctx.backend, False, dropout)
+        request = AttentionCall(HookContext(ctx.pos, k_pos), ctx.backend, False, dropout,
+                                sinks=self.sinks)
         implementation = route(pe, q, k, v, request)
         at = HookContext(ctx.pos, k_pos, False, ctx.consecutive, implementation)
         masks = Masks(key_valid=memory_valid, self_attention=False)
-        return q, k, v, AttentionCall(at, ctx.backend, False, dropout, masks)
+        return q, k, v, AttentionCall(at, ctx.backend, False, dropout, masks, self.sinks)
 
     def _self(self, x: Tensor, ctx: AttentionContext, pe: PositionalEncoding,
               cache: KVCache | None, dropout: float
@@ -96,9 +109,10 @@ class MultiHeadAttention(nn.Module):
         strided views instead of gathers."""
         t, pos = x.shape[1], ctx.pos
         q, k, v = (self.heads(z) for z in self.qkv_proj(x).chunk(3, dim=-1))
-        request = AttentionCall(HookContext(pos, pos), ctx.backend, ctx.need_weights, dropout)
+        request = AttentionCall(HookContext(pos, pos), ctx.backend, ctx.need_weights, dropout,
+                                sinks=self.sinks)
         implementation = route(pe, q, k, v, request,
-                               k_len=t + (cache.length if cache else 0))
+                               k_len=cache.keys_after(t) if cache else t)
         consecutive = ctx.consecutive if cache is None else \
             cache.note_consecutive(ctx.consecutive)
 
@@ -123,6 +137,12 @@ class MultiHeadAttention(nn.Module):
                 key_terms = cache.append_terms(key_terms)
         if ctx.causal and k.shape[2] < t:
             raise UserError(f"causal attention with {t} queries over {k.shape[2]} keys")
-        masks = Masks(key_valid=key_valid, documents=ctx.documents)
+        q_win = k_win = None                     # the positions a window counts
+        if self.window is not None:
+            q_win = ctx.pos if ctx.window_pos is None else ctx.window_pos
+            k_win = k_pos if cache is not None else q_win
+        masks = Masks(key_valid=key_valid, documents=ctx.documents, window=self.window,
+                      q_pos=q_win, k_pos=k_win)
         at = keys_at(k_pos).with_key_terms(key_terms)
-        return q, k, v, AttentionCall(at, ctx.backend, ctx.need_weights, dropout, masks)
+        return q, k, v, AttentionCall(at, ctx.backend, ctx.need_weights, dropout, masks,
+                                      self.sinks)

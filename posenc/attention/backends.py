@@ -9,8 +9,14 @@
 - ``eager``: explicit softmax; supports every hook (value terms) and returns the weights.
 
 Masks come from the two lengths (causal: queries are the last Lq keys) and from the padding
-and document masks a caller gives (masks.py), never from positions, so caches, offsets,
-padded and packed rows need no special cases and nothing is read back from a tensor.
+and document masks a caller gives (masks.py), never from positions (an attention window
+alone counts positions, see masks.py), so caches, offsets, padded and packed rows need no
+special cases and nothing is read back from a tensor.
+
+Learned sink logits (``call.sinks``, one per head: gpt-oss; x-transformers' head-learned
+sink) join each query's softmax denominator as a virtual key with a zero value: sdpa and flex
+append a zero key and value whose logit is the sink (a bias column; a score_mod), eager
+appends a logits column.
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ def route(pe: PositionalEncoding, q: Tensor, k: Tensor, v: Tensor,
     facts = RoutingFacts(requested=requested, device_type=q.device.type, dtype=q.dtype,
                          grad=grad, q_len=q.shape[2], k_len=k.shape[2] if k_len is None else k_len,
                          need_weights=need_weights, dropout=dropout,
-                         compiling=torch.compiler.is_compiling())
+                         compiling=torch.compiler.is_compiling(),
+                         sinks=call is not None and call.sinks is not None)
     try:
         return choose_backend(pe.backends(), pe.has_bias, facts)
     except ValueError as err:
@@ -71,6 +78,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, pe: PositionalEncoding, call: Attent
         q = q * q_scale.to(q.dtype)[..., None, :, None]           # (B, H, Lq, D)
     if name == "sdpa":
         bias = pe.score_bias(q, k, at)
+        if call.sinks is not None:
+            return _sdpa_sinks(q, k, v, bias, pe.sm_scale(), call), None
         return _sdpa(q, k, v, bias, pe.sm_scale(), call), None
     if name == "fused":
         return _fused(q, k, v, pe, call), None
@@ -104,6 +113,30 @@ def _sdpa(q, k, v, bias, scale, call):
     if masked:
         bias = bias.masked_fill(~causal_visible(lq, lk, q.device), float("-inf"))
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout,
+                                          scale=scale)
+
+
+def _sdpa_sinks(q, k, v, bias, scale, call):
+    """SDPA with sink logits: a zero key and value appended to k, v (B, H, Lk, D), whose
+    logit is the bias column sinks (H,) (q.0 = 0), so each row's denominator gains
+    exp(sink) and its output nothing."""
+    b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    masks = call.active_masks()
+    if masks is not None:
+        visible = masks.visibility(lq, lk, q.device, call.causal)       # (B|1, 1, Lq, Lk)
+    elif call.causal and lq > 1:
+        visible = causal_visible(lq, lk, q.device)[None, None]
+    else:
+        visible = None
+    mask = q.new_zeros(1, 1, lq, lk) if bias is None else bias.to(q.dtype)
+    if visible is not None:
+        mask = torch.where(visible, mask, float("-inf"))
+    rows = mask.shape[0]
+    sink = call.sinks.to(q.dtype).view(1, h, 1, 1).expand(rows, h, lq, 1)
+    mask = torch.cat([mask.expand(rows, h, lq, lk), sink], dim=-1)     # (B|1, H, Lq, Lk + 1)
+    k = torch.cat([k, k.new_zeros(b, h, 1, k.shape[-1])], dim=2)
+    v = torch.cat([v, v.new_zeros(b, h, 1, v.shape[-1])], dim=2)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=call.dropout,
                                           scale=scale)
 
 
@@ -162,11 +195,13 @@ def _ordered(blocks: Tensor) -> tuple[Tensor, Tensor]:
     return count[None, None].contiguous(), order[None, None].contiguous()   # (1, 1, nq[, nk])
 
 
-def _block_mask(lq: int, lk: int, device, causal: bool, mask_mod, partial_only: bool):
+def _block_mask(lq: int, lk: int, device, causal: bool, mask_mod, partial_only: bool,
+                allowed: Tensor | None = None):
     """A BlockMask from block index ranges, without the (Lq, Lk) mask ``create_block_mask``
     would evaluate. Causal (query i sees keys up to i + Lk - Lq): a block is skipped where no
     key is visible, full where every key is (mask_mod skipped), partial otherwise; with
-    ``partial_only`` (padding or documents hide more) no block is full."""
+    ``partial_only`` (padding, documents or a window hide more) no block is full. ``allowed``
+    (nq, nk) bool: blocks that may hold a visible pair (a window's), the others skipped."""
     from torch.nn.attention.flex_attention import BlockMask
     offset = lk - lq
     n_q, n_k = -(-lq // _FLEX_BLOCK), -(-lk // _FLEX_BLOCK)
@@ -181,6 +216,8 @@ def _block_mask(lq: int, lk: int, device, causal: bool, mask_mod, partial_only: 
         every = q_complete[:, None] & k_complete[None, :]
     if partial_only:
         every = torch.zeros_like(every)
+    if allowed is not None:
+        some = some & allowed
     partial_count, partial_index = _ordered(some & ~every)
     full_count, full_index = _ordered(every)
     return BlockMask.from_kv_blocks(partial_count, partial_index, full_count, full_index,
@@ -203,9 +240,14 @@ def _masked_block_mask(lq: int, lk: int, device, causal: bool, masks: Masks):
     the per-sequence masks read inside the mask_mod."""
     offset = lk - lq
     key_valid, documents, own = masks.key_valid, masks.documents, masks.self_attention
+    window, q_pos, k_pos = masks.window, masks.q_pos, masks.k_pos
 
     def visible(b, h, q_idx, kv_idx):
         ok = kv_idx <= q_idx + offset if causal else kv_idx >= 0
+        if window is not None:
+            qp = q_pos[b, q_idx] if q_pos.dim() == 2 else q_pos[q_idx]
+            kp = k_pos[b, kv_idx] if k_pos.dim() == 2 else k_pos[kv_idx]
+            ok = ok & window.pair_visible(qp, kp)
         if key_valid is not None:
             keep = key_valid[b, kv_idx]
             if own:                      # a padding query sees its own key only
@@ -215,7 +257,33 @@ def _masked_block_mask(lq: int, lk: int, device, causal: bool, masks: Masks):
             ok = ok & (documents[b, q_idx + offset] == documents[b, kv_idx])
         return ok
 
-    return _block_mask(lq, lk, device, causal, visible, partial_only=True)
+    allowed = None if window is None else _window_blocks(window, q_pos, k_pos, device)
+    return _block_mask(lq, lk, device, causal, visible, partial_only=True, allowed=allowed)
+
+
+def _position_blocks(pos: Tensor) -> tuple[Tensor, Tensor]:
+    """Positions (L,) -> the smallest and largest of each block of ``_FLEX_BLOCK``."""
+    n = pos.shape[0]
+    n_blocks = -(-n // _FLEX_BLOCK)
+    padded = torch.cat([pos, pos[-1:].expand(n_blocks * _FLEX_BLOCK - n)])
+    blocks = padded.view(n_blocks, _FLEX_BLOCK)
+    return blocks.amin(dim=1), blocks.amax(dim=1)
+
+
+def _window_blocks(window, q_pos: Tensor, k_pos: Tensor, device) -> Tensor | None:
+    """(nq, nk) bool: the blocks where some pair may lie inside ``window``, from each block's
+    smallest and largest position (positions shared by the batch; else None: no skipping)."""
+    if q_pos.dim() != 1 or k_pos.dim() != 1:
+        return None
+    q_lo, q_hi = _position_blocks(q_pos.to(device))
+    k_lo, k_hi = _position_blocks(k_pos.to(device))
+    if window.kind == "sliding":
+        return k_hi[None, :] > q_lo[:, None] - window.size
+    size = window.size
+    return (torch.div(k_lo[None, :], size, rounding_mode="floor")
+            <= torch.div(q_hi[:, None], size, rounding_mode="floor")) & \
+        (torch.div(k_hi[None, :], size, rounding_mode="floor")
+         >= torch.div(q_lo[:, None], size, rounding_mode="floor"))
 
 
 #: torch 2.13's CPU flex kernel returns wrong values (NaN, run-to-run differences) for head
@@ -232,6 +300,9 @@ def _flex(q, k, v, pe, call):
         block_mask = _masked_block_mask(lq, lk, q.device, causal, masks)
     else:
         block_mask = _causal_block_mask(lq, lk, q.device) if causal else None
+    if call.sinks is not None:
+        k, v, score_mod, block_mask = _flex_sink_key(q, k, v, call.sinks, score_mod,
+                                                     block_mask)
     d_v = v.shape[-1]
     if q.device.type == "cpu":
         q, k, v = (F.pad(t, (0, _FLEX_CPU_MIN_HEAD_DIM - t.shape[-1]))
@@ -239,6 +310,31 @@ def _flex(q, k, v, pe, call):
     out = _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask,
                            scale=pe.sm_scale())
     return out[..., :d_v]                                          # (B, H, Lq, Dv)
+
+
+def _flex_sink_key(q, k, v, sinks, score_mod, block_mask):
+    """k, v (B, H, Lk, D) with a zero key and value appended at index Lk, a score_mod whose
+    logit there is sinks[h], and a BlockMask that shows it to every query (the others as
+    before). The inner score_mod and mask_mod read key indices clamped to the real keys.
+    (torch 2.13's CPU flex kernel returns no log-sum-exp to rescale by instead.)"""
+    b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    k = torch.cat([k, k.new_zeros(b, h, 1, k.shape[-1])], dim=2)
+    v = torch.cat([v, v.new_zeros(b, h, 1, v.shape[-1])], dim=2)
+    inner_score = score_mod
+    inner_mask = None if block_mask is None else block_mask.mask_mod
+
+    def with_sink(score, b, h, q_idx, kv_idx):
+        real = torch.clamp(kv_idx, max=lk - 1)
+        inner = score if inner_score is None else inner_score(score, b, h, q_idx, real)
+        return torch.where(kv_idx == lk, sinks[h].to(score.dtype), inner)
+
+    def visible(b, h, q_idx, kv_idx):
+        real = torch.clamp(kv_idx, max=lk - 1)
+        seen = real >= 0 if inner_mask is None else inner_mask(b, h, q_idx, real)
+        return seen | (kv_idx == lk)
+
+    return k, v, with_sink, _block_mask(lq, lk + 1, q.device, False, visible,
+                                        partial_only=True)
 
 
 def _eager(q, k, v, pe, call):
@@ -263,7 +359,12 @@ def _eager(q, k, v, pe, call):
         logits = torch.baddbmm(addend, q3, k3t, alpha=pe.sm_scale())
     else:
         logits = torch.bmm(q3, k3t).float().mul_(pe.sm_scale()).add_(addend)
-    weights = logits.softmax(dim=-1).to(q.dtype).view(b, h, lq, lk)  # (B, H, Lq, Lk)
+    if call.sinks is None:
+        weights = logits.softmax(dim=-1)
+    else:                                   # the sink column joins the softmax, then goes
+        sink = call.sinks.float().view(1, h, 1, 1).expand(b, h, lq, 1).reshape(b * h, lq, 1)
+        weights = torch.cat([logits, sink], dim=-1).softmax(dim=-1)[..., :-1]
+    weights = weights.to(q.dtype).view(b, h, lq, lk)               # (B, H, Lq, Lk)
     dropped = F.dropout(weights, dropout) if dropout > 0 else weights
     out = dropped @ v                                              # (B, H, Lq, D)
     extra = pe.value_term(dropped, at)

@@ -1,4 +1,5 @@
-"""A preallocated key/value cache for one attention layer, with the positions it holds."""
+"""A preallocated key/value cache for one attention layer, with the positions it holds, and a
+rolling one for a layer with an attention window (it keeps only what the window can see)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from torch import Tensor
 
 from ..errors import UserError
 from ..encodings.base import PositionalEncoding
+from .masks import Window
 
 
 class KVCache:
@@ -103,14 +105,93 @@ class KVCache:
         """Which cached keys are real (B, L) bool, or None if no append had padding."""
         return self.key_valid[:, :self.length] if self.padded else None
 
+    def keys_after(self, t: int) -> int:
+        """How many keys attention sees once ``t`` more tokens are appended."""
+        return self.length + t
+
+
+class WindowedKVCache(KVCache):
+    """A rolling KV cache for a layer with an attention :class:`~posenc.attention.masks.Window`:
+    it holds the last ``window.keep`` tokens (B, H, keep, D) only, all a query of that layer
+    can see besides the new tokens (sliding: the last size - 1; chunked: at most the size - 1
+    earlier tokens of the query's chunk).
+
+    Exact when positions grow by at least one per real token (the positions a model builds):
+    a dropped key is then outside every later query's window. ``length`` still counts every
+    token appended (the model continues positions from it) and ``capacity`` bounds it, as in
+    :class:`KVCache`; :meth:`append` returns the held tokens and the new ones, oldest first,
+    and :meth:`positions` / :meth:`valid` describe what it returned last.
+    """
+
+    def __init__(self, batch: int, n_heads: int, head_dim: int, capacity: int,
+                 window: Window, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str = "cpu") -> None:
+        super().__init__(batch, n_heads, head_dim, max(1, min(window.keep, capacity)), dtype,
+                         device)
+        self.capacity = capacity
+        self.window = window
+        self.keep = min(window.keep, capacity)
+        self.held = 0
+        self._seen_pos = self.pos[:, :0]
+        self._seen_valid = self.key_valid[:, :0]
+
+    def reset(self) -> None:
+        super().reset()
+        self.held = 0
+
+    def append(self, k: Tensor, v: Tensor, pos: Tensor, key_valid: Tensor | None = None
+               ) -> tuple[Tensor, Tensor, Tensor]:
+        """Attend over the held tokens and k, v (B, H, T, D) at pos (T,) or (B, T); keep the
+        last ``keep`` of them. Returns (k, v, pos) of the held and new tokens."""
+        t, b = k.shape[2], k.shape[0]
+        if self.length + t > self.capacity:
+            raise UserError(f"sequence length {self.length + t} exceeds the KV cache size "
+                             f"{self.capacity}; valid lengths are 1..{self.capacity}")
+        held = self.held
+        valid = torch.ones(b, t, dtype=torch.bool, device=k.device) if key_valid is None \
+            else key_valid
+        all_k = torch.cat([self.k[:, :, :held], k], dim=2)         # (B, H, held + T, D)
+        all_v = torch.cat([self.v[:, :, :held], v], dim=2)
+        all_pos = torch.cat([self.pos[:, :held], pos.expand(b, t)], dim=1)
+        all_valid = torch.cat([self.key_valid[:, :held], valid], dim=1)
+        kept = min(self.keep, held + t)
+        if kept:
+            self.k[:, :, :kept] = all_k[:, :, -kept:]
+            self.v[:, :, :kept] = all_v[:, :, -kept:]
+            self.pos[:, :kept] = all_pos[:, -kept:]
+            self.key_valid[:, :kept] = all_valid[:, -kept:]
+        self.held = kept
+        self.per_sample = self.per_sample or pos.dim() == 2
+        self.padded = self.padded or key_valid is not None
+        self.length += t
+        self._seen_pos, self._seen_valid = all_pos, all_valid
+        return all_k, all_v, self.positions()
+
+    def positions(self) -> Tensor:
+        """Positions of the tokens the last append returned: (L,) or (B, L)."""
+        return self._seen_pos if self.per_sample else self._seen_pos[0]
+
+    def valid(self) -> Tensor | None:
+        """Which tokens the last append returned are real (B, L), or None (no padding)."""
+        return self._seen_valid if self.padded else None
+
+    def keys_after(self, t: int) -> int:
+        return self.held + t
+
 
 def make_caches(n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int,
-                dtype: torch.dtype, device: torch.device | str) -> list[KVCache]:
-    """One cache per layer."""
-    return [KVCache(batch, n_heads, head_dim, capacity, dtype, device) for _ in range(n_layers)]
+                dtype: torch.dtype, device: torch.device | str,
+                windows: list[Window | None] | None = None) -> list[KVCache]:
+    """One cache per layer: a rolling :class:`WindowedKVCache` for a layer whose
+    ``windows`` entry is a window, else a :class:`KVCache`."""
+    windows = [None] * n_layers if windows is None else windows
+    return [KVCache(batch, n_heads, head_dim, capacity, dtype, device) if w is None else
+            WindowedKVCache(batch, n_heads, head_dim, capacity, w, dtype, device)
+            for w in windows]
 
 
-def replay_if_stale(pe: PositionalEncoding, ids: Tensor, pos: Tensor, caches: list[KVCache],
+def replay_if_stale(pe: PositionalEncoding | list[PositionalEncoding], ids: Tensor, pos: Tensor,
+                    caches: list[KVCache],
                     key_valid: Tensor | None = None, seq_len: int | None = None
                     ) -> tuple[Tensor, Tensor, Tensor | None]:
     """The tokens a model runs through its caches: ids (B, T), pos (T,) or (B, T) and their
@@ -123,15 +204,20 @@ def replay_if_stale(pe: PositionalEncoding, ids: Tensor, pos: Tensor, caches: li
     original length, dynamic NTK then recomputes at every step). The model returns only the
     last T positions' outputs. ``seq_len``: 1 + the largest position if the caller knows it
     (positions it built), else it is read from ``pos`` (the largest of the batch: one set of
-    frequencies serves every sequence).
+    frequencies serves every sequence). ``pe`` may be a list (the encodings of a model's
+    layer plan): the history is then recomputed when any of their signatures changes.
     """
-    if not pe.length_dependent:
+    encodings = [e for e in (pe if isinstance(pe, (list, tuple)) else [pe])
+                 if e.length_dependent]
+    if not encodings:
         return ids, pos, key_valid
     for cache in caches:
         cache.replays = True
-    signature = pe.length_signature(int(pos.max()) + 1 if seq_len is None else seq_len)
-    if signature is None:
+    n = int(pos.max()) + 1 if seq_len is None else seq_len
+    signatures = [e.length_signature(n) for e in encodings]
+    if all(sig is None for sig in signatures):
         return ids, pos, key_valid
+    signature = signatures[0] if len(signatures) == 1 else tuple(signatures)
     first, book = caches[0], caches[0].replay
     if not first.length:
         book.update(signature=signature, ids=ids, pos=pos, valid=key_valid)

@@ -52,6 +52,9 @@ class AttentionContext:
         axes: positions along each axis (A, T) or (A, B, T) for an encoding with
             ``position_axes`` A > 1 (the hooks get them when the keys are these tokens), or
             None; ``pos`` then stays the positions masks and caches count.
+        window_pos: the positions attention windows count ((T,) or (B, T)) when ``pos`` is
+            not them (a model may hand translation-invariant encodings the run 0..T-1 in
+            place of each row's positions), else None: windows count ``pos``.
     """
 
     pos: Tensor
@@ -65,12 +68,15 @@ class AttentionContext:
     memory_pos: Tensor | None = None
     memory_valid: Tensor | None = None
     axes: Tensor | None = None
+    window_pos: Tensor | None = None
 
     def __post_init__(self) -> None:
         check_positions("positions", self.pos, None)
         if self.axes is not None:
             check_axis_positions("axes", self.axes, len(self.axes), self.pos.shape[-1],
                                  self.pos.shape[0] if self.pos.dim() == 2 else None)
+        if self.window_pos is not None:
+            check_positions("window_pos", self.window_pos, self.pos.shape[-1])
         for name in ("causal", "consecutive", "need_weights"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"{name} must be True or False, got {getattr(self, name)!r}")
@@ -109,7 +115,9 @@ class AttentionCall:
         backend: the requested backend, routed when ``at.backend`` is None.
         need_weights: return the weights (B, H, Lq, Lk) (eager).
         dropout: attention dropout probability of this call.
-        masks: padding and document masks, or None.
+        masks: padding, document and window masks, or None.
+        sinks: (H,) learned sink logits (a virtual key with a zero value that joins every
+            query's softmax denominator, as gpt-oss), or None.
     """
 
     at: HookContext
@@ -117,6 +125,7 @@ class AttentionCall:
     need_weights: bool = False
     dropout: float = 0.0
     masks: Masks | None = None
+    sinks: Tensor | None = None
 
     @classmethod
     def for_positions(cls, q_pos: Tensor, k_pos: Tensor, *, causal: bool = False,
@@ -137,4 +146,4 @@ class AttentionCall:
     def routed(self, implementation: str) -> AttentionCall:
         """The same call, with ``implementation`` told to the hooks."""
         return AttentionCall(self.at.with_backend(implementation), self.backend,
-                             self.need_weights, self.dropout, self.masks)
+                             self.need_weights, self.dropout, self.masks, self.sinks)

@@ -1,9 +1,15 @@
-"""Causal visibility from shapes alone.
+"""Causal visibility from shapes alone, and attention windows.
 
 Queries are the last Lq of the Lk keys (a KV cache holds the earlier ones), so under a causal
 mask query i sees keys 0 .. i + Lk - Lq. Masks are built from the two lengths, host values,
 never from position values: positions are only what the encodings read, and may restart (packed
 documents) or skip (padding) without changing who sees whom.
+
+The one exception is an attention :class:`Window` (sliding or chunked), which counts
+positions: a model's positions count each sequence's real tokens (restarting per packed
+document), so a window is the same for a row alone and in a padded or packed batch, and chunk
+boundaries follow each sequence's own start (as Hugging Face's chunked mask does with its
+left-padding offset).
 """
 
 from __future__ import annotations
@@ -65,25 +71,86 @@ def additive(visible: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
         ~visible, float("-inf"))
 
 
+WINDOW_KINDS = ("sliding", "chunked")
+
+
+@dataclass(frozen=True)
+class Window:
+    """An attention window over positions, on top of the causal mask.
+
+    ``sliding``: a query at position p sees keys at positions p - size < k (the last ``size``
+    tokens, itself included: Beltagy et al. 2020, Longformer, section 3.1; Jiang et al. 2023,
+    Mistral 7B, section 2; Gemma 2/3, gpt-oss; Hugging Face's ``sliding_window_overlay``).
+    ``chunked``: positions fall into chunks [c * size, (c + 1) * size) and a query sees keys
+    of its own chunk only (Meta 2025, Llama 4's chunked local attention; Hugging Face's
+    ``chunked_overlay``).
+    """
+
+    kind: str
+    size: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in WINDOW_KINDS:
+            raise UserError(f"window_kind must be one of {', '.join(WINDOW_KINDS)}, got "
+                            f"{self.kind!r}")
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1:
+            raise UserError(f"window must be an integer >= 1 (tokens), got {self.size!r}")
+
+    @property
+    def keep(self) -> int:
+        """How many earlier tokens a query can see at most: what a KV cache must keep."""
+        return self.size - 1
+
+    def visible(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """q_pos (Lq,) or (B, Lq), k_pos (Lk,) or (B, Lk) -> (B|1, 1, Lq, Lk) bool: the pairs
+        inside the window (the causal mask is applied separately)."""
+        q = (q_pos if q_pos.dim() == 2 else q_pos[None])[:, None, :, None]
+        k = (k_pos if k_pos.dim() == 2 else k_pos[None])[:, None, None, :]
+        return self.pair_visible(q, k)
+
+    def pair_visible(self, q: Tensor, k: Tensor) -> Tensor:
+        """Elementwise: whether a key at position k is in the window of a query at q."""
+        if self.kind == "sliding":
+            return k > q - self.size
+        return torch.div(k, self.size, rounding_mode="floor") == \
+            torch.div(q, self.size, rounding_mode="floor")
+
+
 @dataclass(frozen=True)
 class Masks:
     """The padding and document masks of one attention call (None: none of that kind).
 
     ``key_valid`` (B, Lk) bool: False for padding keys. ``documents`` (B, Lk) ids of the
     documents packed into each row (the queries are the last Lq keys). ``self_attention``:
-    queries are among the keys (each sees its own key; see :func:`visibility`).
+    queries are among the keys (each sees its own key; see :func:`visibility`). ``window``:
+    an attention :class:`Window` over the queries' positions ``q_pos`` (Lq,) or (B, Lq) and
+    the keys' ``k_pos`` (Lk,) or (B, Lk), which it then needs.
     """
 
     key_valid: Tensor | None = None
     documents: Tensor | None = None
     self_attention: bool = True
+    window: Window | None = None
+    q_pos: Tensor | None = None
+    k_pos: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.window is not None and (self.q_pos is None or self.k_pos is None):
+            raise UserError("an attention window needs the positions of the queries and keys")
 
     def any(self) -> bool:
-        return self.key_valid is not None or self.documents is not None
+        return self.key_valid is not None or self.documents is not None or \
+            self.window is not None
 
     def visibility(self, lq: int, lk: int, device: torch.device | str, causal: bool
                    ) -> Tensor | None:
-        """:func:`visibility` of these masks: (B or 1, 1, Lq, Lk) bool."""
-        return visibility(lq, lk, device, causal=causal, key_valid=self.key_valid,
-                          documents=self.documents, self_attention=self.self_attention)
+        """:func:`visibility` of these masks and the window: (B or 1, 1, Lq, Lk) bool."""
+        visible = visibility(lq, lk, device, causal=causal, key_valid=self.key_valid,
+                             documents=self.documents, self_attention=self.self_attention)
+        if self.window is None:
+            return visible
+        inside = self.window.visible(self.q_pos, self.k_pos)
+        if visible is None:
+            return inside.expand(-1, -1, lq, lk)
+        return visible & inside
 

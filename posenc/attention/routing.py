@@ -55,6 +55,7 @@ class RoutingFacts:
         need_weights: the caller wants the attention weights (only eager returns them).
         dropout: attention dropout probability of this call.
         compiling: the call is being traced by torch.compile.
+        sinks: the call adds learned sink logits (the fused CPU attention has none).
     """
 
     requested: str = "auto"
@@ -66,13 +67,14 @@ class RoutingFacts:
     need_weights: bool = False
     dropout: float = 0.0
     compiling: bool = False
+    sinks: bool = False
 
 
 def fused_fits(facts: RoutingFacts) -> bool:
     """Whether posenc's fused CPU attention serves the call: CPU, fp32, gradients needed, no
-    dropout, outside torch.compile (which fuses the plain computation itself)."""
+    dropout, outside torch.compile (which fuses the plain computation itself), no sinks."""
     return (facts.device_type == "cpu" and facts.dtype == torch.float32 and facts.grad
-            and facts.dropout == 0.0 and not facts.compiling)
+            and facts.dropout == 0.0 and not facts.compiling and not facts.sinks)
 
 
 def choose_backend(backends: tuple[str, ...], has_bias: bool,

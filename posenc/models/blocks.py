@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention import AttentionContext, KVCache, MultiHeadAttention
+from ..attention.masks import Window
 from ..encodings.base import PositionalEncoding
 from ..encodings.checks import require_choice
 
@@ -97,17 +98,20 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Self-attention (+ optional cross-attention) + MLP with pre- or post-norm residuals.
 
-    ``pe`` is this layer's own encoding when the encoding has per-layer parameters; otherwise
-    the model passes its shared encoding at call time.
+    ``pe`` is this layer's own encoding (per-layer parameters, or a layer plan's type);
+    otherwise the model passes its shared encoding at call time. ``window``: self-attention
+    sees only the keys in this window; ``sinks``: learned sink logits per head.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, *, activation: str = "gelu",
                  norm: str = "layernorm", norm_placement: str = "pre", dropout: float = 0.0,
                  bias: bool = False, cross: bool = False,
-                 pe: PositionalEncoding | None = None, norm_eps: float = 1e-5) -> None:
+                 pe: PositionalEncoding | None = None, norm_eps: float = 1e-5,
+                 window: Window | None = None, sinks: bool = False) -> None:
         super().__init__()
         self.norm_placement = require_choice("norm_placement", norm_placement, ("pre", "post"))
-        self.attn = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout)
+        self.attn = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout,
+                                       window=window, sinks=sinks)
         self.norm1 = make_norm(norm, d_model, norm_eps)
         self.cross = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout,
                                         cross=True) if cross else None

@@ -24,7 +24,8 @@ class ModelShape:
     ``max_len`` is the longest sequence the encodings must serve (a learned table's size);
     ``d_ff`` defaults to 4 * d_model; ``norm`` is "layernorm" | "rmsnorm" and
     ``norm_placement`` "pre" | "post"; ``tie_embeddings`` ties the output layer to the
-    (target) token embedding.
+    (target) token embedding. ``attn_sinks`` gives every self-attention layer a learned
+    sink logit per head (gpt-oss; a plan may set it per layer type).
     """
 
     vocab_size: int = 256
@@ -40,6 +41,11 @@ class ModelShape:
     bias: bool = False
     tie_embeddings: bool = True
     attn_backend: str = "auto"
+    attn_sinks: bool = False
+
+    #: fields added after configs were first saved, left out of :meth:`to_dict` while they
+    #: hold these defaults (so a saved config of before reads and writes the same)
+    NEW_FIELD_DEFAULTS: ClassVar[dict[str, Any]] = {"attn_sinks": False, "plan": None}
 
     #: the order of :meth:`to_dict`'s keys, each subclass's own (saved configs keep it); a
     #: field not named here comes after them
@@ -57,15 +63,19 @@ class ModelShape:
         require_choice("norm_placement", self.norm_placement, ("pre", "post"))
         require_float_in("dropout", self.dropout, 0.0, 1.0, low_open=False)
         require_choice("attn_backend", self.attn_backend, BACKENDS)
-        require_flags(self, "bias", "tie_embeddings")
+        require_flags(self, "bias", "tie_embeddings", "attn_sinks")
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field as plain values, keys in :attr:`DICT_ORDER`."""
+        """Every field as plain values, keys in :attr:`DICT_ORDER` (fields of
+        :attr:`NEW_FIELD_DEFAULTS` only when they differ from their default)."""
         data = asdict(self)
+        for name, default in self.NEW_FIELD_DEFAULTS.items():
+            if name in data and data[name] == default:
+                del data[name]
         order = [name for name in self.DICT_ORDER if name in data]
         return {name: data[name] for name in order + [n for n in data if n not in order]}
 

@@ -23,6 +23,7 @@ from ..encodings.checks import (check_positions, check_token_ids, require_int_at
 from .blocks import Block, init_weights, make_norm
 from .config import ModelShape
 from .generate import select_next
+from .plans import LayerSpec, distinct, plan_encodings, require_plan_fits, resolve_plan
 from .positions import (axis_positions, check_documents, check_mask, distances_match_indices,
                         positions_from_documents, positions_from_mask)
 
@@ -36,16 +37,21 @@ class LMConfig(ModelShape):
     the model (``vocab_size``, ``n_layers``, ``d_model``) it gets from this config. ``max_len``
     is the training length: the size of a learned table and the default original length for
     RoPE scalings.
+
+    ``plan`` (None: ``pe`` in every layer) gives each layer its encoding, options, attention
+    window and sinks: a named plan ("gemma3", "smollm3", "llama4") or a dict
+    (:mod:`posenc.models.plans`).
     """
 
     n_layers: int = 2
     pe: str = "rope"
     pe_options: dict[str, Any] = field(default_factory=dict)
+    plan: Any = None
 
     DICT_ORDER: ClassVar[tuple[str, ...]] = (
         "vocab_size", "d_model", "n_layers", "n_heads", "max_len", "d_ff", "activation",
         "norm", "norm_eps", "norm_placement", "dropout", "bias", "tie_embeddings", "pe",
-        "pe_options", "attn_backend")
+        "pe_options", "attn_backend", "plan", "attn_sinks")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -54,6 +60,14 @@ class LMConfig(ModelShape):
             raise UserError(f"pe must be the name of an encoding (posenc list), got "
                              f"{self.pe!r}")
         object.__setattr__(self, "pe_options", require_options("pe_options", self.pe_options))
+        if self.plan is not None:
+            require_plan_fits(self.layer_specs())
+
+    def layer_specs(self) -> tuple[LayerSpec, ...]:
+        """Each layer's encoding, options, window and sinks (:mod:`posenc.models.plans`)."""
+        return resolve_plan(self.plan, n_layers=self.n_layers, max_len=self.max_len,
+                            pe=self.pe, pe_options=self.pe_options,
+                            attn_sinks=self.attn_sinks)
 
 
 class TransformerLM(nn.Module):
@@ -64,11 +78,20 @@ class TransformerLM(nn.Module):
         self.config = config
         c = config
         self.tok = nn.Embedding(c.vocab_size, c.d_model)
-        self.pe = self._build_pe()
+        self.specs = c.layer_specs()
+        if c.plan is None:
+            self.pe = self._build_pe()
+            layer_pes = [self._layer_pe(i) for i in range(c.n_layers)]
+            self.encodings = [self.pe]
+        else:
+            layer_pes = plan_encodings(self.specs, self._build_pe)
+            self.pe = layer_pes[0]                 # the input's encoding (plans: none adds)
+            self.encodings = distinct(layer_pes)
         self.blocks = nn.ModuleList(
             Block(c.d_model, c.n_heads, c.d_ff or 4 * c.d_model, activation=c.activation,
                   norm=c.norm, norm_placement=c.norm_placement, dropout=c.dropout,
-                  bias=c.bias, pe=self._layer_pe(i), norm_eps=c.norm_eps)
+                  bias=c.bias, pe=layer_pes[i], norm_eps=c.norm_eps,
+                  window=self.specs[i].window, sinks=self.specs[i].sinks)
             for i in range(c.n_layers))
         self.norm = (make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_placement == "pre"
                      else nn.Identity())
@@ -78,11 +101,12 @@ class TransformerLM(nn.Module):
         if c.tie_embeddings:
             self.head.weight = self.tok.weight
 
-    def _build_pe(self):
+    def _build_pe(self, name: str | None = None, options: dict | None = None):
         c = self.config
-        options = with_model_facts(c.pe, c.pe_options, vocab_size=c.vocab_size,
+        name, options = (c.pe, c.pe_options) if name is None else (name, options)
+        options = with_model_facts(name, options, vocab_size=c.vocab_size,
                                    n_layers=c.n_layers, d_model=c.d_model)
-        return build_encoding(c.pe, n_heads=c.n_heads, head_dim=c.head_dim, max_len=c.max_len,
+        return build_encoding(name, n_heads=c.n_heads, head_dim=c.head_dim, max_len=c.max_len,
                               **options)
 
     def _layer_pe(self, index: int):
@@ -92,13 +116,20 @@ class TransformerLM(nn.Module):
             return None
         return self.pe if index == 0 else self._build_pe()
 
+    @property
+    def has_windows(self) -> bool:
+        """Whether some layer attends through a window (sliding or chunked)."""
+        return any(spec.window is not None for spec in self.specs)
+
     def make_caches(self, batch: int, capacity: int) -> list[KVCache]:
-        """Empty per-layer KV caches for ``batch`` sequences of up to ``capacity`` tokens."""
+        """Empty per-layer KV caches for ``batch`` sequences of up to ``capacity`` tokens (a
+        rolling cache of what the window sees for a layer with a window)."""
         require_int_at_least("batch", batch, 1)
         require_int_at_least("capacity", capacity, 1)
         p = self.tok.weight
         return make_caches(self.config.n_layers, batch, self.config.n_heads,
-                           self.config.head_dim, capacity, p.dtype, p.device)
+                           self.config.head_dim, capacity, p.dtype, p.device,
+                           windows=[spec.window for spec in self.specs])
 
     def _check_ids(self, ids: Tensor) -> None:
         if not isinstance(ids, Tensor) or ids.dim() != 2:
@@ -141,10 +172,10 @@ class TransformerLM(nn.Module):
         positions, consecutive = self._positions(ids, positions, key_valid, documents, caches)
         if caches:
             ids, positions, key_valid = replay_if_stale(
-                self.pe, ids, positions, caches, key_valid,
+                self.encodings, ids, positions, caches, key_valid,
                 seq_len=caches[0].length + t if consecutive else None)
         layer_positions = positions
-        if built and not caches and self.pe.translation_invariant and \
+        if built and not caches and all(e.translation_invariant for e in self.encodings) and \
                 distances_match_indices(key_valid, documents):
             # the same distances at every visible pair, as one run shared by the batch
             layer_positions, consecutive = torch.arange(t, device=ids.device), True
@@ -154,7 +185,9 @@ class TransformerLM(nn.Module):
         ctx = AttentionContext(layer_positions, causal=True, consecutive=consecutive,
                                key_valid=key_valid, documents=documents,
                                backend=backend or self.config.attn_backend,
-                               need_weights=need_weights, axes=axes)
+                               need_weights=need_weights, axes=axes,
+                               window_pos=positions if layer_positions is not positions
+                               and self.has_windows else None)
         all_weights = []
         for i, block in enumerate(self.blocks):
             x, w = block(x, ctx, self.pe, caches[i] if caches else None)

@@ -26,6 +26,7 @@ from ..encodings.base import with_model_facts
 from ..encodings.checks import check_token_ids
 from .blocks import Block, init_weights, make_norm
 from .generate import select_next
+from .plans import distinct, plan_encodings
 from .positions import check_mask, positions_from_mask
 from .seq2seq_config import Seq2SeqConfig
 
@@ -47,13 +48,27 @@ class Seq2SeqTransformer(nn.Module):
         encoder_options = with_model_facts(c.encoder_pe, c.encoder_options(), **encoder_facts)
         decoder_options = with_model_facts(c.decoder_pe_name, c.decoder_options(),
                                            **decoder_facts)
-        self.encoder_pe = self._encoding(c.encoder_pe, encoder_options)
-        self.decoder_pe = self._encoding(c.decoder_pe_name, decoder_options)
+        self.encoder_specs, self.decoder_specs = c.encoder_specs(), c.decoder_specs()
+        encoder_pes = None if c.encoder_plan is None else plan_encodings(
+            self.encoder_specs, lambda name, options: self._encoding(
+                name, with_model_facts(name, options, **encoder_facts)))
+        self.encoder_pe = (self._encoding(c.encoder_pe, encoder_options)
+                           if encoder_pes is None else encoder_pes[0])
+        if c.decoder_plan is None:
+            self.decoder_pe = self._encoding(c.decoder_pe_name, decoder_options)
+            layer_pes = None
+        else:
+            layer_pes = plan_encodings(self.decoder_specs, lambda name, options: self._encoding(
+                name, with_model_facts(name, options, **decoder_facts)))
+            self.decoder_pe = layer_pes[0]         # the input's encoding (plans: none adds)
+        self.decoder_encodings = [self.decoder_pe] if layer_pes is None else distinct(layer_pes)
         self.cross_pe = self._encoding("nope", {})
-        self.encoder = self._stack(c.n_encoder_layers, self.encoder_pe, c.encoder_pe,
-                                   encoder_options, cross=False)
-        self.decoder = self._stack(c.n_decoder_layers, self.decoder_pe, c.decoder_pe_name,
-                                   decoder_options, cross=True)
+        self.encoder = (self._stack(c.n_encoder_layers, self.encoder_pe, c.encoder_pe,
+                                    encoder_options, cross=False) if encoder_pes is None
+                        else self._planned_stack(encoder_pes, self.encoder_specs, cross=False))
+        self.decoder = (self._stack(c.n_decoder_layers, self.decoder_pe, c.decoder_pe_name,
+                                    decoder_options, cross=True) if layer_pes is None
+                        else self._planned_stack(layer_pes, self.decoder_specs, cross=True))
         def final_norm() -> nn.Module:                      # pre-norm stacks end with one
             return (make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_placement == "pre"
                     else nn.Identity())
@@ -80,17 +95,32 @@ class Seq2SeqTransformer(nn.Module):
         return nn.ModuleList(
             Block(c.d_model, c.n_heads, c.d_ff or 4 * c.d_model, activation=c.activation,
                   norm=c.norm, norm_placement=c.norm_placement, dropout=c.dropout,
-                  bias=c.bias, cross=cross, norm_eps=c.norm_eps,
+                  bias=c.bias, cross=cross, norm_eps=c.norm_eps, sinks=c.attn_sinks,
                   pe=(shared if i == 0 else self._encoding(name, options))
                   if shared.per_layer else None)
             for i in range(n_layers))
+
+    def _planned_stack(self, layer_pes: list[PositionalEncoding], specs, *, cross: bool
+                       ) -> nn.ModuleList:
+        """The blocks of a stack under its plan: each with its layer's encoding, window and
+        sinks."""
+        c = self.config
+        return nn.ModuleList(
+            Block(c.d_model, c.n_heads, c.d_ff or 4 * c.d_model, activation=c.activation,
+                  norm=c.norm, norm_placement=c.norm_placement, dropout=c.dropout,
+                  bias=c.bias, cross=cross, norm_eps=c.norm_eps, pe=pe, window=spec.window,
+                  sinks=spec.sinks)
+            for pe, spec in zip(layer_pes, specs))
 
     def make_caches(self, batch: int, target_len: int, source_len: int
                     ) -> tuple[list[KVCache], list[KVCache]]:
         """Empty per-decoder-layer (self-attention, cross-attention) caches."""
         c, p = self.config, self.head.weight
-        return tuple(make_caches(c.n_decoder_layers, batch, c.n_heads, c.head_dim, n, p.dtype,
-                                 p.device) for n in (target_len, source_len))
+        windows = [spec.window for spec in self.decoder_specs]
+        return (make_caches(c.n_decoder_layers, batch, c.n_heads, c.head_dim, target_len,
+                            p.dtype, p.device, windows=windows),
+                make_caches(c.n_decoder_layers, batch, c.n_heads, c.head_dim, source_len,
+                            p.dtype, p.device))
 
     # -------------------------------------------------------------- running
     @staticmethod
@@ -150,7 +180,7 @@ class Seq2SeqTransformer(nn.Module):
         if first is not None:
             first.next_pos = after
             tgt_in, pos, valid = replay_if_stale(  # length-dependent: a stale history
-                self.decoder_pe, tgt_in, pos, caches, valid,
+                self.decoder_encodings, tgt_in, pos, caches, valid,
                 seq_len=start + t if consecutive else None)
         if memory_valid is None:
             memory_pos = torch.arange(memory.shape[1], device=memory.device)

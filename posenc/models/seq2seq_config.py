@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from ..encodings import encoding_class, encoding_options
 from ..encodings.checks import require_options, require_positive_int
 from ..errors import UserError
 from .config import ModelShape, require_flags
+from .plans import LayerSpec, require_plan_fits, resolve_plan
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,12 @@ class Seq2SeqConfig(ModelShape):
     ``share_embeddings`` uses one table for source and target tokens (vocabularies must
     match); ``tie_embeddings`` ties the output layer to the target embedding. ``max_len`` is
     the longest source or target length the encodings must serve (a learned table's size).
+
+    ``decoder_plan`` (None: the decoder's encoding in every decoder layer) gives each decoder
+    layer its encoding, options, window and sinks, as ``LMConfig.plan``
+    (:mod:`posenc.models.plans`); ``encoder_plan`` does the same for the encoder's layers,
+    without windows (posenc's windows are causal). Encoder layer types get
+    ``bidirectional=True`` like ``encoder_pe``.
     """
 
     src_vocab_size: int | None = None       # default vocab_size
@@ -38,12 +45,18 @@ class Seq2SeqConfig(ModelShape):
     encoder_pe_options: dict[str, Any] = field(default_factory=dict)
     decoder_pe: str | None = None           # default encoder_pe
     decoder_pe_options: dict[str, Any] | None = None
+    decoder_plan: Any = None
+    encoder_plan: Any = None
+
+    NEW_FIELD_DEFAULTS: ClassVar[dict[str, Any]] = {"attn_sinks": False, "decoder_plan": None,
+                                                    "encoder_plan": None}
 
     DICT_ORDER: ClassVar[tuple[str, ...]] = (
         "vocab_size", "src_vocab_size", "d_model", "n_encoder_layers", "n_decoder_layers",
         "n_heads", "max_len", "d_ff", "activation", "norm", "norm_eps", "norm_placement",
         "dropout", "bias", "share_embeddings", "tie_embeddings", "encoder_pe",
-        "encoder_pe_options", "decoder_pe", "decoder_pe_options", "attn_backend")
+        "encoder_pe_options", "decoder_pe", "decoder_pe_options", "attn_backend",
+        "attn_sinks", "encoder_plan", "decoder_plan")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -68,6 +81,32 @@ class Seq2SeqConfig(ModelShape):
         if self.decoder_pe_options is not None:
             object.__setattr__(self, "decoder_pe_options",
                                require_options("decoder_pe_options", self.decoder_pe_options))
+        if self.decoder_plan is not None:
+            require_plan_fits(self.decoder_specs())
+        if self.encoder_plan is not None:
+            specs = self.encoder_specs()
+            windowed = [spec.type for spec in specs if spec.window is not None]
+            if windowed:
+                raise UserError(f"encoder_plan: layer type {windowed[0]!r} has a window; "
+                                 f"windows apply to causal self-attention only (use them in "
+                                 f"decoder_plan)")
+            require_plan_fits(specs)
+
+    def encoder_specs(self) -> tuple[LayerSpec, ...]:
+        """Each encoder layer's encoding, options and sinks (``bidirectional=True`` where the
+        encoding has that option and the plan did not set it)."""
+        specs = resolve_plan(self.encoder_plan, n_layers=self.n_encoder_layers,
+                             max_len=self.max_len, pe=self.encoder_pe,
+                             pe_options=self.encoder_options(), attn_sinks=self.attn_sinks)
+        return tuple(replace(spec, pe_options={"bidirectional": True, **spec.pe_options})
+                     if "bidirectional" in encoding_options(spec.pe) else spec
+                     for spec in specs)
+
+    def decoder_specs(self) -> tuple[LayerSpec, ...]:
+        """Each decoder layer's encoding, options, window and sinks."""
+        return resolve_plan(self.decoder_plan, n_layers=self.n_decoder_layers,
+                            max_len=self.max_len, pe=self.decoder_pe_name,
+                            pe_options=self.decoder_options(), attn_sinks=self.attn_sinks)
 
     @property
     def source_vocab_size(self) -> int:
