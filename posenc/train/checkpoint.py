@@ -89,8 +89,12 @@ class LoadedRun:
 
 
 def _one_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return lines[0] if lines else type(err).__name__
+    """The error's message on one line, with its first cause where the message puts it on
+    the next line (torch's "Error(s) in loading state_dict for X:" then the mismatch)."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(err).__name__
+    return " ".join(lines[:2]) + (" ..." if len(lines) > 2 else "")
 
 
 # ----------------------------------------------------------------- config

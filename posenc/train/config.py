@@ -13,7 +13,8 @@ import torch
 from ..errors import UserError
 from ..data.synthetic import TASKS
 from ..data.tokenizer import parse_spec
-from ..encodings.checks import require_float_in, require_int_at_least, require_positive_int
+from ..encodings.checks import (require_float_in, require_int_at_least, require_known_keys,
+                                require_positive_int)
 from ..models.lm import LMConfig
 
 #: the device strings every machine understands; any string torch parses is accepted too
@@ -164,12 +165,7 @@ class TrainConfig(OptimizerSettings):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        valid = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - valid)
-        if unknown:
-            raise UserError(f"unknown TrainConfig key(s) {', '.join(unknown)}; valid: "
-                             f"{', '.join(sorted(valid))}")
-        data = dict(data)
+        data = require_known_keys("TrainConfig", data, (f.name for f in fields(cls)))
         if isinstance(data.get("model"), dict):
             data["model"] = LMConfig.from_dict(data["model"])
         if "betas" in data:

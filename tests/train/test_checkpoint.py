@@ -183,3 +183,30 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path, capsys):
     (out / "config.json").unlink()
     with pytest.raises(ValueError, match="config.json is missing"):
         load_run(out)
+
+
+def test_a_state_dict_mismatch_names_its_cause_on_one_line(tmp_path, monkeypatch):
+    import posenc.train.checkpoint as ckpt
+    out = tmp_path / "run"
+    assert main(cli_args(tmp_path, out, "--data", str(make_corpus(tmp_path / "data")))) == 0
+
+    def mismatched(model, path, strict=True, device="cpu"):
+        torch.nn.Linear(2, 3).load_state_dict({"weight": torch.zeros(4, 2),
+                                               "bias": torch.zeros(3)})
+    monkeypatch.setattr(ckpt, "load_model", mismatched)
+    with pytest.raises(ValueError, match=r"Error\(s\) in loading state_dict for Linear: size "
+                                         r"mismatch for weight: copying a param") as err:
+        load_run(out)
+    assert "\n" not in str(err.value)
+
+
+def test_a_config_whose_train_block_is_not_a_mapping_says_so(tmp_path):
+    out = tmp_path / "run"
+    assert main(cli_args(tmp_path, out, "--data", str(make_corpus(tmp_path / "data")))) == 0
+    doc = json.loads((out / "config.json").read_text())
+    doc["train"] = []
+    (out / "config.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"^corrupt run config .*config\.json: TrainConfig "
+                                         r"must be a mapping of option names to values, got "
+                                         r"list"):
+        load_run(out)
