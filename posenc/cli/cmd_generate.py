@@ -9,7 +9,7 @@ import random
 import sys
 
 from ..errors import UserError
-from .args import check_seed
+from .args import check_seed, path_arg
 from .devices import add_device_arguments
 
 NAME = "generate"
@@ -21,7 +21,7 @@ DEFAULT_NEW_TOKENS = 200
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", metavar="RUN_DIR",
+    p.add_argument("run", metavar="RUN_DIR", type=path_arg,
                    help="a run directory written by `posenc train`, or runs/<encoding>/seed<k> "
                         "inside a `posenc compare` directory")
     p.add_argument("--prompt", required=True, metavar="TEXT",

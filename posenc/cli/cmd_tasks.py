@@ -6,7 +6,7 @@ import argparse
 import time
 
 from ..errors import UserError
-from .args import name_list
+from .args import name_list, path_arg
 
 NAME = "tasks"
 HELP = ("train decoder-only models on synthetic tasks (copy, ...) and encoder-decoder models "
@@ -16,7 +16,7 @@ HELP = ("train decoder-only models on synthetic tasks (copy, ...) and encoder-de
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..lab.task_presets import TASK_PRESETS
-    p.add_argument("--out", required=True, help="output directory (grown if it holds a study "
+    p.add_argument("--out", required=True, type=path_arg, help="output directory (grown if it holds a study "
                    "with the same setting)")
     p.add_argument("--preset", default="tasks", choices=sorted(TASK_PRESETS),
                    help="tasks: NoPE, T5, ALiBi, RoPE, sinusoidal, 3 seeds, ~10 min on a "

@@ -29,6 +29,10 @@ pytestmark = pytest.mark.usefixtures("single_thread")
     ["eval", ""],
     ["extend", "smollm2", "--out", ""],
     ["extend", "smollm2", "--data", ""],
+    ["generate", "", "--prompt", "x"],
+    ["plot", ""],
+    ["tasks", "--out", ""],
+    ["arena", "--out", ""],
 ], ids=lambda argv: " ".join(repr(a) for a in argv))
 def test_empty_path_options_are_refused_before_anything_runs(argv, tmp_path, monkeypatch,
                                                               capsys):
