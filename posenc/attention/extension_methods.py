@@ -227,13 +227,13 @@ def region_attention(q: Tensor, k: Tensor, v: Tensor, regions: list[Region], rot
         if cols.numel() == 0:
             continue
         a, b = int(cols[0]), int(cols[-1]) + 1
-        qr = rotate(q, region.q_pos).view(batch, kv_heads, group * tq, dim)
+        qr = rotate(q, region.q_pos).reshape(batch, kv_heads, group * tq, dim)
         kr = rotate(k[:, :, a:b], region.k_pos[a:b])
         part = (qr @ kr.transpose(-1, -2)).view(batch, kv_heads, group, tq, b - a)
         scores[..., a:b] = torch.where(region.mask[:, a:b], part.float() * scale,
                                        scores[..., a:b])
     weights = scores.softmax(-1).to(v.dtype)                    # (B, Hkv, G, Tq, Tk)
-    out = weights.view(batch, kv_heads, group * tq, tk) @ v     # (B, Hkv, G*Tq, D)
+    out = weights.reshape(batch, kv_heads, group * tq, tk) @ v  # (B, Hkv, G*Tq, D)
     return out.view(batch, heads, tq, dim)
 
 
