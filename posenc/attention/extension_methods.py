@@ -46,7 +46,8 @@ Rotate = Callable[[Tensor, Tensor], Tensor]
 @dataclass(frozen=True)
 class Region:
     """Pairs ``mask`` (Tq, Tk) bool, whose queries sit at ``q_pos`` (Tq,) and keys at
-    ``k_pos`` (Tk,) (float positions)."""
+    ``k_pos`` (Tk,): integer tensors where the positions are whole (a rotary table can then
+    look them up), float where they are fractional."""
 
     name: str
     mask: Tensor
@@ -85,12 +86,11 @@ class SelfExtend:
     def regions(self, q_pos: Tensor, k_pos: Tensor) -> list[Region]:
         d = _distance(q_pos, k_pos)
         causal = d >= 0
-        qf, kf = q_pos.float(), k_pos.float()
         shift = self.window - self.window / self.group
-        return [Region("neighbour", causal & (d < self.window), qf, kf),
+        return [Region("neighbour", causal & (d < self.window), q_pos, k_pos),
                 Region("grouped", d >= self.window,
-                       torch.div(q_pos, self.group, rounding_mode="floor").float() + shift,
-                       torch.div(k_pos, self.group, rounding_mode="floor").float())]
+                       torch.div(q_pos, self.group, rounding_mode="floor") + shift,
+                       torch.div(k_pos, self.group, rounding_mode="floor"))]
 
 
 @dataclass(frozen=True)
@@ -120,10 +120,10 @@ class ReRoPE:
 
     def regions(self, q_pos: Tensor, k_pos: Tensor) -> list[Region]:
         d = _distance(q_pos, k_pos)
-        near = Region("near", (d >= 0) & (d < self.window), q_pos.float(), k_pos.float())
+        near = Region("near", (d >= 0) & (d < self.window), q_pos, k_pos)
         if self.leak is None:
-            far_q = torch.full(q_pos.shape, float(self.window), device=q_pos.device)
-            far_k = torch.zeros(k_pos.shape, device=k_pos.device)
+            far_q = torch.full_like(q_pos, self.window)
+            far_k = torch.zeros_like(k_pos)
         else:
             far_q = q_pos.float() / self.leak + self.window * (1 - 1 / self.leak)
             far_k = k_pos.float() / self.leak
@@ -158,12 +158,10 @@ class DualChunk:
         causal = _distance(q_pos, k_pos) >= 0
         q_chunk, k_chunk = q_pos // c, k_pos // c
         gap = q_chunk[:, None] - k_chunk[None, :]               # (Tq, Tk)
-        q_in, k_in = (q_pos % c).float(), (k_pos % c).float()
+        q_in, k_in = q_pos % c, k_pos % c
         return [Region("intra", causal & (gap == 0), q_in, k_in),
                 Region("successive", gap == 1, (q_in + c).clamp(max=s), k_in),
-                Region("inter", gap >= 2,
-                       torch.full(q_pos.shape, float(min(2 * c - 1, s)), device=q_pos.device),
-                       k_in)]
+                Region("inter", gap >= 2, torch.full_like(q_pos, min(2 * c - 1, s)), k_in)]
 
 
 @dataclass(frozen=True)
@@ -193,10 +191,9 @@ class StreamingLLM:
         d = _distance(q_pos, k_pos)
         recent = (d >= 0) & (d < self.window)
         sink = (d >= self.window) & (k_pos < self.sinks)[None, :]
-        last_slot = float(self.cache_size - 1)
-        slot_k = torch.where(k_pos < self.sinks, k_pos, k_pos - evicted).float()
-        return [Region("recent", recent, (q_pos - evicted).float(), slot_k),
-                Region("sink", sink, q_pos.float().clamp(max=last_slot), k_pos.float())]
+        slot_k = torch.where(k_pos < self.sinks, k_pos, k_pos - evicted)
+        return [Region("recent", recent, q_pos - evicted, slot_k),
+                Region("sink", sink, q_pos.clamp(max=self.cache_size - 1), k_pos)]
 
     def kept(self, total: int) -> Tensor:
         """Indices (of ``total`` cached tokens) that the next query still needs: the sinks and
@@ -207,6 +204,28 @@ class StreamingLLM:
 
 
 Method = SelfExtend | ReRoPE | DualChunk | StreamingLLM
+
+
+class RotaryTable:
+    """rotate(x, pos) for RoPE with ``inv_freq`` (R/2,) in the "half" layout: integer
+    positions read cos/sin from a table grown on demand (no transcendental functions per
+    step), fractional ones compute them."""
+
+    def __init__(self, inv_freq: Tensor) -> None:
+        self.inv_freq = inv_freq
+        self.cos = self.sin = inv_freq.new_zeros((0, inv_freq.numel()))
+
+    def __call__(self, x: Tensor, pos: Tensor) -> Tensor:
+        from ..kernels.rotary import apply_rotary, rotary_angles
+        if pos.is_floating_point():
+            angles = rotary_angles(pos, self.inv_freq)
+            return apply_rotary(x, angles.cos(), angles.sin())
+        need = int(pos.max()) + 1 if pos.numel() else 0
+        if need > self.cos.shape[0]:
+            size = max(need, 2 * self.cos.shape[0], 64)
+            angles = rotary_angles(torch.arange(size, device=pos.device), self.inv_freq)
+            self.cos, self.sin = angles.cos(), angles.sin()
+        return apply_rotary(x, self.cos[pos], self.sin[pos])
 
 
 def region_attention(q: Tensor, k: Tensor, v: Tensor, regions: list[Region], rotate: Rotate,
@@ -230,8 +249,11 @@ def region_attention(q: Tensor, k: Tensor, v: Tensor, regions: list[Region], rot
         qr = rotate(q, region.q_pos).reshape(batch, kv_heads, group * tq, dim)
         kr = rotate(k[:, :, a:b], region.k_pos[a:b])
         part = (qr @ kr.transpose(-1, -2)).view(batch, kv_heads, group, tq, b - a)
-        scores[..., a:b] = torch.where(region.mask[:, a:b], part.float() * scale,
-                                       scores[..., a:b])
+        mask = region.mask[:, a:b]
+        if tq == 1 and bool(mask.all()):            # decoding: the span is the region
+            scores[..., a:b] = part.float() * scale
+        else:
+            scores[..., a:b] = torch.where(mask, part.float() * scale, scores[..., a:b])
     weights = scores.softmax(-1).to(v.dtype)                    # (B, Hkv, G, Tq, Tk)
     out = weights.reshape(batch, kv_heads, group * tq, tk) @ v  # (B, Hkv, G*Tq, D)
     return out.view(batch, heads, tq, dim)
@@ -284,6 +306,6 @@ def relative_positions(method: Method, q_pos: Tensor, k_pos: Tensor) -> Tensor:
     (Tq, Tk) float, NaN where the pair is masked (the position map, for tests and figures)."""
     out = torch.full((q_pos.numel(), k_pos.numel()), float("nan"))
     for region in method.regions(q_pos, k_pos):
-        rel = region.q_pos[:, None] - region.k_pos[None, :]
+        rel = (region.q_pos[:, None] - region.k_pos[None, :]).float()
         out = torch.where(region.mask, rel, out)
     return out

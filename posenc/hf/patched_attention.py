@@ -19,10 +19,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention.extension_methods import Method, region_attention
+from ..attention.extension_methods import Method, RotaryTable, region_attention
 from ..encodings.context import HookContext
 from ..errors import UserError
-from ..kernels.rotary import apply_rotary, rotary_angles
 
 
 @dataclass
@@ -34,6 +33,7 @@ class _AttentionPatch:
     extra: dict[str, Any]        # extra attention-interface kwargs (Mistral/Qwen2 window)
     method: Method | None = None  # a region method (then the forward is _region_forward)
     rotary: bool = True          # False: a NoPE layer (region positions do not rotate)
+    table: RotaryTable | None = None   # cos/sin by integer position, grown on demand
 
 
 def patch_attention(attn: nn.Module, enc: nn.Module, exact_cache: bool,
@@ -162,13 +162,9 @@ def _region_forward(self: nn.Module, hidden_states: Tensor,
         regions = method.regions(q_abs, k_abs, evicted)
     else:
         regions = method.regions(q_abs, k_abs)
-    inv_freq = patch.enc.frequencies(0)[0] if patch.rotary else None
-
-    def rotate(x: Tensor, pos: Tensor) -> Tensor:
-        if inv_freq is None:
-            return x
-        angles = rotary_angles(pos, inv_freq)
-        return apply_rotary(x, angles.cos(), angles.sin())
+    if patch.table is None or patch.table.inv_freq.device != q.device:
+        patch.table = RotaryTable(patch.enc.frequencies(0)[0].to(q.device))
+    rotate = patch.table if patch.rotary else (lambda x, pos: x)
     out = region_attention(q, k, v, regions, rotate, self.scaling)     # (B, H, T, D)
     if layer is not None and method.name == "streaming":
         keep = method.kept(k.shape[2]).to(k.device)
