@@ -207,25 +207,26 @@ Method = SelfExtend | ReRoPE | DualChunk | StreamingLLM
 
 
 class RotaryTable:
-    """rotate(x, pos) for RoPE with ``inv_freq`` (R/2,) in the "half" layout: integer
+    """rotate(x, pos) for RoPE with ``inv_freq`` (R/2,) in ``layout`` ("half" or
+    "interleaved", as :func:`posenc.kernels.rotary.apply_rotary`): integer
     positions read cos/sin from a table grown on demand (no transcendental functions per
     step), fractional ones compute them."""
 
-    def __init__(self, inv_freq: Tensor) -> None:
-        self.inv_freq = inv_freq
+    def __init__(self, inv_freq: Tensor, layout: str = "half") -> None:
+        self.inv_freq, self.layout = inv_freq, layout
         self.cos = self.sin = inv_freq.new_zeros((0, inv_freq.numel()))
 
     def __call__(self, x: Tensor, pos: Tensor) -> Tensor:
         from ..kernels.rotary import apply_rotary, rotary_angles
         if pos.is_floating_point():
             angles = rotary_angles(pos, self.inv_freq)
-            return apply_rotary(x, angles.cos(), angles.sin())
+            return apply_rotary(x, angles.cos(), angles.sin(), self.layout)
         need = int(pos.max()) + 1 if pos.numel() else 0
         if need > self.cos.shape[0]:
             size = max(need, 2 * self.cos.shape[0], 64)
             angles = rotary_angles(torch.arange(size, device=pos.device), self.inv_freq)
             self.cos, self.sin = angles.cos(), angles.sin()
-        return apply_rotary(x, self.cos[pos], self.sin[pos])
+        return apply_rotary(x, self.cos[pos], self.sin[pos], self.layout)
 
 
 def region_attention(q: Tensor, k: Tensor, v: Tensor, regions: list[Region], rotate: Rotate,
