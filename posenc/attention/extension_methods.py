@@ -39,20 +39,21 @@ from torch import Tensor
 
 from ..errors import UserError
 
-#: rotate(x (B, H, T, D), positions (T,) float) -> x rotated by those positions
-Rotate = Callable[[Tensor, Tensor], Tensor]
+#: rotate(x (B, H, T, D), positions (T,), scale) -> x rotated by positions * scale
+Rotate = Callable[[Tensor, Tensor, float], Tensor]
 
 
 @dataclass(frozen=True)
 class Region:
     """Pairs ``mask`` (Tq, Tk) bool, whose queries sit at ``q_pos`` (Tq,) and keys at
-    ``k_pos`` (Tk,): integer tensors where the positions are whole (a rotary table can then
-    look them up), float where they are fractional."""
+    ``k_pos`` (Tk,), both in units of ``scale`` positions: integer tensors where whole (a
+    rotary table can then look them up), float where fractional."""
 
     name: str
     mask: Tensor
     q_pos: Tensor
     k_pos: Tensor
+    scale: float = 1.0
 
 
 def _distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -121,13 +122,14 @@ class ReRoPE:
     def regions(self, q_pos: Tensor, k_pos: Tensor) -> list[Region]:
         d = _distance(q_pos, k_pos)
         near = Region("near", (d >= 0) & (d < self.window), q_pos, k_pos)
+        far = d >= self.window
         if self.leak is None:
-            far_q = torch.full_like(q_pos, self.window)
-            far_k = torch.zeros_like(k_pos)
-        else:
-            far_q = q_pos.float() / self.leak + self.window * (1 - 1 / self.leak)
-            far_k = k_pos.float() / self.leak
-        return [near, Region("far", d >= self.window, far_q, far_k)]
+            return [near, Region("far", far, torch.full_like(q_pos, self.window),
+                                 torch.zeros_like(k_pos))]
+        # in units of 1 / leak positions: (i + w (k - 1)) / k and j / k, whole keys
+        shift = self.window * (self.leak - 1)
+        far_q = q_pos + (int(shift) if float(shift).is_integer() else shift)
+        return [near, Region("far", far, far_q, k_pos, 1 / self.leak)]
 
 
 @dataclass(frozen=True)
@@ -214,19 +216,21 @@ class RotaryTable:
 
     def __init__(self, inv_freq: Tensor, layout: str = "half") -> None:
         self.inv_freq, self.layout = inv_freq, layout
-        self.cos = self.sin = inv_freq.new_zeros((0, inv_freq.numel()))
+        self.tables: dict[float, tuple[Tensor, Tensor]] = {}      # scale -> cos, sin
 
-    def __call__(self, x: Tensor, pos: Tensor) -> Tensor:
+    def __call__(self, x: Tensor, pos: Tensor, scale: float = 1.0) -> Tensor:
         from ..kernels.rotary import apply_rotary, rotary_angles
+        inv_freq = self.inv_freq if scale == 1.0 else self.inv_freq * scale
         if pos.is_floating_point():
-            angles = rotary_angles(pos, self.inv_freq)
+            angles = rotary_angles(pos, inv_freq)
             return apply_rotary(x, angles.cos(), angles.sin(), self.layout)
+        cos, sin = self.tables.get(scale, (inv_freq[:0], inv_freq[:0]))
         need = int(pos.max()) + 1 if pos.numel() else 0
-        if need > self.cos.shape[0]:
-            size = max(need, 2 * self.cos.shape[0], 64)
-            angles = rotary_angles(torch.arange(size, device=pos.device), self.inv_freq)
-            self.cos, self.sin = angles.cos(), angles.sin()
-        return apply_rotary(x, self.cos[pos], self.sin[pos], self.layout)
+        if need > cos.shape[0]:
+            size = max(need, 2 * cos.shape[0], 64)
+            angles = rotary_angles(torch.arange(size, device=pos.device), inv_freq)
+            cos, sin = self.tables[scale] = angles.cos(), angles.sin()
+        return apply_rotary(x, cos[pos], sin[pos], self.layout)
 
 
 def region_attention(q: Tensor, k: Tensor, v: Tensor, regions: list[Region], rotate: Rotate,
@@ -236,19 +240,28 @@ def region_attention(q: Tensor, k: Tensor, v: Tensor, regions: list[Region], rot
     q (B, H, Tq, D), k and v (B, Hkv, Tk, D) raw (unrotated), H a multiple of Hkv (grouped
     query attention, query head h reads key head h // (H / Hkv)) -> (B, H, Tq, D).
     Pairs in no region are masked; each region's scores are computed only over the span of
-    keys it covers (disjoint spans when decoding, so the work stays one pass over the keys).
+    keys it covers (disjoint spans when decoding, so the work stays one pass over the keys);
+    regions sharing one key map (Dual Chunk's) rotate the keys once.
     """
     batch, heads, tq, dim = q.shape
     kv_heads, tk = k.shape[1], k.shape[2]
     group = heads // kv_heads
     scores = q.new_full((batch, kv_heads, group, tq, tk), float("-inf"), dtype=torch.float32)
+    shared = [id(r.k_pos) for r in regions]
+    rotated: dict[tuple[int, float], Tensor] = {}
     for region in regions:
         cols = region.mask.any(0).nonzero()
         if cols.numel() == 0:
             continue
         a, b = int(cols[0]), int(cols[-1]) + 1
-        qr = rotate(q, region.q_pos).reshape(batch, kv_heads, group * tq, dim)
-        kr = rotate(k[:, :, a:b], region.k_pos[a:b])
+        qr = rotate(q, region.q_pos, region.scale).reshape(batch, kv_heads, group * tq, dim)
+        if shared.count(id(region.k_pos)) > 1:
+            key = (id(region.k_pos), region.scale)
+            if key not in rotated:
+                rotated[key] = rotate(k, region.k_pos, region.scale)
+            kr = rotated[key][:, :, a:b]
+        else:
+            kr = rotate(k[:, :, a:b], region.k_pos[a:b], region.scale)
         part = (qr @ kr.transpose(-1, -2)).view(batch, kv_heads, group, tq, b - a)
         mask = region.mask[:, a:b]
         if tq == 1 and bool(mask.all()):            # decoding: the span is the region
@@ -307,6 +320,6 @@ def relative_positions(method: Method, q_pos: Tensor, k_pos: Tensor) -> Tensor:
     (Tq, Tk) float, NaN where the pair is masked (the position map, for tests and figures)."""
     out = torch.full((q_pos.numel(), k_pos.numel()), float("nan"))
     for region in method.regions(q_pos, k_pos):
-        rel = (region.q_pos[:, None] - region.k_pos[None, :]).float()
+        rel = (region.q_pos[:, None] - region.k_pos[None, :]).float() * region.scale
         out = torch.where(region.mask, rel, out)
     return out

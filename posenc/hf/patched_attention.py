@@ -164,7 +164,7 @@ def _region_forward(self: nn.Module, hidden_states: Tensor,
         regions = method.regions(q_abs, k_abs)
     if patch.table is None or patch.table.inv_freq.device != q.device:
         patch.table = RotaryTable(patch.enc.frequencies(0)[0].to(q.device))
-    rotate = patch.table if patch.rotary else (lambda x, pos: x)
+    rotate = patch.table if patch.rotary else (lambda x, pos, scale: x)
     out = region_attention(q, k, v, regions, rotate, self.scaling)     # (B, H, T, D)
     if layer is not None and method.name == "streaming":
         keep = method.kept(k.shape[2]).to(k.device)

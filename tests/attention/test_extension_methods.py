@@ -19,8 +19,8 @@ D = 8
 INV_FREQ = 1.0 / (100.0 ** (torch.arange(0, D, 2).float() / D))
 
 
-def rotate(x, pos):
-    angles = rotary_angles(pos.float(), INV_FREQ)
+def rotate(x, pos, scale=1.0):
+    angles = rotary_angles(pos.float() * scale, INV_FREQ)
     return apply_rotary(x, angles.cos(), angles.sin())
 
 
