@@ -273,6 +273,33 @@ def region_attention(q: Tensor, k: Tensor, v: Tensor, regions: list[Region], rot
     return out.view(batch, heads, tq, dim)
 
 
+#: queries per block in :func:`blockwise_region_attention` (bounds the score matrix)
+QUERY_BLOCK = 512
+
+
+def blockwise_region_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor,
+                               regions_of: Callable[[Tensor, Tensor], list[Region]],
+                               rotate: Rotate, scale: float,
+                               block: int = QUERY_BLOCK) -> Tensor:
+    """:func:`region_attention` of causal self-attention, ``block`` queries at a time.
+
+    q (B, H, Tq, D) at ``q_pos`` (Tq,), the last Tq of the keys k, v (B, Hkv, Tk, D) at
+    ``k_pos`` (Tk,); ``regions_of(q_pos, k_pos)`` gives a block's regions. A block sees the
+    keys up to its last query, so a long prefill holds (block, Tk) scores, never (Tq, Tk).
+    """
+    tq, tk = q.shape[2], k.shape[2]
+    if tq <= block:
+        return region_attention(q, k, v, regions_of(q_pos, k_pos), rotate, scale)
+    outs = []
+    for start in range(0, tq, block):
+        end = min(tq, start + block)
+        keys = tk - tq + end
+        outs.append(region_attention(q[:, :, start:end], k[:, :, :keys], v[:, :, :keys],
+                                     regions_of(q_pos[start:end], k_pos[:keys]), rotate,
+                                     scale))
+    return torch.cat(outs, 2)
+
+
 def build_method(name: str, original: int, factor: float, **options: object) -> Method:
     """The method ``name`` for a model pretrained on ``original`` positions, meant for
     ``original * factor``; ``options`` override the defaults below.

@@ -21,7 +21,7 @@ from ..errors import UserError
 from .attention import MultiHeadAttention
 from .cache import KVCache
 from .context import AttentionContext
-from .extension_methods import Method, RotaryTable, region_attention
+from .extension_methods import Method, RotaryTable, blockwise_region_attention
 
 
 def apply_region_method(model: nn.Module, method: Method) -> list[MultiHeadAttention]:
@@ -75,6 +75,6 @@ def _region_forward(self: MultiHeadAttention, x: Tensor, ctx: AttentionContext,
     k_pos = ctx.pos
     if cache is not None:
         k, v, k_pos = cache.append(k, v, ctx.pos)
-    regions = self._region_method.regions(ctx.pos, k_pos)
-    out = region_attention(q, k, v, regions, rotate, self.head_dim ** -0.5)
+    out = blockwise_region_attention(q, k, v, ctx.pos, k_pos, self._region_method.regions,
+                                     rotate, self.head_dim ** -0.5)
     return self.out_proj(out.transpose(1, 2).reshape(b, t, c)), None

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention.extension_methods import Method, RotaryTable, region_attention
+from ..attention.extension_methods import Method, RotaryTable, blockwise_region_attention
 from ..encodings.context import HookContext
 from ..errors import UserError
 
@@ -159,13 +159,15 @@ def _region_forward(self: nn.Module, hidden_states: Tensor,
     _require_plain_positions(kwargs.get("position_ids"), attention_mask, slots, length,
                              q_abs if not evicted else None)
     if method.name == "streaming":
-        regions = method.regions(q_abs, k_abs, evicted)
+        def regions_of(qp: Tensor, kp: Tensor) -> list:
+            return method.regions(qp, kp, evicted)
     else:
-        regions = method.regions(q_abs, k_abs)
+        regions_of = method.regions
     if patch.table is None or patch.table.inv_freq.device != q.device:
         patch.table = RotaryTable(patch.enc.frequencies(0)[0].to(q.device))
     rotate = patch.table if patch.rotary else (lambda x, pos, scale: x)
-    out = region_attention(q, k, v, regions, rotate, self.scaling)     # (B, H, T, D)
+    out = blockwise_region_attention(q, k, v, q_abs, k_abs, regions_of, rotate,
+                                     self.scaling)                     # (B, H, T, D)
     if layer is not None and method.name == "streaming":
         keep = method.kept(k.shape[2]).to(k.device)
         if keep.numel() < k.shape[2]:

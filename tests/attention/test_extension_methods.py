@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from posenc.attention.extension_methods import (DualChunk, ReRoPE, SelfExtend, StreamingLLM,
-                                                build_method, region_attention,
-                                                relative_positions)
+                                                blockwise_region_attention, build_method,
+                                                region_attention, relative_positions)
 from posenc.kernels.rotary import apply_rotary, rotary_angles
 
 NAN = float("nan")
@@ -166,3 +166,17 @@ def test_streaming_equals_the_papers_algorithm():
         ck, cv = ck[:, :, keep], cv[:, :, keep]
         assert ck.shape[2] <= 3 + 6 - 1
     torch.testing.assert_close(torch.cat(outs, 2), ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda m: m.name)
+def test_blockwise_prefill_equals_one_block(method):
+    """Queries in blocks of 5 (each against the keys up to its last query) == all at once,
+    for a prefill and for queries that continue a cache of 4 keys."""
+    q, k, v = _qkv()
+    pos = torch.arange(23)
+    for first in (0, 4):
+        whole = region_attention(q[:, :, first:], k, v, method.regions(pos[first:], pos),
+                                 rotate, 0.3)
+        blocks = blockwise_region_attention(q[:, :, first:], k, v, pos[first:], pos,
+                                            method.regions, rotate, 0.3, block=5)
+        torch.testing.assert_close(blocks, whole, atol=1e-6, rtol=1e-6)
