@@ -230,7 +230,7 @@ class RotaryTable:
             size = max(need, 2 * cos.shape[0], 64)
             angles = rotary_angles(torch.arange(size, device=pos.device), inv_freq)
             cos, sin = self.tables[scale] = angles.cos(), angles.sin()
-        return apply_rotary(x, cos[pos], sin[pos], self.layout)
+        return apply_rotary(x, cos.index_select(0, pos), sin.index_select(0, pos), self.layout)
 
 
 def region_attention(q: Tensor, k: Tensor, v: Tensor, regions: list[Region], rotate: Rotate,
