@@ -72,8 +72,9 @@ from ..errors import UserError
 from ..encodings import build_encoding
 from ..encodings.rope_scaling import LENGTH_DEPENDENT, validate_scaling
 from ..kernels.rotary import rotary_angles
-from .architectures import (LOCAL, NOPE, ROPE, SUPPORTED_MODEL_TYPES, check_supported,
-                            extended_rope, layer_kinds, local_theta, with_extended_rope)
+from .architectures import SUPPORTED_MODEL_TYPES  # noqa: F401  (re-exported)
+from .architectures import (LOCAL, NOPE, ROPE, check_supported, extended_rope, layer_kinds,
+                            local_theta, with_extended_rope)
 from .patched_attention import patch_attention, unpatch_attention
 
 #: methods that remap positions per region in patched attention (no Hugging Face rope_type)

@@ -1,6 +1,6 @@
 """Tiny random Hugging Face models for the posenc.hf tests (and ``posenc extend``'s): configs
-of Llama, Mistral, Qwen2, Qwen3, Gemma 3, SmolLM3 and Phi-3 with a short original context, weights that make attention peaked,
-logits without a cache, and a byte-level BPE tokenizer.
+of Llama, Mistral, Qwen2, Qwen3, Gemma 3, SmolLM3 and Phi-3 with a short original context,
+weights that make attention peaked, logits without a cache, and a byte-level BPE tokenizer.
 
 The test modules skip themselves when transformers is not installed.
 """

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from tests.hf.helpers import (ORIG, T, VOCAB, logits_of as _logits, peaked_model as _model,
+from tests.hf.helpers import (ORIG, T, logits_of as _logits, peaked_model as _model,
                               tiny_config as _config)
 
 transformers = pytest.importorskip("transformers")
@@ -134,13 +134,3 @@ def test_refusals(ids):
         extend(gemma, "streaming", 2.0)
     assert not hasattr(gemma.model.layers[1].self_attn, "_posenc_attention")
 
-
-def test_unsupported_model_type_names_the_supported_ones():
-    config = transformers.GPTNeoXConfig(hidden_size=32, num_attention_heads=2,
-                                        num_hidden_layers=1, intermediate_size=32,
-                                        vocab_size=VOCAB)
-    model = transformers.AutoModelForCausalLM.from_config(config)
-    with pytest.raises(ValueError, match=r"'gpt_neox' is not supported; supported model "
-                                         r"types: llama, mistral, qwen2, qwen3, gemma3_text, "
-                                         r"smollm3, phi3$"):
-        extend(model, "yarn", 2.0)
