@@ -177,8 +177,8 @@ def _copy_source(writer: Any, reader: Any, meta: dict[str, Any],
     tensors = [t for t in reader.tensors if not t.name.startswith(("rope_freqs",
                                                                    "rope_factors_"))]
     for t in tensors:
-        writer.add_tensor(t.name, t.data, raw_shape=list(reversed(t.shape.tolist())),
-                          raw_dtype=t.tensor_type)
+        # quantized tensors are read as bytes: their byte shape, which the writer converts
+        writer.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
     for name, value in extra.items():
         writer.add_tensor(name, value.numpy())
 

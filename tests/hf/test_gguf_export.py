@@ -114,3 +114,27 @@ def test_unsupported_architecture_without_source(tmp_path):
     model = _model(_config("phi3"))
     with pytest.raises(ValueError, match="writing phi3 weights to GGUF is not supported"):
         write_gguf(model, tmp_path / "m.gguf")
+
+
+def test_quantized_source_tensors_are_copied_as_they_are(tmp_path):
+    """A Q8_0 tensor (as in the SmolLM2 file) is copied byte for byte with its shape."""
+    from gguf.quants import quantize
+    writer = gguf.GGUFWriter(str(tmp_path / "q.gguf"), "llama")
+    writer.add_context_length(ORIG)
+    weights = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    writer.add_tensor("blk.0.attn_q.weight", quantize(weights, gguf.GGMLQuantizationType.Q8_0),
+                      raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.add_tensor("output_norm.weight", np.ones(64, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    model = _model(_config())
+    extend(model, "linear", 2.0)
+    write_gguf(model, tmp_path / "out.gguf", source=tmp_path / "q.gguf")
+    src, out = gguf.GGUFReader(str(tmp_path / "q.gguf")), gguf.GGUFReader(str(tmp_path /
+                                                                              "out.gguf"))
+    for a, b in zip(src.tensors, out.tensors, strict=True):
+        assert (a.name, a.tensor_type, list(a.shape)) == (b.name, b.tensor_type, list(b.shape))
+        assert bytes(a.data) == bytes(b.data)
+    assert out.fields["llama.rope.scaling.type"].contents() == "linear"
