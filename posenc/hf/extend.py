@@ -240,6 +240,11 @@ def extend(model: nn.Module, method: str, factor: float | None = None,
     return ext
 
 
+# ``posenc.hf.extend`` names this function (the package re-exports it over the module), so its
+# tables ride along: posenc.hf.extend.METHODS, posenc.hf.extend.METHOD_OPTIONS
+extend.METHODS, extend.METHOD_OPTIONS = METHODS, METHOD_OPTIONS
+
+
 def make_extension(config: Any, method: str, factor: float | None = None,
                    original_max_position_embeddings: int | None = None,
                    **options: Any) -> Extension:

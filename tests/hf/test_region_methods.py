@@ -104,6 +104,12 @@ def test_degenerate_options_give_the_native_model(method, options, ids):
     torch.testing.assert_close(_logits(model, ids), plain, atol=2e-5, rtol=1e-5)
 
 
+def test_method_tables_reachable_from_the_extend_function():
+    import posenc.hf
+    assert set(REGION) <= set(posenc.hf.extend.METHODS) == set(posenc.hf.METHODS)
+    assert posenc.hf.extend.METHOD_OPTIONS["dual_chunk"] == ("chunk_size", "local_window")
+
+
 def test_defaults_follow_the_factor():
     config = _config()
     ext = make_extension(config, "self_extend", 4.0)
