@@ -273,21 +273,24 @@ def region_attention(q: Tensor, k: Tensor, v: Tensor, regions: list[Region], rot
     return out.view(batch, heads, tq, dim)
 
 
-#: queries per block in :func:`blockwise_region_attention` (bounds the score matrix)
-QUERY_BLOCK = 512
+#: score elements per block in :func:`blockwise_region_attention` (8 MiB of fp32 scores)
+SCORE_BUDGET = 1 << 21
 
 
 def blockwise_region_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor,
                                regions_of: Callable[[Tensor, Tensor], list[Region]],
                                rotate: Rotate, scale: float,
-                               block: int = QUERY_BLOCK) -> Tensor:
+                               block: int | None = None) -> Tensor:
     """:func:`region_attention` of causal self-attention, ``block`` queries at a time.
 
     q (B, H, Tq, D) at ``q_pos`` (Tq,), the last Tq of the keys k, v (B, Hkv, Tk, D) at
     ``k_pos`` (Tk,); ``regions_of(q_pos, k_pos)`` gives a block's regions. A block sees the
-    keys up to its last query, so a long prefill holds (block, Tk) scores, never (Tq, Tk).
+    keys up to its last query, so a long prefill holds (block, Tk) scores, never (Tq, Tk);
+    by default blocks hold about :data:`SCORE_BUDGET` scores (at least 16 queries).
     """
     tq, tk = q.shape[2], k.shape[2]
+    if block is None:
+        block = max(16, SCORE_BUDGET // (q.shape[0] * q.shape[1] * tk))
     if tq <= block:
         return region_attention(q, k, v, regions_of(q_pos, k_pos), rotate, scale)
     outs = []

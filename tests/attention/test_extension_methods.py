@@ -180,3 +180,23 @@ def test_blockwise_prefill_equals_one_block(method):
         blocks = blockwise_region_attention(q[:, :, first:], k, v, pos[first:], pos,
                                             method.regions, rotate, 0.3, block=5)
         torch.testing.assert_close(blocks, whole, atol=1e-6, rtol=1e-6)
+
+
+def test_blocks_bound_the_scores_of_a_long_prefill(monkeypatch):
+    """By default a block holds at most SCORE_BUDGET scores (batch x heads x queries x keys)."""
+    import posenc.attention.extension_methods as em
+    seen = []
+    inner = em.region_attention
+
+    def spy(q, k, v, regions, rotate_, scale):
+        seen.append(q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2])
+        return inner(q, k, v, regions, rotate_, scale)
+    monkeypatch.setattr(em, "SCORE_BUDGET", 2 * 4 * 16 * 23)    # 16 queries of 23 keys
+    monkeypatch.setattr(em, "region_attention", spy)
+    q, k, v = _qkv()
+    pos = torch.arange(23)
+    out = em.blockwise_region_attention(q, k, v, pos, pos, SelfExtend(4, 3).regions, rotate,
+                                        0.3)
+    assert len(seen) == 2 and max(seen) <= em.SCORE_BUDGET
+    torch.testing.assert_close(out, inner(q, k, v, SelfExtend(4, 3).regions(pos, pos),
+                                          rotate, 0.3), atol=1e-6, rtol=1e-6)
