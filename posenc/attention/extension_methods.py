@@ -234,14 +234,15 @@ class RotaryTable:
 
 
 def region_attention(q: Tensor, k: Tensor, v: Tensor, regions: list[Region], rotate: Rotate,
-                     scale: float) -> Tensor:
+                     scale: float, rotated_keys: dict[str, Tensor] | None = None) -> Tensor:
     """softmax over keys of the region-selected scores, times v.
 
     q (B, H, Tq, D), k and v (B, Hkv, Tk, D) raw (unrotated), H a multiple of Hkv (grouped
     query attention, query head h reads key head h // (H / Hkv)) -> (B, H, Tq, D).
     Pairs in no region are masked; each region's scores are computed only over the span of
     keys it covers (disjoint spans when decoding, so the work stays one pass over the keys);
-    regions sharing one key map (Dual Chunk's) rotate the keys once.
+    regions sharing one key map (Dual Chunk's) rotate the keys once. ``rotated_keys``: keys
+    already rotated by each region's map, by region name, (B, Hkv, >= Tk, D).
     """
     batch, heads, tq, dim = q.shape
     kv_heads, tk = k.shape[1], k.shape[2]
@@ -255,7 +256,9 @@ def region_attention(q: Tensor, k: Tensor, v: Tensor, regions: list[Region], rot
             continue
         a, b = int(cols[0]), int(cols[-1]) + 1
         qr = rotate(q, region.q_pos, region.scale).reshape(batch, kv_heads, group * tq, dim)
-        if shared.count(id(region.k_pos)) > 1:
+        if rotated_keys is not None and region.name in rotated_keys:
+            kr = rotated_keys[region.name][:, :, a:b]
+        elif shared.count(id(region.k_pos)) > 1:
             key = (id(region.k_pos), region.scale)
             if key not in rotated:
                 rotated[key] = rotate(k, region.k_pos, region.scale)
@@ -287,19 +290,29 @@ def blockwise_region_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k
     ``k_pos`` (Tk,); ``regions_of(q_pos, k_pos)`` gives a block's regions. A block sees the
     keys up to its last query, so a long prefill holds (block, Tk) scores, never (Tq, Tk);
     by default blocks hold about :data:`SCORE_BUDGET` scores (at least 16 queries).
+
+    Every method here maps each key on its own (a region's key positions are a function of
+    that key's position alone), so the keys are rotated once per region for all blocks.
     """
     tq, tk = q.shape[2], k.shape[2]
     if block is None:
         block = max(16, SCORE_BUDGET // (q.shape[0] * q.shape[1] * tk))
     if tq <= block:
         return region_attention(q, k, v, regions_of(q_pos, k_pos), rotate, scale)
+    by_map: dict[tuple[int, float], Tensor] = {}
+    rotated = {}
+    for region in regions_of(q_pos[-1:], k_pos):         # the last query's maps: all keys
+        key = (id(region.k_pos), region.scale)
+        if key not in by_map:
+            by_map[key] = rotate(k, region.k_pos, region.scale)
+        rotated[region.name] = by_map[key]
     outs = []
     for start in range(0, tq, block):
         end = min(tq, start + block)
         keys = tk - tq + end
         outs.append(region_attention(q[:, :, start:end], k[:, :, :keys], v[:, :, :keys],
                                      regions_of(q_pos[start:end], k_pos[:keys]), rotate,
-                                     scale))
+                                     scale, rotated))
     return torch.cat(outs, 2)
 
 

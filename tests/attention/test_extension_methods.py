@@ -188,9 +188,9 @@ def test_blocks_bound_the_scores_of_a_long_prefill(monkeypatch):
     seen = []
     inner = em.region_attention
 
-    def spy(q, k, v, regions, rotate_, scale):
+    def spy(q, k, v, *rest):
         seen.append(q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2])
-        return inner(q, k, v, regions, rotate_, scale)
+        return inner(q, k, v, *rest)
     monkeypatch.setattr(em, "SCORE_BUDGET", 2 * 4 * 16 * 23)    # 16 queries of 23 keys
     monkeypatch.setattr(em, "region_attention", spy)
     q, k, v = _qkv()
