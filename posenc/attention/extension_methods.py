@@ -10,14 +10,15 @@ region and applies one softmax. A key cache for these methods therefore keeps ra
 Methods (i: query position, j: key position, d = i - j, W / w: windows):
 
 - :class:`SelfExtend` (Jin et al. 2024, "LLM Maybe LongLM: Self-Extend LLM Context Window
-  Without Tuning", ICML, Sec. 3, Eq. 3): neighbour attention with exact positions for
-  d < W; grouped attention beyond, query at floor(i / G) + W - W / G, key at floor(j / G),
-  so the relative position floor(i / G) - floor(j / G) + W - W / G continues from W.
+  Without Tuning", ICML, Sec. 3; the shift as in the authors' LongLM code): neighbour
+  attention with exact positions for d < W; grouped attention beyond, query at
+  floor(i / G) + W - W / G, key at floor(j / G), so the relative position
+  floor(i / G) - floor(j / G) + W - W / G continues from W.
 - :class:`ReRoPE` (Su 2023, "Rectified Rotary Position Embeddings", kexue.fm/archives/9708):
   relative positions d for d < w and w beyond (query at w, key at 0); Leaky ReRoPE
   (``leak=k``): w + (d - w) / k beyond (query at i / k + w (1 - 1 / k), key at j / k).
 - :class:`DualChunk` (An et al. 2024, "Training-Free Long-Context Scaling of Large Language
-  Models", ICML, Sec. 3, Eqs. 2-6; the reference code's indices): chunks of c = s - w
+  Models", ICML, Sec. 3; the indices of the authors' ChunkLlama code): chunks of c = s - w
   tokens (s: chunk size, w: local window); keys at j mod c; queries in the key's chunk
   (intra) at i mod c, in the next chunk (successive) at min(c + i mod c, s), further
   (inter) at min(2c - 1, s).

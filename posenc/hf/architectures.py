@@ -10,7 +10,7 @@ qwen3          q_norm / k_norm (RMSNorm per head) before RoPE
 gemma3_text    two thetas: sliding layers use ``rope_parameters["sliding_attention"]`` (the
                local base frequency, 10 000) and a window; full layers
                ``rope_parameters["full_attention"]``. Extension applies to full layers only,
-               as Gemma 3's own long-context scaling does (Gemma Team 2025, Sec. 2)
+               as Gemma 3's released configs scale only the global layers' RoPE
 smollm3       NoPE layers (``no_rope_layers[i] == 0``): extension applies to RoPE layers
 phi3           one fused ``qkv_proj``; LongRoPE checkpoints (Phi-3 128k)
 =============  ==============================================================================

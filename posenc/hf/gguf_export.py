@@ -89,7 +89,7 @@ def rope_metadata(ext: Extension, arch: str) -> dict[str, Any]:
             meta[f"{key}.scaling.yarn_attn_factor"] = float(scaling["attention_factor"])
     if ext.method == "longrope":
         factor = scaling.get("attention_factor")
-        if factor is None:              # LongRoPE's default (Ding et al. 2024, Eq. 9)
+        if factor is None:              # the default transformers and Phi-3 use
             s = ext.factor
             factor = 1.0 if s <= 1 else math.sqrt(1 + math.log(s) /
                                                   math.log(ext.original_max_position_embeddings))
