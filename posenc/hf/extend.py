@@ -185,11 +185,12 @@ def extend(model: nn.Module, method: str, factor: float | None = None,
     """Extend the context of a Hugging Face Llama-family model in place.
 
     Args:
-        model: a ``LlamaForCausalLM`` / ``MistralForCausalLM`` / ``Qwen2ForCausalLM`` (or the
-            base model) with unscaled RoPE (``rope_type`` "default").
+        model: a causal LM of a :data:`SUPPORTED_MODEL_TYPES` family (or its base model)
+            with unscaled RoPE (``rope_type`` "default").
         method: one of :data:`METHODS`, optionally with ``+logn`` / ``+exact``.
-        factor: the context multiplier s (> 1 for linear, ntk, yarn, llama3; >= 1 for dynamic
-            and longrope; none takes no factor).
+        factor: the context multiplier s (> 1 for linear, ntk, yarn, llama3; >= 1 for dynamic,
+            longrope and the region methods, whose default options it sets, None meaning 1;
+            none takes no factor).
         original_max_position_embeddings: the pretraining context; defaults to the config's
             ``max_position_embeddings``.
         options: ``logn``, ``exact_cache`` and the method's own keys (:data:`METHOD_OPTIONS`).
