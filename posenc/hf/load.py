@@ -25,6 +25,7 @@ from torch import nn
 from ..errors import UserError
 from .. import paths
 from ..runio import fsync_dir, fsync_file
+from .architectures import check_loadable
 from .extend import current_extension, hf_rope_parameters
 
 SMOLLM2 = "smollm2"
@@ -267,6 +268,7 @@ def save_extended(model: nn.Module, path: str | os.PathLike, tokenizer: Any = No
     ext = current_extension(model)
     if ext is not None:
         hf_rope_parameters(ext)                                    # raises for add-ons
+        check_loadable(model.config)
     out = Path(path)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         raise FileExistsError(f"{out} exists and is not empty; choose another directory or "

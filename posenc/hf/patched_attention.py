@@ -1,9 +1,12 @@
 """The attention forward that :func:`posenc.hf.extend.extend` patches into Llama-family models.
 
-It adds what Hugging Face's attention cannot do: the log-n query temperature, and an exact
-KV cache that keeps raw keys and rotates all of them with the frequencies of the current length.
-Everything else (projections, the model family's rotary helper and attention interface) is the
-family's own, found through the attention module's Python module.
+It adds what Hugging Face's attention cannot do: the log-n query temperature, an exact
+KV cache that keeps raw keys and rotates all of them with the frequencies of the current length,
+and the region methods of :mod:`posenc.attention.extension_methods` (Self-Extend, ReRoPE,
+Dual Chunk, StreamingLLM: raw keys in the cache, one softmax over region-selected scores;
+StreamingLLM evicts what no later query sees). Everything else (projections, q/k norms, the
+model family's rotary helper and attention interface) is the family's own, found through the
+attention module and its Python module.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..attention.extension_methods import Method, RotaryTable, blockwise_region_attention
 from ..encodings.context import HookContext
 from ..errors import UserError
 
@@ -27,24 +31,38 @@ class _AttentionPatch:
     rotate: Any                  # the model family's apply_rotary_pos_emb(q, k, cos, sin)
     eager: Any                   # the model family's eager_attention_forward
     extra: dict[str, Any]        # extra attention-interface kwargs (Mistral/Qwen2 window)
+    method: Method | None = None  # a region method (then the forward is _region_forward)
+    rotary: bool = True          # False: a NoPE layer (region positions do not rotate)
+    table: RotaryTable | None = None   # cos/sin by integer position, grown on demand
 
 
-def patch_attention(attn: nn.Module, enc: nn.Module, exact_cache: bool) -> None:
-    """Give one Llama-family attention module posenc's forward (log-n and/or exact cache).
+def patch_attention(attn: nn.Module, enc: nn.Module, exact_cache: bool,
+                    method: Method | None = None, rotary: bool = True) -> None:
+    """Give one Llama-family attention module posenc's forward (log-n and/or exact cache, or
+    a region ``method``).
 
-    enc: the posenc ``rope`` encoding whose ``transform_qk`` and ``attn_scale`` it uses.
+    enc: the posenc ``rope`` encoding whose ``transform_qk`` and ``attn_scale`` it uses (and
+    whose frequencies a region method rotates by, unless ``rotary`` is False).
     """
     family = sys.modules[type(attn).__module__]
     rotate = getattr(family, "apply_rotary_pos_emb", None)
     eager = getattr(family, "eager_attention_forward", None)
-    if rotate is None or eager is None or not all(
-            hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim")):
+    fused = hasattr(attn, "qkv_proj")
+    if rotate is None or eager is None or not all(hasattr(attn, n) for n in (
+            ("qkv_proj",) if fused else ("q_proj", "k_proj", "v_proj")) + ("o_proj",
+                                                                           "head_dim")):
         raise UserError(f"attention {type(attn).__name__} does not have the Llama layout "
                          "posenc patches (q/k/v/o projections, apply_rotary_pos_emb)")
     window = getattr(attn, "sliding_window", getattr(attn.config, "sliding_window", None))
+    if method is not None and (window is not None or getattr(
+            attn.config, "attn_logit_softcapping", None) is not None):
+        raise UserError(f"method {method.name!r} applies to full-attention layers without "
+                         "logit soft-capping; this layer has a sliding window or soft-capping")
     extra = {"sliding_window": window} if window is not None else {}
-    attn._posenc_attention = _AttentionPatch(enc, exact_cache, rotate, eager, extra)
-    attn.forward = types.MethodType(_attention_forward, attn)
+    attn._posenc_attention = _AttentionPatch(enc, exact_cache, rotate, eager, extra, method,
+                                             rotary)
+    forward = _attention_forward if method is None else _region_forward
+    attn.forward = types.MethodType(forward, attn)
 
 
 def unpatch_attention(attn: nn.Module) -> None:
@@ -66,10 +84,7 @@ def _attention_forward(self: nn.Module, hidden_states: Tensor,
     cache = kwargs.pop("cache", None)
     past_key_values = cache if past_key_values is None else past_key_values
     batch, length = hidden_states.shape[:2]
-    shape = (batch, length, -1, self.head_dim)
-    q = self.q_proj(hidden_states).view(shape).transpose(1, 2)      # (B, H, T, D)
-    k = self.k_proj(hidden_states).view(shape).transpose(1, 2)      # (B, Hkv, T, D)
-    v = self.v_proj(hidden_states).view(shape).transpose(1, 2)      # (B, Hkv, T, D)
+    q, k, v = _project(self, hidden_states)
     pos = kwargs.get("position_ids")
     if pos is None:
         past = past_key_values.get_seq_length(self.layer_idx) if past_key_values is not None \
@@ -99,3 +114,83 @@ def _attention_forward(self: nn.Module, hidden_states: Tensor,
                              scaling=self.scaling, **patch.extra, **kwargs)
     out = out.reshape(batch, length, -1).contiguous()               # (B, T, H*D)
     return self.o_proj(out), weights
+
+
+def _project(self: nn.Module, hidden: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """q (B, H, T, D), k and v (B, Hkv, T, D) before RoPE: the family's projections (Phi-3's
+    fused qkv_proj) and per-head norms (Qwen3, Gemma 3's q_norm / k_norm)."""
+    batch, length = hidden.shape[:2]
+    shape = (batch, length, -1, self.head_dim)
+    if hasattr(self, "qkv_proj"):
+        qkv = self.qkv_proj(hidden)
+        n_q = self.config.num_attention_heads * self.head_dim
+        n_kv = self.config.num_key_value_heads * self.head_dim
+        q, k, v = qkv[..., :n_q], qkv[..., n_q:n_q + n_kv], qkv[..., n_q + n_kv:]
+    else:
+        q, k, v = self.q_proj(hidden), self.k_proj(hidden), self.v_proj(hidden)
+    q, k, v = q.view(shape), k.view(shape), v.view(shape)
+    if hasattr(self, "q_norm"):
+        q, k = self.q_norm(q), self.k_norm(k)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+
+def _region_forward(self: nn.Module, hidden_states: Tensor,
+                    position_embeddings: tuple[Tensor, Tensor] | None = None,
+                    attention_mask: Tensor | None = None, past_key_values: Any = None,
+                    **kwargs: Any) -> tuple[Tensor, None]:
+    """Attention under a region method: raw keys in the cache, positions from the method.
+
+    Absolute positions are the cache slots, plus the tokens StreamingLLM evicted (counted on
+    the cache layer); they must be 0..n-1 for every sequence (no padding)."""
+    patch: _AttentionPatch = self._posenc_attention
+    method = patch.method
+    cache = kwargs.pop("cache", None)
+    cache = cache if past_key_values is None else past_key_values
+    batch, length = hidden_states.shape[:2]
+    q, k, v = _project(self, hidden_states)
+    layer = cache.layers[self.layer_idx] if cache is not None else None
+    if cache is not None:
+        k, v = cache.update(k, v, self.layer_idx)                    # raw (unrotated) keys
+    evicted = getattr(layer, "_posenc_evicted", 0)
+    slots = torch.arange(k.shape[2], device=q.device)
+    sinks = getattr(method, "sinks", 0)
+    k_abs = torch.where(slots < sinks, slots, slots + evicted)
+    q_abs = k_abs[k_abs.numel() - length:]
+    _require_plain_positions(kwargs.get("position_ids"), attention_mask, slots, length,
+                             q_abs if not evicted else None)
+    if method.name == "streaming":
+        def regions_of(qp: Tensor, kp: Tensor) -> list:
+            return method.regions(qp, kp, evicted)
+    else:
+        regions_of = method.regions
+    if patch.table is None or patch.table.inv_freq.device != q.device:
+        patch.table = RotaryTable(patch.enc.frequencies(0)[0].to(q.device))
+    rotate = patch.table if patch.rotary else (lambda x, pos, scale: x)
+    out = blockwise_region_attention(q, k, v, q_abs, k_abs, regions_of, rotate,
+                                     self.scaling)                     # (B, H, T, D)
+    if layer is not None and method.name == "streaming":
+        keep = method.kept(k.shape[2]).to(k.device)
+        if keep.numel() < k.shape[2]:
+            layer._posenc_evicted = evicted + k.shape[2] - keep.numel()
+            layer.keys, layer.values = layer.keys[:, :, keep], layer.values[:, :, keep]
+    out = out.transpose(1, 2).reshape(batch, length, -1).contiguous()  # (B, T, H*D)
+    return self.o_proj(out), None
+
+
+def _require_plain_positions(position_ids: Tensor | None, mask: Tensor | None, slots: Tensor,
+                             length: int, q_abs: Tensor | None) -> None:
+    """UserError unless positions are 0..n-1 (``q_abs``: the expected query positions, None
+    once StreamingLLM has evicted and the model counts slots) and the mask is plain causal."""
+    message = ("region methods (self_extend, rerope, dual_chunk, streaming) need positions "
+               "0..n-1 for every sequence (no padding or custom position_ids)")
+    if q_abs is not None and position_ids is not None and not bool(
+            (position_ids == q_abs).all()):
+        raise UserError(message)
+    if mask is None:
+        return
+    allowed = mask if mask.dtype == torch.bool else mask == 0
+    q_slots = slots[slots.numel() - length:]
+    causal = slots[None, :] <= q_slots[:, None]                      # (T, n)
+    if allowed.shape[-1] < slots.numel() or not bool(
+            (allowed[..., :slots.numel()] == causal).all()):
+        raise UserError(message)

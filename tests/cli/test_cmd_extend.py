@@ -82,10 +82,20 @@ def test_cli_extend_end_to_end(tiny_dir, tmp_path, capsys):
     assert main(["plot", str(out)]) == 0 and (out / "ppl.png").stat().st_size > 0
     rc = main(["extend", str(tiny_dir), "--method", "linear", "--lengths", "128", "--windows",
                "1", "--data", str(data), "--out", str(tmp_path / "run2"), "--save", str(saved),
-               "--no-progress"])
+               "--gguf", str(tmp_path / "m.gguf"), "--no-progress"])
     assert rc == 0
     loaded = transformers.AutoModelForCausalLM.from_pretrained(saved)
     assert loaded.config.rope_parameters["rope_type"] == "linear"
+    import gguf
+    fields = gguf.GGUFReader(str(tmp_path / "m.gguf")).fields
+    assert fields["llama.rope.scaling.type"].contents() == "linear"
+    assert fields["llama.rope.scaling.factor"].contents() == 2.0
+    rc = main(["extend", str(tiny_dir), "--methods", "none,self_extend,streaming", "--lengths",
+               "192", "--windows", "1", "--data", str(data), "--out", str(tmp_path / "run3"),
+               "--no-progress"])
+    assert rc == 0
+    results = json.loads((tmp_path / "run3" / "results.json").read_text())
+    assert results["methods"]["self_extend"]["extension"]["attention"]["group"] >= 2
 
 
 def test_cli_extend_interrupted_then_resumed_reuses_finished_measurements(
@@ -153,6 +163,8 @@ def test_cli_extend_interrupted_then_resumed_reuses_finished_measurements(
     (lambda d, t: [str(d), "--method", "yarn", "--lengths", "4000000"], "length 4000000 needs"),
     (lambda d, t: [str(d), "--method", "yarn+logn", "--save", str(t / "s")],
      "cannot be saved for plain transformers"),
+    (lambda d, t: [str(d), "--method", "self_extend", "--gguf", str(t / "s")],
+     "cannot be written to GGUF: llama.cpp applies Self-Extend at run time"),
     (lambda d, t: [str(d), "--out", str(t / "full")], "posenc extend did not write"),
     (lambda d, t: [str(d), "--out", str(t / "full"), "--resume"], "posenc extend did not write"),
     (lambda d, t: [str(d), "--out", str(t / "full"), "--force"], "posenc extend did not write"),

@@ -1,6 +1,6 @@
 """Tiny random Hugging Face models for the posenc.hf tests (and ``posenc extend``'s): configs
-of Llama, Mistral and Qwen2 with a short original context, weights that make attention peaked,
-logits without a cache, and a byte-level BPE tokenizer.
+of Llama, Mistral, Qwen2, Qwen3, Gemma 3, SmolLM3 and Phi-3 with a short original context,
+weights that make attention peaked, logits without a cache, and a byte-level BPE tokenizer.
 
 The test modules skip themselves when transformers is not installed.
 """
@@ -19,13 +19,34 @@ except ImportError:
 ORIG, VOCAB, T = 32, 97, 80     # original context, vocabulary, test length (2.5x)
 
 
+#: per family: config class name and what makes the tiny model exercise its differences
+_FAMILIES = {
+    "llama": ("LlamaConfig", {}),
+    "mistral": ("MistralConfig", {"sliding_window": None}),
+    "qwen2": ("Qwen2Config", {"sliding_window": None}),
+    "qwen3": ("Qwen3Config", {"head_dim": 16}),
+    # a sliding layer (local theta 10 000, window 8) before a full one (theta 1e6)
+    "gemma3_text": ("Gemma3TextConfig", {"head_dim": 16, "sliding_window": 8,
+                                         "query_pre_attn_scalar": 16}),
+    # the last of every two layers has no RoPE
+    "smollm3": ("SmolLM3Config", {"pad_token_id": None, "bos_token_id": None,
+                                  "eos_token_id": None}),
+    "phi3": ("Phi3Config", {"original_max_position_embeddings": ORIG, "pad_token_id": None,
+                            "bos_token_id": None, "eos_token_id": None}),
+}
+
+
 def tiny_config(kind: str = "llama", layers: int = 2, **kw):
-    cls = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig,
-           "qwen2": transformers.Qwen2Config}[kind]
-    extra = {"sliding_window": None} if kind in ("mistral", "qwen2") else {}
-    return cls(hidden_size=64, intermediate_size=96, num_hidden_layers=layers,
-               num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
-               max_position_embeddings=ORIG, attn_implementation="sdpa", **extra, **kw)
+    name, extra = _FAMILIES[kind]
+    extra = dict(extra)
+    if kind == "gemma3_text":
+        extra["layer_types"] = (["sliding_attention", "full_attention"] * layers)[:layers]
+    if kind == "smollm3":
+        extra["no_rope_layers"] = ([1, 0] * layers)[:layers]
+    return getattr(transformers, name)(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
+        max_position_embeddings=ORIG, attn_implementation="sdpa", **{**extra, **kw})
 
 
 def peaked_model(config):

@@ -15,6 +15,7 @@ from tests.hf.helpers import (ORIG, T, logits_of as _logits, peaked_model as _mo
 transformers = pytest.importorskip("transformers")
 
 from posenc.hf import extend, hf_rope_parameters, restore  # noqa: E402
+from posenc.hf.architectures import extended_rope, with_extended_rope  # noqa: E402
 from posenc.hf.extend import current_extension, make_extension  # noqa: E402
 from posenc.hf.measure import PeakMemory  # noqa: E402
 
@@ -22,7 +23,10 @@ LONG_FACTOR = [1.0 + 0.25 * i for i in range(8)]
 
 
 # --------------------------------------------------------------- patching
-@pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2"])
+KINDS = ["llama", "mistral", "qwen2", "qwen3", "gemma3_text", "smollm3", "phi3"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_no_scaling_patch_equals_unpatched(kind, ids):
     model = _model(_config(kind))
     ref = _logits(model, ids)
@@ -53,14 +57,17 @@ HF_NATIVE = {
 
 
 @pytest.mark.parametrize("case", sorted(HF_NATIVE))
-@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3", "gemma3_text", "smollm3", "phi3"])
 def test_native_methods_equal_hugging_face(case, kind, ids):
-    """A default model patched by extend == a model built with that rope_parameters."""
+    """A default model patched by extend == a model built with that rope_parameters (Gemma 3:
+    on its full layers; its sliding layers keep their local theta)."""
     params, options = HF_NATIVE[case]
     method = params["rope_type"]
     patched = _model(_config(kind))
     plain = _logits(patched, ids)
-    config = _config(kind, rope_parameters={**params, "rope_theta": 10000.0})
+    theta = float(extended_rope(patched.config)["rope_theta"])
+    config = _config(kind)
+    config.rope_parameters = with_extended_rope(config, {**params, "rope_theta": theta})
     if method != "dynamic":
         config.max_position_embeddings = int(ORIG * 2.5)
     oracle = _model(config)

@@ -15,32 +15,56 @@ from tests.hf.helpers import (ORIG, logits_of as _logits, peaked_model as _model
 transformers = pytest.importorskip("transformers")
 
 from posenc.hf import extend, save_extended  # noqa: E402
+from posenc.hf.architectures import extended_rope  # noqa: E402
 from posenc.hf.load import load_model, resolve_model  # noqa: E402
 
 
+@pytest.mark.parametrize("kind", ["llama", "qwen3", "gemma3_text", "smollm3", "phi3"])
 @pytest.mark.parametrize("method", ["linear", "ntk", "dynamic", "yarn", "llama3"])
-def test_saved_model_loads_in_plain_transformers(method, ids, tmp_path):
-    model = _model(_config())
+def test_saved_model_loads_in_plain_transformers(method, kind, ids, tmp_path):
+    model = _model(_config(kind))
+    theta = float(extended_rope(model.config)["rope_theta"])
     extend(model, method, 2.0)
+    if kind == "phi3" and method != "ntk":        # Phi3Config accepts longrope only
+        with pytest.raises(ValueError, match="accepts only default, longrope"):
+            save_extended(model, tmp_path / "m")
+        return
     expected = _logits(model, ids)
     save_extended(model, tmp_path / "m")
     loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "m").eval()
     torch.testing.assert_close(_logits(loaded, ids), expected, atol=2e-5, rtol=1e-5)
-    rope = loaded.config.rope_parameters
+    rope = extended_rope(loaded.config)
     assert rope["rope_type"] == ("default" if method == "ntk" else method)
     if method == "ntk":
-        assert rope["rope_theta"] == pytest.approx(10000.0 * 2.0 ** (16 / 14))
+        assert rope["rope_theta"] == pytest.approx(theta * 2.0 ** (16 / 14))
     assert loaded.config.max_position_embeddings == (ORIG if method == "dynamic" else 2 * ORIG)
     with pytest.raises(FileExistsError, match="not empty"):
         save_extended(model, tmp_path / "m")
 
 
-@pytest.mark.parametrize("method", ["yarn+logn", "logn", "dynamic+exact"])
-def test_save_refuses_what_transformers_cannot_express(method, tmp_path):
+@pytest.mark.parametrize("kind", ["llama", "phi3"])
+def test_longrope_round_trip(kind, ids, tmp_path):
+    model = _model(_config(kind))
+    extend(model, "longrope", 2.0, long_factor=[1.0 + 0.25 * i for i in range(8)],
+           short_factor=[1.0] * 8)
+    expected = _logits(model, ids)
+    save_extended(model, tmp_path / "m")
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "m").eval()
+    # the tolerance of test_extend's comparison with transformers' longrope (fp32 rounding)
+    torch.testing.assert_close(_logits(loaded, ids), expected, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("method,lost", [
+    ("yarn+logn", "log-n"), ("logn", "log-n"), ("dynamic+exact", "exact cache"),
+    ("self_extend", "grouped positions"), ("rerope", "clipped"), ("leaky_rerope", "leak"),
+    ("dual_chunk", "chunk position indices"), ("streaming", "sink tokens")])
+def test_save_refuses_what_transformers_cannot_express(method, lost, tmp_path):
     model = _model(_config())
     extend(model, method, None if method == "logn" else 2.0)
-    with pytest.raises(ValueError, match=re.escape(f"method {method!r} cannot be saved")):
+    with pytest.raises(ValueError, match=re.escape(f"method {method!r} cannot be saved")) \
+            as err:
         save_extended(model, tmp_path / "m")
+    assert lost in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "m").exists()
 
 

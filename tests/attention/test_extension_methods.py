@@ -1,0 +1,202 @@
+"""Region-remapped RoPE attention (Self-Extend, ReRoPE, Leaky ReRoPE, Dual Chunk, StreamingLLM):
+hand-computed position maps, region attention against a per-pair loop, cached decoding against
+a full forward, and StreamingLLM against a direct implementation of the paper's algorithm."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from posenc.attention.extension_methods import (DualChunk, ReRoPE, SelfExtend, StreamingLLM,
+                                                blockwise_region_attention, build_method,
+                                                region_attention, relative_positions)
+from posenc.kernels.rotary import apply_rotary, rotary_angles
+
+NAN = float("nan")
+D = 8
+INV_FREQ = 1.0 / (100.0 ** (torch.arange(0, D, 2).float() / D))
+
+
+def rotate(x, pos, scale=1.0):
+    angles = rotary_angles(pos.float() * scale, INV_FREQ)
+    return apply_rotary(x, angles.cos(), angles.sin())
+
+
+def rel_row(method, i, n=None):
+    n = i + 1 if n is None else n
+    return relative_positions(method, torch.tensor([i]), torch.arange(n))[0].tolist()
+
+
+def _same(row, expected):
+    assert len(row) == len(expected)
+    for got, want in zip(row, expected):
+        assert (math.isnan(got) and math.isnan(want)) or got == pytest.approx(want)
+
+
+# ------------------------------------------------------------ position maps by hand
+def test_self_extend_map():
+    """W = 4, G = 2, query 9: keys 6..9 exact (3..0); keys 0..5: 9//2 - j//2 + 4 - 2."""
+    _same(rel_row(SelfExtend(4, 2), 9), [6, 6, 5, 5, 4, 4, 3, 2, 1, 0])
+    _same(rel_row(SelfExtend(4, 2), 2), [2, 1, 0])            # inside W: plain RoPE
+
+
+def test_rerope_and_leaky_maps():
+    _same(rel_row(ReRoPE(3), 6), [3, 3, 3, 3, 2, 1, 0])
+    _same(rel_row(ReRoPE(3, leak=2.0), 7), [5, 4.5, 4, 3.5, 3, 2, 1, 0])  # 3 + (d - 3)/2
+
+
+def test_dual_chunk_map():
+    """s = 6, w = 2: chunks of c = 4; keys at j mod 4; query 9 (chunk 2, 9 mod 4 = 1):
+    intra keys 8, 9 -> 1, 0; successive keys 4..7 at min(4 + 1, 6) = 5 -> 5, 4, 3, 2;
+    inter keys 0..3 at min(7, 6) = 6 -> 6, 5, 4, 3."""
+    _same(rel_row(DualChunk(6, 2), 9), [6, 5, 4, 3, 5, 4, 3, 2, 1, 0])
+    _same(rel_row(DualChunk(6, 2), 3), [3, 2, 1, 0])                    # intra: plain
+    # query 7 (chunk 1, at 3): successive keys 0..3 from min(4 + 3, 6) = 6 (capped)
+    _same(rel_row(DualChunk(6, 2), 7), [6, 5, 4, 3, 3, 2, 1, 0])
+
+
+def test_streaming_map():
+    """2 sinks, window 3: query 9 sees keys 0, 1 (from slot 4) and 7, 8, 9."""
+    _same(rel_row(StreamingLLM(2, 3), 9), [4, 3, NAN, NAN, NAN, NAN, NAN, 2, 1, 0])
+    _same(rel_row(StreamingLLM(2, 3), 4), [4, 3, 2, 1, 0])
+
+
+def test_bad_options_are_refused():
+    with pytest.raises(ValueError, match="window must be a positive integer"):
+        SelfExtend(0, 2)
+    with pytest.raises(ValueError, match="leak must be a number > 1"):
+        ReRoPE(4, leak=1.0)
+    with pytest.raises(ValueError, match="local_window must be smaller than chunk_size"):
+        DualChunk(4, 4)
+    with pytest.raises(ValueError, match="unknown extension method 'foo'"):
+        build_method("foo", 32, 2.0)
+
+
+@pytest.mark.parametrize("name", ["self_extend", "rerope", "leaky_rerope", "dual_chunk",
+                                  "streaming"])
+def test_defaults_keep_relative_positions_inside_the_original_context(name):
+    method = build_method(name, 32, 4.0)
+    rel = relative_positions(method, torch.arange(128), torch.arange(128))
+    assert float(rel.nan_to_num(0).max()) <= 31
+
+
+# ------------------------------------------------------------ attention
+METHODS = [SelfExtend(4, 3), ReRoPE(5), ReRoPE(5, leak=3.0), DualChunk(7, 2),
+           StreamingLLM(2, 5)]
+
+
+def _qkv(t=23, heads=4, kv_heads=2, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(2, heads, t, D, generator=gen), torch.randn(2, kv_heads, t, D,
+                                                                    generator=gen),
+            torch.randn(2, kv_heads, t, D, generator=gen))
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda m: m.name)
+def test_region_attention_equals_a_per_pair_loop(method):
+    """Score of (i, j) = rotate(q_i, rel_ij) . k_j with rel from the position map."""
+    q, k, v = _qkv(t=12)
+    pos = torch.arange(12)
+    out = region_attention(q, k, v, method.regions(pos, pos), rotate, 0.5)
+    rel = relative_positions(method, pos, pos)
+    kk, vv = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    ref = torch.zeros_like(q)
+    for i in range(12):
+        seen = [j for j in range(12) if not math.isnan(rel[i, j])]
+        rq = torch.stack([rotate(q[:, :, i:i + 1], rel[i, j:j + 1])[:, :, 0] for j in seen],
+                         2)                                           # (B, H, n, D)
+        w = ((rq * kk[:, :, seen]).sum(-1) * 0.5).softmax(-1)
+        ref[:, :, i] = (w[..., None] * vv[:, :, seen]).sum(2)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda m: m.name)
+def test_blockwise_decoding_equals_full_forward(method):
+    """A prefix, then one query at a time against all keys so far == the full forward."""
+    q, k, v = _qkv()
+    pos = torch.arange(23)
+    full = region_attention(q, k, v, method.regions(pos, pos), rotate, 0.3)
+    steps = [region_attention(q[:, :, :9], k[:, :, :9], v[:, :, :9],
+                              method.regions(pos[:9], pos[:9]), rotate, 0.3)]
+    for t in range(9, 23):
+        steps.append(region_attention(q[:, :, t:t + 1], k[:, :, :t + 1], v[:, :, :t + 1],
+                                      method.regions(pos[t:t + 1], pos[:t + 1]), rotate, 0.3))
+    torch.testing.assert_close(torch.cat(steps, 2), full, atol=1e-5, rtol=1e-5)
+
+
+def _streaming_by_the_paper(q, k, v, sinks, window, scale):
+    """Xiao et al.'s loop: append raw k, v; evict beyond sinks + window (the middle); give the
+    cached keys positions 0..n-1 and the query the last one; rotate; attend."""
+    cache_k, cache_v, outs = [], [], []
+    group = q.shape[1] // k.shape[1]
+    for t in range(q.shape[2]):
+        cache_k.append(k[:, :, t])
+        cache_v.append(v[:, :, t])
+        if len(cache_k) > sinks + window:
+            del cache_k[sinks], cache_v[sinks]
+        kk = torch.stack(cache_k, 2).repeat_interleave(group, 1)
+        vv = torch.stack(cache_v, 2).repeat_interleave(group, 1)
+        n = kk.shape[2]
+        kr = rotate(kk, torch.arange(n))
+        qr = rotate(q[:, :, t:t + 1], torch.tensor([n - 1]))
+        w = ((qr @ kr.transpose(-1, -2)) * scale).softmax(-1)
+        outs.append(w @ vv)
+    return torch.cat(outs, 2)
+
+
+def test_streaming_equals_the_papers_algorithm():
+    q, k, v = _qkv(t=30)
+    method = StreamingLLM(3, 6)
+    ref = _streaming_by_the_paper(q, k, v, 3, 6, 0.4)
+    pos = torch.arange(30)
+    full = region_attention(q, k, v, method.regions(pos, pos), rotate, 0.4)
+    torch.testing.assert_close(full, ref, atol=1e-5, rtol=1e-5)
+    # decoding with an evicting cache: only sinks + window - 1 keys stay between steps
+    ck, cv, evicted, outs = k[:, :, :0], v[:, :, :0], 0, []
+    for t in range(30):
+        ck, cv = torch.cat((ck, k[:, :, t:t + 1]), 2), torch.cat((cv, v[:, :, t:t + 1]), 2)
+        kpos = torch.cat((torch.arange(min(3, ck.shape[2])),
+                          torch.arange(min(3, t + 1) + evicted, t + 1)))[:ck.shape[2]]
+        outs.append(region_attention(q[:, :, t:t + 1], ck, cv,
+                                     method.regions(pos[t:t + 1], kpos, evicted), rotate, 0.4))
+        keep = method.kept(ck.shape[2])
+        evicted += ck.shape[2] - keep.numel()
+        ck, cv = ck[:, :, keep], cv[:, :, keep]
+        assert ck.shape[2] <= 3 + 6 - 1
+    torch.testing.assert_close(torch.cat(outs, 2), ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda m: m.name)
+def test_blockwise_prefill_equals_one_block(method):
+    """Queries in blocks of 5 (each against the keys up to its last query) == all at once,
+    for a prefill and for queries that continue a cache of 4 keys."""
+    q, k, v = _qkv()
+    pos = torch.arange(23)
+    for first in (0, 4):
+        whole = region_attention(q[:, :, first:], k, v, method.regions(pos[first:], pos),
+                                 rotate, 0.3)
+        blocks = blockwise_region_attention(q[:, :, first:], k, v, pos[first:], pos,
+                                            method.regions, rotate, 0.3, block=5)
+        torch.testing.assert_close(blocks, whole, atol=1e-6, rtol=1e-6)
+
+
+def test_blocks_bound_the_scores_of_a_long_prefill(monkeypatch):
+    """By default a block holds at most SCORE_BUDGET scores (batch x heads x queries x keys)."""
+    import posenc.attention.extension_methods as em
+    seen = []
+    inner = em.region_attention
+
+    def spy(q, k, v, *rest):
+        seen.append(q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2])
+        return inner(q, k, v, *rest)
+    monkeypatch.setattr(em, "SCORE_BUDGET", 2 * 4 * 16 * 23)    # 16 queries of 23 keys
+    monkeypatch.setattr(em, "region_attention", spy)
+    q, k, v = _qkv()
+    pos = torch.arange(23)
+    out = em.blockwise_region_attention(q, k, v, pos, pos, SelfExtend(4, 3).regions, rotate,
+                                        0.3)
+    assert len(seen) == 2 and max(seen) <= em.SCORE_BUDGET
+    torch.testing.assert_close(out, inner(q, k, v, SelfExtend(4, 3).regions(pos, pos),
+                                          rotate, 0.3), atol=1e-6, rtol=1e-6)
