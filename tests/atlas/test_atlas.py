@@ -126,7 +126,7 @@ def test_index_html_renders_in_chromium(atlas, tmp_path):
     image = Image.open(shot).convert("L")
     width, got_height = image.size
     assert (width, got_height) == (1400, height)
-    # the figures are drawn: the page runs for thousands of pixels (ten figures, one under
+    # the figures are drawn: the page runs for thousands of pixels (fifteen figures, one under
     # another) and nearly every horizontal band down to its end holds non-white pixels
     bands = [image.crop((0, y, width, y + 300)).getextrema()[0] < 200
              for y in range(0, height - 300, 300)]
