@@ -17,6 +17,13 @@ cost. Under the stepped schedule (the default) it happens when the length crosse
 ``context`` (a threshold): the steady step (at ``context - 1`` cached tokens, which crosses
 nothing) plus one recompute of ``context`` tokens (timed as a prefill) spread over the
 ``context / 2`` tokens since the previous threshold. Both parts are printed.
+
+Options and plans are candidates too: RoPE with ``partial`` (p-RoPE) or Llama 4's attention
+temperature, and models with a layer plan (``plan:gemma3``: every layer of a 4-layer model is
+a 512-token sliding window, Gemma 3's local layers; ``plan:llama4``: three 512-token chunked
+RoPE layers and one full NoPE layer). A windowed layer's rolling cache moves its held window
+by one token on every append, so the roll-back after a timed step copies that window back
+(one copy of at most 511 tokens' keys and values per layer, inside the timed step).
 """
 
 from __future__ import annotations
@@ -34,7 +41,15 @@ from .common import compare, machine_line
 BASELINE = "rope"
 #: encodings timed by default: every distance bias, the rotary family and the absolute ones
 DEFAULT_ENCODINGS = ("nope", "rope", "xpos", "alibi", "t5", "kerple", "fire", "learned",
-                     "sinusoidal")
+                     "sinusoidal", "cope", "dynamic_bias", "forget_gate", "pope", "mrope",
+                     "axial_rope")
+#: (label, encoding, options, plan) of the option and plan candidates
+VARIANTS = {
+    "rope+partial=0.5": ("rope", {"partial": 0.5}, None),
+    "rope+temperature": ("rope", {"temperature_floor": 8192, "temperature_scale": 0.1}, None),
+    "plan:gemma3": ("rope", {}, {"name": "gemma3", "window": 512}),
+    "plan:llama4": ("rope", {}, {"name": "llama4", "chunk": 512}),
+}
 #: (label, rope scaling) of the length-dependent candidates
 SCALINGS = {
     "rope+dynamic": {"rope_type": "dynamic", "factor": 2.0},
@@ -44,13 +59,15 @@ SCALINGS = {
 STEPPED = "rope+dynamic"
 
 
-def build(name: str, args, scaling: dict | None = None) -> TransformerLM:
+def build(name: str, args, scaling: dict | None = None, options: dict | None = None,
+          plan: dict | None = None) -> TransformerLM:
     torch.manual_seed(0)
-    options = {} if scaling is None else {"scaling": {
-        **scaling, "original_max_position_embeddings": args.original_length}}
+    options = dict(options or {})
+    if scaling is not None:
+        options["scaling"] = {**scaling, "original_max_position_embeddings": args.original_length}
     config = LMConfig(vocab_size=256, d_model=args.d_model, n_layers=args.layers,
                       n_heads=args.heads, max_len=max(args.contexts) + 8, pe=name,
-                      pe_options=options)
+                      pe_options=options, plan=plan)
     return TransformerLM(config).eval()
 
 
@@ -63,12 +80,20 @@ def decode_step(model: TransformerLM, context: int):
         model(ids, caches=caches)
     nxt = torch.randint(0, 256, (1, 1), generator=gen)
     saved = [(c.length, dict(c.replay), dict(c.extra)) for c in caches]
+    # a rolling (windowed) cache shifts what it holds on every append: keep a copy to restore
+    windows = [(c, c.held, [t.clone() for t in (c.k, c.v, c.pos, c.key_valid)])
+               for c in caches if hasattr(c, "held")]
 
     def step():
         with torch.no_grad():
             out = model(nxt, caches=caches)
         for cache, (length, replay, extra) in zip(caches, saved):
             cache.length, cache.replay, cache.extra = length, dict(replay), dict(extra)
+        for cache, held, tensors in windows:
+            cache.held = held
+            for live, kept in zip((cache.k, cache.v, cache.pos, cache.key_valid), tensors):
+                token_dim = 2 if live.dim() == 4 else 1           # (B, H, L, D) or (B, L)
+                live.narrow(token_dim, 0, held).copy_(kept.narrow(token_dim, 0, held))
         return out
 
     return step
@@ -92,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--encodings", nargs="+", default=list(DEFAULT_ENCODINGS))
     parser.add_argument("--scalings", nargs="*", default=list(SCALINGS),
                         help=f"length-dependent RoPE candidates: {', '.join(SCALINGS)}")
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS),
+                        help=f"option and plan candidates: {', '.join(VARIANTS)}")
     parser.add_argument("--original-length", type=int, default=256,
                         help="original_max_position_embeddings of the RoPE scalings")
     parser.add_argument("--d-model", type=int, default=256)
@@ -106,11 +133,14 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     unknown = sorted(set(args.encodings) - set(list_encodings()))
     unknown += sorted(set(args.scalings) - set(SCALINGS))
+    unknown += sorted(set(args.variants) - set(VARIANTS))
     if unknown:
         parser.error(f"unknown candidate(s) {', '.join(unknown)}")
     names = [BASELINE] + [n for n in args.encodings if n != BASELINE]
     models = {name: build(name, args) for name in names}
     models.update({label: build("rope", args, SCALINGS[label]) for label in args.scalings})
+    models.update({label: build(VARIANTS[label][0], args, options=VARIANTS[label][1],
+                                plan=VARIANTS[label][2]) for label in args.variants})
 
     print(f"# cached decoding, one new token: d_model={args.d_model} layers={args.layers} "
           f"heads={args.heads} fp32 batch 1, {args.rounds} rounds, {args.clock} clock; "

@@ -15,23 +15,31 @@ from typing import Any
 from ..runio import atomic_write
 from .absolute import absolute_trajectories_panel, sinusoidal_panel
 from .biases import alibi_panel, distance_biases_panel, t5_buckets_panel
+from .cope import cope_panel
 from .figure import Panel, as_json
 from .pages import write_html, write_markdown
+from .plans import layer_plan_panel, window_mask_panel
 from .relative import logn_panel, relative_clipping_panel
 from .rope_decay import rope_decay_panel
 from .rope_scalings import rope_scaling_scores_panel, rope_scaling_wavelengths_panel
+from .rotary_axes import mrope_panel, p_rope_panel
 
 PANELS: dict[str, Callable[[Path], Panel]] = {
     "sinusoidal": sinusoidal_panel,
     "rope_decay": rope_decay_panel,
     "rope_scaling_wavelengths": rope_scaling_wavelengths_panel,
     "rope_scaling_scores": rope_scaling_scores_panel,
+    "p_rope": p_rope_panel,
+    "mrope_grid": mrope_panel,
     "alibi": alibi_panel,
     "t5_buckets": t5_buckets_panel,
     "distance_biases": distance_biases_panel,
     "relative_clipping": relative_clipping_panel,
     "absolute_trajectories": absolute_trajectories_panel,
     "logn": logn_panel,
+    "cope_positions": cope_panel,
+    "window_mask": window_mask_panel,
+    "layer_plan": layer_plan_panel,
 }
 #: what write_atlas writes besides the panels' PNGs
 PAGE_FILES = ("atlas.json", "index.html", "index.md")

@@ -1,4 +1,4 @@
-"""``posenc list``: the table of registered encodings."""
+"""``posenc list``: the table of registered encodings, then the named layer plans."""
 
 from __future__ import annotations
 
@@ -6,20 +6,22 @@ import argparse
 import json
 
 from ..encodings import describe_encodings
+from ..models.plans import describe_plans
 
 NAME = "list"
-HELP = "list the registered positional encodings and what they support"
+HELP = "list the registered positional encodings and the named layer plans"
+#: the line that opens the plans table, after a blank line under the encodings
+PLANS_HEADING = "named plans (LMConfig(plan=NAME) or plan={'name': NAME, option: value}):"
+#: how an option derived from the model's max_len is shown
+DERIVED = "auto"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--json", action="store_true",
+                   help="print the encodings as JSON instead of the tables")
 
 
-def format_table(rows: list[dict]) -> str:
-    """Fixed-width table of describe_encodings() rows."""
-    cols = [("name", "encoding"), ("family", "family"), ("hooks", "hooks"),
-            ("extrapolates", "extrapolates"), ("kv_cache", "kv cache"),
-            ("backends", "backends")]
+def _table(cols: list[tuple[str, str]], rows: list[dict]) -> str:
     cells = [[", ".join(r[k]) if isinstance(r[k], list) else str(r[k]) for k, _ in cols]
              for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (_, h) in enumerate(cols)]
@@ -28,7 +30,35 @@ def format_table(rows: list[dict]) -> str:
                      + [line(c) for c in cells])
 
 
+def format_table(rows: list[dict]) -> str:
+    """Fixed-width table of describe_encodings() rows."""
+    return _table([("name", "encoding"), ("family", "family"), ("hooks", "hooks"),
+                   ("extrapolates", "extrapolates"), ("kv_cache", "kv cache"),
+                   ("backends", "backends")], rows)
+
+
+def format_options(options: dict) -> str:
+    """``key=default`` pairs; a None default shows as ``auto`` (derived from max_len), or as
+    ``{}`` for a ``*_options`` dict (no options)."""
+    def shown(key, value):
+        if value is None:
+            return "{}" if key.endswith("_options") else DERIVED
+        return f"{value:.10g}" if isinstance(value, float) else str(value)
+    return ", ".join(f"{k}={shown(k, v)}" for k, v in options.items())
+
+
+def format_plans(rows: list[dict]) -> str:
+    """Fixed-width table of describe_plans() rows under :data:`PLANS_HEADING`."""
+    shown = [{**r, "options": format_options(r["options"])} for r in rows]
+    table = _table([("name", "plan"), ("summary", "summary"), ("options", "options")], shown)
+    return (f"{PLANS_HEADING}\n{table}\n"
+            f"({DERIVED}: derived from the model's max_len, see posenc.models.plans)")
+
+
 def run(args: argparse.Namespace) -> int:
     rows = describe_encodings()
-    print(json.dumps(rows, indent=2, default=str) if args.json else format_table(rows))
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+    else:
+        print(format_table(rows) + "\n\n" + format_plans(describe_plans()))
     return 0

@@ -76,8 +76,8 @@ def test_cli_takes_a_run_inside_a_compare_dir_and_explains_the_top_dir(t5_in_com
     assert main(["atlas", "--out", str(tmp_path / "a"), "--run", str(base / "out/runs/t5")]) == 2
     err = capsys.readouterr().err
     assert "pick one of its seeds (seed0)" in err and err.count("\n") == 1
-    # the full command on a run: the ten panels plus the two of the run (drawing of the
-    # ten is tested in tests/atlas/test_atlas.py; stub them here to keep this test fast)
+    # the full command on a run: the fifteen panels plus the two of the run (drawing of the
+    # fifteen is tested in tests/atlas/test_atlas.py; stub them here to keep this test fast)
     import posenc.atlas.atlas as atlas_module
     from posenc.atlas.figure import Panel
 

@@ -1,4 +1,5 @@
-"""``posenc list`` and ``posenc list --json`` describe every registered encoding."""
+"""``posenc list`` and ``posenc list --json`` describe every registered encoding; the table
+then lists the named layer plans."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import pytest
 
 from posenc import list_encodings
 from posenc.cli import main
+from posenc.cli.cmd_list import PLANS_HEADING
 from posenc.encodings import encoding_class, encoding_options
+from posenc.models.plans import NAMED_PLANS, describe_plans
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -43,7 +46,8 @@ def test_list_json_has_every_encoding(capsys):
 def test_list_table_has_a_row_per_encoding(capsys):
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.rstrip("\n").split("\n")
-    header, rule, body = lines[0], lines[1], lines[2:]
+    end = lines.index("")                                   # the plans follow a blank line
+    header, rule, body = lines[0], lines[1], lines[2:end]
     starts = [header.index(col) for col in COLUMNS]
     assert starts == sorted(starts) and starts[0] == 0
     assert set(rule.replace(" ", "")) == {"-"}
@@ -53,6 +57,27 @@ def test_list_table_has_a_row_per_encoding(capsys):
         cells = [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
         assert cells == [want["name"], want["family"], ", ".join(want["hooks"]),
                          want["extrapolates"], want["kv_cache"], ", ".join(want["backends"])]
+
+
+def test_list_table_then_shows_every_named_plan(capsys):
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.rstrip("\n").split("\n")
+    plans = lines[lines.index("") + 1:]
+    assert plans[0] == PLANS_HEADING
+    header, rule, body, footnote = plans[1], plans[2], plans[3:-1], plans[-1]
+    starts = [header.index(col) for col in ("plan", "summary", "options")]
+    assert starts == sorted(starts) and starts[0] == 0
+    assert set(rule.replace(" ", "")) == {"-"}
+    assert [line.split()[0] for line in body] == list(NAMED_PLANS)
+    for line, row in zip(body, describe_plans()):
+        cells = [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
+        assert cells[:2] == [row["name"], row["summary"]]
+        assert [part.split("=")[0] for part in cells[2].split(", ")] == list(row["options"])
+    by_name = {line.split()[0]: line for line in body}
+    assert "window=auto" in by_name["gemma3"] and "global_theta=1000000" in by_name["gemma3"]
+    assert "every=4" in by_name["smollm3"]
+    assert "chunk=auto" in by_name["llama4"] and "nope_options={}" in by_name["llama4"]
+    assert footnote.startswith("(auto: derived from the model's max_len")
 
 
 def test_list_rejects_unknown_arguments(capsys):
