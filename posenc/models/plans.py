@@ -78,17 +78,19 @@ def llama4(n_layers: int, max_len: int, *, chunk: int | None = None, every: int 
            nope_options: dict | None = None) -> dict:
     """Llama 4 (Meta 2025; transformers' ``Llama4TextConfig``): RoPE layers with chunked local
     attention (a query sees its own chunk of ``chunk`` tokens: ``attention_chunk_size``) and
-    a NoPE layer with full attention every ``every``-th (``no_rope_layers``). ``chunk``
-    defaults to max_len // 4 (Llama 4: 8192 tokens).
-
-    TODO: Llama 4 also tunes the NoPE layers' attention temperature
-    (``attn_temperature_tuning``); posenc has no temperature option yet. ``nope_options``
-    is where it goes (the NoPE layers' encoding options) once an encoding option exists.
+    a NoPE layer with full attention every ``every``-th (``no_rope_layers``), whose queries
+    get Llama 4's attention temperature tuning (``attn_temperature_tuning``: logits times
+    1 + 0.1 log(1 + floor((p + 1) / floor_scale))). ``chunk`` defaults to max_len // 4;
+    Llama 4 sets the chunk and ``floor_scale`` both to 8192, so the temperature's floor here
+    is the chunk too. ``nope_options``: the NoPE layers' encoding options instead (``{}``:
+    no temperature).
     """
     chunk = max(1, max_len // 4) if chunk is None else chunk
+    if nope_options is None:
+        nope_options = {"temperature_floor": chunk, "temperature_scale": 0.1}
     return {"layers": {"cycle": ["rope"] * (every - 1) + ["nope"]},
             "types": {"rope": {"pe": "rope", "window": chunk, "window_kind": "chunked"},
-                      "nope": {"pe": "nope", "pe_options": dict(nope_options or {})}}}
+                      "nope": {"pe": "nope", "pe_options": dict(nope_options)}}}
 
 
 #: the plans a config may name, each a function (n_layers, max_len, **options) -> plan dict
@@ -98,7 +100,8 @@ _NAMED_OPTIONS = {"gemma3": ("window", "every", "local_theta", "global_theta"),
                   "smollm3": ("every",), "llama4": ("chunk", "every", "nope_options")}
 _SUMMARIES = {"gemma3": "five sliding-window RoPE layers (theta 10k) to one global (theta 1M)",
               "smollm3": "RoPE layers with a NoPE layer every fourth",
-              "llama4": "chunked-attention RoPE layers with a full NoPE layer every fourth"}
+              "llama4": "chunked-attention RoPE layers with a full NoPE layer every fourth, "
+                        "its attention temperature tuned"}
 
 
 def describe_plans() -> list[dict[str, Any]]:

@@ -260,3 +260,15 @@ def test_seq2seq_encoder_plan_builds_per_type_encodings_and_refuses_windows():
         Seq2SeqConfig(**TINY, n_encoder_layers=2,
                       encoder_plan={"layers": ["rope", "rope"],
                                     "types": {"rope": {"window": 4}}})
+
+
+def test_llama4_tunes_the_nope_layers_temperature_as_llama_4_does():
+    from posenc import LMConfig, TransformerLM
+    model = TransformerLM(LMConfig(pe="rope", n_layers=4, d_model=32, n_heads=2, max_len=64,
+                                   plan={"name": "llama4", "chunk": 16}))
+    nope = model.blocks[3].layer_pe
+    assert nope.name == "nope" and nope.temperature_floor == 16
+    assert nope.temperature_scale == 0.1                  # Llama4TextConfig.attn_scale
+    plain = TransformerLM(LMConfig(pe="rope", n_layers=4, d_model=32, n_heads=2, max_len=64,
+                                   plan={"name": "llama4", "chunk": 16, "nope_options": {}}))
+    assert plain.blocks[3].layer_pe.temperature_floor is None
