@@ -27,6 +27,18 @@ TRAJECTORY_ENCODINGS = {
 }
 
 
+#: the caption of :func:`sinusoidal_panel` (two sentences, the sources cited)
+SINUSOIDAL_CAPTION = (
+    "The sinusoidal table of Vaswani et al. (2017) gives each pair of dimensions a sine "
+    "and cosine of the position at a wavelength that grows geometrically from 2 pi to "
+    "about 10,000 x 2 pi tokens, so the left columns change every token and the right "
+    "ones barely at all. Because shifting the position rotates every pair, the dot "
+    "product of two position vectors depends only on their offset (the two curves on "
+    "the right coincide) and is largest at offset 0, but it is symmetric and not "
+    "monotone, so it tells a model how far apart two tokens are but not which comes "
+    "first.")
+
+
 def sinusoidal_panel(out_dir: Path) -> Panel:
     table = sinusoidal_table(TABLE_POSITIONS, TABLE_DIM)               # (P, D)
     far = 4 * TABLE_POSITIONS
@@ -52,15 +64,7 @@ def sinusoidal_panel(out_dir: Path) -> Panel:
     dress(right, "offset k between the two positions (tokens)", "dot product",
           "Dot product of two position vectors", legend="upper left")
     images = [save(fig, out_dir, "sinusoidal.png")]
-    caption = (
-        "The sinusoidal table of Vaswani et al. (2017) gives each pair of dimensions a sine "
-        "and cosine of the position at a wavelength that grows geometrically from 2 pi to "
-        "about 10,000 x 2 pi tokens, so the left columns change every token and the right "
-        "ones barely at all. Because shifting the position rotates every pair, the dot "
-        "product of two position vectors depends only on their offset (the two curves on "
-        "the right coincide) and is largest at offset 0, but it is symmetric and not "
-        "monotone, so it tells a model how far apart two tokens are but not which comes "
-        "first.")
+    caption = SINUSOIDAL_CAPTION
     data = {"table": table, "dim": TABLE_DIM, "offset": distance, "dot_from_centre": dots,
             "dot_from_zero": other, "centre": centre}
     return Panel("sinusoidal", "Sinusoidal: the table and its dot products", caption, images,

@@ -58,6 +58,17 @@ def counted_positions(gated: list[bool]) -> tuple[Tensor, Tensor]:
     return gates.masked_fill(~below, 0.0), pos.masked_fill(~below, 0.0)
 
 
+#: the caption of :func:`cope_panel` (two sentences, the sources cited)
+COPE_CAPTION = (
+    "CoPE (Golovneva et al. 2024, Section 3) counts positions by content: query i gates "
+    "each key with sigmoid(q_i·k_j) and the position of key j is the sum of the gates "
+    "from j to i, so a head that opens its gates on sentence ends measures distance in "
+    "sentences (left) where a head that opens them on every token gets the ordinary "
+    "token distance (middle). The gate weights are set by hand here (q·k / sqrt(d) = "
+    "+8 on '.', -8 elsewhere), not trained, and the positions come from the library's "
+    "`CoPEEncoding.gated_positions` (`pe=\"cope\"`).")
+
+
 def cope_panel(out_dir: Path) -> Panel:
     tokens = words()
     t = len(tokens)
@@ -91,14 +102,7 @@ def cope_panel(out_dir: Path) -> Panel:
     right.grid(True, alpha=0.3)
     right.legend(fontsize=9, loc="upper right")
     images = [save(fig, out_dir, "cope_positions.png")]
-    caption = (
-        "CoPE (Golovneva et al. 2024, Section 3) counts positions by content: query i gates "
-        "each key with sigmoid(q_i·k_j) and the position of key j is the sum of the gates "
-        "from j to i, so a head that opens its gates on sentence ends measures distance in "
-        "sentences (left) where a head that opens them on every token gets the ordinary "
-        "token distance (middle). The gate weights are set by hand here (q·k / sqrt(d) = "
-        "+8 on '.', -8 elsewhere), not trained, and the positions come from the library's "
-        "`CoPEEncoding.gated_positions` (`pe=\"cope\"`).")
+    caption = COPE_CAPTION
     data = {"tokens": tokens, "gate_logit": GATE_LOGIT, "head_dim": HEAD_DIM,
             "heads": {label: {"gated": heads[label], "gates": gates, "positions": pos}
                       for label, (gates, pos) in results.items()}}

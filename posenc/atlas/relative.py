@@ -72,6 +72,16 @@ def relative_clipping_panel(out_dir: Path) -> Panel:
                  images, data)
 
 
+#: the caption of :func:`logn_panel` (two sentences, the sources cited)
+LOGN_CAPTION = (
+    "With more keys to spread over, softmax attention gets flatter, so log-n scaling "
+    "(Chiang & Cholak, 2022; Su, 2021) multiplies the logits of a query that sees n keys "
+    "by log n / log L, which is 1 up to the training length L and grows slowly after it. "
+    "It aims to keep attention as sharp past L as it was at L, and it stays mild: at "
+    "16 L it is 1.67 for L = 64 and 1.36 for L = 2048, because the logarithm grows ever "
+    "more slowly.")
+
+
 def logn_panel(out_dir: Path) -> Panel:
     bases = (64, 512, 2048)
     top = 16 * max(bases)
@@ -92,13 +102,7 @@ def logn_panel(out_dir: Path) -> Panel:
     dress(ax, "keys a query sees n (tokens)", "logit multiplier max(1, log n / log L)",
           "Log-n scaling of the attention logits", legend="upper left")
     images = [save(fig, out_dir, "logn.png")]
-    caption = (
-        "With more keys to spread over, softmax attention gets flatter, so log-n scaling "
-        "(Chiang & Cholak, 2022; Su, 2021) multiplies the logits of a query that sees n keys "
-        "by log n / log L, which is 1 up to the training length L and grows slowly after it. "
-        "It aims to keep attention as sharp past L as it was at L, and it stays mild: at "
-        "16 L it is 1.67 for L = 64 and 1.36 for L = 2048, because the logarithm grows ever "
-        "more slowly.")
+    caption = LOGN_CAPTION
     data = {"keys": keys, "factor": factors}
     return Panel("logn", "Log-n: the temperature factor against length", caption, images,
                  data)

@@ -61,6 +61,17 @@ def mean_abs_score(distances: Tensor, *, theta: float, same_vector: bool, sample
     return scores.abs().mean(dim=0)
 
 
+#: the caption of :func:`rope_decay_panel` (two sentences, the sources cited)
+ROPE_DECAY_CAPTION = (
+    "RoPE turns q.k into a sum of d/2 rotating terms, and Su et al. (2021, Section 3.4.3) "
+    "bound its size by the mean |S_j| of partial sums of those rotations, which falls "
+    "from its maximum at distance 0 as the distance grows; a larger base (500,000, as in "
+    "Llama 3) stretches the decay to longer distances. For random vectors the decay only "
+    "shows when query and key are alike (solid lines): for independent q and k (dashed) "
+    "the mean |q.k| is the same at every distance, because a rotation does not change "
+    "the distribution of a random vector.")
+
+
 def rope_decay_panel(out_dir: Path) -> Panel:
     distances = sampled_distances()
     bound = {f"{t:g}": relative_decay_bound(distances, theta=t) for t in THETAS}
@@ -96,14 +107,7 @@ def rope_decay_panel(out_dir: Path) -> Panel:
     right.legend(fontsize=8, loc="upper right")
     left.legend(fontsize=9, loc="lower left")
     images = [save(fig, out_dir, "rope_decay.png")]
-    caption = (
-        "RoPE turns q.k into a sum of d/2 rotating terms, and Su et al. (2021, Section 3.4.3) "
-        "bound its size by the mean |S_j| of partial sums of those rotations, which falls "
-        "from its maximum at distance 0 as the distance grows; a larger base (500,000, as in "
-        "Llama 3) stretches the decay to longer distances. For random vectors the decay only "
-        "shows when query and key are alike (solid lines): for independent q and k (dashed) "
-        "the mean |q.k| is the same at every distance, because a rotation does not change "
-        "the distribution of a random vector.")
+    caption = ROPE_DECAY_CAPTION
     data = {"head_dim": HEAD_DIM, "distances": distances, "relative_bound": bound,
             "mean_abs_qk_same_vector": same, "mean_abs_qk_independent": independent}
     return Panel("rope_decay", "RoPE: long-range decay", caption, images, data)
