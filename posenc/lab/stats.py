@@ -131,13 +131,25 @@ def beyond(a: Estimate, threshold: float) -> bool:
     return threshold < a.low or threshold > a.high
 
 
+def paired_spread(a: Estimate, b: Estimate) -> float | None:
+    """The standard deviation of the paired bootstrap differences a - b that
+    :func:`separated` compares |a - b| with (None unless ``a`` and ``b`` are paired)."""
+    if not paired(a, b):
+        return None
+    diff = a.samples - b.samples
+    diff = diff[np.isfinite(diff)]
+    return float(diff.std(ddof=1)) if diff.size > 1 else None
+
+
 def tie_groups(estimates: Sequence[Estimate]) -> list[int]:
-    """For estimates sorted best (lowest) first: the group number of each, where a new group
-    starts only when an estimate is separated from every member of the current group."""
+    """For estimates sorted best (lowest) first: the group number of each. A group holds
+    only estimates that do not differ from each other: a new group starts as soon as an
+    estimate is separated from any member of the current one, so ties never chain (a, b
+    within noise and b, c within noise does not put a and c together when they differ)."""
     groups: list[int] = []
     members: list[Estimate] = []
     for est in estimates:
-        if members and all(separated(est, m) for m in members):
+        if members and any(separated(est, m) for m in members):
             members = []
         if not members:
             groups.append((groups[-1] + 1) if groups else 1)

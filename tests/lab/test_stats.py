@@ -52,3 +52,9 @@ def test_block_bootstrap_pairs_lengths_so_text_difficulty_cancels():
     assert np.median(paired) == pytest.approx(math.exp(0.1), rel=0.01)
     with pytest.raises(ValueError, match="block index"):
         block_bootstrap_ppl(long, [511] * 32, range(32), 16)
+
+
+def test_ties_do_not_chain():
+    """a ~ b and b ~ c, but a and c differ: c starts a new group instead of joining a's."""
+    ests = [Estimate(1.0, 0.1), Estimate(1.15, 0.1), Estimate(1.3, 0.1), Estimate(1.35, 0.1)]
+    assert tie_groups(ests) == [1, 1, 2, 2]
