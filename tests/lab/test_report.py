@@ -1,6 +1,7 @@
 """report.md and index.html, from hand-made results.json dicts."""
 
 import copy
+import re
 
 from posenc.lab.report import render_index, render_report
 
@@ -81,3 +82,15 @@ def test_a_stored_note_reads_back_as_its_reason():
     refused = NotEvaluated(refusal="position 9 is outside the table (n_positions=9)").note
     assert behaviour(None, refused) == "cannot run (position 9 is outside the table " \
                                        "(n_positions=9))"
+
+
+def test_one_seed_verdicts_are_provisional_and_print_their_paired_spread():
+    text = render_report(results())
+    claims = text.split("## Published claims")[1].split("\n## ")[0]
+    assert "One seed: every decided verdict is provisional" in claims
+    line = next(x for x in claims.splitlines() if x.startswith("8. "))
+    assert line.endswith("(provisional: one seed).")
+    numbers = claims.splitlines()[claims.splitlines().index(line) + 1]
+    assert re.search(r"difference -?[\d.]+ vs paired spread [\d.]+", numbers)
+    seeded = render_report(results(seeds=(0, 1, 2), spread=0.01))
+    assert "provisional" not in seeded.split("## Published claims")[1].split("\n## ")[0]
