@@ -9,7 +9,8 @@ Shaded bands are mean ± spread (seed-to-seed standard deviation, or with one se
 bootstrap over evaluation windows).
 
 - ``ppl_vs_length.png``: perplexity against evaluation length;
-- ``ppl_ratio.png``: ppl(P)/ppl(L) at the probe length for every run, sorted, with error bars;
+- ``ppl_ratio.png``: ppl(P)/ppl(L) at the probe length for every run, sorted, with error bars
+  and each run's perplexity at L and P beside it;
 - ``training_curves.png``: training loss against step;
 - ``entropy_vs_length.png``: attention entropy against length, with uniform attention.
 
@@ -31,6 +32,9 @@ REFERENCE = "nope"
 #: the perplexity axis stops at this multiple of the median training-length perplexity;
 #: points above it are drawn at the edge as arrows labelled with their value
 PPL_AXIS_CAP = 30.0
+#: a legend says "(same as X)" only when every number equals X's to this relative precision:
+#: runs identical by construction (learned and hierarchical within L), never look-alikes
+IDENTICAL = 1e-9
 CAPTIONS = {
     "ppl_vs_length.png": "Perplexity on held-out text against evaluation length, one panel "
     "per encoding family (NoPE in grey in each) and one per rotary encoding with its "
@@ -38,7 +42,8 @@ CAPTIONS = {
     "which every run shares, so the report compares runs by paired differences); x: the "
     "last length a learned table serves; arrows: values above the axis.",
     "ppl_ratio.png": "How much each run degrades at the probe length: ppl(P)/ppl(L), error "
-    "bars mean ± spread; 1 = no loss, dotted line = 10 % worse.",
+    "bars mean ± spread; 1 = no loss, dotted line = 10 % worse; right: the run's perplexity "
+    "at L and at P (a small ratio from a model poor at L is no win).",
     "training_curves.png": "Training loss against step per encoding family; bold: moving "
     "average of the mean over seeds, shaded: range over seeds.",
     "entropy_vs_length.png": "Attention entropy of the last quarter of queries against "
@@ -101,10 +106,25 @@ def ppl_points(run: dict) -> list[tuple[int, float, float]]:
     return sorted(pts)
 
 
+def _palette() -> list:
+    """Colours for the runs of one panel, none of them grey (grey is NoPE's, the reference):
+    tab10 without its grey, then tab20's lighter shades of the same hues."""
+    import matplotlib
+    dark = [c for i, c in enumerate(matplotlib.colormaps["tab10"].colors) if i != 7]
+    light = [c for i, c in enumerate(matplotlib.colormaps["tab20"].colors)
+             if i % 2 == 1 and i != 15]
+    return dark + light
+
+
 def _styles(panel_runs: list[dict]) -> dict[str, dict]:
+    """One style per run of a panel: a distinct colour for each (:func:`_palette`, 18
+    colours), grey only for NoPE."""
     labels = [run_label(r, spaced=True) for r in panel_runs if r["encoding"] != REFERENCE
               or r.get("inference_scaling")]
     styles = panel_styles(labels)
+    colors = _palette()
+    for i, label in enumerate(labels):
+        styles[label]["color"] = colors[i % len(colors)]
     styles[REFERENCE] = {"color": "0.55", "marker": ".", "linestyle": "-", "linewidth": 1.4,
                          "markersize": 5}
     return styles
@@ -114,7 +134,7 @@ def _ppl_panel(ax, panel_runs: list[dict], lengths: list[int], train_len, top, y
                title: str) -> None:
     styles = _styles(panel_runs)
     same = coinciding({run_label(r, spaced=True): [p[1] for p in ppl_points(r)]
-                       for r in panel_runs})
+                       for r in panel_runs}, rel=IDENTICAL)
     for run in panel_runs:
         pts = ppl_points(run)
         if not pts:
@@ -214,12 +234,24 @@ def ratio_points(results: dict) -> list[tuple[str, float | None, float, str | No
     return sorted(out, key=lambda p: (p[1] is None, p[1] or 0.0))
 
 
+def ppl_at_lengths(results: dict, train_len, probe) -> dict[str, str]:
+    """label -> ``"7.12 -> 9.80"``: a run's perplexity at L and at the probe length, so a
+    good ratio from a model that is poor at L is seen as such."""
+    out = {}
+    for run in results.get("runs", []):
+        a, b = (_number(run.get("ppl", {}).get(str(n))) for n in (train_len, probe))
+        out[run_label(run, spaced=True)] = (f"{a:.3g} -> {b:.3g}" if a is not None and
+                                            b is not None else
+                                            f"{a:.3g} -> n/a" if a is not None else "")
+    return out
+
+
 def draw_ppl_ratio(results: dict):
     pts = ratio_points(results)
     train_len = config_train_len(results)
     lengths = sorted({int(n) for r in results.get("runs", []) for n in r.get("ppl", {})})
     probe = 8 * train_len if train_len and 8 * train_len in lengths else max(lengths, default=0)
-    fig = new_figure(figsize=(9, 0.34 * max(6, len(pts)) + 1.6), dpi=100)
+    fig = new_figure(figsize=(11, 0.34 * max(6, len(pts)) + 1.6), dpi=100)
     ax = fig.subplots()
     measured = [p for p in pts if p[1] is not None]
     ys = list(range(len(pts)))[::-1]
@@ -232,6 +264,14 @@ def draw_ppl_ratio(results: dict):
         ax.errorbar([ratio], [y], xerr=[[min(spread, ratio * 0.999)], [spread]], fmt="o",
                     color=color, capsize=3, markersize=5)
     ax.set_yticks(ys, [p[0] for p in pts], fontsize=9)
+    ppl = ppl_at_lengths(results, train_len, probe)
+    for y, (label, *_rest) in zip(ys, pts):      # perplexity beside the ratio, right edge
+        ax.annotate(ppl.get(label, ""), (1.0, y), xycoords=("axes fraction", "data"),
+                    xytext=(6, 0), textcoords="offset points", va="center", fontsize=8,
+                    family="monospace")
+    ax.annotate(f"ppl@{train_len} -> ppl@{probe}", (1.0, len(pts) - 0.3),
+                xycoords=("axes fraction", "data"), xytext=(6, 4), textcoords="offset points",
+                fontsize=8, fontweight="bold")
     if measured:
         lo = min(min(p[1] - p[2] for p in measured), 1.0) / 1.15
         hi = max(max(p[1] + p[2] for p in measured), 1.1) * 1.15
@@ -263,6 +303,14 @@ def _smooth(values: list[float], span: float = 0.05) -> list[float]:
     return out
 
 
+def _raw_curve(run: dict) -> list[float]:
+    """Every seed's training losses, unsmoothed, one list (to tell identical runs apart from
+    runs that merely look alike after smoothing)."""
+    curves = [s.get("curve") for s in (run.get("seeds") or []) if s.get("curve")]
+    curves = curves or ([run["curve"]] if run.get("curve") else [])
+    return [float(p[1]) for c in curves for p in c]
+
+
 def curve_band(run: dict) -> tuple[list[int], list[float], list[float], list[float]]:
     """(steps, smoothed mean loss, smoothed min, smoothed max) over a run's seeds."""
     curves = [s.get("curve") for s in (run.get("seeds") or []) if s.get("curve")]
@@ -285,7 +333,7 @@ def draw_training_curves(results: dict):
     all_steps = [s for r in trained for s in curve_band(r)[0]]
     for ax, (title, members) in zip(axes, groups):
         styles = _styles(members)
-        same = coinciding({r["encoding"]: curve_band(r)[1] for r in members})
+        same = coinciding({r["encoding"]: _raw_curve(r) for r in members}, rel=IDENTICAL)
         for i, run in enumerate(members):
             steps, mean, lo, hi = curve_band(run)
             if not steps:
@@ -330,7 +378,7 @@ def draw_entropy_vs_length(results: dict):
         return None
     train_len = config_train_len(results)
     groups = panels(runs)
-    fig, axes = _grid(max(1, len(groups)), width=5.6, height=4.2)
+    fig, axes = _grid(max(1, len(groups)), width=8.0, height=4.2)
     for ax, (title, members) in zip(axes, groups):
         styles = _styles(members)
         lengths, uniform = set(), {}
@@ -350,7 +398,8 @@ def draw_entropy_vs_length(results: dict):
         length_axis(ax, sorted(lengths), train_len)
         ax.set_ylabel("tail attention entropy (nats)")
         ax.set_title(title, fontsize=11)
-        ax.legend(loc="best", fontsize=8, frameon=True, framealpha=0.85)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False,
+                  borderaxespad=0.0)           # beside the panel: never over the data
     fig.suptitle("Attention entropy against length (higher = more diffuse attention)",
                  fontsize=13)
     fig.tight_layout()
