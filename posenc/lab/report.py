@@ -61,6 +61,36 @@ def _ppl_cell(r: Runs, label: str, n: int) -> str:
     return fmt_est(r.ppl_est(label, n)) if r.ppl(label, n) is not None else ""
 
 
+#: why two encodings give identical numbers by construction, where they do
+IDENTICAL_BY_CONSTRUCTION = {
+    frozenset(("learned", "hierarchical")):
+        "hierarchical's table is learned's (same parameter, same shape, same initialisation "
+        "from the same seed) and within the trained table it serves position p as p_p "
+        "exactly (u_j = alpha q_0 + (1 - alpha) q_j = p_j, Su 2020), so the two train and "
+        "score identically up to L; they differ only past the table, where learned cannot "
+        "run and hierarchical extends it",
+}
+
+
+def identical_runs_note(r: Runs, runs: list[dict]) -> list[str]:
+    """A sentence per pair of trained runs whose perplexity at L and training curve are
+    identical, with the reason where it is by construction."""
+    trained = [run for run in runs if not run.get("inference_scaling")]
+    out = []
+    for i, a in enumerate(trained):
+        for b in trained[:i]:
+            same_ppl = r.ppl(run_label(a), r.train_len) == r.ppl(run_label(b), r.train_len)
+            if not same_ppl or r.ppl(run_label(a), r.train_len) is None \
+                    or a.get("curve") != b.get("curve"):
+                continue
+            why = IDENTICAL_BY_CONSTRUCTION.get(frozenset((a["encoding"], b["encoding"])))
+            out.append(f"{b['encoding']} and {a['encoding']} have identical numbers at L = "
+                       f"{r.train_len} and identical training curves"
+                       + (f" by construction: {why}." if why else
+                          ": not expected by construction; worth a look."))
+    return out
+
+
 def learned_section(r: Runs, runs: list[dict]) -> list[str]:
     if r.unigram is None:
         return []
@@ -79,7 +109,9 @@ def learned_section(r: Runs, runs: list[dict]) -> list[str]:
             f"perplexity {fmt(r.unigram)} on the same held-out tokens. A run has learned when "
             f"its perplexity at L = {r.train_len} is at most {LEARNED_FRACTION:g} x the "
             "baseline; no claim is decided from a run that has not.", ""] + markdown_table(
-        ["encoding", f"ppl@{r.train_len}", "ppl / unigram", "learned"], rows)
+        ["encoding", f"ppl@{r.train_len}", "ppl / unigram", "learned"], rows) + (
+        [""] + [f"- {x}" for x in identical_runs_note(r, runs)]
+        if identical_runs_note(r, runs) else [])
 
 
 def ppl_section(r: Runs, runs: list[dict], results: dict) -> list[str]:

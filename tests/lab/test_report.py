@@ -94,3 +94,14 @@ def test_one_seed_verdicts_are_provisional_and_print_their_paired_spread():
     assert re.search(r"difference -?[\d.]+ vs paired spread [\d.]+", numbers)
     seeded = render_report(results(seeds=(0, 1, 2), spread=0.01))
     assert "provisional" not in seeded.split("## Published claims")[1].split("\n## ")[0]
+
+
+def test_identical_learned_and_hierarchical_are_explained():
+    from tests.lab.helpers import run
+    res = results()
+    res["runs"].append(run("hierarchical", [5.5, 6.6, 8.0, 10.0, 12.0]))
+    section = render_report(res).split("## Did every model learn?")[1].split("\n## ")[0]
+    assert "learned and hierarchical have identical numbers at L = 64" in section
+    assert "by construction" in section and "u_j = alpha q_0" in section
+    res["runs"][-1] = run("hierarchical", [5.7, 6.6, 8.0, 10.0, 12.0])
+    assert "identical numbers" not in render_report(res)
