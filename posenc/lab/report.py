@@ -67,9 +67,19 @@ IDENTICAL_BY_CONSTRUCTION = {
         "hierarchical's table is learned's (same parameter, same shape, same initialisation "
         "from the same seed) and within the trained table it serves position p as p_p "
         "exactly (u_j = alpha q_0 + (1 - alpha) q_j = p_j, Su 2020), so the two train and "
-        "score identically up to L; they differ only past the table, where learned cannot "
-        "run and hierarchical extends it",
+        "score identically up to L (up to float rounding: the same vector is computed in "
+        "another order); they differ only past the table, where learned cannot run and "
+        "hierarchical extends it",
 }
+
+
+#: numbers equal to this relative precision are "identical" (float rounding differs when the
+#: same function is computed in another order)
+SAME = 1e-5
+
+
+def _same(x: float, y: float) -> bool:
+    return abs(x - y) <= SAME * max(abs(x), abs(y), 1e-12)
 
 
 def identical_runs_note(r: Runs, runs: list[dict]) -> list[str]:
@@ -79,9 +89,10 @@ def identical_runs_note(r: Runs, runs: list[dict]) -> list[str]:
     out = []
     for i, a in enumerate(trained):
         for b in trained[:i]:
-            same_ppl = r.ppl(run_label(a), r.train_len) == r.ppl(run_label(b), r.train_len)
-            if not same_ppl or r.ppl(run_label(a), r.train_len) is None \
-                    or a.get("curve") != b.get("curve"):
+            pa, pb = r.ppl(run_label(a), r.train_len), r.ppl(run_label(b), r.train_len)
+            ca, cb = ([p[1] for p in (x.get("curve") or [])] for x in (a, b))
+            if pa is None or pb is None or not ca or len(ca) != len(cb) or not all(
+                    _same(x, y) for x, y in zip([pa, *ca], [pb, *cb])):
                 continue
             why = IDENTICAL_BY_CONSTRUCTION.get(frozenset((a["encoding"], b["encoding"])))
             out.append(f"{b['encoding']} and {a['encoding']} have identical numbers at L = "

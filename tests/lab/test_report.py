@@ -105,3 +105,10 @@ def test_identical_learned_and_hierarchical_are_explained():
     assert "by construction" in section and "u_j = alpha q_0" in section
     res["runs"][-1] = run("hierarchical", [5.7, 6.6, 8.0, 10.0, 12.0])
     assert "identical numbers" not in render_report(res)
+
+
+def test_identical_up_to_float_rounding_is_identical():
+    from tests.lab.helpers import run
+    res = results()
+    res["runs"].append(run("hierarchical", [5.5 * (1 + 1e-7), 6.6, 8.0, 10.0, 12.0]))
+    assert "learned and hierarchical have identical numbers" in render_report(res)
