@@ -198,7 +198,8 @@ def logn_lowers_entropy(r: Runs) -> tuple[str, str]:
         return NOT_TESTED, "missing: entropy of rope and rope+logn past the training length"
     n = lengths[-1]
     a, b = r.entropy_est("rope+logn", n), r.entropy_est("rope", n)
-    text = f"tail entropy at {n}: rope+logn {fmt_est(a)} vs rope {fmt_est(b)} nats"
+    text = (f"tail entropy at {n}: rope+logn {fmt_est(a)} vs rope {fmt_est(b)} nats"
+            + _with(difference_text(a, b)))
     guard = _guard(r, "rope")
     return (INCONCLUSIVE, f"{guard}; {text}") if guard else (less(a, b), text)
 

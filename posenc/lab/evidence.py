@@ -20,7 +20,8 @@ import numpy as np
 from ..eval.inference_scaling import run_label
 from .baseline import has_learned
 from .results import bootstrap_samples
-from .stats import BOOTSTRAP, SEEDS, Estimate, beyond, paired_spread, separated
+from .stats import (BOOTSTRAP, SEEDS, Estimate, beyond, bootstrap_query_mean, paired_spread,
+                    separated)
 
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, NOT_TESTED = (
     "supported", "not supported", "inconclusive", "not tested")
@@ -92,13 +93,23 @@ class Runs:
         return _estimate(a[0] / b[0], a[1], point=self.ratio(label, length))
 
     def entropy_est(self, label: str, length: int) -> Estimate | None:
+        """Tail attention entropy: mean ± spread over seeds; with one seed a bootstrap over
+        blocks of tail queries (:func:`~posenc.lab.stats.bootstrap_query_mean`), paired
+        between runs measured on the same windows; no noise estimate ("none") when the
+        per-query values were not kept (results of older versions)."""
         run = self.get(label) or {}
         seeds = run.get("seeds") or [run]
-        tails = [((s.get("entropy") or {}).get(str(length)) or {}) for s in seeds]
-        tails = [t.get("tail") if isinstance(t, dict) else None for t in tails]
+        entries = [((s.get("entropy") or {}).get(str(length)) or {}) for s in seeds]
+        entries = [t if isinstance(t, dict) else {} for t in entries]
+        tails = [t.get("tail") for t in entries]
         if not tails or any(t is None for t in tails):
             return None
-        return _estimate(np.asarray(tails, dtype=float), SEEDS if len(tails) >= 2 else "none")
+        if len(tails) >= 2:
+            return _estimate(np.asarray(tails, dtype=float), SEEDS)
+        queries = entries[0].get("tail_queries")
+        if queries:
+            return _estimate(bootstrap_query_mean(queries), BOOTSTRAP, point=float(tails[0]))
+        return _estimate(np.asarray(tails, dtype=float), "none")
 
     def learned(self, label: str) -> bool | None:
         """Whether the trained run behind ``label`` clearly beat the unigram baseline."""

@@ -269,7 +269,9 @@ def entropy_section(r: Runs, runs: list[dict]) -> list[str]:
     return ["## Attention entropy against length", "",
             "Mean entropy (nats) of the attention of the last quarter of query positions "
             "(those that see the most keys), over layers, heads and windows; eager backend; "
-            "± over seeds (? with one seed: no noise estimate).",
+            "± over seeds; with one seed, a bootstrap over blocks of tail queries of the "
+            "evaluation windows (the same windows for every run, so runs are compared by "
+            "paired differences; evaluation noise only).",
             ""] + markdown_table(["run"] + [str(n) for n in lengths], rows)
 
 

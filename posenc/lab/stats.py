@@ -104,6 +104,31 @@ def block_bootstrap_ppl(window_nll: Sequence[float], window_tokens: Sequence[int
         return np.exp(block_nll[idx].sum(axis=1) / tok)
 
 
+#: blocks of consecutive queries a bootstrap over queries resamples (neighbouring queries of
+#: one window see nearly the same keys, so they are resampled together)
+QUERY_BLOCKS = 16
+
+
+def bootstrap_query_mean(values: Sequence[float], n_blocks: int = QUERY_BLOCKS,
+                         replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED
+                         ) -> np.ndarray:
+    """Replicates (replicates,) of the mean of per-query values (e.g. tail attention
+    entropies), resampling ``n_blocks`` contiguous blocks of queries with replacement.
+
+    Every call with as many blocks and the same seed draws the same block indices, so two
+    runs measured on the same text windows are paired (:func:`separated` then judges their
+    difference against the spread of the replicates' differences)."""
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        raise UserError("need at least one value to bootstrap")
+    n_blocks = max(1, min(n_blocks, v.size))
+    edges = (np.arange(n_blocks + 1) * v.size) // n_blocks
+    sums = np.add.reduceat(v, edges[:-1])
+    sizes = np.diff(edges).astype(float)
+    idx = np.random.default_rng(seed).integers(0, n_blocks, size=(replicates, n_blocks))
+    return sums[idx].sum(axis=1) / sizes[idx].sum(axis=1)
+
+
 def paired(a: Estimate, b: Estimate) -> bool:
     """Whether ``a`` and ``b`` are bootstrap replicates on the same resampled text blocks."""
     return (a.kind == b.kind == BOOTSTRAP and a.samples is not None and b.samples is not None
