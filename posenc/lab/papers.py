@@ -67,8 +67,13 @@ def press_rows(runs: dict[str, Runs]) -> tuple[list[str], list[list[str]], list[
             continue
         order = _order(ours)
         same = order == [e for e in paper if e in ours]
+        ests = {e: r.ratio_est(e, r.probe) for e in order}
+        tied = [f"{PAPER_NAMES[a]} and {PAPER_NAMES[b]}" for a, b in zip(order, order[1:])
+                if ests[a] is None or ests[b] is None or less(ests[a], ests[b]) != SUPPORTED]
         lines.append(f"{corpus} at {r.probe}: " + " > ".join(PAPER_NAMES[e] for e in order)
-                     + (": the paper's ordering." if same else ": not the paper's ordering."))
+                     + (": the paper's ordering" if same else ": not the paper's ordering")
+                     + (f" (by the means; within noise: {'; '.join(tied)})." if tied
+                        else ", every step beyond noise."))
     return header, rows, lines
 
 
