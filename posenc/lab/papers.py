@@ -3,7 +3,9 @@ and Kazemnejad et al.'s ordering of encodings, one table for one or several corp
 
 Press, Smith and Lewis (2022), "Train Short, Test Long", ICLR 2022, appendix Table 3
 (WikiText-103, models trained at L = 1024, non-overlapping evaluation): perplexity at
-L_valid = 1024, 2024 (about 2L) and 6024 (about 6L), transcribed below. Their Table 2 (the
+L_valid = 1024, 2024 (about 2L) and 6024 (about 6L), transcribed below from a quotation of
+that table (checked against the abstract's and Figure 1's claims, not against the PDF's
+table itself). Their Table 2 (the
 same models at L = 512) has the same ordering; its rows at 2L and 5L could not be checked
 here, so they are not quoted. The lab's ratios are ppl(kL) / ppl(L) at its own lengths
 (L, 2L, 4L, 8L), so "about 2x" is matched exactly and the paper's ~6x sits between the lab's
@@ -108,7 +110,8 @@ def papers_section(runs: dict[str, Runs]) -> list[str]:
              "at 1024 / 2024 / 6024 = " + "; ".join(
                  f"{PAPER_NAMES[e]} {' / '.join(f'{v:g}' for v in PRESS_PPL[e])}"
                  for e in PRESS_PPL)
-             + ". Their Table 2 (L = 512) is not quoted: its rows at 2L and 5L could not be "
+             + " (transcribed from a quotation of the table, not from the PDF itself). "
+             "Their Table 2 (L = 512) is not quoted: its rows at 2L and 5L could not be "
              "checked. The lab's ratios are mean ± spread at 2L and at P.", ""]
             + markdown_table(header, rows) + [""] + [f"- {line}" for line in lines] + ["",
             f"{KAZEMNEJAD}, abstract (decoder-only models on synthetic reasoning and "
