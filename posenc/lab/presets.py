@@ -17,6 +17,8 @@ with :func:`dataclasses.replace` (:meth:`CompareConfig.train_config`).
   BPE with 8192 ids, bf16 autocast, 5000 steps of 32 x 512 tokens (the standard library's
   ~3 M BPE tokens are seen many times over: pass ``--data`` for a larger corpus).
 - ``smoke``: two encodings and a few steps, for checking the pipeline in seconds.
+- ``corpora``: seeds3 run on each corpus of :data:`CORPUS_STUDIES` (code and prose), each in
+  its own folder ``OUT/<corpus>``, with a report across corpora (:mod:`posenc.lab.corpora`).
 """
 
 from __future__ import annotations
@@ -270,6 +272,7 @@ PRESETS: dict[str, CompareConfig] = {
         preset="paper", eval_tokens=131072, entropy_max_len=2048, entropy_windows=4,
     ).with_options(train_len=512, steps=5000, batch_size=32, lr=6e-4, d_model=512,
                    n_layers=8, n_heads=8, tokenizer="bpe:8192", bf16=True),
+    "corpora": replace(_DEFAULT, preset="corpora", seeds=3),
     "smoke": CompareConfig(
         preset="smoke", encodings=("rope", "alibi"), eval_tokens=512, entropy_max_len=64,
         entropy_windows=1,
@@ -283,9 +286,17 @@ PRESETS: dict[str, CompareConfig] = {
 #: ``posenc compare --help`` quote these.
 PRESET_PURPOSE = {"default": "every encoding, one seed",
                   "seeds3": "the default with 3 seeds (draw conclusions from this one)",
-                  "paper": "larger, for a GPU", "smoke": "two encodings, a few steps"}
+                  "paper": "larger, for a GPU",
+                  "corpora": "seeds3 on code and on prose, claims compared across corpora",
+                  "smoke": "two encodings, a few steps"}
 PRESET_MINUTES: dict[str, float | None] = {"default": 3.6, "seeds3": 13.4, "paper": None,
-                                           "smoke": 0.2}
+                                           "corpora": 26.8, "smoke": 0.2}
+#: presets whose minutes are estimated, not measured: corpora is seeds3 twice (2 x 13.4 min;
+#: 2 corpora x 3 seeds x the default's 3.6 min = 21.6 min without seeds3's overheads)
+ESTIMATED_MINUTES = ("corpora",)
+#: presets that run one comparison per corpus (names as ``posenc compare --corpus`` takes
+#: them), each in its own folder under OUT
+CORPUS_STUDIES: dict[str, tuple[str, ...]] = {"corpora": ("code", "prose")}
 
 
 def preset_help() -> str:
@@ -294,8 +305,9 @@ def preset_help() -> str:
         minutes = PRESET_MINUTES.get(name)
         if minutes is None:
             return "not timed on a CPU"
-        return (f"about {round(minutes * 60)} s" if minutes < 1 else f"about {minutes:g} min"
+        took = (f"about {round(minutes * 60)} s" if minutes < 1 else f"about {minutes:g} min"
                 ) + " on a 2-core CPU"
+        return took + (" (estimated)" if name in ESTIMATED_MINUTES else "")
     return "; ".join(f"{name}: {PRESET_PURPOSE[name]}, {took(name)}" for name in PRESETS)
 
 
@@ -305,7 +317,7 @@ def length_help(name: str = "default") -> str:
 
 
 #: presets that train every registered encoding (resolved when the preset is used)
-CATALOGUE_PRESETS = ("default", "seeds3", "paper")
+CATALOGUE_PRESETS = ("default", "seeds3", "paper", "corpora")
 
 
 def preset(name: str, **overrides: Any) -> CompareConfig:

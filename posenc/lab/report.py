@@ -17,7 +17,8 @@ from ..eval.lengths import note_reason
 from ..study import markdown_table
 from .baseline import LEARNED_FRACTION
 from .claims import PRESS, TOLERANCE, check_claims
-from .evidence import Runs, fmt, fmt_est
+from .evidence import NOT_SUPPORTED, SUPPORTED, Runs, fmt, fmt_est
+from .papers import papers_section
 from .stats import BOOTSTRAP_REPLICATES, tie_groups
 
 #: best-extrapolating first, as in the ALiBi paper (Press et al., 2022), Fig. 1 / Table 2
@@ -25,6 +26,8 @@ ALIBI_PAPER_ORDER = ("alibi", "t5", "rope", "sinusoidal")
 #: a perplexity ratio above this is called a blow-up in the text
 BLOW_UP = 4.0
 PAPER_NAMES = {"alibi": "ALiBi", "t5": "T5 bias", "rope": "rotary", "sinusoidal": "sinusoidal"}
+#: how a one-seed verdict is marked
+PROVISIONAL = "provisional"
 
 
 def behaviour(ratio: float | None, note: str | None) -> str:
@@ -58,6 +61,47 @@ def _ppl_cell(r: Runs, label: str, n: int) -> str:
     return fmt_est(r.ppl_est(label, n)) if r.ppl(label, n) is not None else ""
 
 
+#: why two encodings give identical numbers by construction, where they do
+IDENTICAL_BY_CONSTRUCTION = {
+    frozenset(("learned", "hierarchical")):
+        "hierarchical's table is learned's (same parameter, same shape, same initialisation "
+        "from the same seed) and within the trained table it serves position p as p_p "
+        "exactly (u_j = alpha q_0 + (1 - alpha) q_j = p_j, Su 2020), so the two train and "
+        "score identically up to L (up to float rounding: the same vector is computed in "
+        "another order); they differ only past the table, where learned cannot run and "
+        "hierarchical extends it",
+}
+
+
+#: numbers equal to this relative precision are "identical" (float rounding differs when the
+#: same function is computed in another order)
+SAME = 1e-5
+
+
+def _same(x: float, y: float) -> bool:
+    return abs(x - y) <= SAME * max(abs(x), abs(y), 1e-12)
+
+
+def identical_runs_note(r: Runs, runs: list[dict]) -> list[str]:
+    """A sentence per pair of trained runs whose perplexity at L and training curve are
+    identical, with the reason where it is by construction."""
+    trained = [run for run in runs if not run.get("inference_scaling")]
+    out = []
+    for i, a in enumerate(trained):
+        for b in trained[:i]:
+            pa, pb = r.ppl(run_label(a), r.train_len), r.ppl(run_label(b), r.train_len)
+            ca, cb = ([p[1] for p in (x.get("curve") or [])] for x in (a, b))
+            if pa is None or pb is None or not ca or len(ca) != len(cb) or not all(
+                    _same(x, y) for x, y in zip([pa, *ca], [pb, *cb])):
+                continue
+            why = IDENTICAL_BY_CONSTRUCTION.get(frozenset((a["encoding"], b["encoding"])))
+            out.append(f"{b['encoding']} and {a['encoding']} have identical numbers at L = "
+                       f"{r.train_len} and identical training curves"
+                       + (f" by construction: {why}." if why else
+                          ": not expected by construction; worth a look."))
+    return out
+
+
 def learned_section(r: Runs, runs: list[dict]) -> list[str]:
     if r.unigram is None:
         return []
@@ -76,7 +120,9 @@ def learned_section(r: Runs, runs: list[dict]) -> list[str]:
             f"perplexity {fmt(r.unigram)} on the same held-out tokens. A run has learned when "
             f"its perplexity at L = {r.train_len} is at most {LEARNED_FRACTION:g} x the "
             "baseline; no claim is decided from a run that has not.", ""] + markdown_table(
-        ["encoding", f"ppl@{r.train_len}", "ppl / unigram", "learned"], rows)
+        ["encoding", f"ppl@{r.train_len}", "ppl / unigram", "learned"], rows) + (
+        [""] + [f"- {x}" for x in identical_runs_note(r, runs)]
+        if identical_runs_note(r, runs) else [])
 
 
 def ppl_section(r: Runs, runs: list[dict], results: dict) -> list[str]:
@@ -141,8 +187,10 @@ def ranking_section(r: Runs, runs: list[dict]) -> list[str]:
                      + ("" if r.learned(label) is not False else " (not learned)")])
     out = ["## Ranking", "",
            f"By perplexity at the longest length ({longest}); runs that cannot run there come "
-           f"last. A rank with `=` is shared by runs that do not differ beyond noise at "
-           f"{longest} from some other run of the group: a tie. Mean ratio = mean of "
+           f"last. A rank with `=` is shared by runs that do not differ from each other "
+           f"beyond noise at {longest} (every pair of the group is within noise: ties do not "
+           "chain); a new rank starts at the first run that differs from some run of the "
+           "group, so it may still be within noise of the group's last run. Mean ratio = mean of "
            f"ppl(n)/ppl({r.train_len}) over n > {r.train_len}.", ""]
     return out + markdown_table(["rank", "run", f"ppl@{longest}", f"ratio@{longest}",
                                  "mean ratio", f"ppl@{r.train_len}"], rows)
@@ -159,14 +207,26 @@ def claims_section(results: dict, r: Runs) -> list[str]:
            "models: a verdict says what THIS comparison shows, not what is true in general.",
            ""]
     verdicts = check_claims(results)
+    one_seed = int(results.get("config", {}).get("seeds", 1)) < 2
+    if one_seed:
+        out += [f"**One seed: every decided verdict is {PROVISIONAL}.** It rests on "
+                "evaluation noise only (the paired spread printed beside it), not on "
+                "seed-to-seed variation, which can be larger: run more seeds (`--seeds 3`, "
+                "preset `seeds3`) before trusting it.", ""]
     out += markdown_table(["#", "claim", "source", "this run"],
-                  [[str(i), v.claim, v.source, f"**{v.verdict}**"]
+                  [[str(i), v.claim, v.source, verdict_text(v.verdict, one_seed)]
                    for i, v in enumerate(verdicts, 1)])
     out.append("")
     for i, v in enumerate(verdicts, 1):
-        out += [f"{i}. **{v.claim}** ({v.source}): {v.verdict}.",
+        out += [f"{i}. **{v.claim}** ({v.source}): {verdict_text(v.verdict, one_seed)}.",
                 f"   Rule: {v.rule}. Numbers: {v.evidence}."]
     return out
+
+
+def verdict_text(verdict: str, one_seed: bool) -> str:
+    """``**supported**``, with `` (provisional: one seed)`` for a decided one-seed verdict."""
+    decided = verdict in (SUPPORTED, NOT_SUPPORTED)
+    return f"**{verdict}**" + (f" ({PROVISIONAL}: one seed)" if one_seed and decided else "")
 
 
 def paper_section(r: Runs) -> list[str]:
@@ -209,7 +269,9 @@ def entropy_section(r: Runs, runs: list[dict]) -> list[str]:
     return ["## Attention entropy against length", "",
             "Mean entropy (nats) of the attention of the last quarter of query positions "
             "(those that see the most keys), over layers, heads and windows; eager backend; "
-            "± over seeds (? with one seed: no noise estimate).",
+            "± over seeds; with one seed, a bootstrap over blocks of tail queries of the "
+            "evaluation windows (the same windows for every run, so runs are compared by "
+            "paired differences; evaluation noise only).",
             ""] + markdown_table(["run"] + [str(n) for n in lengths], rows)
 
 
@@ -292,6 +354,7 @@ def render_report(results: dict, plots: list[str] | None = None,
     out += learned_section(r, runs) + [""]
     out += ppl_section(r, runs, results) + [""] + ranking_section(r, runs) + [""]
     out += claims_section(results, r) + [""] + paper_section(r) + [""]
+    out += papers_section({"this run": r}) + [""]
     for section in (entropy_section(r, runs), training_section(r, runs)):
         if section:
             out += section + [""]
@@ -313,23 +376,14 @@ def existing_links(out_dir: Path) -> tuple[tuple[str, str], ...]:
 
 def render_index(results: dict, plots: list[str], links: tuple[tuple[str, str], ...] = ()
                  ) -> str:
-    """A self-contained index.html: the report, each figure with its caption, and ``links``
-    (title, relative href) to other pages of the comparison (e.g. an atlas)."""
+    """A self-contained index.html: links to results.json, report.md and ``links`` (title,
+    relative href; e.g. an atlas), then the whole report (tables, verdicts, each figure with
+    its caption) rendered as HTML (:mod:`posenc.lab.markdown_html`)."""
     from ..viz.plots import CAPTIONS
-    c = results.get("config", {})
+    from .markdown_html import html_page, markdown_to_html
     esc = html.escape
-    items = ['<li><a href="report.md">report.md</a>: tables, ranking, claims</li>',
+    items = ['<li><a href="report.md">report.md</a>: this report as markdown</li>',
              '<li><a href="results.json">results.json</a>: every number</li>']
     items += [f'<li><a href="{esc(href)}">{esc(title)}</a></li>' for title, href in links]
-    figures = [f'<figure><img src="{esc(p)}" alt="{esc(Path(p).stem)}" style="max-width:100%">'
-               f"<figcaption>{esc(CAPTIONS.get(Path(p).name, ''))}</figcaption></figure>"
-               for p in plots]
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        "<title>posenc compare</title></head><body>",
-        "<h1>Train short, test long: positional encodings compared</h1>",
-        f"<p>Preset <code>{esc(str(c.get('preset')))}</code>, {len(c.get('encodings', []))} "
-        f"encodings, L = {esc(str((c.get('train') or {}).get('train_len')))}, "
-        f"{esc(str(c.get('seeds', 1)))} "
-        "seed(s).</p>", "<ul>", *items, "</ul>", *figures, "</body></html>", ""])
-
+    body = markdown_to_html(render_report(results, plots, links), CAPTIONS)
+    return html_page("posenc compare", "\n".join(["<ul>", *items, "</ul>", body]))

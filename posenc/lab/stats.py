@@ -104,6 +104,31 @@ def block_bootstrap_ppl(window_nll: Sequence[float], window_tokens: Sequence[int
         return np.exp(block_nll[idx].sum(axis=1) / tok)
 
 
+#: blocks of consecutive queries a bootstrap over queries resamples (neighbouring queries of
+#: one window see nearly the same keys, so they are resampled together)
+QUERY_BLOCKS = 16
+
+
+def bootstrap_query_mean(values: Sequence[float], n_blocks: int = QUERY_BLOCKS,
+                         replicates: int = BOOTSTRAP_REPLICATES, seed: int = BOOTSTRAP_SEED
+                         ) -> np.ndarray:
+    """Replicates (replicates,) of the mean of per-query values (e.g. tail attention
+    entropies), resampling ``n_blocks`` contiguous blocks of queries with replacement.
+
+    Every call with as many blocks and the same seed draws the same block indices, so two
+    runs measured on the same text windows are paired (:func:`separated` then judges their
+    difference against the spread of the replicates' differences)."""
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        raise UserError("need at least one value to bootstrap")
+    n_blocks = max(1, min(n_blocks, v.size))
+    edges = (np.arange(n_blocks + 1) * v.size) // n_blocks
+    sums = np.add.reduceat(v, edges[:-1])
+    sizes = np.diff(edges).astype(float)
+    idx = np.random.default_rng(seed).integers(0, n_blocks, size=(replicates, n_blocks))
+    return sums[idx].sum(axis=1) / sizes[idx].sum(axis=1)
+
+
 def paired(a: Estimate, b: Estimate) -> bool:
     """Whether ``a`` and ``b`` are bootstrap replicates on the same resampled text blocks."""
     return (a.kind == b.kind == BOOTSTRAP and a.samples is not None and b.samples is not None
@@ -131,13 +156,25 @@ def beyond(a: Estimate, threshold: float) -> bool:
     return threshold < a.low or threshold > a.high
 
 
+def paired_spread(a: Estimate, b: Estimate) -> float | None:
+    """The standard deviation of the paired bootstrap differences a - b that
+    :func:`separated` compares |a - b| with (None unless ``a`` and ``b`` are paired)."""
+    if not paired(a, b):
+        return None
+    diff = a.samples - b.samples
+    diff = diff[np.isfinite(diff)]
+    return float(diff.std(ddof=1)) if diff.size > 1 else None
+
+
 def tie_groups(estimates: Sequence[Estimate]) -> list[int]:
-    """For estimates sorted best (lowest) first: the group number of each, where a new group
-    starts only when an estimate is separated from every member of the current group."""
+    """For estimates sorted best (lowest) first: the group number of each. A group holds
+    only estimates that do not differ from each other: a new group starts as soon as an
+    estimate is separated from any member of the current one, so ties never chain (a, b
+    within noise and b, c within noise does not put a and c together when they differ)."""
     groups: list[int] = []
     members: list[Estimate] = []
     for est in estimates:
-        if members and all(separated(est, m) for m in members):
+        if members and any(separated(est, m) for m in members):
             members = []
         if not members:
             groups.append((groups[-1] + 1) if groups else 1)

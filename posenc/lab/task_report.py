@@ -102,6 +102,33 @@ def verdict_lines(results: dict) -> list[str]:
                            "token accuracy", "evidence"], rows) + [""]
 
 
+#: (task, encoding) pairs an encoder-decoder cannot learn by construction, and why
+STRUCTURAL_FAILURES = {
+    ("reverse", "alibi"):
+        "structurally unlearnable: the encoder's bidirectional ALiBi bias -m|i - j| is "
+        "mirror-symmetric and the encoder has no other position signal, so the encoder "
+        "states of a source reversed are its states in reverse order; cross-attention "
+        "carries no positions, so the decoder sees the same set of states for a source and "
+        "its reverse and must give both the same output: it cannot tell a sequence from its "
+        "reverse, whatever it learns",
+    ("reverse", "nope"):
+        "structurally unlearnable: without positions the encoder is permutation-equivariant "
+        "and cross-attention carries no positions, so the decoder sees the same set of "
+        "states for every order of the source",
+}
+
+
+def structural_lines(part: str, task: str, encodings: list[str]) -> list[str]:
+    """A line per encoder-decoder encoding that cannot learn ``task`` by construction
+    (:data:`STRUCTURAL_FAILURES`): a failure that is not 'did not learn'."""
+    if part == "lm":
+        return []
+    lines = [f"- **{enc}** on {task}: {STRUCTURAL_FAILURES[(task, enc)]}."
+             for enc in encodings if (task, enc) in STRUCTURAL_FAILURES]
+    return ["Failures by construction, not for lack of training:", ""] + lines + [""] \
+        if lines else []
+
+
 def render_report(results: dict, plots: list[str] | None = None) -> str:
     cfg = results["config"]
     model, lm, s2s = cfg["model"], cfg["train"], cfg["seq2seq_train"]
@@ -149,6 +176,7 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
         lines += accuracy_table(results, part, task, encodings, "token_accuracy")
         lines += ["Ranking by mean token accuracy past L:", ""]
         lines += ranking_lines(results, part, task, encodings, "token_accuracy")
+        lines += structural_lines(part, task, encodings)
     lines += [
         f"## Compared with {PAPER}", "",
         f"{PAPER}, *The Impact of Positional Encoding on Length Generalization in "

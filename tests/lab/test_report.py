@@ -1,6 +1,7 @@
 """report.md and index.html, from hand-made results.json dicts."""
 
 import copy
+import re
 
 from posenc.lab.report import render_index, render_report
 
@@ -81,3 +82,33 @@ def test_a_stored_note_reads_back_as_its_reason():
     refused = NotEvaluated(refusal="position 9 is outside the table (n_positions=9)").note
     assert behaviour(None, refused) == "cannot run (position 9 is outside the table " \
                                        "(n_positions=9))"
+
+
+def test_one_seed_verdicts_are_provisional_and_print_their_paired_spread():
+    text = render_report(results())
+    claims = text.split("## Published claims")[1].split("\n## ")[0]
+    assert "One seed: every decided verdict is provisional" in claims
+    line = next(x for x in claims.splitlines() if x.startswith("8. "))
+    assert line.endswith("(provisional: one seed).")
+    numbers = claims.splitlines()[claims.splitlines().index(line) + 1]
+    assert re.search(r"difference -?[\d.]+ vs paired spread [\d.]+", numbers)
+    seeded = render_report(results(seeds=(0, 1, 2), spread=0.01))
+    assert "provisional" not in seeded.split("## Published claims")[1].split("\n## ")[0]
+
+
+def test_identical_learned_and_hierarchical_are_explained():
+    from tests.lab.helpers import run
+    res = results()
+    res["runs"].append(run("hierarchical", [5.5, 6.6, 8.0, 10.0, 12.0]))
+    section = render_report(res).split("## Did every model learn?")[1].split("\n## ")[0]
+    assert "learned and hierarchical have identical numbers at L = 64" in section
+    assert "by construction" in section and "u_j = alpha q_0" in section
+    res["runs"][-1] = run("hierarchical", [5.7, 6.6, 8.0, 10.0, 12.0])
+    assert "identical numbers" not in render_report(res)
+
+
+def test_identical_up_to_float_rounding_is_identical():
+    from tests.lab.helpers import run
+    res = results()
+    res["runs"].append(run("hierarchical", [5.5 * (1 + 1e-7), 6.6, 8.0, 10.0, 12.0]))
+    assert "learned and hierarchical have identical numbers" in render_report(res)

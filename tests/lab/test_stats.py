@@ -52,3 +52,19 @@ def test_block_bootstrap_pairs_lengths_so_text_difficulty_cancels():
     assert np.median(paired) == pytest.approx(math.exp(0.1), rel=0.01)
     with pytest.raises(ValueError, match="block index"):
         block_bootstrap_ppl(long, [511] * 32, range(32), 16)
+
+
+def test_ties_do_not_chain():
+    """a ~ b and b ~ c, but a and c differ: c starts a new group instead of joining a's."""
+    ests = [Estimate(1.0, 0.1), Estimate(1.15, 0.1), Estimate(1.3, 0.1), Estimate(1.35, 0.1)]
+    assert tie_groups(ests) == [1, 1, 2, 2]
+
+
+def test_bootstrap_over_query_blocks_pairs_runs_on_the_same_text():
+    from posenc.lab.stats import bootstrap_query_mean
+    text = np.random.default_rng(3).normal(0.0, 1.0, 64)          # the text's own difficulty
+    a, b = bootstrap_query_mean(2.0 + text), bootstrap_query_mean(2.1 + text)
+    assert a.shape == (400,) and np.mean(a) == pytest.approx(2.0 + text.mean(), abs=0.05)
+    assert separated(Estimate(2.0, a.std(), "bootstrap", 400, a),
+                     Estimate(2.1, b.std(), "bootstrap", 400, b))            # paired: decided
+    assert not separated(Estimate(2.0, a.std()), Estimate(2.1, b.std()))   # unpaired: not

@@ -98,3 +98,14 @@ def test_a_study_written_before_schemas_grows_and_overwrite_keeps_foreign_files(
     assert len(calls) == before + 3
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "notes.txt", "report.md", "results.json", "task_accuracy.png"]
+
+
+def test_the_report_explains_a_failure_by_construction(tmp_path, monkeypatch):
+    fake_runs(monkeypatch)
+    from dataclasses import replace
+    run_task_study(tmp_path, replace(TINY, seq2seq_encodings=("rope", "alibi")),
+                   progress=False)
+    part = (tmp_path / "report.md").read_text().split("## Encoder-decoder models: reverse")[1]
+    part = part.split("\n## ")[0]
+    assert "- **alibi** on reverse: structurally unlearnable" in part
+    assert "mirror-symmetric" in part and "**rope** on reverse" not in part

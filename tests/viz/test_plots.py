@@ -142,3 +142,57 @@ def test_one_seed_ratio_error_bars_are_the_paired_bootstrap():
     unpaired = point[1] * math.hypot(rope["ppl_spread"]["512"] / rope["ppl"]["512"],
                                      rope["ppl_spread"]["64"] / rope["ppl"]["64"])
     assert point[2] != pytest.approx(unpaired, rel=1e-3)   # not the fallback
+
+
+def _with_nope_and_xpos():
+    from tests.lab.helpers import run
+    res = results()
+    res["runs"].insert(0, run("nope", [5.9, 6.5, 8.0, 11.0, 15.0]))
+    for i, enc in enumerate(("complex_order", "conv", "floater", "hierarchical",
+                             "multiplicative", "recurrent")):      # sinusoidal 8th of its panel
+        res["runs"].insert(2, run(enc, [5.5 + i / 10, 7.0, 9.0, 12.0, 16.0]))
+    res["runs"].append(run("xpos", [5.21, 6.52, 9.01, 14.02, 22.03]))     # within 0.5 %
+    for r in res["runs"]:
+        if r["label"] == "xpos":                 # a training curve that differs by a hair
+            r["curve"] = [[s, v * 1.002] for s, v in r["curve"]]
+            r["seeds"][0]["curve"] = r["curve"]
+    return res
+
+
+def test_every_run_of_a_panel_has_its_own_colour_and_only_nope_is_grey():
+    import matplotlib.colors as mcolors
+    for fig in (draw_ppl_vs_length(_with_nope_and_xpos()),
+                draw_training_curves(_with_nope_and_xpos())):
+        for ax in fig.axes:
+            lines = [x for x in ax.get_lines() if not x.get_label().startswith("_")]
+            colours = [mcolors.to_hex(x.get_color()) for x in lines]
+            assert len(set(colours)) == len(colours), ax.get_title()
+            greys = [x.get_label() for x in lines
+                     if len(set(mcolors.to_hex(x.get_color())[1:][i:i + 2]
+                                for i in (0, 2, 4))) == 1]
+            assert greys in ([], ["nope"]), (ax.get_title(), greys)
+
+
+def test_look_alike_runs_are_not_called_the_same():
+    res = _with_nope_and_xpos()
+    rotary = _axes(draw_ppl_vs_length(res))["rotary"]
+    assert "xpos" in _lines(rotary)                      # not "xpos (same as rope)"
+    curves = _axes(draw_training_curves(res))["rotary"]
+    assert "xpos" in _lines(curves)
+
+
+def test_entropy_legends_sit_beside_the_panels():
+    fig = draw_entropy_vs_length(results())
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if ax.get_visible() and legend is not None:
+            assert legend.get_window_extent(renderer).x0 >= ax.get_window_extent(renderer).x1
+
+
+def test_the_ratio_plot_shows_perplexity_at_l_beside_each_ratio():
+    fig = draw_ppl_ratio(results())
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "5.2 -> 14" in texts and "7 -> 15" in texts           # rope, rope + linear:4
+    assert any(t.startswith("ppl@64 -> ppl@512") for t in texts)
