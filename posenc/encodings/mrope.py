@@ -83,10 +83,11 @@ class MultimodalRotaryEncoding(RotaryEncoding):
     extrapolates = "as RoPE, per axis"
     cache_note = "exact (the positions per axis are given for each new token)"
     position_axes = 3
+    length_dependent_scalings = False
 
     def __init__(self, *, mrope_section: Sequence[int] | None = None, **kw) -> None:
         super().__init__(**kw)
-        if self.length_dependent:
+        if self.length_dependent:             # see length_dependent_scalings
             raise UserError(f"{self.name} does not support the scaling "
                             f"{self.scaling['rope_type']!r}; valid: a scaling that does not "
                             f"depend on the length (not {', '.join(sorted(LENGTH_DEPENDENT))})")

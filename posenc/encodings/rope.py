@@ -23,7 +23,7 @@ frequencies over fewer dimensions (theta^(-2i/R')), it keeps RoPE's own frequenc
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -54,6 +54,9 @@ class RotaryEncoding(KeepsFp32Buffers, PositionalEncoding):
     """
 
     FP32_BUFFERS = ("inv_freq", "turns_rest", "inv_freq_long", "turns_rest_long")
+    #: whether the encoding takes a scaling whose frequencies follow the sequence length
+    #: (dynamic NTK, LongRoPE); callers ask this instead of trying and catching a refusal
+    length_dependent_scalings: ClassVar[bool] = True
 
     family = "rotary"
     extrapolates = "poorly (better with scaling)"

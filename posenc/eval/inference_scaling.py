@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UserError
-from ..encodings import encoding_options, list_encodings
-from ..encodings.rope_scaling import parse_scaling_spec
+from ..encodings import encoding_class, encoding_options, list_encodings
+from ..encodings.rope_scaling import LENGTH_DEPENDENT, parse_scaling_spec
 from ..models import TransformerLM
 
 
@@ -70,8 +70,19 @@ def scalable_encodings() -> list[str]:
     return [name for name in list_encodings() if "scaling" in encoding_options(name)]
 
 
-def accepts_rope_scaling(encoding: str) -> bool:
-    return "scaling" in encoding_options(encoding)
+def accepts_rope_scaling(encoding: str, scaling: str | None = None) -> bool:
+    """Whether ``encoding`` takes a RoPE frequency scaling at all or, given an inference
+    scaling label (``"yarn:4"``, ``"dynamic+logn"``, ``"logn"``), that one: an encoding
+    that declares ``length_dependent_scalings = False`` (M-RoPE) refuses dynamic NTK and
+    LongRoPE."""
+    if "scaling" not in encoding_options(encoding):
+        return False
+    spec = InferenceScaling.parse(scaling).rope_scaling if scaling else None
+    if spec is None:
+        return True
+    kind = parse_scaling_spec(spec, 1)["rope_type"]
+    return kind not in LENGTH_DEPENDENT or getattr(
+        encoding_class(encoding), "length_dependent_scalings", True)
 
 
 def apply_inference_scaling(model: TransformerLM, scaling: InferenceScaling,

@@ -108,8 +108,8 @@ def planned_runs(cfg: CompareConfig) -> list[tuple[str, str | None]]:
     plan = []
     for enc in cfg.encodings:
         plan.append((enc, None))
-        if accepts_rope_scaling(enc):
-            plan += [(enc, InferenceScaling.parse(s).label) for s in cfg.scalings]
+        plan += [(enc, InferenceScaling.parse(s).label) for s in cfg.scalings
+                 if accepts_rope_scaling(enc, s)]
     return plan
 
 

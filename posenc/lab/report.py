@@ -343,7 +343,7 @@ def render_report(results: dict, plots: list[str] | None = None,
     out += [""] + [f"See also: [{title}]({href})." for title, href in links]
     if links:
         out.append("")
-    expected = seeds * sum(1 + (len(c.get("scalings", [])) if accepts_rope_scaling(e) else 0)
+    expected = seeds * sum(1 + sum(accepts_rope_scaling(e, s) for s in c.get("scalings", []))
                            for e in c.get("encodings", []))
     finished = sum(len(run.get("seeds") or [run]) for run in runs)
     if finished < expected:

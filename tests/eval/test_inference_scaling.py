@@ -38,3 +38,28 @@ def test_inference_scaling_refuses_non_rope():
     trained_scaled = tiny("rope", scaling={"rope_type": "linear", "factor": 2.0})
     with pytest.raises(ValueError, match="trained with scaling"):
         apply_inference_scaling(trained_scaled, InferenceScaling("ntk:4"), 16)
+
+
+@pytest.mark.parametrize("encoding", __import__("posenc").list_encodings())
+def test_every_scaling_an_encoding_accepts_applies_to_its_model(encoding):
+    """What a comparison plans (accepts_rope_scaling) is what the model then takes: an
+    encoding never accepts a scaling it refuses when applied (M-RoPE and dynamic NTK)."""
+    from posenc import LMConfig, TransformerLM
+    from posenc.eval.inference_scaling import accepts_rope_scaling
+    scalings = ("linear:4", "ntk:4", "dynamic", "yarn:4", "logn", "dynamic+logn")
+    model = TransformerLM(LMConfig(pe=encoding, d_model=16, n_heads=2, n_layers=1,
+                                   max_len=16))
+    for spec in scalings:
+        if accepts_rope_scaling(encoding, spec):
+            apply_inference_scaling(model, InferenceScaling.parse(spec), 16)
+        elif accepts_rope_scaling(encoding):
+            with pytest.raises(ValueError):
+                apply_inference_scaling(model, InferenceScaling.parse(spec), 16)
+
+
+def test_mrope_takes_no_length_dependent_scaling():
+    from posenc.eval.inference_scaling import accepts_rope_scaling
+    assert accepts_rope_scaling("rope", "dynamic") and accepts_rope_scaling("mrope", "yarn:4")
+    assert not accepts_rope_scaling("mrope", "dynamic")
+    assert not accepts_rope_scaling("mrope", "dynamic+logn")
+    assert accepts_rope_scaling("mrope", "logn") and not accepts_rope_scaling("alibi")
