@@ -110,3 +110,18 @@ def raises_one_line(match: str, fn, *args, **kwargs) -> str:
 #: marks a test that compares with Hugging Face transformers: skipped when it is not installed
 needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
                                         reason="transformers is not installed")
+
+
+def chromium_or_skip() -> str:
+    """The path of a headless-capable Chromium, or skip the test saying loudly (a warning as
+    well as the skip reason) that the page was not rendered."""
+    import shutil
+    import warnings
+    browser = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
+                    if shutil.which(n)), None)
+    if browser is None:
+        message = ("index.html was NOT rendered: no chromium on PATH (`make install` tries "
+                   "`apt-get install chromium`)")
+        warnings.warn(message, stacklevel=2)
+        pytest.skip(message)
+    return browser

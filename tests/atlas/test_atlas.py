@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-import warnings
 
 import pytest
 import torch
@@ -16,6 +14,8 @@ from posenc.atlas import PANELS, atlas_files, write_atlas
 from posenc.cli import main
 from posenc.encodings.alibi import alibi_slopes
 from posenc.encodings.t5 import relative_position_bucket
+
+from tests.helpers import chromium_or_skip
 
 ISSUE_PANELS = {"sinusoidal", "rope_decay", "rope_scaling_wavelengths", "rope_scaling_scores",
                 "alibi", "t5_buckets", "distance_biases", "relative_clipping",
@@ -100,22 +100,10 @@ def test_cli_refuses_to_clobber(atlas, capsys, tmp_path):
     assert {p.name for p in out.iterdir()} <= set(atlas_files())
 
 
-def _browser() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
 
 def test_index_html_renders_in_chromium(atlas, tmp_path):
     out, _, _ = atlas
-    browser = _browser()
-    if browser is None:
-        message = ("index.html was NOT rendered: no chromium on PATH (`make install` tries "
-                   "`apt-get install chromium`)")
-        warnings.warn(message, stacklevel=1)
-        pytest.skip(message)
+    browser = chromium_or_skip()
     shot = tmp_path / "page.png"
     height = 14000
     subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",

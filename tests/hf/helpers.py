@@ -89,3 +89,13 @@ def save_tiny_model(path: Path, native: int = 128) -> Path:
     tok.save_pretrained(path)
     (path.parent / "data.txt").write_text(Path(json.__file__).read_text() * 2)
     return path
+
+
+def without(obj, keys):
+    """``obj`` (nested dicts and lists) without the dict entries named in ``keys``: what
+    differs between two runs of the same study (time, memory)."""
+    if isinstance(obj, dict):
+        return {k: without(v, keys) for k, v in obj.items() if k not in keys}
+    if isinstance(obj, list):
+        return [without(v, keys) for v in obj]
+    return obj

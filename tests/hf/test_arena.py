@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hf.helpers import save_tiny_model
+from tests.hf.helpers import save_tiny_model, without
 
 transformers = pytest.importorskip("transformers")
 
@@ -48,11 +48,7 @@ def _run(model_dir, out, resume=True, overwrite=False, **kw):
 
 
 def _stable(obj):
-    if isinstance(obj, dict):
-        return {k: _stable(v) for k, v in obj.items() if k not in VOLATILE}
-    if isinstance(obj, list):
-        return [_stable(v) for v in obj]
-    return obj
+    return without(obj, VOLATILE)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.hf.helpers import save_tiny_model
+from tests.hf.helpers import save_tiny_model, without
 
 transformers = pytest.importorskip("transformers")
 
@@ -39,12 +39,7 @@ def _run(model_dir, out, resume=True, overwrite=False, **kw):
 
 
 def _stable(obj):
-    """``obj`` without what differs between two runs of the same study (time, memory)."""
-    if isinstance(obj, dict):
-        return {k: _stable(v) for k, v in obj.items() if k not in VOLATILE}
-    if isinstance(obj, list):
-        return [_stable(v) for v in obj]
-    return obj
+    return without(obj, VOLATILE)
 
 
 def test_a_kill_mid_study_resumes_to_the_uninterrupted_results(model_dir, tmp_path,

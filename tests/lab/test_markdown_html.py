@@ -4,16 +4,14 @@ markdown; checked as text and, where Chromium is installed, as a browser parses 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
-import warnings
 from html.parser import HTMLParser
 
-import pytest
 
 from posenc.lab.markdown_html import markdown_to_html
 from posenc.lab.report import render_index, render_report
 
+from tests.helpers import chromium_or_skip
 from tests.lab.helpers import results
 
 
@@ -66,18 +64,9 @@ def test_index_html_holds_the_whole_report_without_raw_markdown():
     assert "|---|" not in text and "**" not in text and not re.search(r"^#+ ", text, re.M)
 
 
-def _browser() -> str | None:
-    return next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
-                 if shutil.which(n)), None)
-
 
 def test_index_html_renders_its_tables_in_chromium(tmp_path):
-    browser = _browser()
-    if browser is None:
-        message = ("index.html was NOT rendered: no chromium on PATH (`make install` tries "
-                   "`apt-get install chromium`)")
-        warnings.warn(message, stacklevel=1)
-        pytest.skip(message)
+    browser = chromium_or_skip()
     r = results()
     page = tmp_path / "index.html"
     page.write_text(render_index(r, []))
