@@ -12,7 +12,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..encodings.base import PositionalEncoding, build_encoding
+from ..encodings.base import PositionalEncoding
+from ..encodings.registry import build_encoding
 from ..encodings.sinusoidal import sinusoidal_table
 from .figure import Panel, colormap, dress, new_figure, save
 

@@ -14,7 +14,8 @@ from matplotlib.ticker import NullLocator
 from torch import Tensor
 
 from ..encodings.alibi import alibi_slopes
-from ..encodings.base import PositionalEncoding, build_encoding
+from ..encodings.base import PositionalEncoding
+from ..encodings.registry import build_encoding
 from ..encodings.context import HookContext
 from ..encodings.relative_bias import DistanceBiasEncoding
 from ..encodings.t5 import relative_position_bucket

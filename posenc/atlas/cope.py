@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..encodings.base import build_encoding
+from ..encodings.registry import build_encoding
 from .figure import Panel, colormap, new_figure, save
 
 SENTENCE = "Alice met Bob. They talked for hours. Then Bob left. Alice stayed home."

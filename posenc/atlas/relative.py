@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from ..encodings.base import build_encoding
+from ..encodings.registry import build_encoding
 from ..encodings.context import HookContext
 from .figure import Panel, dress, log2_axis, new_figure, save
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..encodings.base import build_encoding
+from ..encodings.registry import build_encoding
 from ..encodings.mrope import default_sections
 from .figure import Panel, colormap, new_figure, save
 

@@ -7,9 +7,10 @@ with ``@register(name)``; a new encoding needs no edit here.
 import importlib
 import pkgutil
 
-from .base import (PositionalEncoding, build_encoding, describe_encodings, encoding_class,
-                   encoding_options, list_encodings, register)
+from .base import PositionalEncoding, register
 from .context import HookContext
+from .registry import (build_encoding, describe_encodings, encoding_class, encoding_options,
+                       list_encodings)
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")

@@ -25,7 +25,8 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from .absolute import LearnedEncoding
-from .base import PositionalEncoding, build_encoding, register
+from .base import PositionalEncoding, register
+from .registry import build_encoding
 from .checks import check_in_range, require_float_in, require_int_at_least, require_positive_int
 from .limits import PositionLimit
 

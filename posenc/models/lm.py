@@ -17,7 +17,7 @@ from ..errors import UserError
 from ..attention import AttentionContext, KVCache, make_caches
 from ..attention.cache import replay_if_stale
 from ..encodings import build_encoding
-from ..encodings.base import with_model_facts
+from ..encodings.registry import with_model_facts
 from ..encodings.checks import (check_positions, check_token_ids, require_int_at_least,
                                 require_options, require_positive_int)
 from .blocks import Block, init_weights, make_norm

@@ -22,7 +22,7 @@ from ..errors import UserError
 from ..attention import AttentionContext, KVCache, make_caches
 from ..attention.cache import replay_if_stale
 from ..encodings import PositionalEncoding, build_encoding
-from ..encodings.base import with_model_facts
+from ..encodings.registry import with_model_facts
 from ..encodings.checks import check_token_ids
 from .blocks import Block, init_weights, make_norm
 from .generate import select_next

@@ -6,7 +6,6 @@ umask, and a failed write is one OSError naming the file, the previous checkpoin
 from __future__ import annotations
 
 import json
-import os
 import shutil
 
 import pytest
