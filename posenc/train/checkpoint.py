@@ -58,19 +58,11 @@ from ..runio import (
     sha256_file,
 )
 from .config import TrainConfig
-from .logging import LOG_CSV, LOG_JSONL, TB_DIR, read_log
-
-FORMAT = "posenc-run"
-FORMAT_VERSION = 1
-CONFIG_FILE = "config.json"
-MODEL_FILE = "model.safetensors"
-STATE_FILE = "state.pt"
-PROGRESS_FILE = "state.json"
-MANIFEST_FILE = "manifest.json"
-CHECKPOINTS_DIR = "checkpoints"
-TOKENIZER_DIR = "tokenizer"
-RUN_FILES = (CONFIG_FILE, MODEL_FILE, STATE_FILE, PROGRESS_FILE, LOG_JSONL, LOG_CSV)
-RUN_DIRS = (TOKENIZER_DIR, TB_DIR, CHECKPOINTS_DIR)
+from .checkpoint_checks import check_model_config, checkpoint_dir, verify_file
+from .logging import read_log
+from .run_layout import (CHECKPOINTS_DIR, CONFIG_FILE, FORMAT, FORMAT_VERSION, MANIFEST_FILE,
+                         MODEL_FILE, PROGRESS_FILE, RUN_DIRS, RUN_FILES, STATE_FILE,
+                         TOKENIZER_DIR, one_line)
 
 
 @dataclass(frozen=True)
@@ -86,15 +78,6 @@ class LoadedRun:
     log: list[dict[str, Any]]
     run_dir: Path | None = None
     complete: bool = True
-
-
-def _one_line(err: BaseException) -> str:
-    """The error's message on one line, with its first cause where the message puts it on
-    the next line (torch's "Error(s) in loading state_dict for X:" then the mismatch)."""
-    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
-    if not lines:
-        return type(err).__name__
-    return " ".join(lines[:2]) + (" ..." if len(lines) > 2 else "")
 
 
 # ----------------------------------------------------------------- config
@@ -124,7 +107,7 @@ def read_config(run_dir: str | Path) -> dict[str, Any]:
         doc["train"] = TrainConfig.from_dict(doc["train"])
         doc["corpus"] = dict(doc["corpus"])
     except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise UserError(f"corrupt run config {path}: {_one_line(err)}") from None
+        raise UserError(f"corrupt run config {path}: {one_line(err)}") from None
     return doc
 
 
@@ -137,7 +120,7 @@ def read_progress(run_dir: str | Path) -> dict[str, Any] | None:
         doc = json.loads(path.read_text())
         int(doc["step"])
     except (ValueError, KeyError, TypeError) as err:
-        raise UserError(f"corrupt checkpoint {path}: {_one_line(err)}") from None
+        raise UserError(f"corrupt checkpoint {path}: {one_line(err)}") from None
     return doc
 
 
@@ -151,22 +134,6 @@ def remove_run_files(run_dir: Path) -> None:
 
 
 # ------------------------------------------------------------- checkpoint
-def checkpoint_dir(run_dir: str | Path, progress: dict[str, Any]) -> Path:
-    """The folder holding the files of the checkpoint ``state.json`` names (the run folder
-    itself for runs written before checkpoints had their own folders). A name that is not a
-    folder of ``checkpoints/`` (``../..``, an absolute path) is refused: ValueError."""
-    name = progress.get("checkpoint")
-    if not name:
-        return Path(run_dir)
-    folder = Path(run_dir) / str(name)
-    inside = isinstance(name, str) and not Path(name).is_absolute() and \
-        folder.resolve().parent == (Path(run_dir) / CHECKPOINTS_DIR).resolve()
-    if not inside:
-        raise UserError(f"corrupt checkpoint record {Path(run_dir) / PROGRESS_FILE}: "
-                        f"checkpoint {name!r} is not a folder of {CHECKPOINTS_DIR}/")
-    return folder
-
-
 def committed_file(run_dir: str | Path, name: str = MODEL_FILE) -> Path:
     """The path of file ``name`` of the run's committed checkpoint (ValueError if none)."""
     progress = read_progress(run_dir)
@@ -229,9 +196,9 @@ def _write_file(path: Path, write: Any) -> None:
         if err.filename is not None or str(path) in str(err):
             raise
         raise OSError(err.errno, f"cannot write checkpoint file {path}: "
-                      f"{err.strerror or _one_line(err)}") from err
+                      f"{err.strerror or one_line(err)}") from err
     except Exception as err:  # noqa: BLE001 - RuntimeError / SafetensorError on a failed write
-        raise OSError(f"cannot write checkpoint file {path}: {_one_line(err)} (is the disk "
+        raise OSError(f"cannot write checkpoint file {path}: {one_line(err)} (is the disk "
                       f"full?)") from err
 
 
@@ -273,79 +240,13 @@ def recover(run_dir: str | Path) -> int | None:
     return None if progress is None else int(progress["step"])
 
 
-def verify_file(folder: Path, name: str, progress: dict[str, Any]) -> Path:
-    """``folder/name``, checked against the sha256 recorded for it (ValueError otherwise).
-
-    In a ``checkpoints/`` folder the record is the folder's ``manifest.json``, which must
-    exist and agree with ``state.json`` (``progress``); the run folder itself (runs written
-    before checkpoints had their own folders) has only ``state.json``'s."""
-    path = folder / name
-    if not path.is_file():
-        raise UserError(f"corrupt checkpoint {path}: the file is missing")
-    expected = (progress.get("files") or {}).get(name)
-    if progress.get("checkpoint"):                       # a folder of checkpoints/
-        recorded = read_manifest(folder, progress).get("files")
-        if not isinstance(recorded, dict) or not isinstance(recorded.get(name), str):
-            raise UserError(f"corrupt checkpoint {folder / MANIFEST_FILE}: it records no "
-                            f"sha256 for {name}")
-        if expected is not None and expected != recorded[name]:
-            raise UserError(f"corrupt checkpoint {path}: {PROGRESS_FILE} and "
-                            f"{MANIFEST_FILE} record different sha256 for it")
-        expected = recorded[name]
-    if expected is not None:
-        actual = sha256_file(path)
-        if actual != expected:
-            raise UserError(f"corrupt checkpoint {path}: sha256 {actual[:12]}... differs from "
-                             f"the recorded {expected[:12]}... (the file changed after it was "
-                             f"written)")
-    return path
-
-
-def read_manifest(folder: Path, progress: dict[str, Any]) -> dict[str, Any]:
-    """The ``manifest.json`` of checkpoint ``folder``; ValueError if it is missing, corrupt or
-    names another step than ``state.json`` (``progress``)."""
-    path = folder / MANIFEST_FILE
-    try:
-        doc = json.loads(path.read_text())
-        same_step = int(doc["step"]) == int(progress["step"])
-    except FileNotFoundError:
-        raise UserError(f"corrupt checkpoint {path}: the file is missing") from None
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise UserError(f"corrupt checkpoint {path}: {_one_line(err)}") from None
-    if not same_step:
-        raise UserError(f"corrupt checkpoint {path}: step {doc['step']} differs from "
-                        f"{PROGRESS_FILE}'s {progress['step']}")
-    return doc
-
-
-def check_model_config(model: nn.Module, run_dir: Path, progress: dict[str, Any]) -> None:
-    """Refuse a model built from settings other than those its checkpoint was written with
-    (``config.json`` edited by hand). ``attn_backend`` may differ (it changes no weights)."""
-    recorded = progress.get("model_config")
-    if progress.get("checkpoint"):
-        folder = checkpoint_dir(run_dir, progress)
-        recorded = read_manifest(folder, progress).get("model_config", recorded)
-    config = getattr(model, "config", None)
-    if not isinstance(recorded, dict) or not hasattr(config, "to_dict"):
-        return                                   # written before settings were recorded
-    current = config.to_dict()
-    differ = sorted(k for k in recorded.keys() | current.keys() if k != "attn_backend" and
-                    json.dumps(recorded.get(k), sort_keys=True) !=
-                    json.dumps(current.get(k), sort_keys=True))
-    if differ:
-        shown = ", ".join(f"{k} {current.get(k)!r} (checkpoint: {recorded.get(k)!r})"
-                          for k in differ[:4])
-        raise UserError(f"{Path(run_dir) / CONFIG_FILE} does not match the model its "
-                        f"checkpoint was written with: {shown}; was {CONFIG_FILE} edited?")
-
-
 def _weights_step(path: Path) -> int:
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
         return int(meta["step"])
     except Exception as err:  # noqa: BLE001 - any failure to read the header is corruption
-        raise UserError(f"corrupt checkpoint {path}: {_one_line(err)}") from None
+        raise UserError(f"corrupt checkpoint {path}: {one_line(err)}") from None
 
 
 def load_weights(model: nn.Module, run_dir: Path, device: str | torch.device = "cpu",
@@ -361,7 +262,7 @@ def load_weights(model: nn.Module, run_dir: Path, device: str | torch.device = "
     try:
         load_model(model, path, strict=True, device=str(device))
     except Exception as err:  # noqa: BLE001 - shape/key mismatch or a damaged file
-        raise UserError(f"corrupt checkpoint {path}: {_one_line(err)}") from None
+        raise UserError(f"corrupt checkpoint {path}: {one_line(err)}") from None
     if step != int(progress["step"]):
         raise UserError(f"checkpoint files in {run_dir} disagree (weights at step {step}, "
                          f"{PROGRESS_FILE} at step {progress['step']})")
