@@ -15,7 +15,7 @@ HELP = ("train every encoding with the same data, budget and seeds, evaluate at 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..lab.presets import PRESETS, length_help, preset_help
+    from ..lab.presets import DEFAULT_SCALINGS, PRESETS, length_help, preset_help
     p.add_argument("--out", required=True, help="output directory (resumed if it holds the "
                    "same comparison)", type=path_arg)
     p.add_argument("--preset", default="default", choices=sorted(PRESETS),
@@ -28,8 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"evaluation lengths (default: the preset's; {length_help()} for "
                         "the default preset)")
     p.add_argument("--scalings", type=name_list,
-                   help="RoPE inference-time scalings, e.g. linear:4,ntk:4,dynamic,yarn:4,logn"
-                        " ('none' for none)")
+                   help="RoPE inference-time scalings and region methods on the trained "
+                        f"RoPE weights (default: {', '.join(DEFAULT_SCALINGS)}; 'none' for none)")
     p.add_argument("--eval-tokens", type=int, help="tokens scored per evaluation length")
     p.add_argument("--stride", type=int, help="sliding-window stride (default: "
                    "non-overlapping windows)")

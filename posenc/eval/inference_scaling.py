@@ -6,6 +6,13 @@ whose original length is the training length; ``--logn`` multiplies the logits o
 that sees n > L keys by log(n) / log(L). The weights are the trained ones, loaded unchanged
 (RoPE frequencies are buffers outside the state dict).
 
+A region method of :mod:`posenc.attention.extension_methods` (``self_extend:4``,
+``rerope``, ``leaky_rerope:4``, ``dual_chunk``, ``streaming``) instead patches the copy's
+attention to score each (query, key) pair at the method's remapped position
+(:func:`posenc.attention.region_patch.apply_region_method`), with the defaults of
+:func:`~posenc.attention.extension_methods.build_method` for a model trained on L tokens and
+meant for factor x L. Only Self-Extend and Leaky ReRoPE read the factor.
+
 Which encodings accept a frequency scaling is read from their options (a ``scaling`` option),
 never from their names.
 """
@@ -16,26 +23,74 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import UserError
+from ..attention.extension_methods import METHOD_OPTIONS as REGION_OPTIONS
+from ..attention.extension_methods import build_method
+from ..attention.region_patch import apply_region_method
 from ..encodings import encoding_class, encoding_options, list_encodings
+from ..encodings.rope import RotaryEncoding
+from ..errors import UserError
 from ..encodings.rope_scaling import LENGTH_DEPENDENT, parse_scaling_spec
 from ..models import TransformerLM
 
 
+#: region methods (names as :mod:`posenc.attention.extension_methods` has them)
+REGION_METHODS = tuple(REGION_OPTIONS)
+#: region methods whose positions depend on the factor (the others take none)
+FACTOR_METHODS = ("self_extend", "leaky_rerope")
+#: the factor of ``self_extend`` / ``leaky_rerope`` without one, as in ``linear:4``
+DEFAULT_REGION_FACTOR = 4.0
+
+
+def parse_region_spec(spec: str) -> tuple[str, float]:
+    """``"self_extend:4"`` -> ("self_extend", 4.0); ``"rerope"`` -> ("rerope", 4.0).
+
+    Raises UserError for an unknown method, a factor <= 1, or a factor on a method that
+    takes none."""
+    name, colon, value = spec.partition(":")
+    if name not in REGION_METHODS:
+        raise UserError(f"unknown region method {name!r} in {spec!r}; valid: "
+                         f"{', '.join(REGION_METHODS)}")
+    if not colon:
+        return name, DEFAULT_REGION_FACTOR
+    if name not in FACTOR_METHODS:
+        raise UserError(f"region method {name!r} takes no factor (got {spec!r}); only "
+                         f"{' and '.join(FACTOR_METHODS)} read one")
+    try:
+        factor = float(value)
+    except ValueError:
+        factor = float("nan")
+    if not factor > 1:
+        raise UserError(f"region method {spec!r}: the factor must be a number > 1")
+    return name, factor
+
+
+def _is_region(part: str) -> bool:
+    return part.partition(":")[0] in REGION_METHODS
+
+
 @dataclass(frozen=True)
 class InferenceScaling:
-    """A frequency scaling spec (``"yarn:4"``) and/or log-n scaling."""
+    """A frequency scaling spec (``"yarn:4"``) and/or log-n scaling, or a region method
+    (``"self_extend:4"``) alone."""
 
     rope_scaling: str | None = None
     logn: bool = False
+    region: str | None = None
 
     def __post_init__(self) -> None:
         if self.rope_scaling is not None:
             parse_scaling_spec(self.rope_scaling, 1)          # raises on a bad spec
+        if self.region is not None:
+            parse_region_spec(self.region)
+            if self.rope_scaling is not None or self.logn:
+                raise UserError(f"region method {self.region!r} goes alone: it remaps "
+                                 "positions itself, so no rope scaling or logn with it")
 
     @property
     def label(self) -> str | None:
-        """``"yarn:4"``, ``"logn"``, ``"yarn:4+logn"``, or None for no scaling."""
+        """``"yarn:4"``, ``"logn"``, ``"yarn:4+logn"``, ``"self_extend:4"``, or None."""
+        if self.region is not None:
+            return self.region
         parts = ([self.rope_scaling] if self.rope_scaling else []) + (
             ["logn"] if self.logn else [])
         return "+".join(parts) or None
@@ -46,11 +101,18 @@ class InferenceScaling:
         if not label:
             return cls()
         parts = label.split("+")
+        regions = [p for p in parts if _is_region(p)]
+        if regions:
+            if len(parts) > 1:
+                raise UserError(f"inference scaling {label!r}: a region method "
+                                 f"({regions[0]}) goes alone, without '+'")
+            return cls(region=regions[0])
         logn = "logn" in parts
         rest = [p for p in parts if p != "logn"]
         if len(rest) > 1 or (logn and parts.count("logn") > 1):
             raise UserError(f"inference scaling {label!r}: give at most one rope scaling "
-                             "and 'logn', e.g. 'yarn:4+logn'")
+                             "and 'logn', e.g. 'yarn:4+logn', or one region method "
+                             f"({', '.join(REGION_METHODS)})")
         return cls(rest[0] if rest else None, logn)
 
 
@@ -74,10 +136,13 @@ def accepts_rope_scaling(encoding: str, scaling: str | None = None) -> bool:
     """Whether ``encoding`` takes a RoPE frequency scaling at all or, given an inference
     scaling label (``"yarn:4"``, ``"dynamic+logn"``, ``"logn"``), that one: an encoding
     that declares ``length_dependent_scalings = False`` (M-RoPE) refuses dynamic NTK and
-    LongRoPE."""
+    LongRoPE. A region method needs plain ``rope`` (the class itself, not a variant)."""
     if "scaling" not in encoding_options(encoding):
         return False
-    spec = InferenceScaling.parse(scaling).rope_scaling if scaling else None
+    parsed = InferenceScaling.parse(scaling) if scaling else None
+    if parsed is not None and parsed.region is not None:
+        return encoding_class(encoding) is RotaryEncoding
+    spec = parsed.rope_scaling if parsed else None
     if spec is None:
         return True
     kind = parse_scaling_spec(spec, 1)["rope_type"]
@@ -100,6 +165,8 @@ def apply_inference_scaling(model: TransformerLM, scaling: InferenceScaling,
     if scaling.label is None:
         return model
     original_len = original_len or config.max_len
+    if scaling.region is not None:
+        return _with_region_method(model, scaling.region, original_len)
     options = dict(config.pe_options)
     if scaling.rope_scaling is not None:
         if not accepts_rope_scaling(config.pe):
@@ -119,3 +186,22 @@ def apply_inference_scaling(model: TransformerLM, scaling: InferenceScaling,
     scaled = TransformerLM(replace(config, pe_options=options)).to(param.device, param.dtype)
     scaled.load_state_dict(model.state_dict())
     return scaled.eval()
+
+
+def _with_region_method(model: TransformerLM, spec: str, original_len: int) -> TransformerLM:
+    """A copy of ``model`` with the same weights whose attention uses region method ``spec``."""
+    name, factor = parse_region_spec(spec)
+    if not accepts_rope_scaling(model.config.pe, spec):
+        raise UserError(f"region method {spec!r} needs a plain rope run; this run uses "
+                         f"encoding {model.config.pe!r}")
+    param = next(model.parameters())
+    patched = TransformerLM(model.config).to(param.device, param.dtype)
+    patched.load_state_dict(model.state_dict())
+    apply_region_method(patched, build_method(name, original_len, factor))
+    return patched.eval()
+
+
+def has_attention_weights(scaling: str | None) -> bool:
+    """Whether a run with inference scaling ``scaling`` can return attention weights (for
+    entropy): a region method's patched attention does not."""
+    return not scaling or InferenceScaling.parse(scaling).region is None

@@ -37,7 +37,8 @@ from typing import Any
 from ..errors import UserError
 from ..eval.entropy import entropy_at_lengths
 from ..eval.inference_scaling import (InferenceScaling, accepts_rope_scaling,
-                                      apply_inference_scaling, run_label)
+                                      apply_inference_scaling, has_attention_weights,
+                                      run_label)
 from ..study import API_NAMES, RESULTS, RunDirectory, Unit, encode, run_study
 from ..viz.plots import plot_all
 from .baseline import baseline_entry
@@ -183,7 +184,7 @@ def evaluate_run(cfg: CompareConfig, loaded, test_tokens, encoding: str, scaling
                            max_tokens=cfg.eval_tokens,
                            progress=lambda n: progress.update(n * progress.eval_unit))
     entropy = None
-    if cfg.entropy_lengths:
+    if cfg.entropy_lengths and has_attention_weights(scaling):
         entropy = {str(e.length): e.to_dict() if e.note is None else e.note
                    for e in entropy_at_lengths(model, test_tokens, cfg.entropy_lengths,
                                                n_windows=cfg.entropy_windows, errors="note",

@@ -34,8 +34,10 @@ from ..eval.inference_scaling import InferenceScaling
 from ..models.lm import LMConfig
 from ..train.config import TrainConfig
 
-#: RoPE inference-time scalings evaluated by default (each on the trained RoPE weights)
-DEFAULT_SCALINGS = ("linear:4", "ntk:4", "dynamic", "yarn:4", "logn")
+#: RoPE inference-time scalings evaluated by default (each on the trained RoPE weights): the
+#: frequency scalings and log-n, then the region methods that remap positions in attention
+DEFAULT_SCALINGS = ("linear:4", "ntk:4", "dynamic", "yarn:4", "logn", "self_extend:4",
+                    "rerope", "leaky_rerope:4", "dual_chunk", "streaming")
 #: encoding options every preset uses unless told otherwise (see also
 #: :meth:`CompareConfig.options_for`, which adds those that depend on the model's size)
 DEFAULT_PE_OPTIONS: dict[str, dict[str, Any]] = {}

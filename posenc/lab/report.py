@@ -12,7 +12,7 @@ import html
 import math
 from pathlib import Path
 
-from ..eval.inference_scaling import accepts_rope_scaling, run_label
+from ..eval.inference_scaling import accepts_rope_scaling, has_attention_weights, run_label
 from ..eval.lengths import note_reason
 from ..study import markdown_table
 from .baseline import LEARNED_FRACTION
@@ -257,8 +257,10 @@ def entropy_section(r: Runs, runs: list[dict]) -> list[str]:
     lengths = sorted({int(n) for run in runs for n in (run.get("entropy") or {})})
     if not lengths:
         return []
+    weighted = [run for run in runs if has_attention_weights(run.get("inference_scaling"))]
+    left_out = [run_label(run) for run in runs if run not in weighted]
     rows = [[run_label(run)] + [fmt_est(r.entropy_est(run_label(run), n)) for n in lengths]
-            for run in runs]
+            for run in weighted]
     uniform = []
     for n in lengths:
         u = next((e[str(n)].get("uniform_tail") for e in
@@ -271,7 +273,9 @@ def entropy_section(r: Runs, runs: list[dict]) -> list[str]:
             "(those that see the most keys), over layers, heads and windows; eager backend; "
             "± over seeds; with one seed, a bootstrap over blocks of tail queries of the "
             "evaluation windows (the same windows for every run, so runs are compared by "
-            "paired differences; evaluation noise only).",
+            "paired differences; evaluation noise only)."
+            + (f" Not measured: {', '.join(left_out)} (a region method's patched attention "
+               "returns no weights)." if left_out else ""),
             ""] + markdown_table(["run"] + [str(n) for n in lengths], rows)
 
 

@@ -46,7 +46,8 @@ def test_every_scaling_an_encoding_accepts_applies_to_its_model(encoding):
     encoding never accepts a scaling it refuses when applied (M-RoPE and dynamic NTK)."""
     from posenc import LMConfig, TransformerLM
     from posenc.eval.inference_scaling import accepts_rope_scaling
-    scalings = ("linear:4", "ntk:4", "dynamic", "yarn:4", "logn", "dynamic+logn")
+    from posenc.lab.presets import DEFAULT_SCALINGS
+    scalings = (*DEFAULT_SCALINGS, "dynamic+logn")
     model = TransformerLM(LMConfig(pe=encoding, d_model=16, n_heads=2, n_layers=1,
                                    max_len=16))
     for spec in scalings:
@@ -63,3 +64,46 @@ def test_mrope_takes_no_length_dependent_scaling():
     assert not accepts_rope_scaling("mrope", "dynamic")
     assert not accepts_rope_scaling("mrope", "dynamic+logn")
     assert accepts_rope_scaling("mrope", "logn") and not accepts_rope_scaling("alibi")
+
+
+def test_region_methods_equal_plain_rope_where_every_key_keeps_its_position():
+    """Inside its neighbour window a region method scores every pair at its true distance,
+    so on a sequence shorter than the window the patched model equals plain RoPE; past it
+    the positions are remapped and the logits differ. The original model is untouched."""
+    model, ids = tiny("rope"), stream(64)[None]
+    with torch.no_grad():
+        base = model(ids)
+        for spec, window in (("self_extend:4", 12), ("rerope", 12), ("leaky_rerope:4", 12)):
+            name = spec.partition(":")[0]
+            scaled = apply_inference_scaling(model, InferenceScaling.parse(spec), 48)
+            torch.testing.assert_close(scaled(ids[:, :window]), base[:, :window])
+            assert not torch.allclose(scaled(ids), base), name
+        for spec in ("dual_chunk", "streaming"):       # chunk 36 / window 44 of 48
+            scaled = apply_inference_scaling(model, InferenceScaling.parse(spec), 48)
+            torch.testing.assert_close(scaled(ids[:, :36]), base[:, :36])
+            assert not torch.allclose(scaled(ids), base), spec
+    assert not any(hasattr(m, "_region_method") for m in model.modules())
+
+
+@pytest.mark.parametrize("label, message", [
+    ("self_extend:4+logn", "goes alone"), ("yarn:4+rerope", "goes alone"),
+    ("rerope:4", "takes no factor"), ("self_extend:1", "factor must be"),
+    ("self_extend:x", "factor must be"), ("dual_chunk:2", "takes no factor")])
+def test_region_method_labels_refuse_bad_input(label, message):
+    with pytest.raises(ValueError, match=message):
+        InferenceScaling.parse(label)
+
+
+def test_region_method_labels_round_trip_and_need_plain_rope():
+    from posenc.eval.inference_scaling import accepts_rope_scaling, has_attention_weights
+    for label in ("self_extend:4", "rerope", "leaky_rerope:2.5", "dual_chunk", "streaming"):
+        parsed = InferenceScaling.parse(label)
+        assert (parsed.region, parsed.label, parsed.rope_scaling, parsed.logn) == (
+            label, label, None, False)
+        assert not has_attention_weights(label)
+    assert has_attention_weights("yarn:4+logn") and has_attention_weights(None)
+    assert accepts_rope_scaling("rope", "rerope")
+    assert not accepts_rope_scaling("xpos", "rerope")       # decays: not plain RoPE
+    assert not accepts_rope_scaling("alibi", "self_extend:4")
+    with pytest.raises(ValueError, match="needs a plain rope run"):
+        apply_inference_scaling(tiny("xpos"), InferenceScaling.parse("rerope"), 16)

@@ -75,6 +75,7 @@ def results(seeds=(0,), spread=0.0, **changes):
         r("t5", [5.3, 5.3, 5.4, 5.6, 5.9], tps=21000),
     ]
     cfg = CompareConfig(encodings=("learned", "sinusoidal", "rope", "alibi", "t5"),
+                        scalings=("linear:4", "ntk:4", "dynamic", "yarn:4", "logn"),
                         seeds=len(seeds), lengths=LENGTHS).with_options(train_len=L, steps=100)
     rel = {"alibi": [0.9, 0.92, 0.91], "sinusoidal": [0.95, 0.94, 0.96],
            "rope": [1.05, 1.04, 1.06], "t5": [1.2, 1.25, 1.22], "learned": [1.0, 1.0, 1.0]}
