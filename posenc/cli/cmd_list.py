@@ -1,4 +1,5 @@
-"""``posenc list``: the table of registered encodings, then the named layer plans."""
+"""``posenc list``: the table of registered encodings, then the named layer plans and the
+lab's variants."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from ..encodings import describe_encodings
 from ..models.plans import describe_plans
 
 NAME = "list"
-HELP = "list the registered positional encodings and the named layer plans"
+HELP = "list the registered positional encodings, the named layer plans and the lab variants"
 #: the line that opens the plans table, after a blank line under the encodings
 PLANS_HEADING = "named plans (LMConfig(plan=NAME) or plan={'name': NAME, option: value}):"
+#: the line that opens the lab variants table
+VARIANTS_HEADING = "lab variants (posenc compare --encodings NAME; in the default comparison):"
 #: how an option derived from the model's max_len is shown
 DERIVED = "auto"
 
@@ -55,10 +58,18 @@ def format_plans(rows: list[dict]) -> str:
             f"({DERIVED}: derived from the model's max_len, see posenc.models.plans)")
 
 
+def format_variants(rows: list[dict]) -> str:
+    """Fixed-width table of the lab's variant_rows() under :data:`VARIANTS_HEADING`."""
+    table = _table([("name", "variant"), ("pe", "encoding"), ("summary", "summary")], rows)
+    return f"{VARIANTS_HEADING}\n{table}"
+
+
 def run(args: argparse.Namespace) -> int:
+    from ..lab.variants import variant_rows
     rows = describe_encodings()
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
     else:
-        print(format_table(rows) + "\n\n" + format_plans(describe_plans()))
+        print(format_table(rows) + "\n\n" + format_plans(describe_plans()) + "\n\n"
+              + format_variants(variant_rows()))
     return 0

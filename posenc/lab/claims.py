@@ -267,9 +267,10 @@ CLAIMS: tuple[tuple[str, str, str, ClaimFn], ...] = (
 
 def check_claims(results: dict) -> list[Verdict]:
     """Every claim's verdict for one results.json dict."""
+    from .recent_claims import RECENT_CLAIMS
     runs = Runs(results)
     out = []
-    for claim, source, rule, fn in CLAIMS:
+    for claim, source, rule, fn in CLAIMS + RECENT_CLAIMS:
         verdict, evidence = fn(runs)
         rule_text = rule.replace("ppl(P)", f"ppl({runs.probe})").replace(
             "ppl(L)", f"ppl({runs.train_len})")

@@ -36,9 +36,8 @@ from typing import Any
 
 from ..errors import UserError
 from ..eval.entropy import entropy_at_lengths
-from ..eval.inference_scaling import (InferenceScaling, accepts_rope_scaling,
-                                      apply_inference_scaling, has_attention_weights,
-                                      run_label)
+from ..eval.inference_scaling import (InferenceScaling, apply_inference_scaling,
+                                      has_attention_weights, run_label)
 from ..study import API_NAMES, RESULTS, RunDirectory, Unit, encode, run_study
 from ..viz.plots import plot_all
 from .baseline import baseline_entry
@@ -48,6 +47,7 @@ from .report import existing_links, render_index, render_report
 from .results import COMPARE_KIND, aggregate
 from .study_data import StudyData, prepare_study_data, study_device
 from .timing import time_training_steps
+from .variants import is_variant, run_family, takes_scaling
 from .window_eval import window_losses
 
 ATLAS = "atlas"
@@ -110,7 +110,7 @@ def planned_runs(cfg: CompareConfig) -> list[tuple[str, str | None]]:
     for enc in cfg.encodings:
         plan.append((enc, None))
         plan += [(enc, InferenceScaling.parse(s).label) for s in cfg.scalings
-                 if accepts_rope_scaling(enc, s)]
+                 if takes_scaling(enc, s)]
     return plan
 
 
@@ -120,11 +120,13 @@ def run_dir_of(encoding: str, seed: int) -> str:
 
 
 def _check_encoding(cfg: CompareConfig, encoding: str) -> None:
-    """Validate an encoding's TrainConfig and build its encoding as the model would."""
+    """Validate an encoding's (or variant's) TrainConfig and build its encodings as the model
+    would."""
     from ..encodings import build_encoding
     model = cfg.train_config(encoding, 256).model
-    build_encoding(encoding, n_heads=model.n_heads, head_dim=model.d_model // model.n_heads,
-                   max_len=model.max_len, **model.pe_options)
+    for spec in {s.encoding_key(): s for s in model.layer_specs()}.values():
+        build_encoding(spec.pe, n_heads=model.n_heads, head_dim=model.d_model // model.n_heads,
+                       max_len=model.max_len, **spec.pe_options)
 
 
 def _finished(run_dir: Path, steps: int, device: str):
@@ -214,8 +216,11 @@ def _final_loss(log: list[dict]) -> float | None:
 
 def _head(cfg: CompareConfig, loaded, encoding: str, scaling: str | None) -> dict:
     head = {"encoding": encoding, "inference_scaling": scaling}
-    return {**head, "label": run_label(head),
-            "options": dict(loaded.train_config.model.pe_options), "train_len": cfg.train_len,
+    model = loaded.train_config.model
+    variant = {"family": run_family(encoding), "pe": model.pe, "plan": model.plan} \
+        if is_variant(encoding) else {}
+    return {**head, "label": run_label(head), **variant,
+            "options": dict(model.pe_options), "train_len": cfg.train_len,
             "steps": loaded.steps, "params": sum(p.numel() for p in loaded.model.parameters())}
 
 

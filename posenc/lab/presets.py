@@ -33,6 +33,7 @@ from ..errors import UserError
 from ..eval.inference_scaling import InferenceScaling
 from ..models.lm import LMConfig
 from ..train.config import TrainConfig
+from .variants import VARIANTS, base_encoding, is_variant, lab_run_names, variant_plan
 
 #: RoPE inference-time scalings evaluated by default (each on the trained RoPE weights): the
 #: frequency scalings and log-n, then the region methods that remap positions in attention
@@ -59,7 +60,7 @@ FLAT_TRAIN_KEYS = ("train_len", "steps", "batch_size", "lr", "warmup_steps", "we
                    "grad_clip", "seed", "bf16", "data", "tokenizer")
 FLAT_MODEL_KEYS = ("d_model", "n_layers", "n_heads")
 #: LMConfig fields a run sets itself (so they are not options of a comparison)
-PER_RUN_MODEL_FIELDS = ("pe", "pe_options", "vocab_size", "max_len")
+PER_RUN_MODEL_FIELDS = ("pe", "pe_options", "vocab_size", "max_len", "plan")
 
 
 @dataclass(frozen=True)
@@ -98,10 +99,11 @@ class CompareConfig:
     def __post_init__(self) -> None:
         if not self.encodings:
             object.__setattr__(self, "encodings", tuple(list_encodings()))
-        unknown = [e for e in self.encodings if e not in list_encodings()]
+        unknown = [e for e in self.encodings if e not in lab_run_names()]
         if unknown:
             raise UserError(f"unknown encoding(s) {', '.join(unknown)}; valid encodings: "
-                             f"{', '.join(list_encodings())}")
+                             f"{', '.join(list_encodings())}; lab variants: "
+                             f"{', '.join(VARIANTS)}")
         if len(set(self.encodings)) != len(self.encodings):
             raise UserError(f"encodings are listed twice: {', '.join(self.encodings)}")
         if not isinstance(self.train, TrainConfig):
@@ -112,6 +114,9 @@ class CompareConfig:
         if self.model.max_len != self.train.train_len:
             raise UserError(f"model.max_len={self.model.max_len} must equal train_len="
                              f"{self.train.train_len} (set train_len to change both)")
+        for name in self.encodings:
+            if is_variant(name):
+                variant_plan(name, self.model.n_layers)          # raises if too shallow
         for name in ("eval_tokens", "entropy_windows", "seeds"):
             require_positive_int(name, getattr(self, name))
         require_int_at_least("timing_rounds", self.timing_rounds, 0)
@@ -238,6 +243,9 @@ class CompareConfig:
           initial values and decide the model's behaviour past L (BENCHMARKS.md).
         """
         from ..models.blocks import embedding_init_std
+        if is_variant(encoding):             # the base encoding's options, then the variant's
+            return {**self.options_for(base_encoding(encoding)),
+                    **VARIANTS[encoding].pe_options}
         options = dict(self.pe_options.get(encoding, {}))
         if encoding == "sinusoidal":
             options.setdefault("scale", round(embedding_init_std(self.model.d_model), 6))
@@ -251,10 +259,13 @@ class CompareConfig:
         """The TrainConfig of one encoding and seed: ``train`` with the model's ``pe``, its
         options and ``vocab_size`` set, and a checkpoint every quarter of the steps."""
         options = self.options_for(encoding)
-        declared = encoding_options(encoding)
+        pe = base_encoding(encoding)
+        declared = encoding_options(pe)
         if "vocab_size" in declared and declared["vocab_size"] is None:   # token-id tables
             options.setdefault("vocab_size", vocab_size)
-        model = replace(self.model, vocab_size=vocab_size, pe=encoding, pe_options=options)
+        plan = variant_plan(encoding, self.model.n_layers) if is_variant(encoding) else None
+        model = replace(self.model, vocab_size=vocab_size, pe=pe, pe_options=options,
+                        plan=plan)
         return replace(self.train, model=model, seed=self.train.seed if seed is None else seed,
                        checkpoint_every=max(1, self.train.steps // 4))
 
@@ -329,7 +340,7 @@ def preset(name: str, **overrides: Any) -> CompareConfig:
     if name not in PRESETS:
         raise UserError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}")
     if name in CATALOGUE_PRESETS and overrides.get("encodings") is None:
-        overrides["encodings"] = tuple(list_encodings())
+        overrides["encodings"] = tuple(lab_run_names())
     return PRESETS[name].with_options(**overrides)
 
 

@@ -12,7 +12,7 @@ import html
 import math
 from pathlib import Path
 
-from ..eval.inference_scaling import accepts_rope_scaling, has_attention_weights, run_label
+from ..eval.inference_scaling import has_attention_weights, run_label
 from ..eval.lengths import note_reason
 from ..study import markdown_table
 from .baseline import LEARNED_FRACTION
@@ -20,6 +20,7 @@ from .claims import PRESS, TOLERANCE, check_claims
 from .evidence import NOT_SUPPORTED, SUPPORTED, Runs, fmt, fmt_est
 from .papers import papers_section
 from .stats import BOOTSTRAP_REPLICATES, tie_groups
+from .variants import takes_scaling
 
 #: best-extrapolating first, as in the ALiBi paper (Press et al., 2022), Fig. 1 / Table 2
 ALIBI_PAPER_ORDER = ("alibi", "t5", "rope", "sinusoidal")
@@ -70,6 +71,11 @@ IDENTICAL_BY_CONSTRUCTION = {
         "score identically up to L (up to float rounding: the same vector is computed in "
         "another order); they differ only past the table, where learned cannot run and "
         "hierarchical extends it",
+    frozenset(("rope", "p_rope")):
+        "p_rope drops only RoPE's lowest frequencies, which turn less than a tenth of a "
+        "radian over the training length at the lab's shapes (L x 10000^(-2k/d) for each "
+        "dropped pair k), so from the same seed the two train and score almost alike up to "
+        "L; they part only far past L, where those frequencies turn further"
 }
 
 
@@ -347,7 +353,7 @@ def render_report(results: dict, plots: list[str] | None = None,
     out += [""] + [f"See also: [{title}]({href})." for title, href in links]
     if links:
         out.append("")
-    expected = seeds * sum(1 + sum(accepts_rope_scaling(e, s) for s in c.get("scalings", []))
+    expected = seeds * sum(1 + sum(takes_scaling(e, s) for s in c.get("scalings", []))
                            for e in c.get("encodings", []))
     finished = sum(len(run.get("seeds") or [run]) for run in runs)
     if finished < expected:

@@ -29,8 +29,11 @@ from .ratio_plot import _number, config_train_len  # noqa: F401
 from .ratio_plot import draw_ppl_ratio, plot_ppl_ratio, ratio_points  # noqa: F401
 
 FAMILY_TITLES = {"absolute": "absolute positions", "rotary": "rotary", "bias": "distance biases",
-                 "relative": "relative (content-position)", "none": "no positions"}
+                 "relative": "relative (content-position)", "none": "no positions",
+                 "plan": "per-layer plans (hybrids, windows)"}
 REFERENCE = "nope"
+#: the run drawn beside the per-layer plans, all of whose layers are RoPE
+PLAN_REFERENCE = "rope"
 #: the perplexity axis stops at this multiple of the median training-length perplexity;
 #: points above it are drawn at the edge as arrows labelled with their value
 PPL_AXIS_CAP = 30.0
@@ -53,10 +56,14 @@ CAPTIONS = {
 }
 
 
-def _family(encoding: str) -> str:
+def _family(run: dict) -> str:
+    """A run's panel: the ``family`` its results record (a lab variant's, "plan"), else its
+    encoding's."""
     from ..encodings import encoding_class
+    if run.get("family"):
+        return run["family"]
     try:
-        return encoding_class(encoding).family
+        return encoding_class(run["encoding"]).family
     except (KeyError, ValueError):
         return "none"
 
@@ -66,8 +73,10 @@ def panels(runs: list[dict]) -> list[tuple[str, list[dict]]]:
     trained = [r for r in runs if not r.get("inference_scaling")]
     ref = [r for r in trained if r["encoding"] == REFERENCE]
     out = []
-    for family in ("absolute", "rotary", "bias", "relative"):
-        members = [r for r in trained if _family(r["encoding"]) == family]
+    for family in ("absolute", "rotary", "bias", "relative", "plan"):
+        members = [r for r in trained if _family(r) == family]
+        if family == "plan" and members:   # plans are read against the all-RoPE stack
+            members = [r for r in trained if r["encoding"] == PLAN_REFERENCE] + members
         if members:
             out.append((FAMILY_TITLES[family], ref + members))
     scaled = [r for r in runs if r.get("inference_scaling")]

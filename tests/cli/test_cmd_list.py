@@ -62,7 +62,8 @@ def test_list_table_has_a_row_per_encoding(capsys):
 def test_list_table_then_shows_every_named_plan(capsys):
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.rstrip("\n").split("\n")
-    plans = lines[lines.index("") + 1:]
+    first = lines.index("")
+    plans = lines[first + 1:lines.index("", first + 1)]
     assert plans[0] == PLANS_HEADING
     header, rule, body, footnote = plans[1], plans[2], plans[3:-1], plans[-1]
     starts = [header.index(col) for col in ("plan", "summary", "options")]
@@ -88,3 +89,13 @@ def test_list_rejects_unknown_arguments(capsys):
     else:
         raise AssertionError("argparse accepted --yaml")
     assert "--yaml" in capsys.readouterr().err
+
+
+def test_list_ends_with_the_lab_variants(capsys):
+    from posenc.cli.cmd_list import VARIANTS_HEADING
+    from posenc.lab.variants import VARIANTS
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.rstrip("\n").split("\n")
+    table = lines[lines.index(VARIANTS_HEADING) + 1:]
+    assert table[0].split() == ["variant", "encoding", "summary"]
+    assert [line.split()[0] for line in table[2:]] == list(VARIANTS)

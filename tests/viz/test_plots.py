@@ -196,3 +196,14 @@ def test_the_ratio_plot_shows_perplexity_at_l_beside_each_ratio():
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "5.2 -> 14" in texts and "7 -> 15" in texts           # rope, rope + linear:4
     assert any(t.startswith("ppl@64 -> ppl@512") for t in texts)
+
+
+def test_plans_get_their_own_panel_beside_all_rope():
+    from tests.lab.helpers import run
+    res = results()
+    res["runs"] = res["runs"] + [
+        {**run("smollm3_plan", [5.3, 5.4, 5.6, 6.0, 6.5]), "family": "plan"}]
+    axes = _axes(draw_ppl_vs_length(res))
+    plans = _lines(axes["per-layer plans (hybrids, windows)"])
+    assert {"rope", "smollm3_plan"} <= set(plans)
+    assert "smollm3_plan" not in _lines(axes["rotary"])
