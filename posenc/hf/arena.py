@@ -54,8 +54,14 @@ ARENA_KIND = StudyKind(
 ARENA_CLI_NAMES = {"overwrite": "--force", "out": "--out", "resume": "--resume"}
 ARENA_API_NAMES = {"overwrite": "overwrite=True", "out": "out_dir", "resume": "resume=True"}
 
-#: methods of the CPU preset (a subset: every method costs the whole grid again)
-CPU_METHODS = ("none", "linear", "yarn")
+#: methods of the CPU preset (a subset: every method costs the whole grid again): no
+#: extension, the three RoPE rescalings people ship most, and four region methods (Leaky
+#: ReRoPE, which attends twice like ReRoPE, is left to ``--methods all``)
+CPU_METHODS = ("none", "linear", "ntk", "yarn", "self_extend", "rerope", "dual_chunk",
+               "streaming")
+#: the presets' wall time from a fresh clone on the 2-core CPU machine (minutes; None: not
+#: run here), quoted by ``posenc arena --help`` and the README
+PRESET_MINUTES: dict[str, float | None] = {"cpu": None, "gpu": None}
 
 
 @dataclass(frozen=True)
