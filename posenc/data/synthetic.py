@@ -16,6 +16,8 @@ passkey    filler, ``The pass key is 48213. ...``      the key's digits at the e
            at a chosen depth, filler, question
 recall     ``#c4a7c4x1=a7``  (key-value pairs, then    the value after the query key
            a query key)
+selective  ``q..w.e...r..=qwer``  (4 letters among     the letters after ``=``, in order
+_copy      blanks ``.``)
 =========  ==========================================  ==================================
 
 Copy and reverse use ``T // 2`` letters, addition ``(T - 2) // 3`` digits per operand,
@@ -23,6 +25,11 @@ recall ``(T - 2) // 2`` key-value pairs (associative recall, Ba et al. 2016; Aro
 2023): each example draws a mapping from letters to digits and lists pairs of it, keys
 repeating with the same value once the pairs outnumber the letters, then asks for the value
 of one listed key;
+selective copy (Gu and Dao 2023; Golovneva et al. 2024, who show position by count solves it)
+hides ``SELECTIVE_LETTERS`` letters at random places among ``T - 2 * SELECTIVE_LETTERS``
+blanks and asks for them in order: the answer keeps its length while longer inputs only add
+blanks (sparser, as the paper's out-of-distribution test), and the i-th answer letter is the
+i-th non-blank, at no fixed distance;
 passkey fills the rest of the length with repeated filler sentences and hides the key at
 ``depth`` (0 = start, 1 = just before the question; random per example when None).
 """
@@ -37,9 +44,11 @@ from torch import Tensor
 
 from ..errors import UserError
 
-TASKS = ("copy", "reverse", "addition", "passkey", "recall")
+TASKS = ("copy", "reverse", "addition", "passkey", "recall", "selective_copy")
 IGNORE = -100
-PAD, SEP = ord("#"), ord("=")
+PAD, SEP, BLANK = ord("#"), ord("="), ord(".")
+#: letters to copy in a selective-copy example, whatever its length
+SELECTIVE_LETTERS = 4
 FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. "
           "There and back again. ")
 QUESTION = " What is the pass key? The pass key is "
@@ -73,6 +82,8 @@ def min_length(name: str, key_digits: int = 5) -> int:
         return 2
     if name == "recall":
         return 4
+    if name == "selective_copy":
+        return 2 * SELECTIVE_LETTERS
     if name == "addition":
         return 5
     if name == "passkey":
@@ -108,6 +119,8 @@ def make_task(name: str, n_examples: int, length: int, seed: int | tuple[int, ..
         seqs, start = _addition(rng, n_examples, length)
     elif name == "recall":
         seqs, start = _recall(rng, n_examples, length)
+    elif name == "selective_copy":
+        seqs, start = _selective_copy(rng, n_examples, length)
     else:
         seqs, start, depths = _passkey(rng, n_examples, length, depth, key_digits)
     s = torch.from_numpy(seqs.astype(np.int64))                  # (N, T + 1)
@@ -156,6 +169,17 @@ def _recall(rng: np.random.Generator, n: int, length: int):
                            (query + ord("a"))[:, None], values[np.arange(n), query][:, None]],
                           axis=1)
     return seqs, length
+
+
+def _selective_copy(rng: np.random.Generator, n: int, length: int):
+    k = SELECTIVE_LETTERS                              # k letters in a region of length - k
+    region = length - k
+    places = np.sort(np.argsort(rng.random((n, region)), axis=1)[:, :k], axis=1)
+    letters = rng.integers(ord("a"), ord("z") + 1, size=(n, k))
+    hidden = np.full((n, region), BLANK)
+    np.put_along_axis(hidden, places, letters, axis=1)
+    seqs = np.concatenate([hidden, np.full((n, 1), SEP), letters], axis=1)
+    return seqs, length + 1 - k
 
 
 def _passkey(rng: np.random.Generator, n: int, length: int, depth: float | None,

@@ -302,7 +302,7 @@ PRESET_PURPOSE = {"default": "every encoding, one seed",
                   "paper": "larger, for a GPU",
                   "corpora": "seeds3 on code and on prose, claims compared across corpora",
                   "smoke": "two encodings, a few steps"}
-PRESET_MINUTES: dict[str, float | None] = {"default": 4.0, "seeds3": 15.0, "paper": None,
+PRESET_MINUTES: dict[str, float | None] = {"default": 4.6, "seeds3": 15.0, "paper": None,
                                            "corpora": 30.0, "smoke": 0.2}
 #: presets whose minutes are estimated, not measured: seeds3 took 3.7 x the default's time
 #: with 19 encodings (13.4 against 3.6 min, 2026-11-24), so about 3.7 x 4.0 min with 25;

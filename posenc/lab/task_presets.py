@@ -12,6 +12,9 @@ is trained once per seed; the seed sets the initialisation and the data order.
 setting all runs share (two studies are comparable when those fields are equal).
 
 - ``tasks``: the CPU preset (about 10 minutes on 2 cores with its 3 seeds).
+- ``tasks-cope``: CoPE against RoPE and NoPE on selective copy (Golovneva et al. 2024): 4
+  letters among blanks, trained up to L = 16 and tested on sparser inputs up to 8L, the
+  ``tasks`` budget, decoder-only.
 - ``tasks-smoke``: a few steps of everything, for checking the pipeline in seconds.
 """
 
@@ -224,6 +227,9 @@ class TaskStudyConfig:
 
 TASK_PRESETS: dict[str, TaskStudyConfig] = {
     "tasks": TaskStudyConfig(),
+    "tasks-cope": TaskStudyConfig(
+        preset="tasks-cope", encodings=("cope", "rope", "nope"), lm_tasks=("selective_copy",),
+        seq2seq_encodings=(), seq2seq_task=None).with_options(train_len=16),
     "tasks-smoke": TaskStudyConfig(
         preset="tasks-smoke", encodings=("nope", "alibi"), seq2seq_encodings=("rope",),
         seeds=(0, 1), length_multipliers=(1, 2), eval_examples=8,

@@ -4,8 +4,8 @@ rankings with ties, and the published ordering checked with verdicts that respec
 from __future__ import annotations
 
 from ..study import markdown_table
-from .task_verdicts import (LEARNED_AT, MIN_EFFECT, PAPER, length_score, paper_verdicts,
-                            ranking, runs_of, score)
+from .task_verdicts import (COPE_SOURCE, COPE_TASK, LEARNED_AT, MIN_EFFECT, PAPER,
+                            length_score, paper_verdicts, ranking, runs_of, score)
 
 PART_TITLES = {"lm": "Decoder-only models", "seq2seq": "Encoder-decoder models"}
 
@@ -96,10 +96,10 @@ def verdict_lines(results: dict) -> list[str]:
     exact, tokens = (paper_verdicts(results, m) for m in ("exact_match", "token_accuracy"))
     if not exact:
         return ["No pair of encodings that the paper orders was trained here.", ""]
-    rows = [[e.claim, f"**{e.verdict}**", e.evidence, t.verdict, t.evidence]
-            for e, t in zip(exact, tokens)]
+    rows = [[e.claim, f"**{e.verdict}**", e.evidence, t.verdict, t.evidence,
+             e.source.partition(",")[0]] for e, t in zip(exact, tokens)]
     return markdown_table(["claim", "verdict (exact match)", "evidence (mean ± spread)",
-                           "token accuracy", "evidence"], rows) + [""]
+                           "token accuracy", "evidence", "source"], rows) + [""]
 
 
 #: (task, encoding) pairs an encoder-decoder cannot learn by construction, and why
@@ -178,7 +178,7 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
         lines += ranking_lines(results, part, task, encodings, "token_accuracy")
         lines += structural_lines(part, task, encodings)
     lines += [
-        f"## Compared with {PAPER}", "",
+        "## Compared with the papers", "",
         f"{PAPER}, *The Impact of Positional Encoding on Length Generalization in "
         "Transformers* (NeurIPS 2023), train decoder-only models on synthetic tasks and "
         "find NoPE and T5's relative bias generalising best, ALiBi, RoPE and absolute "
@@ -194,6 +194,10 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
                       f"- {task}, token accuracy past L: "
                       f"{compact_ranking(results, part, task, encodings, 'token_accuracy')}"]
     lines += [""]
+    if any(task == COPE_TASK for _, task, _ in studied(results)):
+        lines += [f"On {COPE_TASK} the table adds the claim of {COPE_SOURCE}: positions "
+                  "counted by content let a model find the i-th letter among any number of "
+                  "blanks.", ""]
     lines += verdict_lines(results)
     lines += ["Their models are far larger (T5-base size) and trained far longer; these tiny "
               "CPU models test whether the ordering already shows at this scale.", ""]

@@ -35,6 +35,13 @@ MIN_EFFECT = 0.02
 PAPER = "Kazemnejad et al. (2023)"
 PAPER_PAIRS = (("nope", "rope"), ("nope", "alibi"), ("nope", "sinusoidal"),
                ("t5", "rope"), ("t5", "alibi"), ("t5", "sinusoidal"))
+#: Golovneva et al. (2024): positions counted by content (CoPE) solve selective copy where
+#: token positions fail; each pair reads "the first beats the second" on that task
+COPE_SOURCE = ("Golovneva et al. (2024), Contextual Position Encoding: Learning to Count "
+               "What's Important, abstract: CoPE solves the selective copy, counting and "
+               "Flip-Flop tasks where popular position embeddings fail")
+COPE_TASK = "selective_copy"
+COPE_PAIRS = (("cope", "rope"), ("cope", "nope"))
 
 
 @dataclass(frozen=True)
@@ -193,11 +200,15 @@ def pair_verdict(results: dict, part: str, task: str, better: str, worse: str,
 
 
 def paper_verdicts(results: dict, metric: str = "exact_match") -> list[Verdict]:
-    """The published ordering's pairwise claims, for every decoder-only task studied."""
+    """The published ordering's pairwise claims, for every decoder-only task studied, and
+    CoPE's on selective copy."""
     out = []
     for task in results["config"]["lm_tasks"]:
-        for better, worse in PAPER_PAIRS:
-            v = pair_verdict(results, "lm", task, better, worse, metric=metric)
+        pairs = [(b, w, PAPER) for b, w in PAPER_PAIRS]
+        if task == COPE_TASK:
+            pairs += [(b, w, COPE_SOURCE) for b, w in COPE_PAIRS]
+        for better, worse, source in pairs:
+            v = pair_verdict(results, "lm", task, better, worse, source, metric=metric)
             if v is not None:
                 out.append(v)
     return out

@@ -1,12 +1,12 @@
-"""Synthetic tasks: the answers of copy, reverse, addition, passkey and recall, the
-encoder-decoder tasks, and their arguments."""
+"""Synthetic tasks: the answers of copy, reverse, addition, passkey, recall and selective
+copy, the encoder-decoder tasks, and their arguments."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from posenc.data.synthetic import IGNORE, TASKS, make_task, min_length
+from posenc.data.synthetic import IGNORE, SELECTIVE_LETTERS, TASKS, make_task, min_length
 
 
 def text(row):
@@ -65,7 +65,7 @@ def test_task_arguments_are_validated():
         make_task("copy", 2, 10, 0, depth=0.5)
     with pytest.raises(ValueError, match=r"depth must be in \[0, 1\]"):
         make_task("passkey", 2, 200, 0, depth=1.5)
-    assert TASKS == ("copy", "reverse", "addition", "passkey", "recall")
+    assert TASKS == ("copy", "reverse", "addition", "passkey", "recall", "selective_copy")
     with pytest.raises(ValueError, match=r"length for task 'recall' must be an int >= 4"):
         make_task("recall", 2, 3, 0)
 
@@ -105,3 +105,20 @@ def test_seq2seq_tasks_bracket_the_answer_with_bos_and_eos(name):
         make_seq2seq_task("copy", 2, 4, 0)
     with pytest.raises(ValueError, match="length must be a positive int"):
         make_seq2seq_task(name, 2, 0, 0)
+
+
+@pytest.mark.parametrize("length", [8, 16, 203])
+def test_selective_copy_asks_for_the_letters_among_blanks_in_order(length):
+    b = make_task("selective_copy", 50, length, seed=7)
+    assert b.inputs.shape == b.targets.shape == (50, length)
+    gaps = set()
+    for i in range(50):
+        full = text(b.inputs[i]) + text(b.targets[i][-1:])
+        hidden, ans = full.split("=")
+        letters = hidden.replace(".", "")
+        assert answer(b, i) == ans == letters and len(ans) == SELECTIVE_LETTERS
+        assert set(hidden) <= set(".abcdefghijklmnopqrstuvwxyz")
+        assert len(hidden) == length - len(ans)
+        gaps.add(hidden.index(letters[0]))
+    assert len(gaps) > 1 or length == 8                  # the letters sit anywhere
+    assert min_length("selective_copy") == 2 * SELECTIVE_LETTERS

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def test_presets_and_config_validation():
-    assert set(TASK_PRESETS) == {"tasks", "tasks-smoke"}
+    assert set(TASK_PRESETS) == {"tasks", "tasks-cope", "tasks-smoke"}
     cfg = task_preset("tasks")
     assert cfg.lm_lengths[0] == cfg.train_len and cfg.lm_lengths[-1] == 8 * cfg.train_len
     assert len(cfg.seeds) >= 2

@@ -71,3 +71,24 @@ def test_one_seed_uses_the_binomial_error_of_the_test_examples():
     assert decide(score([0.7], 100), score([0.5], 100)) == 1          # 0.2 > 0.046 + 0.05
     assert decide(score([0.55], 100), score([0.5], 100)) == 0
     assert decide(score([0.0, 0.0], 9), score([0.0, 0.0], 9)) == 0    # equal zeros: a tie
+
+
+def test_cope_claims_join_selective_copy_only():
+    """CoPE's pairs (Golovneva et al. 2024) are judged on selective copy, the papers'
+    ordering everywhere; each verdict names its source."""
+    from posenc.lab.task_verdicts import COPE_PAIRS, COPE_TASK, paper_verdicts
+
+    def runs(task):
+        rates = {"cope": 0.95, "rope": 0.05, "nope": 0.5}
+        return [{"part": "lm", "task": task, "encoding": e, "seed": s, "train_len": 16,
+                 "lengths": {"16": {"exact_match": 1.0, "token_accuracy": 1.0,
+                                    "n_examples": 200},
+                             "32": {"exact_match": r, "token_accuracy": r,
+                                    "n_examples": 200}}}
+                for e, r in rates.items() for s in (0, 1, 2)]
+    for task in (COPE_TASK, "copy"):
+        verdicts = paper_verdicts({"config": {"lm_tasks": [task]}, "runs": runs(task)})
+        cope = [v for v in verdicts if v.claim.split(": ")[1].startswith("cope")]
+        assert len(cope) == (len(COPE_PAIRS) if task == COPE_TASK else 0)
+        assert all(v.verdict == "supported" and "Golovneva" in v.source for v in cope)
+        assert any("Kazemnejad" in v.source for v in verdicts)
