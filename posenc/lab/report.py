@@ -18,6 +18,7 @@ from ..study import markdown_table
 from .baseline import LEARNED_FRACTION
 from .claims import PRESS, TOLERANCE, check_claims
 from .evidence import NOT_SUPPORTED, SUPPORTED, Runs, fmt, fmt_est
+from .handicaps import handicaps_in, shape_handicaps
 from .papers import papers_section
 from .stats import BOOTSTRAP_REPLICATES, tie_groups
 from .variants import takes_scaling
@@ -219,13 +220,21 @@ def claims_section(results: dict, r: Runs) -> list[str]:
                 "evaluation noise only (the paired spread printed beside it), not on "
                 "seed-to-seed variation, which can be larger: run more seeds (`--seeds 3`, "
                 "preset `seeds3`) before trusting it.", ""]
+    handicaps = shape_handicaps(results.get("config") or {})
+    touched = [[] if "step time" in v.rule else handicaps_in(v.rule, handicaps)
+               for v in verdicts]                 # a slope does not change a step's cost
+    if handicaps:
+        out += ["Handicaps of this shape (named beside each verdict they touch): "
+                + "; ".join(handicaps.values()) + ".", ""]
     out += markdown_table(["#", "claim", "source", "this run"],
-                  [[str(i), v.claim, v.source, verdict_text(v.verdict, one_seed)]
-                   for i, v in enumerate(verdicts, 1)])
+                  [[str(i), v.claim, v.source, verdict_text(v.verdict, one_seed)
+                    + (f" (handicap: {', '.join(names)})" if names else "")]
+                   for i, (v, names) in enumerate(zip(verdicts, touched), 1)])
     out.append("")
-    for i, v in enumerate(verdicts, 1):
+    for i, (v, names) in enumerate(zip(verdicts, touched), 1):
         out += [f"{i}. **{v.claim}** ({v.source}): {verdict_text(v.verdict, one_seed)}.",
                 f"   Rule: {v.rule}. Numbers: {v.evidence}."]
+        out += [f"   Handicap: {handicaps[name]}." for name in names]
     return out
 
 
