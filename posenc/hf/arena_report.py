@@ -41,6 +41,12 @@ SOURCES = {
     "yarn": "Peng et al. 2023, YaRN (ICLR 2024), Sec. 3.4, Eq. 20-22",
     "llama3": "Dubey et al. 2024, The Llama 3 Herd of Models (Llama 3.1 RoPE scaling)",
     "longrope": "Ding et al. 2024, LongRoPE (ICML 2024), Sec. 3",
+    "self_extend": "Jin et al. 2024, Self-Extend (ICML 2024), Sec. 3",
+    "rerope": "Su 2023, Rectified Rotary Position Embeddings (kexue.fm/archives/9708)",
+    "leaky_rerope": "Su 2023, Rectified Rotary Position Embeddings (kexue.fm/archives/9708), "
+                    "Leaky ReRoPE",
+    "dual_chunk": "An et al. 2024, Dual Chunk Attention (ICML 2024), Sec. 3",
+    "streaming": "Xiao et al. 2023, StreamingLLM (ICLR 2024), Sec. 3.2",
 }
 
 
@@ -142,7 +148,7 @@ def verdicts(results: dict) -> list[Verdict]:
             continue
         for task, label in TASKS.items():
             claim = f"{method} beats no extension on {label} beyond {original} tokens"
-            source = SOURCES.get(method.split("+")[0], "") or "posenc.hf.extend"
+            source = SOURCES[method.split("+")[0]]
             ok, why = counted[task]
             if not ok or not beyond:
                 reason = why if not ok else f"no length beyond {original}"

@@ -202,3 +202,15 @@ def test_default_lengths_are_the_multiples_and_the_factor_of_the_original(model_
     assert done.results["lengths"] == [256, 384, 512]          # 1x, 1.5x and factor 2x
     with pytest.raises(UserError, match="length multiples must be numbers > 0"):
         _run(model_dir, tmp_path / "bad", **{**small, "multiples": (0.0,)})
+
+
+def test_every_method_cites_its_published_source():
+    """A verdict names the paper of its method (authors and year), never posenc itself."""
+    import re
+    from posenc.hf.arena_report import SOURCES
+    from posenc.hf.extend import METHODS
+    assert set(METHODS) == set(SOURCES)
+    for method in METHODS:
+        if method != "none":
+            assert re.search(r"\b20\d\d\b", SOURCES[method]), method
+            assert "posenc" not in SOURCES[method]
