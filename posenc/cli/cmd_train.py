@@ -60,6 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="auto (the CUDA GPU when there is one, else the CPU), cpu, cuda, "
                         "cuda:N, mps, xpu, ... (default auto)")
     p.add_argument("--backend", default="auto", help="attention backend while training")
+    p.add_argument("--compile", action="store_true",
+                   help="run the model's forward and backward through torch.compile (pays "
+                   "for its compile time only in long runs: BENCHMARKS.md)")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's "
                    "choice; 1 is faster on a busy machine)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -89,7 +92,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     cfg = TrainConfig(model=model, data=args.data, tokenizer=args.tokenizer,
                       train_len=args.train_len, task=args.task, cache_dir=args.cache_dir,
                       device=args.device, bf16=args.bf16 or args.dtype == "bfloat16",
-                      pack=args.pack, **opts)
+                      pack=args.pack, compile=args.compile, **opts)
     return cfg if args.vocab_size is not None else resolve_vocab(cfg)
 
 

@@ -52,8 +52,9 @@ BASE_TRAIN = TrainConfig(model=LMConfig(d_model=128, n_layers=2, n_heads=4, max_
 #: settings a comparison may grow in without its old runs becoming incomparable
 GROWABLE = ("preset", "encodings", "seeds", "scalings", "timing_rounds", "pe_options")
 #: settings not compared by value: the data is compared by content (the corpus hash) once
-#: it is loaded, and where the models run does not make their runs incomparable
-NOT_COMPARED = ("train.data", "train.device", "train.cache_dir")
+#: it is loaded, and where and how the models run (device, compiled or not) does not make
+#: their runs incomparable
+NOT_COMPARED = ("train.data", "train.device", "train.cache_dir", "train.compile")
 #: fields of the config dict before training and model settings were nested (results.json
 #: written by older versions): they moved into ``train`` and ``train.model``
 FLAT_TRAIN_KEYS = ("train_len", "steps", "batch_size", "lr", "warmup_steps", "weight_decay",

@@ -90,7 +90,10 @@ class TrainConfig(OptimizerSettings):
     (no update) before the run stops as diverged (0: the first one stops it). ``pack`` trains
     on packed documents: a window's documents restart at position 0, attend only to
     themselves, and the token after a document's end is not predicted
-    (:mod:`posenc.data.batches`); text data only.
+    (:mod:`posenc.data.batches`); text data only. ``compile`` runs the model's forward and
+    backward through ``torch.compile`` (inductor); the weights and the schedule are the same,
+    the numbers equal eager ones up to rounding (BENCHMARKS.md: when it pays for its compile
+    time).
     """
 
     model: LMConfig = field(default_factory=LMConfig)
@@ -108,6 +111,7 @@ class TrainConfig(OptimizerSettings):
     device: str = "auto"
     skip_bad_steps: int = 0
     pack: bool = False
+    compile: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, LMConfig):
@@ -138,7 +142,7 @@ class TrainConfig(OptimizerSettings):
                 raise UserError(f"pack is for text data: the examples of task "
                                  f"{self.task!r} are single documents already")
         check_device(self.device)
-        for name in ("bf16", "pack"):
+        for name in ("bf16", "pack", "compile"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
@@ -156,7 +160,7 @@ class TrainConfig(OptimizerSettings):
     DICT_ORDER = ("model", "data", "tokenizer", "train_len", "batch_size", "steps", "lr",
                   "min_lr_ratio", "warmup_steps", "weight_decay", "betas", "grad_clip",
                   "seed", "bf16", "eval_every", "eval_windows", "checkpoint_every", "task",
-                  "cache_dir", "device", "skip_bad_steps", "pack")
+                  "cache_dir", "device", "skip_bad_steps", "pack", "compile")
 
     def to_dict(self) -> dict[str, Any]:
         d = self.ordered_dict(self.DICT_ORDER)

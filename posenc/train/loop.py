@@ -46,7 +46,7 @@ from .optim import param_groups
 
 #: config fields that may change when resuming (they do not change the loss curve)
 RESUMABLE_CHANGES = ("cache_dir", "device", "checkpoint_every", "model.attn_backend",
-                     "skip_bad_steps")
+                     "skip_bad_steps", "compile")
 
 
 class TrainingDiverged(RuntimeError):
@@ -312,6 +312,8 @@ def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, asked: tuple,
     if info.enabled:
         net = nn.parallel.DistributedDataParallel(
             model, device_ids=[dev.index] if dev.type == "cuda" else None)
+    if cfg.compile:
+        net = torch.compile(net)                  # compiled on the first step
     log = RunLog(run_dir, start_step=start) if info.is_main else None
     bar = progress_bar(cfg.steps, initial=start, unit="step", desc=f"train {cfg.model.pe}",
                        enabled=show_progress and info.is_main)
