@@ -96,7 +96,8 @@ def bench(encoding: str, a: argparse.Namespace) -> str:
     candidates["eager+fused"] = make_step(model, True, param_groups(model, 0.1, 2e-3))
     compile_s = math.nan
     if not a.no_compile:
-        model = posenc_model(encoding, a)
+        torch._dynamo.reset()        # dynamo's recompile limit per code object would otherwise
+        model = posenc_model(encoding, a)    # silently run later encodings eagerly
         candidates["compiled+fused"] = make_step(model, True, param_groups(model, 0.1, 2e-3),
                                                  compiled=True)
         compile_s = compile_seconds(candidates["compiled+fused"], ids)

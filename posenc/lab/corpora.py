@@ -26,6 +26,7 @@ from ..study import API_NAMES, NOT_SUPPORTED, SUPPORTED, Verdict, markdown_table
 from .claims import check_claims
 from .compare import CompareOutcome, run_compare
 from .evidence import Runs
+from .handicaps import shape_handicaps, verdict_handicaps
 from .papers import papers_section
 from .presets import CompareConfig
 
@@ -89,12 +90,21 @@ def render_corpora_report(results: Mapping[str, dict]) -> str:
               if one_seed else ""), ""]
     rows = []
     claims = claims_across(results)
-    for i, (claim, status, each) in enumerate(claims, 1):
-        rows.append([str(i), claim, f"**{status}**"] + [each[c].verdict for c in names])
+    handicaps = shape_handicaps(next(iter(results.values())).get("config") or {})
+    touched = [verdict_handicaps(next(iter(each.values())).rule, handicaps)
+               for _, _, each in claims]
+    if handicaps:
+        out += ["Handicaps of this shape (named beside each verdict they touch): "
+                + "; ".join(handicaps.values()) + ".", ""]
+    for i, ((claim, status, each), hit) in enumerate(zip(claims, touched), 1):
+        rows.append([str(i), claim, f"**{status}**"
+                     + (f" (handicap: {', '.join(hit)})" if hit else "")]
+                    + [each[c].verdict for c in names])
     out += markdown_table(["#", "claim", "across corpora"] + names, rows) + [""]
-    for i, (claim, status, each) in enumerate(claims, 1):
+    for i, ((claim, status, each), hit) in enumerate(zip(claims, touched), 1):
         out.append(f"{i}. **{claim}** ({next(iter(each.values())).source}): {status}.")
         out += [f"   {c}: {v.verdict}; {v.evidence}." for c, v in each.items()]
+        out += [f"   Handicap: {handicaps[name]}." for name in hit]
     out += [""] + papers_section({c: Runs(r) for c, r in results.items()}) + [""]
     return "\n".join(out)
 

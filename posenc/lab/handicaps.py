@@ -51,3 +51,9 @@ def handicaps_in(rule: str, handicaps: dict[str, str]) -> list[str]:
     found = [(m.start(), name) for name in handicaps
              for m in [re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", rule)] if m]
     return [name for _, name in sorted(found)]
+
+
+def verdict_handicaps(rule: str, handicaps: dict[str, str]) -> list[str]:
+    """The handicapped runs a quality claim's ``rule`` rests on; none for a speed claim (a
+    slope or a head width does not change what a step costs)."""
+    return [] if "step time" in rule else handicaps_in(rule, handicaps)

