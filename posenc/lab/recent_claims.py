@@ -8,8 +8,8 @@ tested"; the lab's variants (:mod:`.variants`) supply p-RoPE and the hybrids.
 
 from __future__ import annotations
 
-from .claims import (INCONCLUSIVE, NOT_TESTED, TOLERANCE, ClaimFn, _all, _better_ratio, _guard,
-                     _lower_ppl, _missing, above, fmt, fmt_est)
+from .claims import (INCONCLUSIVE, NOT_TESTED, TOLERANCE, ClaimFn, _all, _better_ratio, _flip,
+                     _guard, _lower_ppl, _missing, above, fmt, fmt_est)
 from .evidence import Runs
 
 YANG = "Yang et al. (2025), Rope to Nope and Back Again: A New Hybrid Attention Strategy"
@@ -69,10 +69,8 @@ def streaming_stays_near(r: Runs) -> tuple[str, str]:
     text = (f"{label} ratio ppl({r.probe})/ppl({r.train_len}) {fmt_est(est)} (ppl "
             f"{fmt(r.ppl(label, r.probe))}; plain rope {fmt(r.ppl('rope', r.probe))})")
     guard = _guard(r, "rope")
-    verdict = above(est, TOLERANCE)                       # supported when it stays near
-    flipped = {"supported": "not supported", "not supported": "supported"}.get(verdict,
-                                                                                verdict)
-    return (INCONCLUSIVE, f"{guard}; {text}") if guard else (flipped, text)
+    stays_near = _flip(above(est, TOLERANCE))           # supported when it is not above
+    return (INCONCLUSIVE, f"{guard}; {text}") if guard else (stays_near, text)
 
 
 RECENT_CLAIMS: tuple[tuple[str, str, str, ClaimFn], ...] = (
