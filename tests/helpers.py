@@ -82,6 +82,15 @@ def tiny_lm_factory(pe: str, pe_options: dict | None = None, *, max_len: int = 3
     return sharpen(TransformerLM(cfg), std).eval()
 
 
+def decode_in_steps(model, ids, prompt: int):
+    """Logits (B, T, V) of ``ids`` fed to ``model`` through its KV caches: the first
+    ``prompt`` tokens at once, then one token a step (to compare with a full forward)."""
+    caches = model.make_caches(ids.shape[0], ids.shape[1])
+    steps = [model(ids[:, :prompt], caches=caches)] + [
+        model(ids[:, i:i + 1], caches=caches) for i in range(prompt, ids.shape[1])]
+    return torch.cat(steps, 1)
+
+
 def model_for(pe: str, **kw) -> TransformerLM:
     """A 3-layer, width-64 TransformerLM over ``pe`` at its own init; ``kw``: LMConfig fields."""
     cfg = dict(vocab_size=64, d_model=64, n_layers=3, n_heads=4, max_len=32, pe=pe,

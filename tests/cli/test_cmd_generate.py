@@ -20,17 +20,22 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 TRAIN_LEN = 16
 
 
+def train_run(root, pe: str, d_model: int, batch_size: int, steps: int):
+    """``posenc train`` of a one-layer byte-level run at TRAIN_LEN into ``root/run``."""
+    code = main(["train", "--out", str(root / "run"), "--data",
+                 str(make_corpus(root / "data", n=12)), "--cache-dir", str(root / "cache"),
+                 "--pe", pe, "--train-len", str(TRAIN_LEN), "--d-model", str(d_model),
+                 "--n-layers", "1", "--n-heads", "2", "--d-ff", str(2 * d_model),
+                 "--batch-size", str(batch_size), "--steps", str(steps), "--no-progress",
+                 "--device", "cpu"])
+    assert code == 0
+    return root / "run"
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A byte-level run of a learned position table (16 positions), trained for 4 steps."""
-    root = tmp_path_factory.mktemp("generate")
-    code = main(["train", "--out", str(root / "run"), "--data",
-                 str(make_corpus(root / "data", n=12)), "--cache-dir", str(root / "cache"),
-                 "--pe", "learned", "--train-len", str(TRAIN_LEN), "--d-model", "32",
-                 "--n-layers", "1", "--n-heads", "2", "--d-ff", "64", "--batch-size", "4",
-                 "--steps", "4", "--no-progress", "--device", "cpu"])
-    assert code == 0
-    return root / "run"
+    return train_run(tmp_path_factory.mktemp("generate"), "learned", 32, 4, 4)
 
 
 def generate(capsys, run, *args):
@@ -151,12 +156,7 @@ def test_bad_input_is_one_line_exit_2(run_dir, compare_dir, tmp_path, capsys, ca
 def test_a_generation_too_large_for_the_memory_names_the_option(tmp_path, capsys):
     """A RoPE run serves any length: --max-new-tokens 10**12 is bounded by the memory its KV
     cache needs, not by a 100 TB allocation."""
-    code = main(["train", "--out", str(tmp_path / "run"), "--data",
-                 str(make_corpus(tmp_path / "data", n=12)), "--cache-dir", str(tmp_path / "c"),
-                 "--pe", "rope", "--train-len", str(TRAIN_LEN), "--d-model", "16",
-                 "--n-layers", "1", "--n-heads", "2", "--d-ff", "32", "--batch-size", "2",
-                 "--steps", "1", "--no-progress", "--device", "cpu"])
-    assert code == 0
+    train_run(tmp_path, "rope", 16, 2, 1)
     capsys.readouterr()
     code, out, err = generate(capsys, tmp_path / "run", "--prompt", "a",
                               "--max-new-tokens", "1000000000000")

@@ -12,7 +12,7 @@ from posenc import LMConfig, build_encoding
 from posenc.encodings.context import HookContext
 
 from tests.encodings.test_rope import HEAD_DIM, N_HEADS, _copy_llama, _llama_config
-from tests.helpers import needs_transformers
+from tests.helpers import decode_in_steps, needs_transformers
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -135,7 +135,4 @@ def test_in_a_model_cached_decoding_equals_full_forward(tiny_lm):
     model = tiny_lm("rope", {"partial": 0.5}, max_len=32)
     ids = torch.randint(0, 48, (2, 12), generator=torch.Generator().manual_seed(0))
     full = model(ids)
-    caches = model.make_caches(2, 12)
-    steps = [model(ids[:, :5], caches=caches)] + [
-        model(ids[:, i:i + 1], caches=caches) for i in range(5, 12)]
-    assert_close(torch.cat(steps, 1), full, atol=2e-5, rtol=1e-5)
+    assert_close(decode_in_steps(model, ids, 5), full, atol=2e-5, rtol=1e-5)

@@ -15,6 +15,8 @@ from posenc.attention.context import AttentionCall
 from posenc.encodings import build_encoding
 from posenc.encodings.context import HookContext
 
+from tests.helpers import decode_in_steps
+
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
@@ -118,10 +120,7 @@ def test_in_a_model_cached_padded_and_packed_runs_equal_full_ones(name, tiny_lm)
     model = tiny_lm(name, options, max_len=32)
     ids = torch.randint(0, 48, (2, 12), generator=torch.Generator().manual_seed(0))
     full = model(ids)
-    caches = model.make_caches(2, 12)
-    steps = [model(ids[:, :5], caches=caches)] + [
-        model(ids[:, i:i + 1], caches=caches) for i in range(5, 12)]
-    assert_close(torch.cat(steps, 1), full, atol=2e-5, rtol=1e-5)
+    assert_close(decode_in_steps(model, ids, 5), full, atol=2e-5, rtol=1e-5)
     padded = torch.cat([torch.zeros(1, 3, dtype=torch.long), ids[:1]], 1)
     mask = torch.cat([torch.zeros(1, 3), torch.ones(1, 12)], 1).long()
     assert_close(model(padded, attention_mask=mask)[:, 3:], full[:1], atol=2e-5, rtol=1e-5)

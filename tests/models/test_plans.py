@@ -10,6 +10,8 @@ from posenc.attention.masks import Window
 from posenc.errors import UserError
 from posenc.models.lm import LMConfig, TransformerLM
 
+from tests.helpers import decode_in_steps
+
 TINY = dict(vocab_size=40, d_model=32, n_heads=2, max_len=32)
 
 
@@ -200,10 +202,8 @@ def test_attn_sinks_without_a_plan_on_every_backend_and_cache(pe):
         full = model(ids, backend="eager")
         for backend in ("sdpa", "flex"):
             torch.testing.assert_close(model(ids, backend=backend), full, atol=2e-5, rtol=1e-5)
-        caches = model.make_caches(2, 9)
-        steps = [model(ids[:, :5], caches=caches)]
-        steps += [model(ids[:, i:i + 1], caches=caches) for i in range(5, 9)]
-    torch.testing.assert_close(torch.cat(steps, 1), full, atol=2e-5, rtol=1e-5)
+        steps = decode_in_steps(model, ids, 5)
+    torch.testing.assert_close(steps, full, atol=2e-5, rtol=1e-5)
     plain = _lm(n_layers=2, pe=pe)
     assert not any(name.endswith("sinks") for name, _ in plain.named_parameters())
 
