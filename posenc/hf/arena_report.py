@@ -279,7 +279,8 @@ def write_figures(results: dict, directory: RunDirectory) -> list[Path]:
         grids = {m: accuracy_grid(results, task, m) for m in results["methods"]}
         fig = accuracy_heatmaps(grids, results["lengths"], results["setting"]["depths"],
                                 f"{TASKS[task]}: {Path(results['model']).name}, extended "
-                                f"from {results['original']} tokens, outlined",
+                                f"from {results['original']} tokens (outlined: the original "
+                                "context)",
                                 results["original"],
                                 "needle depth" if task == "needle" else "key depth")
         paths.append(save_png(fig, directory.path / f"{task}.png", dpi=110))
