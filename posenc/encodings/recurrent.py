@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from .base import PositionalEncoding, register
+from .limits import PositionLimit
 from .checks import require_float_in
 
 
@@ -40,6 +41,14 @@ class TrajectoryEncoding(PositionalEncoding):
         super().__init__(**kw)
         self._cache: tuple[tuple, Tensor] | None = None
         self._warned_slow = False
+
+    @property
+    def position_limit(self) -> PositionLimit | None:
+        """Positions 0..max_positions - 1 when the process is bounded."""
+        if self.max_positions is None:
+            return None
+        return PositionLimit(self.max_positions - 1, self.name, "trajectory",
+                             encoding=self.name)
 
     def trajectory(self, n: int) -> Tensor:
         """Position vectors p_0..p_{n-1}: (n, C). Must not depend on n beyond its length."""
@@ -60,7 +69,7 @@ class TrajectoryEncoding(PositionalEncoding):
         grown = n if self._cache is None or self._cache[0] != key \
             else max(n, 2 * self._cache[1].shape[0])
         grown = min(grown, self.max_positions or grown)
-        self._check_count(grown)
+        self._check_count(grown)                   # the bound holds: this warns if slow
         traj = self.trajectory(grown)
         self._cache = (key, traj)
         return traj[:n]
