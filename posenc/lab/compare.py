@@ -41,7 +41,8 @@ from ..eval.inference_scaling import (InferenceScaling, apply_inference_scaling,
 from ..study import API_NAMES, RESULTS, RunDirectory, Unit, encode, run_study
 from ..viz.plots import plot_all
 from .baseline import baseline_entry
-from .presets import CompareConfig, incomparable_reason, merged
+from .growth import incomparable_reason, merged
+from .presets import CompareConfig
 from .progress import UnitProgress, unit_weight
 from .report import existing_links, render_index, render_report
 from .results import COMPARE_KIND, aggregate

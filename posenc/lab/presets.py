@@ -49,17 +49,6 @@ LENGTH_MULTIPLIERS = (1, 2, 4, 8, 16)
 #: per run by :meth:`CompareConfig.train_config`
 BASE_TRAIN = TrainConfig(model=LMConfig(d_model=128, n_layers=2, n_heads=4, max_len=64),
                          train_len=64, batch_size=32, steps=600, lr=2e-3, eval_every=0)
-#: settings a comparison may grow in without its old runs becoming incomparable
-GROWABLE = ("preset", "encodings", "seeds", "scalings", "timing_rounds", "pe_options")
-#: settings not compared by value: the data is compared by content (the corpus hash) once
-#: it is loaded, and where and how the models run (device, compiled or not) does not make
-#: their runs incomparable
-NOT_COMPARED = ("train.data", "train.device", "train.cache_dir", "train.compile")
-#: fields of the config dict before training and model settings were nested (results.json
-#: written by older versions): they moved into ``train`` and ``train.model``
-FLAT_TRAIN_KEYS = ("train_len", "steps", "batch_size", "lr", "warmup_steps", "weight_decay",
-                   "grad_clip", "seed", "bf16", "data", "tokenizer")
-FLAT_MODEL_KEYS = ("d_model", "n_layers", "n_heads")
 #: LMConfig fields a run sets itself (so they are not options of a comparison)
 PER_RUN_MODEL_FIELDS = ("pe", "pe_options", "vocab_size", "max_len", "plan")
 
@@ -188,7 +177,8 @@ class CompareConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CompareConfig:
         """The config of a :meth:`to_dict` dict (a flat one of older versions is migrated:
-        :func:`migrate_config`)."""
+        :func:`posenc.lab.growth.migrate_config`)."""
+        from .growth import migrate_config          # growth builds on this module
         data = migrate_config(data)
         valid = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - valid)
@@ -305,8 +295,6 @@ PRESET_PURPOSE = {"default": "every encoding, one seed",
                   "smoke": "two encodings, a few steps"}
 PRESET_MINUTES: dict[str, float | None] = {"default": 4.6, "seeds3": 13.9, "paper": None,
                                            "corpora": 26.6, "smoke": 0.2}
-#: presets whose minutes are estimated, not measured (none at present)
-ESTIMATED_MINUTES: tuple[str, ...] = ()
 #: presets that run one comparison per corpus (names as ``posenc compare --corpus`` takes
 #: them), each in its own folder under OUT
 CORPUS_STUDIES: dict[str, tuple[str, ...]] = {"corpora": ("code", "prose")}
@@ -318,9 +306,8 @@ def preset_help() -> str:
         minutes = PRESET_MINUTES.get(name)
         if minutes is None:
             return "not timed on a CPU"
-        took = (f"about {round(minutes * 60)} s" if minutes < 1 else f"about {minutes:g} min"
+        return (f"about {round(minutes * 60)} s" if minutes < 1 else f"about {minutes:g} min"
                 ) + " on a 2-core CPU"
-        return took + (" (estimated)" if name in ESTIMATED_MINUTES else "")
     return "; ".join(f"{name}: {PRESET_PURPOSE[name]}, {took(name)}" for name in PRESETS)
 
 
@@ -341,61 +328,3 @@ def preset(name: str, **overrides: Any) -> CompareConfig:
     if name in CATALOGUE_PRESETS and overrides.get("encodings") is None:
         overrides["encodings"] = tuple(lab_run_names())
     return PRESETS[name].with_options(**overrides)
-
-
-# ------------------------------------------------------------------ growing a comparison
-def migrate_config(data: dict[str, Any]) -> dict[str, Any]:
-    """The nested form of a config dict: one written before training and model settings
-    were nested (flat ``steps``, ``d_model``, ...) has them moved into ``train`` and
-    ``train.model``, the rest of ``train`` being what runs were trained with then
-    (:data:`BASE_TRAIN`); a nested dict is returned unchanged."""
-    if "train" in data or not set(FLAT_TRAIN_KEYS + FLAT_MODEL_KEYS) & set(data):
-        return data
-    out = {k: v for k, v in data.items() if k not in FLAT_TRAIN_KEYS + FLAT_MODEL_KEYS}
-    train = BASE_TRAIN.to_dict() | {k: data[k] for k in FLAT_TRAIN_KEYS if k in data}
-    model = train["model"] | {k: data[k] for k in FLAT_MODEL_KEYS if k in data}
-    out["train"] = train | {"model": model | {"max_len": train["train_len"]}}
-    return out
-
-
-def settings(config: dict[str, Any]) -> dict[str, Any]:
-    """A config dict's settings by dotted name (``train.lr``, ``train.model.d_model``)."""
-    out: dict[str, Any] = {}
-
-    def walk(d: dict[str, Any], prefix: str) -> None:
-        for key, value in d.items():
-            if key in ("train", "model") and isinstance(value, dict):
-                walk(value, f"{prefix}{key}.")
-            else:
-                out[prefix + key] = value
-    walk(migrate_config(config), "")
-    return out
-
-
-def incomparable_reason(old: dict[str, Any], new: CompareConfig) -> str | None:
-    """Why runs made under the config dict ``old`` cannot sit beside runs of ``new`` (one
-    line), or None when ``new`` only adds encodings, seeds, scalings or timing rounds.
-    ``train.data`` and ``train.device`` are not compared: the caller compares the data by
-    its content once loaded, and a comparison may grow on another device."""
-    theirs, ours = settings(old), settings(new.to_dict())
-    for key in sorted(set(theirs) | set(ours)):
-        if key not in GROWABLE + NOT_COMPARED and theirs.get(key) != ours.get(key):
-            return f"{key} is {theirs.get(key, 'unset')!r} there but {ours.get(key)!r} now"
-    theirs_opts, our_opts = old.get("pe_options") or {}, new.pe_options
-    for enc in set(old.get("encodings") or ()) & set(new.encodings):
-        if theirs_opts.get(enc, {}) != our_opts.get(enc, {}):
-            return (f"options of {enc} are {theirs_opts.get(enc, {})} there but "
-                    f"{our_opts.get(enc, {})} now")
-    return None
-
-
-def merged(old: dict[str, Any], new: CompareConfig) -> CompareConfig:
-    """The config of a comparison grown from ``old`` by ``new``: the union of encodings and
-    scalings (old ones first), the larger number of seeds. Assumes they are comparable."""
-    encodings = list(old.get("encodings") or ())
-    encodings += [e for e in new.encodings if e not in encodings]
-    scalings = list(old.get("scalings") or ())
-    scalings += [s for s in new.scalings if s not in scalings]
-    options = {**(old.get("pe_options") or {}), **new.pe_options}
-    return replace(new, encodings=tuple(encodings), scalings=tuple(scalings),
-                   seeds=max(int(old.get("seeds", 1)), new.seeds), pe_options=options)

@@ -26,7 +26,7 @@ import math
 from typing import Any
 
 from ..study import StudyKind
-from .presets import migrate_config
+from .growth import migrate_config
 from .stats import BOOTSTRAP, SEEDS, Estimate, block_bootstrap_ppl, bootstrap_ppl
 
 RESULTS = "results.json"
