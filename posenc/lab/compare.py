@@ -81,8 +81,9 @@ def render_outputs(directory: RunDirectory, results: dict, plots: bool = True,
     if atlas:
         write_comparison_atlas(out_dir, results)
     names, links = [p.name for p in paths], existing_links(out_dir)
-    report = directory.write("report.md", render_report(results, names, links))
-    directory.write("index.html", render_index(results, names, links))
+    text = render_report(results, names, links)
+    report = directory.write("report.md", text)
+    directory.write("index.html", render_index(results, names, links, report=text))
     return report, paths
 
 

@@ -26,9 +26,11 @@ from ..study import API_NAMES, NOT_SUPPORTED, SUPPORTED, Verdict, markdown_table
 from .claims import check_claims
 from .compare import CompareOutcome, run_compare
 from .evidence import Runs
-from .handicaps import shape_handicaps, verdict_handicaps
+from .handicaps import (handicap_lines, handicap_preamble, handicap_tag, shape_handicaps,
+                        verdict_handicaps)
 from .papers import papers_section
 from .presets import CompareConfig
+from .report import verdict_text
 
 HOLDS, FAILS, DEPENDS, UNDECIDED = ("holds on all corpora", "fails on all corpora",
                                     "corpus-dependent", "inconclusive")
@@ -93,18 +95,15 @@ def render_corpora_report(results: Mapping[str, dict]) -> str:
     handicaps = shape_handicaps(next(iter(results.values())).get("config") or {})
     touched = [verdict_handicaps(next(iter(each.values())).rule, handicaps)
                for _, _, each in claims]
-    if handicaps:
-        out += ["Handicaps of this shape (named beside each verdict they touch): "
-                + "; ".join(handicaps.values()) + ".", ""]
+    out += handicap_preamble(handicaps)
     for i, ((claim, status, each), hit) in enumerate(zip(claims, touched), 1):
-        rows.append([str(i), claim, f"**{status}**"
-                     + (f" (handicap: {', '.join(hit)})" if hit else "")]
-                    + [each[c].verdict for c in names])
+        rows.append([str(i), claim, f"**{status}**" + handicap_tag(hit)]
+                    + [verdict_text(each[c].verdict, seeds[c] < 2) for c in names])
     out += markdown_table(["#", "claim", "across corpora"] + names, rows) + [""]
     for i, ((claim, status, each), hit) in enumerate(zip(claims, touched), 1):
         out.append(f"{i}. **{claim}** ({next(iter(each.values())).source}): {status}.")
         out += [f"   {c}: {v.verdict}; {v.evidence}." for c, v in each.items()]
-        out += [f"   Handicap: {handicaps[name]}." for name in hit]
+        out += handicap_lines(hit, handicaps)
     out += [""] + papers_section({c: Runs(r) for c, r in results.items()}) + [""]
     return "\n".join(out)
 

@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import re
 
+from .variants import base_encoding, run_family
+
 #: ALiBi's slopes were chosen for this many heads or more
 ALIBI_HEADS = 8
 #: fewer rotary frequency pairs per head than this is noted for RoPE-family runs
 MIN_ROTARY_PAIRS = 8
-#: runs whose positions are RoPE's rotations (by lab run name)
-ROTARY_RUNS = ("rope", "xpos", "p_rope", "pope", "mrope", "axial_rope", "smollm3_plan",
-               "llama4_plan", "gemma3_plan")
+
+
+def is_rotary_run(name: str) -> bool:
+    """Whether a lab run's positions are RoPE's rotations: its encoding, or the encoding of
+    its variant (a plan's RoPE layers), is in the rotary family."""
+    return run_family(base_encoding(name)) == "rotary"
 
 
 def shape_handicaps(config: dict) -> dict[str, str]:
@@ -39,7 +44,7 @@ def shape_handicaps(config: dict) -> dict[str, str]:
                         "its recency bias is weaker here than designed")
     pairs = width // heads // 2
     if pairs < MIN_ROTARY_PAIRS:
-        for name in sorted(names & set(ROTARY_RUNS)):
+        for name in sorted(n for n in names if is_rotary_run(n)):
             out[name] = (f"{name} has {pairs} frequency pairs per head (head width "
                          f"{width // heads}), fewer than {MIN_ROTARY_PAIRS}")
     return out
@@ -57,3 +62,21 @@ def verdict_handicaps(rule: str, handicaps: dict[str, str]) -> list[str]:
     """The handicapped runs a quality claim's ``rule`` rests on; none for a speed claim (a
     slope or a head width does not change what a step costs)."""
     return [] if "step time" in rule else handicaps_in(rule, handicaps)
+
+
+def handicap_preamble(handicaps: dict[str, str]) -> list[str]:
+    """The report paragraph listing every handicap of the shape (none: no lines)."""
+    if not handicaps:
+        return []
+    return ["Handicaps of this shape (named beside each verdict they touch): "
+            + "; ".join(handicaps.values()) + ".", ""]
+
+
+def handicap_tag(names: list[str]) -> str:
+    """`` (handicap: alibi)`` after a verdict that rests on the runs ``names``; "" if none."""
+    return f" (handicap: {', '.join(names)})" if names else ""
+
+
+def handicap_lines(names: list[str], handicaps: dict[str, str]) -> list[str]:
+    """One indented ``Handicap: ...`` line per run ``names`` of a verdict's details."""
+    return [f"   Handicap: {handicaps[name]}." for name in names]

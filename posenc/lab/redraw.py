@@ -55,5 +55,6 @@ def redraw_comparison(results: dict, directory: RunDirectory) -> list[Path]:
     plots = plot_all(results, directory.path)
     names = [p.name for p in plots]
     links = existing_links(directory.path)
-    return [*plots, directory.write("report.md", render_report(results, names, links)),
-            directory.write("index.html", render_index(results, names, links))]
+    text = render_report(results, names, links)
+    return [*plots, directory.write("report.md", text),
+            directory.write("index.html", render_index(results, names, links, report=text))]

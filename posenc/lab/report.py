@@ -18,7 +18,8 @@ from ..study import markdown_table
 from .baseline import LEARNED_FRACTION
 from .claims import PRESS, TOLERANCE, check_claims
 from .evidence import NOT_SUPPORTED, SUPPORTED, Runs, fmt, fmt_est
-from .handicaps import shape_handicaps, verdict_handicaps
+from .handicaps import (handicap_lines, handicap_preamble, handicap_tag, shape_handicaps,
+                        verdict_handicaps)
 from .identical import identical_runs_note
 from .papers import papers_section
 from .stats import BOOTSTRAP_REPLICATES, tie_groups
@@ -77,14 +78,14 @@ def learned_section(r: Runs, runs: list[dict]) -> list[str]:
         rows.append([label, _ppl_cell(r, label, r.train_len),
                      fmt(ppl / r.unigram) if ppl is not None else "n/a",
                      "yes" if ok else ("**no**" if ok is False else "n/a")])
+    identical = identical_runs_note(r, runs)
     return ["## Did every model learn?", "",
             f"Unigram baseline (token frequencies of the training split, no context): "
             f"perplexity {fmt(r.unigram)} on the same held-out tokens. A run has learned when "
             f"its perplexity at L = {r.train_len} is at most {LEARNED_FRACTION:g} x the "
             "baseline; no claim is decided from a run that has not.", ""] + markdown_table(
         ["encoding", f"ppl@{r.train_len}", "ppl / unigram", "learned"], rows) + (
-        [""] + [f"- {x}" for x in identical_runs_note(r, runs)]
-        if identical_runs_note(r, runs) else [])
+        [""] + [f"- {x}" for x in identical] if identical else [])
 
 
 def ppl_section(r: Runs, runs: list[dict], results: dict) -> list[str]:
@@ -177,18 +178,16 @@ def claims_section(results: dict, r: Runs) -> list[str]:
                 "preset `seeds3`) before trusting it.", ""]
     handicaps = shape_handicaps(results.get("config") or {})
     touched = [verdict_handicaps(v.rule, handicaps) for v in verdicts]
-    if handicaps:
-        out += ["Handicaps of this shape (named beside each verdict they touch): "
-                + "; ".join(handicaps.values()) + ".", ""]
+    out += handicap_preamble(handicaps)
     out += markdown_table(["#", "claim", "source", "this run"],
                   [[str(i), v.claim, v.source, verdict_text(v.verdict, one_seed)
-                    + (f" (handicap: {', '.join(names)})" if names else "")]
+                    + handicap_tag(names)]
                    for i, (v, names) in enumerate(zip(verdicts, touched), 1)])
     out.append("")
     for i, (v, names) in enumerate(zip(verdicts, touched), 1):
         out += [f"{i}. **{v.claim}** ({v.source}): {verdict_text(v.verdict, one_seed)}.",
                 f"   Rule: {v.rule}. Numbers: {v.evidence}."]
-        out += [f"   Handicap: {handicaps[name]}." for name in names]
+        out += handicap_lines(names, handicaps)
     return out
 
 
@@ -347,16 +346,19 @@ def existing_links(out_dir: Path) -> tuple[tuple[str, str], ...]:
     return tuple((t, h) for t, h in INDEX_LINKS if (Path(out_dir) / h).exists())
 
 
-def render_index(results: dict, plots: list[str], links: tuple[tuple[str, str], ...] = ()
-                 ) -> str:
+def render_index(results: dict, plots: list[str], links: tuple[tuple[str, str], ...] = (),
+                 report: str | None = None) -> str:
     """A self-contained index.html: links to results.json, report.md and ``links`` (title,
     relative href; e.g. an atlas), then the whole report (tables, verdicts, each figure with
-    its caption) rendered as HTML (:mod:`posenc.lab.markdown_html`)."""
+    its caption) rendered as HTML (:mod:`posenc.lab.markdown_html`). ``report``: the
+    markdown :func:`render_report` gave for the same arguments, if the caller has it."""
     from ..viz.plots import CAPTIONS
     from .markdown_html import html_page, markdown_to_html
     esc = html.escape
     items = ['<li><a href="report.md">report.md</a>: this report as markdown</li>',
              '<li><a href="results.json">results.json</a>: every number</li>']
     items += [f'<li><a href="{esc(href)}">{esc(title)}</a></li>' for title, href in links]
-    body = markdown_to_html(render_report(results, plots, links), CAPTIONS)
+    if report is None:
+        report = render_report(results, plots, links)
+    body = markdown_to_html(report, CAPTIONS)
     return html_page("posenc compare", "\n".join(["<ul>", *items, "</ul>", body]))
