@@ -63,19 +63,18 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import torch
-from torch import Tensor, nn
+from torch import nn
 
 from ..attention.extension_methods import METHOD_OPTIONS as REGION_OPTIONS
 from ..attention.extension_methods import build_method
 from ..errors import UserError
 from ..encodings import build_encoding
 from ..encodings.rope_scaling import LENGTH_DEPENDENT, validate_scaling
-from ..kernels.rotary import rotary_angles
 from .architectures import SUPPORTED_MODEL_TYPES  # noqa: F401  (re-exported)
 from .architectures import (LOCAL, NOPE, ROPE, check_supported, extended_rope, layer_kinds,
                             local_theta, with_extended_rope)
-from .patched_attention import patch_attention, unpatch_attention
+from .patched_attention import evicts, patch_attention, unpatch_attention
+from .rotary import ExtendedRotary
 
 #: methods that remap positions per region in patched attention (no Hugging Face rope_type)
 REGION_METHODS = tuple(REGION_OPTIONS)
@@ -206,8 +205,8 @@ def extend(model: nn.Module, method: str, factor: float | None = None,
     region = build_method(ext.method, ext.original_max_position_embeddings, ext.factor,
                           **{k: v for k, v in ext.attention.items() if k != "name"}) \
         if ext.attention else None
-    if region is not None and region.name == "streaming" and LOCAL in kinds:
-        raise UserError("method 'streaming' needs every layer's cache to evict alike; "
+    if evicts(region) and LOCAL in kinds:
+        raise UserError(f"method {region.name!r} needs every layer's cache to evict alike; "
                          f"{config.model_type} has sliding-window layers with their own cache")
     enc = build_encoding("rope", n_heads=config.num_attention_heads, head_dim=ext.head_dim,
                          max_len=ext.original_max_position_embeddings, theta=ext.theta,
@@ -226,11 +225,11 @@ def extend(model: nn.Module, method: str, factor: float | None = None,
     rotary = ExtendedRotary(encs)
     base.rotary_emb = rotary.to(device) if device is not None else rotary
     if ext.logn or ext.exact_cache or region is not None:
+        tables: dict = {}             # one cos/sin table per device for all patched layers
         for attn, kind in zip(attentions, kinds):
-            streaming_nope = kind == NOPE and region is not None and region.name == "streaming"
-            if kind == ROPE or streaming_nope:
+            if kind == ROPE or (kind == NOPE and evicts(region)):  # NoPE caches evict too
                 patch_attention(attn, rotary.encs[None], ext.exact_cache, region,
-                                rotary=kind == ROPE)
+                                rotary=kind == ROPE, tables=tables)
                 state.attentions.append(attn)
     setattr(model, _STATE, state)
     # the config states the rotary part, so save_pretrained writes what transformers can load
@@ -372,34 +371,3 @@ def restore(model: nn.Module) -> None:
     if hasattr(config, "posenc_extension"):
         del config.posenc_extension
     delattr(model, _STATE)
-
-
-class ExtendedRotary(nn.Module):
-    """Stands in for a model's ``rotary_emb``: cos/sin from posenc ``rope`` encodings, one
-    per layer type (key None: the extended layers; Gemma 3 passes its layer type).
-
-    forward(x (B, T, C), position_ids (B, T)) -> cos, sin (B, T, D) in x.dtype, in the "half"
-    layout Hugging Face uses (the R/2 angles repeated twice), times the attention factor.
-    Length-dependent methods use the length ``max(position_ids) + 1``.
-    """
-
-    def __init__(self, encs: dict[str | None, nn.Module]) -> None:
-        super().__init__()
-        self.encs = encs
-        self.modules_by_type = nn.ModuleList(dict.fromkeys(encs.values()))
-
-    @property
-    def enc(self) -> nn.Module:
-        """The extended layers' encoding."""
-        return self.encs[None]
-
-    @torch.no_grad()
-    def forward(self, x: Tensor, position_ids: Tensor, layer_type: str | None = None
-                ) -> tuple[Tensor, Tensor]:
-        enc = self.encs.get(layer_type, self.encs[None])
-        seq_len = int(position_ids.max()) + 1 if enc.length_dependent else 0
-        inv_freq, factor = enc.frequencies(seq_len)
-        angles = rotary_angles(position_ids.reshape(-1), inv_freq)
-        angles = angles.view(*position_ids.shape, -1)                  # (B, T, D/2)
-        emb = torch.cat((angles, angles), dim=-1)                       # (B, T, D)
-        return (emb.cos() * factor).to(x.dtype), (emb.sin() * factor).to(x.dtype)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ import torch
 from torch import nn
 
 from ..errors import UserError
+from ..runio import FILE_MODE, TMP_SUFFIX, fsync_dir, fsync_file
 from .extend import REGION_METHODS, Extension, current_extension, parse_method
 
 #: Hugging Face model type -> GGUF architecture, for writing weights
@@ -114,7 +116,11 @@ def rope_tensors(ext: Extension) -> dict[str, torch.Tensor]:
 def write_gguf(model: nn.Module, path: str | os.PathLike, source: str | os.PathLike | None
                = None, overwrite: bool = False) -> Path:
     """Write ``model`` (extended or not) to ``path`` as GGUF; ``source``: a GGUF file the model
-    was loaded from, whose tensors are copied unchanged (else the model's weights in fp32)."""
+    was loaded from, whose tensors are copied unchanged (else the model's weights in fp32).
+
+    The file is written aside (``.<name>.<random>.tmp``, a temporary of
+    :mod:`posenc.runio` that a crash may leave and a run folder's lock removes), made durable,
+    then renamed into place."""
     import gguf
 
     config = model.config
@@ -135,9 +141,11 @@ def write_gguf(model: nn.Module, path: str | os.PathLike, source: str | os.PathL
                             f"(supported: {', '.join(GGUF_ARCH)}); give the source GGUF file "
                             "to copy its tensors")
     meta, extra = rope_metadata(ext, arch), rope_tensors(ext)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    writer = gguf.GGUFWriter(str(tmp), arch)
+    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=TMP_SUFFIX)
+    os.close(fd)
+    tmp = Path(name)
     try:
+        writer = gguf.GGUFWriter(str(tmp), arch)
         if source is not None:
             _copy_source(writer, reader, meta, extra)
         else:
@@ -146,9 +154,12 @@ def write_gguf(model: nn.Module, path: str | os.PathLike, source: str | os.PathL
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
+        fsync_file(tmp)
+        os.chmod(tmp, FILE_MODE)
         tmp.replace(out)
     finally:
         tmp.unlink(missing_ok=True)
+    fsync_dir(out.parent)
     return out
 
 

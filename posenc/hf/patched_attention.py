@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -33,16 +33,26 @@ class _AttentionPatch:
     extra: dict[str, Any]        # extra attention-interface kwargs (Mistral/Qwen2 window)
     method: Method | None = None  # a region method (then the forward is _region_forward)
     rotary: bool = True          # False: a NoPE layer (region positions do not rotate)
-    table: RotaryTable | None = None   # cos/sin by integer position, grown on demand
+    #: device -> cos/sin of enc by integer position, grown on demand (shared across layers)
+    tables: dict[torch.device, RotaryTable] = field(default_factory=dict)
+
+
+def evicts(method: Method | None) -> bool:
+    """Whether a region ``method`` drops keys from the cache (it names the ones it ``kept``,
+    as StreamingLLM)."""
+    return callable(getattr(method, "kept", None))
 
 
 def patch_attention(attn: nn.Module, enc: nn.Module, exact_cache: bool,
-                    method: Method | None = None, rotary: bool = True) -> None:
+                    method: Method | None = None, rotary: bool = True,
+                    tables: dict[torch.device, RotaryTable] | None = None) -> None:
     """Give one Llama-family attention module posenc's forward (log-n and/or exact cache, or
     a region ``method``).
 
     enc: the posenc ``rope`` encoding whose ``transform_qk`` and ``attn_scale`` it uses (and
     whose frequencies a region method rotates by, unless ``rotary`` is False).
+    tables: the region method's cos/sin tables by device; layers given the same dict (and
+    the same ``enc``) share them. None: a dict of this layer's own.
     """
     family = sys.modules[type(attn).__module__]
     rotate = getattr(family, "apply_rotary_pos_emb", None)
@@ -60,7 +70,7 @@ def patch_attention(attn: nn.Module, enc: nn.Module, exact_cache: bool,
                          "logit soft-capping; this layer has a sliding window or soft-capping")
     extra = {"sliding_window": window} if window is not None else {}
     attn._posenc_attention = _AttentionPatch(enc, exact_cache, rotate, eager, extra, method,
-                                             rotary)
+                                             rotary, {} if tables is None else tables)
     forward = _attention_forward if method is None else _region_forward
     attn.forward = types.MethodType(forward, attn)
 
@@ -148,33 +158,40 @@ def _region_forward(self: nn.Module, hidden_states: Tensor,
     cache = cache if past_key_values is None else past_key_values
     batch, length = hidden_states.shape[:2]
     q, k, v = _project(self, hidden_states)
-    layer = cache.layers[self.layer_idx] if cache is not None else None
-    if cache is not None:
+    layer = None
+    if cache is not None:      # a cache without a config adds its layers on the first update
         k, v = cache.update(k, v, self.layer_idx)                    # raw (unrotated) keys
-    evicted = getattr(layer, "_posenc_evicted", 0)
+        layer = cache.layers[self.layer_idx]
+    evicted = getattr(layer, "_posenc_evicted", 0)          # by earlier steps (new layer: 0)
     slots = torch.arange(k.shape[2], device=q.device)
     sinks = getattr(method, "sinks", 0)
     k_abs = torch.where(slots < sinks, slots, slots + evicted)
     q_abs = k_abs[k_abs.numel() - length:]
     _require_plain_positions(kwargs.get("position_ids"), attention_mask, slots, length,
                              q_abs if not evicted else None)
-    if method.name == "streaming":
+    if evicts(method):
         def regions_of(qp: Tensor, kp: Tensor) -> list:
             return method.regions(qp, kp, evicted)
     else:
         regions_of = method.regions
-    if patch.table is None or patch.table.inv_freq.device != q.device:
-        patch.table = RotaryTable(patch.enc.frequencies(0)[0].to(q.device))
-    rotate = patch.table if patch.rotary else (lambda x, pos, scale: x)
+    rotate = _table(patch, q.device) if patch.rotary else (lambda x, pos, scale: x)
     out = blockwise_region_attention(q, k, v, q_abs, k_abs, regions_of, rotate,
                                      self.scaling)                     # (B, H, T, D)
-    if layer is not None and method.name == "streaming":
+    if layer is not None and evicts(method):
         keep = method.kept(k.shape[2]).to(k.device)
         if keep.numel() < k.shape[2]:
             layer._posenc_evicted = evicted + k.shape[2] - keep.numel()
             layer.keys, layer.values = layer.keys[:, :, keep], layer.values[:, :, keep]
     out = out.transpose(1, 2).reshape(batch, length, -1).contiguous()  # (B, T, H*D)
     return self.o_proj(out), None
+
+
+def _table(patch: _AttentionPatch, device: torch.device) -> RotaryTable:
+    """The rotary table of ``patch.enc``'s frequencies on ``device`` (made on first use)."""
+    table = patch.tables.get(device)
+    if table is None:
+        table = patch.tables[device] = RotaryTable(patch.enc.frequencies(0)[0].to(device))
+    return table
 
 
 def _require_plain_positions(position_ids: Tensor | None, mask: Tensor | None, slots: Tensor,

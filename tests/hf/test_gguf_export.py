@@ -138,3 +138,21 @@ def test_quantized_source_tensors_are_copied_as_they_are(tmp_path):
         assert (a.name, a.tensor_type, list(a.shape)) == (b.name, b.tensor_type, list(b.shape))
         assert bytes(a.data) == bytes(b.data)
     assert out.fields["llama.rope.scaling.type"].contents() == "linear"
+
+
+def test_written_aside_as_a_run_folder_temporary(tmp_path, monkeypatch):
+    """The file is written to a posenc.runio temporary (a run folder's lock removes those a
+    crash leaves) and an interrupted write leaves nothing."""
+    from posenc import runio
+    from posenc.hf import gguf_export
+    names = []
+
+    def interrupted(writer, *args):
+        names.append(writer.path.name)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gguf_export, "_write_weights", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_gguf(_model(_config()), tmp_path / "m.gguf")
+    assert len(names) == 1 and runio.is_temporary(names[0]) and names[0].startswith(".m.gguf.")
+    assert list(tmp_path.iterdir()) == []

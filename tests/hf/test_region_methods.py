@@ -27,9 +27,10 @@ OPTIONS = {"self_extend": {"window": 6, "group": 3}, "rerope": {"window": 7},
            "streaming": {"sinks": 3, "window": 20}}
 
 
-def _decode(model, ids, prefill=17):
-    """Logits of a prefill then one token at a time through a DynamicCache: (1, T, V)."""
-    cache = transformers.DynamicCache(config=model.config)
+def _decode(model, ids, prefill=17, cache=None):
+    """Logits of a prefill then one token at a time through a DynamicCache (by default one
+    built from the model's config): (1, T, V)."""
+    cache = transformers.DynamicCache(config=model.config) if cache is None else cache
     with torch.no_grad():
         out = [model(input_ids=ids[:, :prefill], cache=cache, use_cache=True).logits]
         for t in range(prefill, ids.shape[1]):
@@ -52,6 +53,31 @@ def test_cached_decoding_equals_full_forward(kind, method, ids):
     assert (full - plain).abs().max() > 1e-2                 # the method changes the model
     if method == "streaming":                                  # sinks + window - 1 kept
         assert cache.layers[0].keys.shape[2] == 3 + 20 - 1
+
+
+@pytest.mark.parametrize("method", ["self_extend", "streaming"])
+def test_cache_without_config_grows_its_layers(method, ids):
+    """A DynamicCache() without a config adds its layers on the first update: a full forward
+    and cached decoding through it equal the runs with the model's own cache."""
+    model = _model(_config())
+    extend(model, method, 2.0, **OPTIONS[method])
+    with torch.no_grad():
+        own = model(input_ids=ids, use_cache=True).logits
+        lazy = model(input_ids=ids, cache=transformers.DynamicCache(), use_cache=True).logits
+    torch.testing.assert_close(lazy, own, atol=0, rtol=0)
+    stepped, cache = _decode(model, ids, cache=transformers.DynamicCache())
+    torch.testing.assert_close(stepped, _decode(model, ids)[0], atol=0, rtol=0)
+    if method == "streaming":                                  # sinks + window - 1 kept
+        assert cache.layers[0].keys.shape[2] == 3 + 20 - 1
+
+
+def test_layers_share_one_rotary_table(ids):
+    model = _model(_config(layers=3))
+    extend(model, "self_extend", 2.0, **OPTIONS["self_extend"])
+    _logits(model, ids)
+    patches = [layer.self_attn._posenc_attention for layer in model.model.layers]
+    assert all(p.tables is patches[0].tables for p in patches)
+    assert list(patches[0].tables) == [ids.device]
 
 
 def _reference_attention(attn, hidden, method):
