@@ -15,6 +15,10 @@ setting all runs share (two studies are comparable when those fields are equal).
 - ``tasks-cope``: CoPE against RoPE and NoPE on selective copy (Golovneva et al. 2024): 4
   letters among blanks, trained up to L = 16 and tested on sparser inputs up to 8L, the
   ``tasks`` budget, decoder-only.
+- ``tasks-paper``: for a GPU, Kazemnejad et al.'s setting as far as posenc's tasks allow
+  (:data:`KAZEMNEJAD_SHAPE`): their five encodings, decoder-only, copy, reverse and addition
+  with inputs of up to 20 letters in training and up to twice that in testing, a T5-base-sized
+  decoder and their training budget.
 - ``tasks-smoke``: a few steps of everything, for checking the pipeline in seconds.
 """
 
@@ -224,12 +228,27 @@ class TaskStudyConfig:
                  if nested[key]}
         return replace(self, **ours, **parts)
 
+#: Kazemnejad et al. (2023)'s decoder-only runs, mirrored from the configuration of their code
+#: release (github.com/McGill-NLP/length-generalization: configs/trainer/default.jsonnet,
+#: configs/models/custom_t5_base_dec_only.jsonnet): a decoder of T5-base's size (12 layers of
+#: width 768, 12 heads), 50,000 steps of 256 examples, lr 3e-4 with 6 % warmup, no weight
+#: decay. posenc counts a task's length over the whole example (input and answer), so L = 40
+#: holds up to 20 letters to copy or reverse (addition: operands of up to 12 digits), and
+#: testing at up to 2L doubles them, as their train-up-to-20, test-up-to-40 split.
+KAZEMNEJAD_SHAPE = {"d_model": 768, "n_layers": 12, "n_heads": 12, "train_len": 40,
+                    "steps": 50_000, "batch_size": 256, "lr": 3e-4}
+KAZEMNEJAD_TASKS = ("copy", "reverse", "addition")
 
 TASK_PRESETS: dict[str, TaskStudyConfig] = {
     "tasks": TaskStudyConfig(),
     "tasks-cope": TaskStudyConfig(
         preset="tasks-cope", encodings=("cope", "rope", "nope"), lm_tasks=("selective_copy",),
         seq2seq_encodings=(), seq2seq_task=None).with_options(train_len=16),
+    "tasks-paper": TaskStudyConfig(
+        preset="tasks-paper", lm_tasks=KAZEMNEJAD_TASKS, length_multipliers=(1, 1.5, 2),
+        seq2seq_encodings=(), seq2seq_task=None,
+    ).with_options(**KAZEMNEJAD_SHAPE, **{"train.warmup_steps": 3000,
+                                          "train.weight_decay": 0.0}),
     "tasks-smoke": TaskStudyConfig(
         preset="tasks-smoke", encodings=("nope", "alibi"), seq2seq_encodings=("rope",),
         seeds=(0, 1), length_multipliers=(1, 2), eval_examples=8,

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def test_presets_and_config_validation():
-    assert set(TASK_PRESETS) == {"tasks", "tasks-cope", "tasks-smoke"}
+    assert set(TASK_PRESETS) == {"tasks", "tasks-cope", "tasks-paper", "tasks-smoke"}
     cfg = task_preset("tasks")
     assert cfg.lm_lengths[0] == cfg.train_len and cfg.lm_lengths[-1] == 8 * cfg.train_len
     assert len(cfg.seeds) >= 2
@@ -54,3 +54,23 @@ def test_the_config_nests_model_and_training_and_reads_the_flat_form():
         == 0.1
     with pytest.raises(ValueError, match="unknown task study option 'width'"):
         smoke.with_options(width=3)
+
+
+def test_the_paper_task_preset_mirrors_kazemnejad_et_al():
+    cfg = task_preset("tasks-paper")
+    assert cfg.encodings == ("nope", "t5", "alibi", "rope", "sinusoidal")
+    assert cfg.seq2seq_task is None and cfg.seq2seq_encodings == ()
+    assert (cfg.model.n_layers, cfg.model.d_model, cfg.model.n_heads) == (12, 768, 12)
+    assert (cfg.train.steps, cfg.train.batch_size, cfg.train.lr) == (50_000, 256, 3e-4)
+    assert cfg.train.warmup == 0.06 * cfg.train.steps and cfg.train.weight_decay == 0
+    assert cfg.train_len // 2 == 20 and cfg.lm_lengths[-1] == 2 * cfg.train_len   # 20 -> 40
+
+
+def test_the_paper_task_preset_runs_at_a_smoke_size_on_the_cpu(tmp_path):
+    cfg = task_preset("tasks-paper", d_model=16, n_layers=1, n_heads=2, steps=2,
+                      batch_size=4, train_len=8, eval_examples=4, seeds=(0,),
+                      encodings=("nope", "alibi"))
+    results = task_study.run_task_study(tmp_path, cfg, progress=False)
+    scored = {(r["task"], r["encoding"]) for r in results["runs"] if r["part"] == "lm"}
+    assert scored == {(t, e) for t in ("copy", "reverse", "addition") for e in ("nope", "alibi")}
+    assert (tmp_path / "report.md").exists()
