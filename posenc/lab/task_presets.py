@@ -11,7 +11,7 @@ is trained once per seed; the seed sets the initialisation and the data order.
 ``encodings`` and ``seeds`` say which runs make up the study; every other field is the
 setting all runs share (two studies are comparable when those fields are equal).
 
-- ``tasks``: the CPU preset (about 10 minutes on 2 cores with its 3 seeds).
+- ``tasks``: the CPU preset, 3 seeds (its measured wall time is in the README).
 - ``tasks-cope``: CoPE against RoPE and NoPE on selective copy (Golovneva et al. 2024): 4
   letters among blanks, trained up to L = 16 and tested on sparser inputs up to 8L, the
   ``tasks`` budget, decoder-only.
