@@ -132,12 +132,14 @@ class WindowedKVCache(KVCache):
         self.window = window
         self.keep = min(window.keep, capacity)
         self.held = 0
+        #: how many held tokens the last append returned before its new ones
+        self._held_before = 0
         self._seen_pos = self.pos[:, :0]
         self._seen_valid = self.key_valid[:, :0]
 
     def reset(self) -> None:
         super().reset()
-        self.held = 0
+        self.held = self._held_before = 0
 
     def append(self, k: Tensor, v: Tensor, pos: Tensor, key_valid: Tensor | None = None
                ) -> tuple[Tensor, Tensor, Tensor]:
@@ -148,24 +150,40 @@ class WindowedKVCache(KVCache):
             raise UserError(f"sequence length {self.length + t} exceeds the KV cache size "
                              f"{self.capacity}; valid lengths are 1..{self.capacity}")
         held = self.held
-        valid = torch.ones(b, t, dtype=torch.bool, device=k.device) if key_valid is None \
-            else key_valid
-        all_k = torch.cat([self.k[:, :, :held], k], dim=2)         # (B, H, held + T, D)
-        all_v = torch.cat([self.v[:, :, :held], v], dim=2)
-        all_pos = torch.cat([self.pos[:, :held], pos.expand(b, t)], dim=1)
-        all_valid = torch.cat([self.key_valid[:, :held], valid], dim=1)
         kept = min(self.keep, held + t)
-        if kept:
-            self.k[:, :, :kept] = all_k[:, :, -kept:]
-            self.v[:, :, :kept] = all_v[:, :, -kept:]
-            self.pos[:, :kept] = all_pos[:, -kept:]
-            self.key_valid[:, :kept] = all_valid[:, -kept:]
-        self.held = kept
+        all_k = self._roll(self.k, k, held, kept)                   # (B, H, held + T, D)
+        all_v = self._roll(self.v, v, held, kept)
+        self._seen_pos = self._roll(self.pos, pos.expand(b, t), held, kept, dim=1)
+        if key_valid is not None and not self.padded:
+            # every key before the first padded append is real; until then the validity
+            # buffer is neither read nor written (no work per unpadded step)
+            self.key_valid[:, :held] = True
+        if self.padded or key_valid is not None:
+            valid = torch.ones(b, t, dtype=torch.bool, device=k.device) if key_valid is None \
+                else key_valid
+            self._seen_valid = self._roll(self.key_valid, valid, held, kept, dim=1)
+        self.held, self._held_before = kept, held
         self.per_sample = self.per_sample or pos.dim() == 2
         self.padded = self.padded or key_valid is not None
         self.length += t
-        self._seen_pos, self._seen_valid = all_pos, all_valid
         return all_k, all_v, self.positions()
+
+    def append_terms(self, terms: Tensor) -> Tensor:
+        """After :meth:`append` of the same T tokens: their encoding terms (B, H, T, K); returns
+        those of the tokens it returned (B, H, held + T, K) and keeps the last ``held``, so
+        the terms stay aligned with the held keys."""
+        if self.terms is None:
+            self.terms = terms.new_zeros(*terms.shape[:2], self.k.shape[2], terms.shape[-1])
+        return self._roll(self.terms, terms, self._held_before, self.held)
+
+    @staticmethod
+    def _roll(buffer: Tensor, new: Tensor, held: int, kept: int, dim: int = 2) -> Tensor:
+        """The first ``held`` entries of ``buffer`` along ``dim``, then ``new``; the last
+        ``kept`` of them are written to the front of ``buffer``."""
+        joined = torch.cat([buffer.narrow(dim, 0, held), new], dim=dim)
+        if kept:
+            buffer.narrow(dim, 0, kept).copy_(joined.narrow(dim, joined.shape[dim] - kept, kept))
+        return joined
 
     def positions(self) -> Tensor:
         """Positions of the tokens the last append returned: (L,) or (B, L)."""

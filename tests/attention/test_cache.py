@@ -1,5 +1,5 @@
-"""The KV cache: a positive capacity, and a sequence past it refused with nothing
-half-written."""
+"""The KV cache: a positive capacity, a sequence past it refused with nothing half-written,
+the encoding terms it keeps, and the rolling cache's terms and padding."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from posenc import LMConfig, TransformerLM
-from posenc.attention import KVCache
+from posenc.attention import KVCache, WindowedKVCache
+from posenc.attention.masks import Window
 from posenc.encodings import PositionalEncoding
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -69,3 +70,25 @@ def test_token_terms_of_cached_keys_are_kept_with_the_cache():
     cross(x, AttentionContext(torch.arange(6), causal=False, memory=x,
                               memory_pos=torch.arange(6)), pe)
     assert pe.seen[-1] is None
+
+
+@pytest.mark.parametrize("window", [Window("sliding", 3), Window("chunked", 3)])
+def test_windowed_cache_rolls_terms_and_padding_with_its_keys(window):
+    """The terms and the padding mask a rolling cache returns are those of the keys it
+    returns (the last ones of a full cache), padded appends after unpadded ones included."""
+    gen = torch.Generator().manual_seed(0)
+    cache, full = WindowedKVCache(2, 2, 4, 20, window), KVCache(2, 2, 4, 20)
+    for t, padded in ((4, False), (1, False), (2, True), (1, False), (3, True)):
+        k, v, terms = (torch.randn(2, 2, t, n, generator=gen) for n in (4, 4, 1))
+        pos = torch.arange(full.length, full.length + t)
+        valid = torch.rand(2, t, generator=gen) > 0.3 if padded else None
+        wk, _, wpos = cache.append(k, v, pos, valid)
+        full.append(k, v, pos, valid)
+        n = wk.shape[2]
+        torch.testing.assert_close(cache.append_terms(terms), full.append_terms(terms)[:, :, -n:],
+                                   atol=0, rtol=0)
+        assert torch.equal(wpos, full.positions()[-n:])
+        assert (cache.valid() is None) == (full.valid() is None)
+        if full.valid() is not None:
+            assert torch.equal(cache.valid(), full.valid()[:, -n:])
+    assert cache.terms.shape[2] == window.keep

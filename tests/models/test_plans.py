@@ -92,6 +92,11 @@ PLANS_WITH_WINDOWS = [
     {"layers": ["slide", "chunk", "alibi"],
      "types": {"slide": {"pe": "alibi", "window": 5}, "chunk": {"window": 3,
                                                              "window_kind": "chunked"}}},
+    # forget gates keep per-key terms in the cache, which a rolling cache rolls with its keys
+    {"layers": ["slide", "chunk", "global"],
+     "types": {"slide": {"pe": "forget_gate", "window": 4},
+               "chunk": {"pe": "forget_gate", "window": 3, "window_kind": "chunked"},
+               "global": {"pe": "forget_gate"}}},
 ]
 
 
@@ -109,6 +114,21 @@ def test_cached_decoding_equals_a_full_forward_past_the_window(plan, sinks):
             for start in range(prompt, 19, step):
                 parts.append(model(ids[:, start:start + step], caches=caches))
             torch.testing.assert_close(torch.cat(parts, 1), full, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("plan", PLANS_WITH_WINDOWS)
+def test_windowed_decode_steps_read_no_tensor_on_the_host(plan):
+    """On the meta device a tensor has no data, so a host read would raise: rolling caches
+    (keys, positions, padding and encoding terms) decode without one."""
+    model = _lm(n_layers=3, plan=plan, attn_sinks=True).to("meta")
+    ids = torch.zeros(2, 6, dtype=torch.long, device="meta")
+    with torch.no_grad():
+        caches = model.make_caches(2, 12)
+        model(ids, attention_mask=torch.ones(2, 6, dtype=torch.long, device="meta"),
+              caches=caches)
+        for _ in range(3):
+            out = model(ids[:, :1], caches=caches)
+    assert out.shape == (2, 1, 40) and out.device.type == "meta"
 
 
 def test_windows_change_the_output():
