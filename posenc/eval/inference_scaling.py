@@ -25,9 +25,8 @@ from typing import Any
 
 from ..attention.extension_methods import METHOD_OPTIONS as REGION_OPTIONS
 from ..attention.extension_methods import build_method
-from ..attention.region_patch import apply_region_method
+from ..attention.region_patch import apply_region_method, region_ready
 from ..encodings import encoding_class, encoding_options, list_encodings
-from ..encodings.rope import RotaryEncoding
 from ..errors import UserError
 from ..encodings.rope_scaling import LENGTH_DEPENDENT, parse_scaling_spec
 from ..models import TransformerLM
@@ -136,12 +135,13 @@ def accepts_rope_scaling(encoding: str, scaling: str | None = None) -> bool:
     """Whether ``encoding`` takes a RoPE frequency scaling at all or, given an inference
     scaling label (``"yarn:4"``, ``"dynamic+logn"``, ``"logn"``), that one: an encoding
     that declares ``length_dependent_scalings = False`` (M-RoPE) refuses dynamic NTK and
-    LongRoPE. A region method needs plain ``rope`` (the class itself, not a variant)."""
+    LongRoPE. A region method needs an encoding class it takes (``region_ready``: ``rope``
+    itself, not a variant); a run's options are checked when it is applied."""
     if "scaling" not in encoding_options(encoding):
         return False
     parsed = InferenceScaling.parse(scaling) if scaling else None
     if parsed is not None and parsed.region is not None:
-        return encoding_class(encoding) is RotaryEncoding
+        return region_ready(encoding_class(encoding)) is None
     spec = parsed.rope_scaling if parsed else None
     if spec is None:
         return True
@@ -194,6 +194,10 @@ def _with_region_method(model: TransformerLM, spec: str, original_len: int) -> T
     if not accepts_rope_scaling(model.config.pe, spec):
         raise UserError(f"region method {spec!r} needs a plain rope run; this run uses "
                          f"encoding {model.config.pe!r}")
+    for encoding in model.encodings:          # its options (and a plan's other layer types)
+        reason = region_ready(encoding)
+        if reason is not None:
+            raise UserError(f"region method {spec!r}: {reason}")
     param = next(model.parameters())
     patched = TransformerLM(model.config).to(param.device, param.dtype)
     patched.load_state_dict(model.state_dict())

@@ -107,3 +107,21 @@ def test_region_method_labels_round_trip_and_need_plain_rope():
     assert not accepts_rope_scaling("alibi", "self_extend:4")
     with pytest.raises(ValueError, match="needs a plain rope run"):
         apply_inference_scaling(tiny("xpos"), InferenceScaling.parse("rerope"), 16)
+
+
+def test_region_methods_refuse_a_rope_run_with_a_query_position_factor():
+    """``rope`` takes region methods (accepts_rope_scaling asks the class), but a run whose
+    options add a logits factor of the query's position is refused when it is applied,
+    before any forward pass; a plan's non-RoPE layer types too."""
+    from posenc.eval.inference_scaling import accepts_rope_scaling
+    assert accepts_rope_scaling("rope", "self_extend:4")
+    for options in ({"temperature_floor": 4}, {"logn_base_len": 8}):
+        with pytest.raises(ValueError, match="region method 'rerope': .*query's position"):
+            apply_inference_scaling(tiny("rope", **options), InferenceScaling.parse("rerope"),
+                                    16)
+    from dataclasses import replace
+    from posenc import TransformerLM
+    mixed = TransformerLM(replace(tiny("rope").config, plan={"layers": ["rope", "nope"],
+                                                            "types": {}}))
+    with pytest.raises(ValueError, match="need a rope encoding \\(RoPE itself\\), got nope"):
+        apply_inference_scaling(mixed, InferenceScaling.parse("rerope"), 16)
