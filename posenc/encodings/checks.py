@@ -139,6 +139,16 @@ def check_qk(encoding: Any, q: Any, k: Any, at: Any, *, bias: bool = False) -> N
                          f"was built for n_heads={encoding.n_heads}")
 
 
+def check_direction(encoding: Any, causal: bool) -> None:
+    """UserError if attention without a causal mask calls an encoding built in its causal
+    form (its ``bidirectional`` is False: keys after the query would get a meaningless
+    term). An encoding without a ``bidirectional`` attribute serves both."""
+    if not causal and getattr(encoding, "bidirectional", True) is False:
+        raise UserError(f"this {encoding.name or 'encoding'} is built for causal attention "
+                        f"(bidirectional=False); build it with bidirectional=True for "
+                        f"attention without a causal mask (encoders)")
+
+
 def check_in_range(values: Tensor, low: float | None, high: float | None,
                    message: Callable[[object], str]) -> None:
     """Every value must lie in [low, high) (None: unbounded on that side).

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from .base import PositionalEncoding, register
-from .checks import check_qk, require_int_at_least
+from .checks import check_direction, check_qk, require_int_at_least
 from .context import HookContext
 
 
@@ -82,10 +82,7 @@ class CoPEEncoding(PositionalEncoding):
         if q.shape[1] != k.shape[1] or q.shape[1] != self.n_heads:
             raise UserError(f"cope needs q and k with the encoding's n_heads={self.n_heads} "
                             f"heads, got {q.shape[1]} and {k.shape[1]}")
-        if not at.causal and not self.bidirectional:
-            raise UserError("this cope is built for causal attention (bidirectional=False); "
-                            "build it with bidirectional=True for attention without a "
-                            "causal mask (encoders)")
+        check_direction(self, at.causal)
         pos = self.gated_positions(q, k, at.causal)                     # (B, H, Lq, Lk)
         per_pos = torch.matmul(q.float(), self.pos_emb.float().T)       # (B, H, Lq, P)
         floor = pos.floor()

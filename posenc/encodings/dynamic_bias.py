@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from ..errors import UserError
 from .base import register
 from .checks import require_positive_int
-from .relative_bias import BiasFunction, DistanceBiasEncoding
+from .relative_bias import DistanceBiasEncoding
 
 #: max_distance when neither it nor max_len is given
 DEFAULT_MAX_DISTANCE = 1024
@@ -79,15 +79,6 @@ class DynamicBiasEncoding(DistanceBiasEncoding):
         x = self.mlp_input(rel)[:, None]                               # (N, 1)
         weight_dtype = self.mlp[0].weight.dtype
         return self.mlp(x.to(weight_dtype)).float().T                   # (H, N)
-
-    def bias_function(self) -> BiasFunction:
-        far = self.max_distance
-        table = self.distance_bias(torch.arange(-far, far + 1, device=self.mlp[0].weight.device))
-
-        def bias(rel: Tensor, head: Tensor) -> Tensor:
-            return table[head, rel.clamp(-far, far) + far]
-
-        return bias
 
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, mlp_width={self.mlp_width}, depth={self.depth}, "

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from .base import PositionalEncoding, ScoreMod, register
-from .checks import check_qk, require_float_in
+from .checks import check_direction, check_qk, require_float_in
 from .context import HookContext
 
 
@@ -89,10 +89,7 @@ class ForgetGateEncoding(PositionalEncoding):
             raise UserError(f"at.key_terms must be (batch, {self.n_heads}, {lk}, "
                             f"{2 if self.bidirectional else 1}) for {lq} queries among the "
                             f"keys, got shape {tuple(terms.shape)}")
-        if not at.causal and not self.bidirectional:
-            raise UserError("this forget_gate is built for causal attention "
-                            "(bidirectional=False); build it with bidirectional=True for "
-                            "attention without a causal mask (encoders)")
+        check_direction(self, at.causal)
         keys = terms.float().cumsum(dim=2)                     # (B, H, Lk, K)
         return keys, keys[:, :, lk - lq:]
 

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from ..errors import UserError
 from ..kernels.rotary import frequency_turns, rotary_angles
 from .base import PositionalEncoding, register
-from .checks import check_qk, require_float_in
+from .checks import check_qk, require_choice, require_float_in
 from .context import HookContext
 from .fp32_buffers import KeepsFp32Buffers
 
@@ -53,9 +53,7 @@ class PolarEncoding(KeepsFp32Buffers, PositionalEncoding):
     def __init__(self, *, theta: float = 10000.0, bias_init: str = "zeros", **kw) -> None:
         super().__init__(**kw)
         self.theta = require_float_in("theta", theta, 1.0, float("inf"))
-        if bias_init not in ("zeros", "uniform"):
-            raise UserError(f"bias_init must be one of 'zeros', 'uniform', got {bias_init!r}")
-        self.bias_init = bias_init
+        self.bias_init = require_choice("bias_init", bias_init, ("zeros", "uniform"))
         d = self.head_dim
         inv_freq = 1.0 / self.theta ** (torch.arange(d, dtype=torch.float32) / d)   # (D,)
         fixed, rest = frequency_turns(inv_freq)

@@ -2,7 +2,9 @@
 
 A subclass gives ``bias_function() -> f(rel, head)``: the bias of head ``head`` at integer
 distance ``rel``, elementwise over broadcast tensors, with any per-head parameters computed
-once when the function is made. The same function fills the materialized (1, H, Lq, Lk) bias
+once when the function is made; one whose bias stops changing past a distance M
+(``saturation``) may give only ``distance_bias``, the table of its 2M + 1 distances, instead
+(the dynamic bias's MLP). The same function fills the materialized (1, H, Lq, Lk) bias
 (``score_bias``, one evaluation per pair and head) and runs inside a FlexAttention
 ``score_mod`` on one (pair, head) at a time, so long sequences never build the (H, n, n)
 tensor. Distances come from the positions pair by pair: no table sized by the span of the
@@ -17,9 +19,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from ..errors import UserError
 from .base import PositionalEncoding, ScoreMod, pairs_per_head, position_reader
-from .checks import check_qk
+from .checks import check_direction, check_qk
 from .context import HookContext
 
 #: f(rel, head) -> bias: integer distances k_pos - q_pos and head indices, broadcast
@@ -43,14 +44,6 @@ class DistanceBiasEncoding(PositionalEncoding):
         (distances k_pos - q_pos) and ``head`` (head indices in [0, H))."""
         raise NotImplementedError
 
-    def check_direction(self, causal: bool) -> None:
-        """ValueError if attention without a causal mask asks for a bias built in its causal
-        form (``bidirectional=False``: keys after the query would get a meaningless term)."""
-        if not causal and getattr(self, "bidirectional", True) is False:
-            raise UserError(f"this {self.name} bias is built for causal attention "
-                             f"(bidirectional=False); build it with bidirectional=True for "
-                             f"attention without a causal mask (encoders)")
-
     def saturation(self) -> int | None:
         """A distance M past which the bias no longer changes (bias(rel) = bias(clamp(rel,
         -M, M))), or None. With it the materialized bias is read from a table of the 2M + 1
@@ -65,7 +58,7 @@ class DistanceBiasEncoding(PositionalEncoding):
     def score_bias(self, q: Tensor, k: Tensor, at: HookContext) -> Tensor:
         q_pos, k_pos, causal = at.q_pos, at.k_pos, at.causal
         check_qk(self, q, k, at, bias=True)
-        self.check_direction(causal)
+        check_direction(self, causal)
         rel = pairs_per_head(pair_distances(q_pos, k_pos))           # (1|B, 1, Lq, Lk)
         far = self.saturation()
         if far is None:
@@ -79,7 +72,7 @@ class DistanceBiasEncoding(PositionalEncoding):
     def score_mod(self, q: Tensor, k: Tensor, at: HookContext) -> ScoreMod:
         q_pos, k_pos, causal = at.q_pos, at.k_pos, at.causal
         check_qk(self, q, k, at, bias=True)
-        self.check_direction(causal)
+        check_direction(self, causal)
         q_at, k_at = position_reader(q_pos), position_reader(k_pos)
         far = self.saturation()
         if far is not None:                       # one lookup per score in a small table
