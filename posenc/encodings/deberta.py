@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -167,25 +168,41 @@ class DeBERTaEncoding(PositionalEncoding):
         positions per sequence."""
         return self.distance_rows(q_pos[..., :, None] - k_pos[..., None, :])
 
-    def position_heads(self, proj: nn.Linear, rows: Tensor | None, dtype: torch.dtype
-                       ) -> Tensor:
+    def normalized_rows(self) -> Callable[[Tensor | None], Tensor]:
+        """For the terms of one call: table rows (R,), or None for all 2 span, -> the relative
+        table at those rows after its LayerNorm (R, H * D). The norm is row-wise: when the
+        terms would normalize 2 span rows or more between them (c2p and p2c ask for the same
+        rows), they read one normalization of the whole table, made once per call; fewer
+        rows are normalized alone."""
+        table, norm, whole = self.rel_embeddings, self.rel_norm, []
+        n_terms = len(self.terms)
+
+        def rows_of(rows: Tensor | None) -> Tensor:
+            if norm is not None and rows is not None and \
+                    rows.numel() * n_terms < 2 * self.span:
+                return norm(table.index_select(0, rows))
+            if not whole:
+                whole.append(table if norm is None else norm(table))
+            return whole[0] if rows is None else whole[0].index_select(0, rows)
+
+        return rows_of
+
+    def position_heads(self, proj: nn.Linear, normalized: Callable[[Tensor | None], Tensor],
+                       rows: Tensor | None, dtype: torch.dtype) -> Tensor:
         """The relative table projected by ``proj`` (K^r for c2p, Q^r for p2c) per head, times
         the softmax scale: (H, R, D) over all 2 span rows, or over the table rows ``rows``
-        (R,). Normalization and projection are row-wise, so only the rows in use are
-        computed."""
-        rel = self.rel_embeddings if rows is None else self.rel_embeddings.index_select(0, rows)
-        if self.rel_norm is not None:
-            rel = self.rel_norm(rel)
-        heads = (proj(rel) * self.sm_scale()).to(dtype)              # (R, H * D)
+        (R,), read from ``normalized`` (the call's :meth:`normalized_rows`). Normalization
+        and projection are row-wise, so only the rows in use are projected."""
+        heads = (proj(normalized(rows)) * self.sm_scale()).to(dtype)   # (R, H * D)
         return heads.view(-1, self.n_heads, self.head_dim).transpose(0, 1)
 
     def relative_terms(self, q: Tensor, k: Tensor) -> list[RelativeTerm]:
         """The c2p term (query side, q . K^r) and the p2c term (key side, k . Q^r) in
-        ``pos_att_type``, over the log-bucketed table rows."""
-        terms = []
+        ``pos_att_type``, over the log-bucketed rows of one normalized table."""
+        terms, normalized = [], self.normalized_rows()
         for side, x, proj in (("query", q, self.pos_key_proj), ("key", k, self.pos_query_proj)):
             if proj is not None:
-                heads = functools.partial(self.position_heads, proj, dtype=x.dtype)
+                heads = functools.partial(self.position_heads, proj, normalized, dtype=x.dtype)
                 terms.append(RelativeTerm.bounded(side, x, heads, self.distance_rows,
                                                   2 * self.span, row_cache=self._block_rows))
         return terms

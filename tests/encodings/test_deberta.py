@@ -137,6 +137,25 @@ def test_deberta_strided_bias_equals_the_gathered_one(options):
                 torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
 
 
+def test_deberta_normalizes_its_table_once_for_both_terms():
+    """c2p and p2c read the same rows of the LayerNorm-ed table: where they read 2 span rows
+    or more between them (every row over any positions), one normalization of the whole
+    table serves both; fewer rows are normalized per term. The bias is the same."""
+    pe = make("deberta", {"position_buckets": 8, "max_relative_positions": 16})   # span 8
+    rows_normalized = []
+    pe.rel_norm.register_forward_hook(lambda m, args, out: rows_normalized.append(len(out)))
+    for lq, lk, consecutive, want_rows in [(7, 7, False, [16]), (7, 7, True, [16]),
+                                           (3, 2, True, [4, 4]), (1, 4, True, [4, 4])]:
+        q, k, _ = qkv(lq, lk)
+        q_pos, k_pos = torch.arange(lk - lq, lk), torch.arange(lk)
+        rows_normalized.clear()
+        got = pe.score_bias(q, k, HookContext.for_positions(q_pos, k_pos,
+                                                            consecutive=consecutive))
+        assert rows_normalized == want_rows
+        torch.testing.assert_close(got, deberta_gathered_bias(pe, q, k, q_pos, k_pos),
+                                   atol=1e-6, rtol=1e-5)
+
+
 # ----------------------------------------------------- against Hugging Face DeBERTa-v2
 @needs_transformers
 @pytest.mark.parametrize("pos_att_type,position_buckets,max_relative_positions", [
