@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from ..errors import UserError
-from ..kernels.rotary import apply_rotary
+from ..kernels.rotary import apply_rotary, rotary_angles
 from .base import register
 from .checks import check_qk
 from .context import HookContext
@@ -59,15 +59,6 @@ def axes_of(at: HookContext, n_axes: int) -> Tensor | None:
     return at.axes
 
 
-def sectioned(per_axis: list[Tensor], sections: list[int]) -> Tensor:
-    """Per-axis values (L, R/2) or (B, L, R/2) -> section a's pairs from axis a."""
-    parts, start = [], 0
-    for values, size in zip(per_axis, sections):
-        parts.append(values[..., start:start + size])
-        start += size
-    return torch.cat(parts, dim=-1)
-
-
 @register("mrope")
 class MultimodalRotaryEncoding(RotaryEncoding):
     """RoPE whose pairs are split into temporal, height and width sections.
@@ -102,10 +93,25 @@ class MultimodalRotaryEncoding(RotaryEncoding):
         if axes is None:                      # one position per token: every axis equal
             return super().transform_qk(q, k, at)
         check_qk(self, q, k, at)
-        cos_sin = [self.cos_sin(axes[a], 0) for a in range(self.position_axes)]
-        cos = sectioned([c for c, _ in cos_sin], self.mrope_section)
-        sin = sectioned([s for _, s in cos_sin], self.mrope_section)
+        cos, sin = self.sectioned_cos_sin(axes)
         return (apply_rotary(q, cos, sin, self.layout), apply_rotary(k, cos, sin, self.layout))
+
+    def sectioned_cos_sin(self, axes: Tensor) -> tuple[Tensor, Tensor]:
+        """Positions per axis (3, L) or (3, B, L) -> cos and sin (times the attention factor)
+        (L, R/2) or (B, L, R/2) fp32: section a's pairs rotated by axis a, each section's
+        angles computed once, as RoPE's ``cos_sin`` computes them (the scalings allowed here
+        fix the frequencies)."""
+        angles, start = [], 0
+        for axis, size in zip(axes, self.mrope_section):
+            pairs = slice(start, start + size)
+            angles.append(rotary_angles(axis, self.inv_freq[pairs],
+                                        (self.turns_fixed[pairs], self.turns_rest[pairs])))
+            start += size
+        angles = torch.cat(angles, dim=-1)                             # (..., L, R/2)
+        factor = self.attention_factor
+        if factor == 1.0:
+            return angles.cos(), angles.sin()
+        return angles.cos() * factor, angles.sin() * factor
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, mrope_section={self.mrope_section}"

@@ -64,6 +64,21 @@ def test_text_is_rope():
         assert_close(got[1], want[1], rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("options", [
+    {"scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}},
+    {"partial": 0.5}, {"rotary_dim": 8}, {"layout": "interleaved", "theta": 1e6}])
+def test_text_is_rope_with_its_options(options):
+    """Equal axes give RoPE's rotation bit for bit under RoPE's options too: a scaling with an
+    attention factor (yarn), p-RoPE, a partial rotary_dim; positions past 2^16 included."""
+    pe, rope = _mrope(**options), build_encoding("rope", n_heads=2, head_dim=16, **options)
+    q, k = _qk()
+    pos = torch.tensor([[3, 4, 5, 9, 10, 11], [0, 1, 2**16, 2**16 + 1, 2**20, 2**20 + 7]])
+    want = rope.transform_qk(q, k, HookContext.for_positions(pos))
+    got = pe.transform_qk(q, k, _at(pos.expand(3, 2, 6)))
+    assert_close(got[0], want[0], rtol=0, atol=0)
+    assert_close(got[1], want[1], rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_each_section_follows_its_axis(layout):
     """Moving one axis changes exactly the pairs of its section."""
