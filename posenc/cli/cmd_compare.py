@@ -15,6 +15,7 @@ HELP = ("train every encoding with the same data, budget and seeds, evaluate at 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..lab.parallel_runs import MAX_WORKERS, MIN_PARALLEL_STEPS
     from ..lab.presets import DEFAULT_SCALINGS, PRESETS, length_help, preset_help
     p.add_argument("--out", required=True, help="output directory (resumed if it holds the "
                    "same comparison)", type=path_arg)
@@ -50,6 +51,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="replace a different comparison in --out instead of refusing")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's "
                    "choice; 1 is faster on a machine that other jobs keep busy)")
+    p.add_argument("--workers", default="auto", help="processes that train and evaluate "
+                   "runs side by side, one thread each (default auto: one per CPU core, at "
+                   f"most {MAX_WORKERS}, on a CPU; 1 on a GPU or below {MIN_PARALLEL_STEPS} "
+                   "training steps in all)")
     p.add_argument("--no-atlas", action="store_true", help="do not draw the atlas into "
                    "DIR/atlas (about 20 s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -100,13 +105,17 @@ def run(args: argparse.Namespace) -> int:
                  tokenizer=args.tokenizer, seed=args.seed, seeds=args.seeds,
                  device=resolve_device(args.device),
                  bf16=None if args.dtype is None else args.dtype == "bfloat16")
+    from ..lab.parallel_runs import resolve_workers
+    from ..lab.study_data import study_device
+    args.workers = resolve_workers(args.workers, study_device(cfg.train),
+                                   len(cfg.encodings) * cfg.seeds, cfg.train.steps)
     start = time.perf_counter()
     if args.preset in CORPUS_STUDIES and args.data is None:
         return _run_corpora(cfg, args, (corpus,) if corpus else CORPUS_STUDIES[args.preset],
                             start)
     outcome = run_compare(cfg, args.out, overwrite=args.overwrite,
                           progress=not args.no_progress, atlas=not args.no_atlas,
-                          names=CLI_NAMES)
+                          names=CLI_NAMES, workers=args.workers)
     minutes = (time.perf_counter() - start) / 60
     print(f"{len(outcome.results['runs'])} runs ({len(outcome.trained)} trained now, "
           f"{len(outcome.reused)} reused) in {minutes:.1f} min")
@@ -130,7 +139,7 @@ def _run_corpora(cfg, args: argparse.Namespace, corpora: tuple[str, ...], start:
     from ..study import CLI_NAMES
     outcome = run_corpora(cfg, args.out, corpora, overwrite=args.overwrite,
                           progress=not args.no_progress, atlas=not args.no_atlas,
-                          names=CLI_NAMES)
+                          names=CLI_NAMES, workers=args.workers)
     minutes = (time.perf_counter() - start) / 60
     print(f"{len(corpora)} corpora ({', '.join(corpora)}) in {minutes:.1f} min")
     for corpus, one in outcome.outcomes.items():

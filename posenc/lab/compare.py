@@ -24,6 +24,8 @@ make the old runs incomparable is refused with the reason, unless ``overwrite``,
 removes only what a comparison writes. One process at a time writes ``out_dir`` (the run
 directory's lock). A run whose training diverges (non-finite loss) is
 recorded under ``failed`` in results.json and named in the report; the others go on.
+With ``workers`` > 1 the runs train and are evaluated in worker processes, side by side
+(:mod:`posenc.lab.parallel_runs`); results.json is still written in the plan's order.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..encodings.checks import require_positive_int
 from ..errors import UserError
 from ..eval.entropy import entropy_at_lengths
 from ..eval.inference_scaling import (InferenceScaling, apply_inference_scaling,
@@ -42,6 +45,7 @@ from ..study import API_NAMES, RESULTS, RunDirectory, Unit, encode, run_study
 from ..viz.plots import plot_all
 from .baseline import baseline_entry
 from .growth import incomparable_reason, merged
+from .parallel_runs import RunPool
 from .presets import CompareConfig
 from .progress import UnitProgress, unit_weight
 from .report import existing_links, render_index, render_report
@@ -263,9 +267,12 @@ class CompareStudy:
 
     kind = COMPARE_KIND
 
-    def __init__(self, cfg: CompareConfig, out_dir: Path, atlas: bool = True) -> None:
+    def __init__(self, cfg: CompareConfig, out_dir: Path, atlas: bool = True,
+                 workers: int = 1) -> None:
         self.cfg = replace(cfg, train=cfg.train.resolved())   # a local data path absolute
         self.out_dir, self.atlas = Path(out_dir), atlas
+        self.workers = workers
+        self.pool: RunPool | None = None
         self.data: StudyData | None = None
         self.loaded: dict[tuple[str, int], Any] = {}
         self.diverged: set[str] = set()
@@ -313,6 +320,7 @@ class CompareStudy:
                     label = run_label({"encoding": encoding, "inference_scaling": scaling})
                     units.append(Unit(("run", encoding, scaling, seed),
                                       f"{label} seed {seed}", unit_weight(cfg, 1, i == 0)))
+        self._start_pool(units)
         timing = results.get("timing") or {}
         if cfg.timing_rounds and not (set(timing.get("step_seconds", {})) == set(
                 cfg.encodings) and timing.get("rounds") == cfg.timing_rounds):
@@ -329,6 +337,9 @@ class CompareStudy:
         name, where = f"{encoding}/seed{seed}", run_dir_of(encoding, seed)
         if name in self.diverged:
             return                            # its training failed in this call
+        if self.pool is not None:
+            self._collect(results, encoding, scaling, seed)
+            return
         if (encoding, seed) not in self.loaded:
             try:
                 loaded, did_train = ensure_trained(cfg, encoding, self.out_dir / where,
@@ -346,6 +357,39 @@ class CompareStudy:
                              run_dir=where)
         add_seed(results, cfg, head, entry)
 
+    def _start_pool(self, units: list[Unit]) -> None:
+        """With more than one worker, queue every (encoding, seed) the plan evaluates."""
+        groups: dict[tuple[str, int], list[str | None]] = {}
+        for unit in units:
+            _, encoding, scaling, seed = unit.key
+            groups.setdefault((encoding, seed), []).append(scaling)
+        if self.workers < 2 or len(groups) < 2:
+            return
+        self.pool = RunPool(min(self.workers, len(groups)))
+        for (encoding, seed), scalings in groups.items():
+            self.pool.submit(self.cfg, self.out_dir, encoding, seed, scalings)
+
+    def _collect(self, results: dict, encoding: str, scaling: str | None, seed: int) -> None:
+        """Add one (encoding, scaling, seed) entry a worker made (waiting for it)."""
+        name = f"{encoding}/seed{seed}"
+        group = self.pool.result(encoding, seed)
+        if group.failed is not None:
+            results.setdefault("failed", {})[name] = group.failed
+            self.diverged.add(name)
+            return
+        if name not in self.trained + self.reused:
+            (results.get("failed") or {}).pop(name, None)
+            (self.trained if group.trained else self.reused).append(name)
+        head, entry = group.entries[scaling]
+        add_seed(results, self.cfg, head, entry)
+
+    def close(self) -> None:
+        """Stop the worker processes, if any (queued runs that have not started are
+        dropped; a cut-short comparison resumes them)."""
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+
     def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
         """report.md and index.html after every unit; at the end the plots (once) and the
         atlas first."""
@@ -357,13 +401,19 @@ class CompareStudy:
 
 def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
                 progress: bool = True, atlas: bool = True,
-                names: Mapping[str, str] = API_NAMES) -> CompareOutcome:
+                names: Mapping[str, str] = API_NAMES, workers: int = 1) -> CompareOutcome:
     """Run, resume or grow the comparison ``cfg`` in ``out_dir``; see the module docstring.
     ``atlas``: also draw the atlas into ``out_dir/atlas`` at the end. The folder's lock,
     checks, atomic results and overwrite (removing only what a comparison writes) are the
     study core's (:func:`posenc.study.run_study`); ``names``: how its messages name the
-    options (the CLI passes its flags)."""
-    study = CompareStudy(cfg, out_dir, atlas)
-    outcome = run_study(study, out_dir, overwrite=overwrite, progress=progress, names=names)
+    options (the CLI passes its flags). ``workers``: processes that train and evaluate runs
+    side by side (:func:`posenc.lab.parallel_runs.default_workers` picks a number)."""
+    require_positive_int("workers", workers)
+    study = CompareStudy(cfg, out_dir, atlas, workers)
+    try:
+        outcome = run_study(study, out_dir, overwrite=overwrite, progress=progress,
+                            names=names)
+    finally:
+        study.close()
     return CompareOutcome(outcome.out_dir, outcome.results, study.report, tuple(study.plots),
                           tuple(study.trained), tuple(study.reused))

@@ -110,9 +110,10 @@ def render_corpora_report(results: Mapping[str, dict]) -> str:
 
 def run_corpora(cfg: CompareConfig, out_dir: Path, corpora: Sequence[str], *,
                 overwrite: bool = False, progress: bool = True, atlas: bool = True,
-                names: Mapping[str, str] = API_NAMES) -> CorporaOutcome:
+                names: Mapping[str, str] = API_NAMES, workers: int = 1) -> CorporaOutcome:
     """Run ``cfg`` on each of ``corpora`` (``code``, ``prose`` or a path) into
-    ``out_dir/<corpus>`` (:func:`run_compare`), then write the report across them."""
+    ``out_dir/<corpus>`` (:func:`run_compare`, with ``workers``), then write the report
+    across them."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     outcomes = {}
@@ -120,7 +121,8 @@ def run_corpora(cfg: CompareConfig, out_dir: Path, corpora: Sequence[str], *,
         outcomes[corpus] = run_compare(
             replace(cfg, train=replace(cfg.train, data=corpus_data(corpus))),
             out_dir / corpus_folder(corpus),
-            overwrite=overwrite, progress=progress, atlas=atlas, names=names)
+            overwrite=overwrite, progress=progress, atlas=atlas, names=names,
+            workers=workers)
     results = {corpus_folder(c): o.results for c, o in outcomes.items()}
     text = render_corpora_report(results)
     report = out_dir / "report.md"

@@ -1,0 +1,50 @@
+"""Runs side by side: how many workers by device type, and a comparison in two worker
+processes equal to the same comparison in one process, in the same order, resumable."""
+
+import pytest
+
+from posenc.errors import UserError
+from posenc.lab import parallel_runs
+from posenc.lab.compare import run_compare
+from posenc.lab.parallel_runs import (MAX_WORKERS, MIN_PARALLEL_STEPS, default_workers,
+                                      resolve_workers)
+from posenc.lab.presets import preset
+
+
+def test_workers_follow_the_device_type_and_the_size_of_the_comparison(monkeypatch):
+    monkeypatch.setattr(parallel_runs.os, "cpu_count", lambda: 16)
+    big = MIN_PARALLEL_STEPS
+    assert default_workers("cpu", 29, big) == MAX_WORKERS
+    assert default_workers("cpu", 3, big) == 3                      # no idle worker
+    assert default_workers("cpu", 29, MIN_PARALLEL_STEPS // 29 - 1) == 1   # too small to gain
+    for device in ("cuda", "cuda:1", "mps", "xpu:0"):
+        assert default_workers(device, 29, big) == 1               # one accelerator
+    monkeypatch.setattr(parallel_runs.os, "cpu_count", lambda: 2)
+    assert default_workers("cpu", 29, big) == 2
+
+
+def test_the_workers_option_takes_auto_or_a_count():
+    assert resolve_workers("auto", "cuda", 10, 10_000) == 1
+    assert resolve_workers("3", "cpu", 10, 10_000) == 3 and resolve_workers(2, "cpu", 1, 1) == 2
+    for bad in ("0", "-1", "two", "1.5"):
+        with pytest.raises(UserError, match="--workers must be 'auto' or an integer >= 1"):
+            resolve_workers(bad, "cpu", 10, 10_000)
+
+
+def test_two_workers_give_the_sequential_results_in_the_same_order(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = preset("smoke", steps=3, lengths=(16, 32), eval_tokens=64,
+                 scalings=("linear:4", "self_extend:4"), encodings=("rope", "alibi", "nope"),
+                 seeds=2, timing_rounds=0)
+    alone = run_compare(cfg, tmp_path / "one", progress=False, atlas=False, workers=1)
+    side = run_compare(cfg, tmp_path / "two", progress=False, atlas=False, workers=2)
+    assert [r["label"] for r in side.results["runs"]] == \
+        [r["label"] for r in alone.results["runs"]]
+    for a, b in zip(alone.results["runs"], side.results["runs"]):
+        for sa, sb in zip(a["seeds"], b["seeds"]):
+            assert sa["seed"] == sb["seed"]
+            for n, ppl in sa["ppl"].items():
+                assert sb["ppl"][n] == pytest.approx(ppl, rel=1e-4)   # one thread vs two
+    assert sorted(side.trained) == sorted(alone.trained) and len(side.trained) == 6
+    again = run_compare(cfg, tmp_path / "two", progress=False, atlas=False, workers=2)
+    assert again.trained == () and again.results["runs"] == side.results["runs"]
