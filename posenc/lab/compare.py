@@ -38,29 +38,28 @@ from typing import Any
 
 from ..encodings.checks import require_positive_int
 from ..errors import UserError
-from ..eval.entropy import entropy_at_lengths
-from ..eval.inference_scaling import (InferenceScaling, apply_inference_scaling,
-                                      has_attention_weights, run_label)
+from ..eval.inference_scaling import InferenceScaling, run_label
 from ..study import API_NAMES, RESULTS, RunDirectory, Unit, encode, run_study
 from ..viz.plots import plot_all
 from .baseline import baseline_entry
 from .growth import incomparable_reason, merged
+from .one_run import ensure_trained, evaluate_run, run_dir_of, run_head
 from .parallel_runs import RunPool
 from .presets import CompareConfig
 from .progress import UnitProgress, unit_weight
 from .report import existing_links, render_index, render_report
 from .results import COMPARE_KIND, aggregate
-from .study_data import StudyData, prepare_study_data, study_device
+from .study_data import StudyData, prepare_study_data
 from .timing import time_training_steps
-from .variants import is_variant, run_family, takes_scaling
-from .window_eval import window_losses
+from .variants import takes_scaling
 
 ATLAS = "atlas"
 #: whose trained run the atlas draws (the first of these compared; else the first encoding):
 #: a learned bias table shows most of what training did to positions
 ATLAS_RUN_PREFERENCE = ("t5", "kerple", "fire", "alibi")
-#: most points of a training curve kept in results.json
-CURVE_POINTS = 200
+#: report.md and index.html are redrawn after a unit at most this often (seconds); the
+#: results are saved after every unit, and the last unit always redraws
+RENDER_EVERY_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -120,11 +119,6 @@ def planned_runs(cfg: CompareConfig) -> list[tuple[str, str | None]]:
     return plan
 
 
-def run_dir_of(encoding: str, seed: int) -> str:
-    """Where one (encoding, seed) run lives, relative to the comparison directory."""
-    return f"runs/{encoding}/seed{seed}"
-
-
 def _check_encoding(cfg: CompareConfig, encoding: str) -> None:
     """Validate an encoding's (or variant's) TrainConfig and build its encodings as the model
     would."""
@@ -133,101 +127,6 @@ def _check_encoding(cfg: CompareConfig, encoding: str) -> None:
     for spec in {s.encoding_key(): s for s in model.layer_specs()}.values():
         build_encoding(spec.pe, n_heads=model.n_heads, head_dim=model.d_model // model.n_heads,
                        max_len=model.max_len, **spec.pe_options)
-
-
-def _finished(run_dir: Path, steps: int, device: str):
-    """The loaded run if ``run_dir`` holds a complete run of ``steps`` steps, else None."""
-    from ..train.checkpoint import load_run
-    if not (run_dir / "state.json").exists():
-        return None
-    try:
-        loaded = load_run(run_dir, device)
-    except ValueError:
-        return None              # partial or damaged: train() resumes or reports it
-    return loaded if loaded.complete and loaded.steps >= steps else None
-
-
-def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, data: StudyData,
-                   progress: UnitProgress, seed: int | None = None) -> tuple[Any, bool]:
-    """Train, resume or reuse one encoding's run on the comparison's prepared ``data``;
-    return (LoadedRun, trained now)."""
-    from ..train.checkpoint import load_run
-    from ..train.loop import train
-    steps, device = cfg.train.steps, study_device(cfg.train)
-    loaded = _finished(run_dir, steps, device)
-    if loaded is not None:
-        progress.update(steps)
-        return loaded, False
-    counted = [0]
-
-    def on_step(step: int, record: dict, model) -> None:
-        progress.update(step - counted[0])     # the first call also counts resumed steps
-        counted[0] = step
-
-    train(cfg.train_config(encoding, data.vocab_size, seed), run_dir, resume=True,
-          progress=False, on_step=on_step, data=data.train)
-    progress.update(max(0, steps - counted[0]))
-    return load_run(run_dir, device), True
-
-
-def _curve(log: list[dict]) -> list[list[float]]:
-    points = [[int(e["step"]), float(e.get("loss", e.get("train_loss")))] for e in log
-              if isinstance(e, dict) and "step" in e
-              and isinstance(e.get("loss", e.get("train_loss")), (int, float))]
-    if len(points) > CURVE_POINTS:
-        every = -(-len(points) // CURVE_POINTS)
-        points = points[::every] + ([points[-1]] if (len(points) - 1) % every else [])
-    return points
-
-
-def evaluate_run(cfg: CompareConfig, loaded, test_tokens, encoding: str, scaling: str | None,
-                 progress: UnitProgress, run_dir: str | None = None) -> dict:
-    """One seed's entry of a run: perplexity per length with every window's loss, entropy."""
-    model = loaded.model
-    tokens_per_step = cfg.train.tokens_per_step
-    if scaling is not None:
-        model = apply_inference_scaling(model, InferenceScaling.parse(scaling), cfg.train_len)
-    start = time.perf_counter()
-    scored = window_losses(model, test_tokens, cfg.eval_lengths, stride=cfg.stride,
-                           max_tokens=cfg.eval_tokens,
-                           progress=lambda n: progress.update(n * progress.eval_unit))
-    entropy = None
-    if cfg.entropy_lengths and has_attention_weights(scaling):
-        entropy = {str(e.length): e.to_dict() if e.note is None else e.note
-                   for e in entropy_at_lengths(model, test_tokens, cfg.entropy_lengths,
-                                               n_windows=cfg.entropy_windows, errors="note",
-                                               keep_queries=True)}
-    return {
-        "seed": loaded.train_config.seed,
-        "steps": loaded.steps,
-        "train_tokens_per_s": loaded.tokens_per_s,
-        "ppl": {str(w.length): w.ppl for w in scored},
-        "ppl_tokens": {str(w.length): w.n_tokens for w in scored},
-        "window_nll": {str(w.length): [round(x, 5) for x in w.nll] for w in scored},
-        "window_tokens": {str(w.length): list(w.tokens) for w in scored},
-        "final_loss": _final_loss(loaded.log),
-        "curve": _curve(loaded.log) if scaling is None else None,
-        "entropy": entropy,
-        "seconds": {"eval": round(time.perf_counter() - start, 2),
-                    "train": round(loaded.steps * tokens_per_step / loaded.tokens_per_s, 2)
-                    if loaded.tokens_per_s else None},
-        "run_dir": run_dir or f"runs/{encoding}",
-    }
-
-
-def _final_loss(log: list[dict]) -> float | None:
-    curve = _curve(log)
-    return curve[-1][1] if curve else None
-
-
-def _head(cfg: CompareConfig, loaded, encoding: str, scaling: str | None) -> dict:
-    head = {"encoding": encoding, "inference_scaling": scaling}
-    model = loaded.train_config.model
-    variant = {"family": run_family(encoding), "pe": model.pe, "plan": model.plan} \
-        if is_variant(encoding) else {}
-    return {**head, "label": run_label(head), **variant,
-            "options": dict(model.pe_options), "train_len": cfg.train_len,
-            "steps": loaded.steps, "params": sum(p.numel() for p in loaded.model.parameters())}
 
 
 def add_seed(results: dict, cfg: CompareConfig, head: dict, entry: dict) -> None:
@@ -273,6 +172,7 @@ class CompareStudy:
         self.out_dir, self.atlas = Path(out_dir), atlas
         self.workers = workers
         self.pool: RunPool | None = None
+        self.rendered_at: float | None = None
         self.data: StudyData | None = None
         self.loaded: dict[tuple[str, int], Any] = {}
         self.diverged: set[str] = set()
@@ -352,7 +252,7 @@ class CompareStudy:
             (self.trained if did_train else self.reused).append(name)
             self.loaded = {(encoding, seed): loaded}     # the one run evaluated now
         loaded = self.loaded[(encoding, seed)]
-        head = _head(cfg, loaded, encoding, scaling)
+        head = run_head(cfg, loaded, encoding, scaling)
         entry = evaluate_run(cfg, loaded, self.data.test, encoding, scaling, progress,
                              run_dir=where)
         add_seed(results, cfg, head, entry)
@@ -383,16 +283,23 @@ class CompareStudy:
         head, entry = group.entries[scaling]
         add_seed(results, self.cfg, head, entry)
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
         """Stop the worker processes, if any (queued runs that have not started are
-        dropped; a cut-short comparison resumes them)."""
+        dropped, and with ``abort`` running ones too; a cut-short comparison resumes
+        them)."""
         if self.pool is not None:
-            self.pool.close()
+            self.pool.close(abort)
             self.pool = None
 
     def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
-        """report.md and index.html after every unit; at the end the plots (once) and the
-        atlas first."""
+        """report.md and index.html after a unit (at most every :data:`RENDER_EVERY_S`
+        seconds: rendering the HTML of a large comparison takes a good part of a second); at
+        the end the plots (once) and the atlas first."""
+        now = time.monotonic()
+        if not final and self.rendered_at is not None \
+                and now - self.rendered_at < RENDER_EVERY_S:
+            return [directory.path / RESULTS]
+        self.rendered_at = now
         self.report, plots = render_outputs(directory, results, plots=final,
                                             atlas=final and self.atlas)
         self.plots = plots if final else self.plots
@@ -413,7 +320,9 @@ def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
     try:
         outcome = run_study(study, out_dir, overwrite=overwrite, progress=progress,
                             names=names)
-    finally:
-        study.close()
+    except BaseException:                   # interrupted or failed: stop the workers now
+        study.close(abort=True)
+        raise
+    study.close()
     return CompareOutcome(outcome.out_dir, outcome.results, study.report, tuple(study.plots),
                           tuple(study.trained), tuple(study.reused))

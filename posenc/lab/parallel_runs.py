@@ -70,7 +70,7 @@ def run_group(cfg: Any, out_dir: Path, encoding: str, seed: int,
     import torch
 
     from ..train.loop import TrainingDiverged
-    from .compare import _head, ensure_trained, evaluate_run, run_dir_of
+    from .one_run import ensure_trained, evaluate_run, run_dir_of, run_head
     from .progress import UnitProgress
     from .study_data import prepare_study_data
     torch.set_num_threads(threads)
@@ -83,7 +83,7 @@ def run_group(cfg: Any, out_dir: Path, encoding: str, seed: int,
         return GroupResult(failed=str(err))
     out = GroupResult(trained=trained)
     for scaling in scalings:
-        out.entries[scaling] = (_head(cfg, loaded, encoding, scaling),
+        out.entries[scaling] = (run_head(cfg, loaded, encoding, scaling),
                                 evaluate_run(cfg, loaded, data.test, encoding, scaling, quiet,
                                              run_dir=where))
     return out
@@ -109,6 +109,11 @@ class RunPool:
         """The group's result (a worker's exception is raised here)."""
         return self.futures[(encoding, seed)].result()
 
-    def close(self) -> None:
-        """Stop the workers; queued groups that have not started are dropped."""
+    def close(self, abort: bool = False) -> None:
+        """Stop the workers; queued groups that have not started are dropped. ``abort``
+        (the comparison was interrupted): running groups are stopped too, at once; their
+        runs resume from their last checkpoint."""
+        if abort:
+            for process in list((self.executor._processes or {}).values()):
+                process.terminate()
         self.executor.shutdown(wait=True, cancel_futures=True)

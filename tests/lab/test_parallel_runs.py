@@ -48,3 +48,20 @@ def test_two_workers_give_the_sequential_results_in_the_same_order(tmp_path, mon
     assert sorted(side.trained) == sorted(alone.trained) and len(side.trained) == 6
     again = run_compare(cfg, tmp_path / "two", progress=False, atlas=False, workers=2)
     assert again.trained == () and again.results["runs"] == side.results["runs"]
+
+
+def test_an_interrupted_comparison_stops_its_running_workers_at_once(tmp_path, monkeypatch):
+    import time
+
+    from posenc.lab.parallel_runs import RunPool
+    monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = preset("smoke", steps=100_000, lengths=(16,), eval_tokens=64, scalings=(),
+                 encodings=("nope",), timing_rounds=0)
+    pool = RunPool(1)
+    pool.submit(cfg, tmp_path / "out", "nope", 0, [None])
+    worker = next(iter(pool.executor._processes.values()))
+    time.sleep(1.0)                                 # started, far from done
+    start = time.perf_counter()
+    pool.close(abort=True)
+    assert time.perf_counter() - start < 30 and not worker.is_alive()
+    assert pool.futures[("nope", 0)].done()
