@@ -37,7 +37,14 @@ def default_workers(device: str, runs: int, steps: int) -> int:
     device (routing by device type) or for a comparison too small to gain."""
     if device.split(":")[0] != "cpu" or runs * steps < MIN_PARALLEL_STEPS:
         return 1
-    return max(1, min(os.cpu_count() or 1, MAX_WORKERS, runs))
+    return max(1, min(cpu_cores(), MAX_WORKERS, runs))
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on (its affinity where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 def resolve_workers(value: str | int | None, device: str, runs: int, steps: int) -> int:

@@ -12,14 +12,14 @@ from posenc.lab.presets import preset
 
 
 def test_workers_follow_the_device_type_and_the_size_of_the_comparison(monkeypatch):
-    monkeypatch.setattr(parallel_runs.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(parallel_runs, "cpu_cores", lambda: 16)
     big = MIN_PARALLEL_STEPS
     assert default_workers("cpu", 29, big) == MAX_WORKERS
     assert default_workers("cpu", 3, big) == 3                      # no idle worker
     assert default_workers("cpu", 29, MIN_PARALLEL_STEPS // 29 - 1) == 1   # too small to gain
     for device in ("cuda", "cuda:1", "mps", "xpu:0"):
         assert default_workers(device, 29, big) == 1               # one accelerator
-    monkeypatch.setattr(parallel_runs.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(parallel_runs, "cpu_cores", lambda: 2)
     assert default_workers("cpu", 29, big) == 2
 
 
