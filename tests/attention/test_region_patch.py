@@ -13,6 +13,8 @@ from posenc.attention.region_patch import (apply_region_method, region_ready,
                                           remove_region_method)
 from posenc.encodings.rope import RotaryEncoding
 
+from tests.helpers import decode_in_steps
+
 T = 40
 
 
@@ -39,10 +41,8 @@ def test_cached_decoding_equals_full_forward(method, layout):
         plain = model(IDS)
         apply_region_method(model, method)
         full = model(IDS)
-        caches = model.make_caches(2, T)
-        steps = [model(IDS[:, :11], caches=caches)]
-        steps += [model(IDS[:, t:t + 1], caches=caches) for t in range(11, T)]
-    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-4, rtol=1e-4)
+        stepped = decode_in_steps(model, IDS, 11)
+    torch.testing.assert_close(stepped, full, atol=1e-4, rtol=1e-4)
     assert (full - plain).abs().max() > 1e-2
     remove_region_method(model)
     with torch.no_grad():
@@ -118,10 +118,8 @@ def test_partial_rope_is_exact_under_region_methods(options):
         remove_region_method(model)
         apply_region_method(model, SelfExtend(5, 3))
         full = model(IDS)
-        caches = model.make_caches(2, T)
-        steps = [model(IDS[:, :11], caches=caches)]
-        steps += [model(IDS[:, t:t + 1], caches=caches) for t in range(11, T)]
-    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-4, rtol=1e-4)
+        stepped = decode_in_steps(model, IDS, 11)
+    torch.testing.assert_close(stepped, full, atol=1e-4, rtol=1e-4)
     assert (full - plain).abs().max() > 1e-2
 
 
