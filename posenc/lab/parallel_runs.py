@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserError
+
 #: the most worker processes ``default_workers`` picks (more was not measured)
 MAX_WORKERS = 4
 #: fewer training steps than this in a whole comparison run in one process: starting a
@@ -49,7 +51,6 @@ def cpu_cores() -> int:
 
 def resolve_workers(value: str | int | None, device: str, runs: int, steps: int) -> int:
     """``--workers``: a count >= 1, or ``auto`` / None for :func:`default_workers`."""
-    from ..errors import UserError
     if value is None or value == "auto":
         return default_workers(device, runs, steps)
     try:
