@@ -40,6 +40,7 @@ from ..runio import DirectoryLock, has_content
 from . import checkpoint as ckpt
 from . import distributed as dist
 from .config import TrainConfig
+from .host_allocator import keep_freed_host_memory
 from .logging import RunLog, progress_bar
 from .memory import check_train_memory
 from .optim import param_groups
@@ -280,6 +281,7 @@ def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, asked: tuple,
     mode = check_run_dir(run_dir, cfg, *asked)
     dev = info.device
     check_train_memory(cfg, dev)
+    keep_freed_host_memory(dev)          # CPU only: freed tensors' pages reused each step
     data = _load_data_rank0_first(cfg, run_dir, mode, info, prepared)
     autocast = _autocast(cfg, dev)
     torch.manual_seed(cfg.seed)
