@@ -73,12 +73,14 @@ def windows(n_tokens: int, length: int, stride: int | None = None,
 def perplexity(logits_fn: LogitsFn, tokens: Tensor, length: int, stride: int | None = None,
                max_windows: int | None = None,
                progress: Callable[[int], None] | None = None,
-               batch_size: int = 1) -> PerplexityResult:
+               batch_size: int = 1,
+               on_window: Callable[[float, int], None] | None = None) -> PerplexityResult:
     """Perplexity of ``logits_fn`` on a 1-D token stream with windows of ``length`` tokens.
 
     ``batch_size`` windows that score the same number of tokens go through ``logits_fn``
     together as ids (B, length); the result does not depend on it. ``progress`` is called with
-    the number of windows done after each batch.
+    the number of windows done after each batch; ``on_window`` with each window's mean NLL and
+    scored tokens, in window order (from the same cross-entropy as the total).
     """
     if tokens.dim() != 1:
         raise UserError(f"tokens must be a 1-D stream, got shape {tuple(tokens.shape)}")
@@ -91,9 +93,13 @@ def perplexity(logits_fn: LogitsFn, tokens: Tensor, length: int, stride: int | N
         nonlocal total, count, n_windows
         ids = torch.stack([tokens[s:e] for s, e in batch]).long()           # (B, L)
         logits = logits_fn(ids)[:, -n_scored - 1:-1].float()                 # (B, n, V)
-        targets = ids[:, -n_scored:]                                         # (B, n)
-        total += F.cross_entropy(logits.flatten(0, 1), targets.flatten(),
-                                 reduction="sum").item()
+        targets = ids[:, -n_scored:].to(logits.device)                       # (B, n)
+        nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+        sums = nll.view(len(batch), n_scored).sum(1).tolist()                # B floats
+        total += sum(sums)
+        if on_window is not None:
+            for window_sum in sums:
+                on_window(window_sum / n_scored, n_scored)
         count += n_scored * len(batch)
         n_windows += len(batch)
         batch.clear()

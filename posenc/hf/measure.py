@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import UserError
@@ -213,24 +212,6 @@ def bootstrap_ppl_std(window_nll: Sequence[float], window_tokens: Sequence[int],
     return std if math.isfinite(std) else math.inf
 
 
-def _recording(fn: Callable[[Tensor], Tensor], scored: Sequence[int]
-               ) -> tuple[Callable[[Tensor], Tensor], list[float]]:
-    """``fn`` that also records each window's mean NLL (windows come one by one, in the order
-    of ``scored``, their numbers of scored tokens)."""
-    nlls: list[float] = []
-
-    def run(ids: Tensor) -> Tensor:                                      # ids (1, T)
-        logits = fn(ids)                                                 # (1, T, V)
-        if ids.shape[0] != 1:
-            raise ValueError("windows must come one at a time to be recorded")
-        n = scored[len(nlls)]
-        target = ids[0, -n:].to(logits.device)
-        total = F.cross_entropy(logits[0, -n - 1:-1].float(), target, reduction="sum")
-        nlls.append(total.item() / n)
-        return logits
-    return run, nlls
-
-
 def perplexity_vs_length(model: nn.Module, tokens: Tensor, lengths: Sequence[int],
                          stride: int | None = None, max_windows: int | None = None,
                          progress: Callable[[int], None] | None = None,
@@ -259,9 +240,10 @@ def perplexity_vs_length(model: nn.Module, tokens: Tensor, lengths: Sequence[int
             continue
         start = time.perf_counter()
         scored = [n for _, _, n in windows(tokens.numel(), length, step, max_windows)]
-        recording, nlls = _recording(fn, scored)
-        res = perplexity(recording, tokens, length, stride=step, max_windows=max_windows,
-                         progress=None if progress is None else (lambda _n: progress(1)))
+        nlls: list[float] = []
+        res = perplexity(fn, tokens, length, stride=step, max_windows=max_windows,
+                         progress=None if progress is None else (lambda _n: progress(1)),
+                         on_window=lambda nll, _n: nlls.append(nll))
         points.append(PplPoint(length, res.ppl, res.nll, res.n_tokens, res.n_windows,
                                time.perf_counter() - start, tuple(nlls), tuple(scored),
                                bootstrap_ppl_std(nlls, scored, seed)))

@@ -32,6 +32,29 @@ def test_batched_windows_give_the_same_perplexity():
     assert one.nll == pytest.approx(many.nll, rel=1e-5)
 
 
+def test_each_window_reports_its_own_mean_nll_batched_or_not():
+    model, tokens = tiny("rope"), stream(60)
+    per_window = {}
+    for batch_size in (1, 3):
+        seen = []
+        result = perplexity(lambda ids: model(ids), tokens, 16, stride=8,
+                            batch_size=batch_size, on_window=lambda nll, n: seen.append((nll, n)))
+        per_window[batch_size] = seen
+        weighted = sum(nll * n for nll, n in seen) / sum(n for _, n in seen)
+        assert weighted == pytest.approx(result.nll, rel=1e-6)
+    spans = list(windows(60, 16, stride=8))
+    with torch.no_grad():                                  # each window by hand
+        hand = []
+        for start, end, n_scored in spans:
+            logp = model(tokens[start:end][None])[0].log_softmax(-1)
+            targets = tokens[end - n_scored:end]
+            hand.append((-float(logp[-n_scored - 1:-1].gather(1, targets[:, None]).mean()),
+                         n_scored))
+    for seen in per_window.values():
+        assert [n for _, n in seen] == [n for _, n in hand]
+        assert [nll for nll, _ in seen] == pytest.approx([nll for nll, _ in hand], rel=1e-5)
+
+
 def test_sliding_window_scores_each_token_once():
     tokens = stream(100)
     scored = []
