@@ -38,16 +38,42 @@ def check_sampling(temperature: float = 0.0, top_k: int | None = None,
         require_float_in("top_p", top_p, 0.0, 1.0, high_open=False)
 
 
+def logits_broken(logits: Tensor) -> Tensor:
+    """Whether logits (B, V) hold a NaN or +inf, or a row is -inf everywhere: a 0-dim bool
+    tensor on the logits' device (reading it is the caller's choice of host sync)."""
+    return (torch.isnan(logits).any() | torch.isposinf(logits).any()
+            | torch.isneginf(logits).all(dim=-1).any())
+
+
+def raise_broken_logits() -> None:
+    """The UserError for logits :func:`logits_broken` flags."""
+    raise UserError("the model's logits are not finite (nan or inf): its weights hold "
+                    "non-finite values or its activations overflow in this dtype, so no "
+                    "token can be chosen")
+
+
 def check_logits(logits: Tensor) -> None:
-    """UserError if logits (B, V) hold a NaN or +inf, or a row is -inf everywhere: there is
-    no distribution to pick from (the model's weights are not finite, or its activations
-    overflow in this dtype)."""
-    broken = (torch.isnan(logits).any() | torch.isposinf(logits).any()
-              | torch.isneginf(logits).all(dim=-1).any())
-    if broken:
-        raise UserError("the model's logits are not finite (nan or inf): its weights hold "
-                        "non-finite values or its activations overflow in this dtype, so no "
-                        "token can be chosen")
+    """UserError if logits (B, V) are broken (:func:`logits_broken`): there is no
+    distribution to pick from (the model's weights are not finite, or its activations
+    overflow in this dtype). Reads the device once."""
+    if logits_broken(logits):
+        raise_broken_logits()
+
+
+def checks_each_token(device: torch.device, streaming: bool) -> bool:
+    """Whether a decoding loop checks its logits at every token (a host read each time) or
+    gathers the check on the device and reads it once at the end: each token on a CPU,
+    where a read costs nothing, and when tokens are streamed to the caller, who must not get
+    tokens from broken logits; at the end on an accelerator (routed by device type)."""
+    return device.type == "cpu" or streaming
+
+
+def _usable(logits: Tensor) -> Tensor:
+    """Logits (B, V) with each broken row made uniform, so that sampling from them cannot
+    fail on the device; the caller raises after the loop."""
+    bad = (torch.isnan(logits).any(-1) | torch.isposinf(logits).any(-1)
+           | torch.isneginf(logits).all(-1))                                    # (B,)
+    return torch.where(bad[:, None], torch.zeros_like(logits), logits)
 
 
 def top_k_filter(logits: Tensor, top_k: int) -> Tensor:
@@ -73,16 +99,21 @@ def top_p_filter(logits: Tensor, top_p: float) -> Tensor:
 
 def select_next(logits: Tensor, temperature: float = 0.0, top_k: int | None = None,
                 generator: torch.Generator | None = None, *,
-                top_p: float | None = None) -> Tensor:
+                top_p: float | None = None, check: bool = True) -> Tensor:
     """Pick the next token from logits (B, V) -> (B, 1) long.
 
     Greedy (argmax) at temperature 0, where ``top_k`` and ``top_p`` have no effect; else the
     logits are divided by the temperature, filtered by ``top_k`` and then ``top_p`` (each
     row on its own), renormalised, and one token per row is drawn with ``torch.multinomial``
-    (reproducible with a seeded ``generator`` on the logits' device).
+    (reproducible with a seeded ``generator`` on the logits' device). ``check=False``: the
+    caller checks the logits itself (:func:`logits_broken`, once after its loop); broken
+    rows then pick a token that means nothing instead of raising here.
     """
     check_sampling(temperature, top_k, top_p)
-    check_logits(logits)
+    if check:
+        check_logits(logits)
+    elif temperature != 0.0:
+        logits = _usable(logits)
     if temperature == 0.0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits.float() / temperature

@@ -22,7 +22,8 @@ from ..encodings.checks import (check_positions, check_token_ids, require_int_at
                                 require_options, require_positive_int)
 from .blocks import Block, init_weights, make_norm
 from .config import ModelShape
-from .generate import select_next
+from .generate import (checks_each_token, logits_broken, raise_broken_logits,
+                       select_next)
 from .plans import LayerSpec, distinct, plan_encodings, require_plan_fits, resolve_plan
 from .positions import (axis_positions, check_documents, check_mask, distances_match_indices,
                         positions_from_documents, positions_from_mask)
@@ -248,11 +249,18 @@ class TransformerLM(nn.Module):
         caches = self.make_caches(ids.shape[0], ids.shape[1] + max_new_tokens)
         logits = self(ids, attention_mask=attention_mask, caches=caches)
         out = [ids]
+        each = checks_each_token(logits.device, on_token is not None)
+        broken = torch.zeros((), dtype=torch.bool, device=logits.device)
         for step in range(max_new_tokens):
-            nxt = select_next(logits[:, -1], temperature, top_k, generator, top_p=top_p)
+            last = logits[:, -1]                                      # (B, V)
+            if not each:
+                broken |= logits_broken(last)                         # read after the loop
+            nxt = select_next(last, temperature, top_k, generator, top_p=top_p, check=each)
             out.append(nxt)                                           # (B, 1)
             if on_token is not None and on_token(step, nxt) is True:
                 break
             if step + 1 < max_new_tokens:
                 logits = self(nxt, caches=caches)
+        if not each and broken:
+            raise_broken_logits()
         return torch.cat(out, dim=1)

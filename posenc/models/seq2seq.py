@@ -25,7 +25,8 @@ from ..encodings import PositionalEncoding, build_encoding
 from ..encodings.registry import with_model_facts
 from ..encodings.checks import check_token_ids
 from .blocks import Block, init_weights, make_norm
-from .generate import select_next
+from .generate import (checks_each_token, logits_broken, raise_broken_logits,
+                       select_next)
 from .plans import distinct, plan_encodings
 from .positions import check_mask, positions_from_mask
 from .seq2seq_config import Seq2SeqConfig
@@ -246,15 +247,21 @@ class Seq2SeqTransformer(nn.Module):
         caches, cross_caches = (self.make_caches(src.shape[0], max(max_new_tokens, 1),
                                                  src.shape[1]) if use_cache else (None, None))
         finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+        each = checks_each_token(src.device, streaming=False)
+        broken = torch.zeros((), dtype=torch.bool, device=src.device)
         for _ in range(max_new_tokens):
             step_in = out[:, -1:] if use_cache else out
             logits = self.decode(memory, step_in, caches, cross_caches,
                                  memory_mask=src_mask)[:, -1]                  # (B, V)
-            nxt = select_next(logits)                                           # (B, 1)
+            if not each:
+                broken |= logits_broken(logits)                  # read once, after the loop
+            nxt = select_next(logits, check=each)                               # (B, 1)
             if eos_id is not None:
                 nxt = nxt.masked_fill(finished[:, None], eos_id)
                 finished |= nxt[:, 0] == eos_id
             out = torch.cat([out, nxt], dim=1)
-            if eos_id is not None and bool(finished.all()):
-                break
+            if eos_id is not None and bool(finished.all()):    # stopping early reads the
+                break                                          # device once a token
+        if not each and broken:
+            raise_broken_logits()
         return out

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from posenc import LMConfig, TransformerLM
-from posenc.models.generate import select_next, top_k_filter, top_p_filter
+from posenc.models.generate import (checks_each_token, logits_broken, select_next,
+                                    top_k_filter, top_p_filter)
 
 from tests.helpers import raises_one_line as _raises
 
@@ -188,3 +189,44 @@ def test_generate_with_non_finite_weights_is_one_line():
         model.head.weight[0, 0] = float("nan")
     _raises("the model's logits are not finite", model.generate,
             torch.zeros(1, 2, dtype=torch.long), 3, temperature=1.0, top_p=0.9)
+
+
+@pytest.mark.parametrize("device,streaming,each", [
+    ("cpu", False, True), ("cpu", True, True), ("cuda", False, False), ("cuda:1", True, True),
+    ("mps", False, False)])
+def test_logits_are_checked_per_token_only_where_a_read_is_free(device, streaming, each):
+    assert checks_each_token(torch.device(device), streaming) is each
+
+
+def _gathered(monkeypatch):
+    """Decoding loops check their logits once, after the loop, as on an accelerator."""
+    import posenc.models.lm as lm
+    monkeypatch.setattr(lm, "checks_each_token", lambda device, streaming: False)
+
+
+@pytest.mark.parametrize("kwargs", [{"temperature": 0.0}, {"temperature": 1.0, "top_p": 0.9}])
+def test_a_check_gathered_on_the_device_still_refuses_broken_logits(monkeypatch, kwargs):
+    model = _learned_model()
+    with torch.no_grad():
+        model.head.weight[0, 0] = float("nan")
+    _gathered(monkeypatch)
+    _raises("the model's logits are not finite", model.generate,
+            torch.zeros(1, 2, dtype=torch.long), 3, **kwargs)
+
+
+def test_a_check_gathered_on_the_device_picks_the_same_tokens(monkeypatch):
+    model, prompt = _learned_model(), torch.tensor([[1, 2, 3]])
+    each = model.generate(prompt, 4, temperature=1.0,
+                          generator=torch.Generator().manual_seed(0), top_k=5)
+    _gathered(monkeypatch)
+    once = model.generate(prompt, 4, temperature=1.0,
+                          generator=torch.Generator().manual_seed(0), top_k=5)
+    assert torch.equal(each, once)
+
+
+def test_without_the_check_a_broken_row_still_samples():
+    logits = torch.randn(2, VOCAB)
+    logits[0, 2] = float("nan")
+    picked = select_next(logits, 1.0, generator=torch.Generator().manual_seed(0), check=False)
+    assert picked.shape == (2, 1) and bool(logits_broken(logits))
+    assert not bool(logits_broken(torch.randn(2, VOCAB)))

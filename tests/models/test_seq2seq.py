@@ -12,6 +12,7 @@ from torch.testing import assert_close
 
 from posenc import Seq2SeqConfig, Seq2SeqTransformer, list_encodings
 from posenc.encodings import encoding_class
+from posenc.errors import UserError
 
 from tests.encodings.helpers import D, H
 from tests.helpers import context_options, sharpen
@@ -155,6 +156,19 @@ def test_generate_stops_at_eos_and_fills_finished_sequences():
     single = model.generate(src[:1], 6, bos_id=0, eos_id=eos)              # stops early
     assert single.shape[1] < free.shape[1]
     torch.testing.assert_close(single, expected_with_eos(free[:1], eos))
+
+
+def test_a_check_gathered_on_the_device_gives_the_same_output_or_the_same_error(monkeypatch):
+    """Decoding as on an accelerator (the logits checked once, after the loop)."""
+    import posenc.models.seq2seq as s2s
+    model, src = tiny_seq2seq("learned"), ids(4, 5, 3)
+    each = model.generate(src, 6, bos_id=0, eos_id=5)
+    monkeypatch.setattr(s2s, "checks_each_token", lambda device, streaming: False)
+    assert torch.equal(model.generate(src, 6, bos_id=0, eos_id=5), each)
+    with torch.no_grad():
+        model.head.weight[0, 0] = float("nan")
+    with pytest.raises(UserError, match="the model's logits are not finite"):
+        model.generate(src, 6, bos_id=0)
 
 
 def test_generate_rejects_bad_arguments():
