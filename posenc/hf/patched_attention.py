@@ -151,7 +151,9 @@ def _region_forward(self: nn.Module, hidden_states: Tensor,
     """Attention under a region method: raw keys in the cache, positions from the method.
 
     Absolute positions are the cache slots, plus the tokens StreamingLLM evicted (counted on
-    the cache layer); they must be 0..n-1 for every sequence (no padding)."""
+    the cache layer, and forgotten when the layer starts a new sequence); they must be 0..n-1
+    for every sequence (no padding). ``Cache.crop`` keeps the count: it drops the newest
+    slots, whose successors' positions then follow the kept ones."""
     patch: _AttentionPatch = self._posenc_attention
     method = patch.method
     cache = kwargs.pop("cache", None)
@@ -162,7 +164,9 @@ def _region_forward(self: nn.Module, hidden_states: Tensor,
     if cache is not None:      # a cache without a config adds its layers on the first update
         k, v = cache.update(k, v, self.layer_idx)                    # raw (unrotated) keys
         layer = cache.layers[self.layer_idx]
-    evicted = getattr(layer, "_posenc_evicted", 0)          # by earlier steps (new layer: 0)
+    # tokens evicted by earlier steps of this sequence; none when the cache held nothing
+    # before this call (a new layer, or one emptied by Cache.reset() since)
+    evicted = getattr(layer, "_posenc_evicted", 0) if k.shape[2] > length else 0
     slots = torch.arange(k.shape[2], device=q.device)
     sinks = getattr(method, "sinks", 0)
     k_abs = torch.where(slots < sinks, slots, slots + evicted)
@@ -179,8 +183,8 @@ def _region_forward(self: nn.Module, hidden_states: Tensor,
                                      self.scaling)                     # (B, H, T, D)
     if layer is not None and evicts(method):
         keep = method.kept(k.shape[2]).to(k.device)
+        layer._posenc_evicted = evicted + k.shape[2] - keep.numel()
         if keep.numel() < k.shape[2]:
-            layer._posenc_evicted = evicted + k.shape[2] - keep.numel()
             layer.keys, layer.values = layer.keys[:, :, keep], layer.values[:, :, keep]
     out = out.transpose(1, 2).reshape(batch, length, -1).contiguous()  # (B, T, H*D)
     return self.o_proj(out), None

@@ -71,6 +71,18 @@ def test_cache_without_config_grows_its_layers(method, ids):
         assert cache.layers[0].keys.shape[2] == 3 + 20 - 1
 
 
+def test_a_reset_streaming_cache_decodes_like_a_new_one(ids):
+    """Cache.reset() empties the layers that counted evicted tokens: the next sequence starts
+    at position 0 again."""
+    model = _model(_config())
+    extend(model, "streaming", 2.0, **OPTIONS["streaming"])
+    fresh, cache = _decode(model, ids)
+    assert cache.layers[0]._posenc_evicted > 0
+    cache.reset()
+    again, _ = _decode(model, ids, cache=cache)
+    torch.testing.assert_close(again, fresh, atol=0, rtol=0)
+
+
 def test_layers_share_one_rotary_table(ids):
     model = _model(_config(layers=3))
     extend(model, "self_extend", 2.0, **OPTIONS["self_extend"])
