@@ -10,21 +10,25 @@ from .args import name_list, path_arg
 
 NAME = "tasks"
 HELP = ("train decoder-only models on synthetic tasks (copy, ...) and encoder-decoder models "
-        "on reversing, score exact match on inputs up to 8x longer over seeds, write "
-        "results.json, report.md and task_accuracy.png")
+        "on reversing, score exact match on longer inputs over seeds, write results.json, "
+        "report.md and task_accuracy.png")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..lab.task_presets import TASK_PRESETS
+    from ..lab.parallel_runs import MAX_WORKERS, MIN_PARALLEL_STEPS
+    from ..lab.task_presets import TASK_PRESETS, task_preset_help
     p.add_argument("--out", required=True, type=path_arg, help="output directory (grown if it holds a study "
                    "with the same setting)")
     p.add_argument("--preset", default="tasks", choices=sorted(TASK_PRESETS),
-                   help="tasks: NoPE, T5, ALiBi, RoPE, sinusoidal, 3 seeds, ~10 min on a "
-                   "2-core CPU; tasks-smoke: the pipeline in seconds")
+                   help=task_preset_help())
     p.add_argument("--encodings", type=name_list, help="comma-separated encodings for both "
                    "parts, e.g. nope,rope,alibi")
     p.add_argument("--seeds", type=int, help="seeds per run (0..N-1); a study already in "
                    "--out grows: only missing runs are trained")
+    p.add_argument("--workers", default="auto", help="processes that train runs side by "
+                   "side, one thread each (default auto: one per CPU core, at most "
+                   f"{MAX_WORKERS}, on a CPU; 1 on a GPU or below {MIN_PARALLEL_STEPS} "
+                   "training steps in all)")
     p.add_argument("--overwrite", action="store_true",
                    help="start the study in --out over instead of growing it")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -35,11 +39,16 @@ def run(args: argparse.Namespace) -> int:
     from ..study import CLI_NAMES
     if args.seeds is not None and args.seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {args.seeds}")
+    from ..eval.lengths import eval_device
+    from ..lab.parallel_runs import resolve_workers
+    from ..lab.task_study import planned_runs, resolve_config
+    encodings = list(args.encodings) if args.encodings else None
+    cfg = resolve_config(args.preset, args.seeds, encodings)
+    workers = resolve_workers(args.workers, eval_device(), len(planned_runs(cfg)),
+                              max(cfg.train.steps, cfg.seq2seq_train.steps))
     start = time.perf_counter()
-    results = run_task_study(args.out, preset=args.preset, seeds=args.seeds,
-                             encodings=list(args.encodings) if args.encodings else None,
-                             progress=not args.no_progress, overwrite=args.overwrite,
-                             names=CLI_NAMES)
+    results = run_task_study(args.out, preset=cfg, progress=not args.no_progress,
+                             overwrite=args.overwrite, names=CLI_NAMES, workers=workers)
     minutes = (time.perf_counter() - start) / 60
     print(f"{len(results['runs'])} runs ({len(results['trained'])} trained now) in "
           f"{minutes:.1f} min")

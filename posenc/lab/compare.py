@@ -274,7 +274,7 @@ class CompareStudy:
     def _collect(self, results: dict, encoding: str, scaling: str | None, seed: int) -> None:
         """Add one (encoding, scaling, seed) entry a worker made (waiting for it)."""
         name = f"{encoding}/seed{seed}"
-        group = self.pool.result(encoding, seed)
+        group = self.pool.result((encoding, seed))
         if group.failed is not None:
             results.setdefault("failed", {})[name] = group.failed
             self.diverged.add(name)

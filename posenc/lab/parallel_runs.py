@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,8 +102,8 @@ def run_group(cfg: Any, out_dir: Path, encoding: str, seed: int,
 
 class RunPool:
     """``workers`` processes of ``threads`` threads each (started with ``spawn``, which is
-    safe after torch has started its own threads); :meth:`submit` queues an (encoding,
-    seed) and :meth:`result` waits for it."""
+    safe after torch has started its own threads); :meth:`submit` queues a comparison's
+    (encoding, seed), :meth:`submit_call` any call, and :meth:`result` waits for one."""
 
     def __init__(self, workers: int, threads: int = 1) -> None:
         self.threads = threads
@@ -112,12 +113,17 @@ class RunPool:
 
     def submit(self, cfg: Any, out_dir: Path, encoding: str, seed: int,
                scalings: list[str | None]) -> None:
-        self.futures[(encoding, seed)] = self.executor.submit(
-            run_group, cfg, out_dir, encoding, seed, scalings, self.threads)
+        self.submit_call((encoding, seed), run_group, cfg, out_dir, encoding, seed, scalings,
+                         self.threads)
 
-    def result(self, encoding: str, seed: int) -> GroupResult:
-        """The group's result (a worker's exception is raised here)."""
-        return self.futures[(encoding, seed)].result()
+    def submit_call(self, key: Any, fn: Callable[..., Any], *args: Any) -> None:
+        """Queue ``fn(*args)`` (a module-level function, picklable arguments) as ``key``."""
+        self.futures[key] = self.executor.submit(fn, *args)
+
+    def result(self, key: Any) -> Any:
+        """The result of the call queued as ``key`` (for :meth:`submit`: (encoding, seed));
+        a worker's exception is raised here."""
+        return self.futures[key].result()
 
     def close(self, abort: bool = False) -> None:
         """Stop the workers; queued groups that have not started are dropped. ``abort``

@@ -165,8 +165,9 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
     if "seconds" in results:
         cpu = sum(r["seconds"].get("cpu", 0.0) for r in results["runs"])
         lines += [f"Wall time of the runs: {results['seconds']:.0f} s, CPU time {cpu:.0f} s "
-                  "(training and evaluation on one thread, summed over every call that grew "
-                  "this study; on a busy machine the wall time exceeds the CPU time).", ""]
+                  "(each run trained and evaluated on one thread, summed over every call "
+                  "that grew this study; runs side by side in worker processes make the "
+                  "wall time shorter than the CPU time, a busy machine longer).", ""]
     for part, task, encodings in studied(results):
         lines += [f"## {PART_TITLES[part]}: {task}", ""]
         lines += accuracy_table(results, part, task, encodings)

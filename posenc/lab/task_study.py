@@ -15,8 +15,10 @@ and writes ``results.json`` (every run's numbers and the mean ± spread over see
 respect the spread; :mod:`posenc.lab.task_report`) and ``task_accuracy.png``.
 
 Each run trains on one CPU thread (tiny models gain nothing from more, and on a busy machine
-threads contend), and records its wall and CPU seconds. Runs are seconds each and are not
-checkpointed. The study runs on the study core (:class:`TaskStudy`,
+threads contend), and records its wall and CPU seconds. With ``workers`` > 1 the runs train
+in that many worker processes side by side (:class:`~posenc.lab.parallel_runs.RunPool`), one
+thread each as in one process, so their numbers are the same; results.json still takes them
+in plan order. Runs take seconds to minutes and are not checkpointed. The study runs on the study core (:class:`TaskStudy`,
 :func:`posenc.study.run_study`): results.json is rewritten atomically after every run, a
 second call skips the (part, task, encoding, seed) runs it already holds, so adding encodings
 or seeds trains only what is missing, and a directory holding a study with another setting
@@ -33,9 +35,11 @@ from typing import Any
 
 import torch
 
+from ..encodings.checks import require_positive_int
 from ..errors import UserError
 from ..eval.lengths import eval_device
 from ..study import API_NAMES, RunDirectory, StudyKind, Unit, run_study
+from .parallel_runs import RunPool
 from .task_presets import TASK_PRESETS, TaskStudyConfig, task_preset
 
 __all__ = ["KIND", "OUTPUTS", "TASK_PRESETS", "TaskStudy", "TaskStudyConfig",
@@ -86,6 +90,13 @@ def _curve(losses: list[float]) -> list[list[float]]:
     every = max(1, -(-len(losses) // CURVE_POINTS))
     return [[min(i + every, len(losses)), sum(losses[i:i + every]) / len(losses[i:i + every])]
             for i in range(0, len(losses), every)]
+
+
+def run_in_worker(cfg: TaskStudyConfig, part: str, task: str, encoding: str,
+                  seed: int) -> dict:
+    """:func:`run_one` in a worker process, on one thread as in the study's own process."""
+    torch.set_num_threads(1)
+    return run_one(cfg, part, task, encoding, seed)
 
 
 def run_one(cfg: TaskStudyConfig, part: str, task: str, encoding: str, seed: int,
@@ -175,8 +186,10 @@ class TaskStudy:
 
     kind = KIND
 
-    def __init__(self, cfg: TaskStudyConfig) -> None:
+    def __init__(self, cfg: TaskStudyConfig, workers: int = 1) -> None:
         self.cfg = cfg
+        self.workers = workers
+        self.pool: RunPool | None = None
 
     def incomparable(self, existing: dict) -> str | None:
         old = TaskStudyConfig.from_dict(existing["config"]).setting()
@@ -194,19 +207,35 @@ class TaskStudy:
     def plan(self, results: dict) -> list[Unit]:
         done = {run_key(r) for r in results["runs"]}
         steps = {"lm": self.cfg.train.steps, "seq2seq": self.cfg.seq2seq_train.steps}
-        return [Unit(key, " ".join(map(str, key[:3])) + f" seed {key[3]}", steps[key[0]])
-                for key in planned_runs(self.cfg) if key not in done]
+        units = [Unit(key, " ".join(map(str, key[:3])) + f" seed {key[3]}", steps[key[0]])
+                 for key in planned_runs(self.cfg) if key not in done]
+        if self.workers > 1 and len(units) > 1:     # every run queued now, taken in order
+            self.pool = RunPool(min(self.workers, len(units)))
+            for unit in units:
+                self.pool.submit_call(unit.key, run_in_worker, self.cfg, *unit.key)
+        return units
 
     def run_unit(self, unit: Unit, results: dict, advance) -> None:
         from .task_report import summarize
         started = time.perf_counter()
-        results["runs"].append(run_one(self.cfg, *unit.key, on_step=lambda _: advance(1)))
+        if self.pool is not None:
+            results["runs"].append(self.pool.result(unit.key))
+            advance(unit.weight)
+        else:
+            results["runs"].append(run_one(self.cfg, *unit.key,
+                                           on_step=lambda _: advance(1)))
         results["seconds"] = round(results.get("seconds", 0.0)
                                    + time.perf_counter() - started, 1)
         results["summary"] = summarize(results)
 
     def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
         return render_task_study(results, directory, final)
+
+    def close(self, abort: bool = False) -> None:
+        """Stop the worker processes, if any (with ``abort`` the running ones at once)."""
+        if self.pool is not None:
+            self.pool.close(abort)
+            self.pool = None
 
 
 def resolve_config(preset: str | TaskStudyConfig, seeds: int | list[int] | None,
@@ -227,21 +256,27 @@ def resolve_config(preset: str | TaskStudyConfig, seeds: int | list[int] | None,
 def run_task_study(out_dir: str | Path, preset: str | TaskStudyConfig = "tasks",
                    seeds: int | list[int] | None = None, encodings: list[str] | None = None,
                    progress: bool = True, overwrite: bool = False,
-                   names: Mapping[str, str] = API_NAMES) -> dict:
+                   names: Mapping[str, str] = API_NAMES, workers: int = 1) -> dict:
     """Run (or grow) a task study into ``out_dir`` and return its results (see the module
     docstring), with ``trained``: the runs trained now. ``seeds``: a count N (seeds 0..N-1)
     or a list; ``encodings`` replaces both parts' encodings; ``overwrite`` starts over
     (removing only what the study wrote) instead of growing a study already there. Bad
     input raises before anything is written; the directory's lock, checks and atomic
     results are :func:`posenc.study.run_study`'s. ``names``: how messages name the options
-    (the CLI passes its flags)."""
-    study = TaskStudy(resolve_config(preset, seeds, encodings))
+    (the CLI passes its flags). ``workers``: processes that train runs side by side
+    (:func:`posenc.lab.parallel_runs.default_workers` picks a number)."""
+    require_positive_int("workers", workers)
+    study = TaskStudy(resolve_config(preset, seeds, encodings), workers)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)        # tiny models: more threads only contend on a busy CPU
     try:
         outcome = run_study(study, out_dir, overwrite=overwrite, progress=progress,
                             names=names)
+    except BaseException:           # interrupted or failed: stop the workers now
+        study.close(abort=True)
+        raise
     finally:
+        study.close()
         torch.set_num_threads(threads)
     outcome.results["trained"] = [list(u.key) for u in outcome.ran]
     return outcome.results

@@ -30,5 +30,8 @@ def test_cli_tasks_refuses_what_it_does_not_take(tmp_path, capsys):
     code, _, err = cli(capsys, "tasks", "--preset", "tasks-smoke", "--out", str(tmp_path),
                        "--seeds", "0")
     assert code == 2 and "--seeds must be >= 1" in err and len(err.strip().splitlines()) == 1
+    code, _, err = cli(capsys, "tasks", "--preset", "tasks-smoke", "--out", str(tmp_path),
+                       "--workers", "0")
+    assert code == 2 and "--workers must be 'auto' or an integer >= 1" in err
     with pytest.raises(SystemExit):                 # the task presets left compare
         main(["compare", "--preset", "tasks-smoke", "--out", str(tmp_path)])

@@ -109,3 +109,20 @@ def test_the_report_explains_a_failure_by_construction(tmp_path, monkeypatch):
     part = part.split("\n## ")[0]
     assert "- **alibi** on reverse: structurally unlearnable" in part
     assert "mirror-symmetric" in part and "**rope** on reverse" not in part
+
+
+def test_runs_side_by_side_equal_the_runs_of_one_process(tmp_path):
+    """Two worker processes of one thread train the same runs as the study's own process
+    (one thread too): equal numbers, in plan order."""
+    one = run_task_study(tmp_path / "one", "tasks-smoke", seeds=1, progress=False)
+    two = run_task_study(tmp_path / "two", "tasks-smoke", seeds=1, progress=False, workers=2)
+
+    def runs(results):
+        return [{k: v for k, v in run.items() if k != "seconds"} for run in results["runs"]]
+    assert runs(two) == runs(one) and len(runs(one)) == 3
+    assert two["trained"] == one["trained"]
+
+
+def test_workers_must_be_a_positive_count(tmp_path):
+    with pytest.raises(ValueError, match="workers"):
+        run_task_study(tmp_path, "tasks-smoke", progress=False, workers=0)
