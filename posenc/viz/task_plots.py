@@ -2,14 +2,15 @@
 (exact match on top, token accuracy below).
 
 Each line is an encoding's mean over seeds, with error bars of ± the spread
-(:mod:`posenc.lab.task_verdicts`); lines are nudged sideways by a few percent of a length
-step so that encodings with equal values (often all at 0 far past the training length)
+(:mod:`posenc.lab.task_verdicts`); lines are nudged sideways by a fraction of the gap
+between the closest two test lengths (at most 4 %) so that encodings with equal values (often all at 0 far past the training length)
 stay distinguishable, and each has its own marker; a panel notes the lengths where every
 encoding has the same value. The training length is marked.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib
@@ -56,14 +57,29 @@ def coinciding(series: dict[str, list[tuple]]) -> list[int]:
                   if len(ms) == len(series) and max(ms) - min(ms) < 0.005)
 
 
+#: the most two neighbouring lines are nudged apart (log of the factor between them)
+MAX_NUDGE = math.log(1.04)
+
+
+def nudge_step(lengths: list[int], lines: int) -> float:
+    """Log-factor between neighbouring lines' x positions: at most :data:`MAX_NUDGE`, and
+    small enough that all ``lines`` together span under a third of the closest two lengths'
+    gap, so every point stays nearer its own length than the next one."""
+    if lines < 2:
+        return 0.0
+    gaps = [math.log(b / a) for a, b in zip(lengths, lengths[1:])]
+    return min(MAX_NUDGE, min(gaps, default=MAX_NUDGE) / 3 / (lines - 1))
+
+
 def _draw(ax, results: dict, part: str, task: str, colors: dict[str, tuple],
           metric: str) -> None:
     series = panel_series(results, part, task, metric)
     base = _train_len(results, part)
     lengths = sorted({n for pts in series.values() for n, _, _ in pts})
     k = len(series)
+    step = nudge_step(lengths, k)
     for i, (enc, pts) in enumerate(series.items()):
-        nudge = 1.0 + 0.04 * (i - (k - 1) / 2)           # multiplicative: log x axis
+        nudge = math.exp(step * (i - (k - 1) / 2))        # multiplicative: log x axis
         ax.errorbar([n * nudge for n, _, _ in pts], [m for _, m, _ in pts],
                     yerr=[[min(s, m) for _, m, s in pts],          # bars kept in [0, 1]
                           [min(s, 1 - m) for _, m, s in pts]], label=enc, color=colors[enc],
@@ -73,7 +89,7 @@ def _draw(ax, results: dict, part: str, task: str, colors: dict[str, tuple],
     ax.xaxis.set_major_locator(FixedLocator(lengths))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticklabels([f"{n}\n(L)" if n == base else f"{n}\n({n / base:g}L)"
-                        for n in lengths])
+                        for n in lengths], fontsize=8)
     ax.set_xlim(lengths[0] / 1.2, lengths[-1] * 1.2)
     ax.axvline(base, color="grey", linestyle=":", linewidth=1)
     ax.set_ylim(-0.05, 1.05)
@@ -83,7 +99,7 @@ def _draw(ax, results: dict, part: str, task: str, colors: dict[str, tuple],
     ax.set_ylabel(METRIC_LABELS[metric])
     ax.set_title(f"{TITLES[part]}: {task}, {METRIC_LABELS[metric]}", fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="best")
     same = coinciding(series)
     if same:
         ax.text(0.02, 0.96, f"all encodings equal at {', '.join(map(str, same))}",

@@ -39,3 +39,26 @@ def test_the_figure_draws_the_means_and_spreads_of_the_summary(tmp_path, monkeyp
     assert [t.get_text() for t in fig2.axes[0].texts] == ["all encodings equal at 8, 16"]
     plt.close(fig2)
     plt.close(fig)
+
+
+@pytest.mark.parametrize("lengths", [[20, 22, 25, 30, 40], [8, 9, 10, 12, 16],
+                                     [8, 12, 16, 24, 32, 48, 64]])
+@pytest.mark.parametrize("lines", [1, 2, 5, 9])
+def test_nudged_points_stay_nearest_their_own_length(lengths, lines):
+    """Every line's point at a length is closer to that length than to either neighbour (on
+    the log axis), and nudges never exceed 4 % between neighbouring lines."""
+    import math
+
+    from posenc.viz.task_plots import MAX_NUDGE, nudge_step
+    step = nudge_step(lengths, lines)
+    assert 0 <= step <= MAX_NUDGE
+    widest = step * (lines - 1) / 2                      # the outermost line's offset
+    for a, b in zip(lengths, lengths[1:]):
+        assert widest < math.log(b / a) / 2
+
+
+def test_lengths_far_apart_get_the_full_nudge_and_one_line_none():
+    from posenc.viz.task_plots import MAX_NUDGE, nudge_step
+    assert nudge_step([8, 16, 32, 64], 3) == MAX_NUDGE
+    assert nudge_step([20, 22, 25], 5) < MAX_NUDGE
+    assert nudge_step([8, 16], 1) == 0.0
