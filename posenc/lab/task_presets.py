@@ -13,8 +13,8 @@ setting all runs share (two studies are comparable when those fields are equal).
 
 - ``tasks``: the CPU preset, 3 seeds (its measured wall time is in the README).
 - ``tasks-cope``: CoPE against RoPE and NoPE on selective copy (Golovneva et al. 2024): 4
-  letters among blanks, trained up to L = 16 and tested on sparser inputs up to 8L, the
-  ``tasks`` budget, decoder-only.
+  letters among blanks, trained up to L = 16 and tested on sparser inputs up to 8L, 2,000
+  steps, decoder-only.
 - ``tasks-paper``: for a GPU, Kazemnejad et al.'s setting as far as posenc's tasks allow
   (:data:`KAZEMNEJAD_SHAPE`): their five encodings, decoder-only, copy, reverse and addition
   with inputs of up to 20 letters in training and up to twice that in testing, a T5-base-sized
@@ -239,8 +239,18 @@ KAZEMNEJAD_SHAPE = {"d_model": 768, "n_layers": 12, "n_heads": 12, "train_len": 
                     "steps": 50_000, "batch_size": 256, "lr": 3e-4}
 KAZEMNEJAD_TASKS = ("copy", "reverse", "addition")
 
+#: the CPU study's decoder-only setting: copying up to 10 letters (L = 20, input and answer)
+#: and tested on up to 20 (2L), the lengths of Kazemnejad et al.'s split at posenc's count,
+#: with 16,000 steps of 32 examples. Measured on the 2-core machine (one seed each): at 8,000
+#: steps RoPE copied every length-L input but NoPE only half of them; at 16,000 NoPE two in
+#: three, so the verdicts past L compare models that learned the task at L. Nearer lengths
+#: than 1.5L are tested too, since exact match of a whole answer falls to 0 within a few
+#: letters past L.
+TASKS_SHAPE = {"train_len": 20, "steps": 16_000}
+TASKS_MULTIPLIERS = (1, 1.1, 1.25, 1.5, 2)
+
 TASK_PRESETS: dict[str, TaskStudyConfig] = {
-    "tasks": TaskStudyConfig(),
+    "tasks": TaskStudyConfig(length_multipliers=TASKS_MULTIPLIERS).with_options(**TASKS_SHAPE),
     "tasks-cope": TaskStudyConfig(
         preset="tasks-cope", encodings=("cope", "rope", "nope"), lm_tasks=("selective_copy",),
         seq2seq_encodings=(), seq2seq_task=None).with_options(train_len=16),
@@ -255,6 +265,31 @@ TASK_PRESETS: dict[str, TaskStudyConfig] = {
     ).with_options(train_len=8, d_model=16, n_layers=1, n_heads=2, steps=4, batch_size=4,
                    seq2seq_len=4, seq2seq_min_len=2, seq2seq_steps=4),
 }
+
+
+#: what each preset is for, and its wall time on the 2-core CPU machine from an empty
+#: directory (minutes; None: not measured here); ``posenc tasks --help`` and the README quote
+#: them
+TASK_PRESET_PURPOSE = {
+    "tasks": "NoPE, T5, ALiBi, RoPE and sinusoidal copy up to 10 letters, tested on up to 20; "
+             "encoder-decoders reverse; 3 seeds",
+    "tasks-cope": "CoPE, RoPE and NoPE on selective copy, 3 seeds",
+    "tasks-paper": "Kazemnejad et al.'s setting, for a GPU",
+    "tasks-smoke": "the pipeline in seconds"}
+TASK_PRESET_MINUTES: dict[str, float | None] = {"tasks": 13.9, "tasks-cope": 1.3,
+                                                "tasks-paper": None, "tasks-smoke": 0.055}
+
+
+def task_preset_help() -> str:
+    """One line per task preset for ``--help``: its purpose and measured wall time."""
+    def took(name: str) -> str:
+        minutes = TASK_PRESET_MINUTES.get(name)
+        if minutes is None:
+            return "not timed on a CPU"
+        return (f"about {round(minutes * 60)} s" if minutes < 1 else f"about {minutes:g} min"
+                ) + " on a 2-core CPU"
+    return "; ".join(f"{name}: {TASK_PRESET_PURPOSE[name]}, {took(name)}"
+                     for name in TASK_PRESETS)
 
 
 def task_preset(name: str, **overrides: Any) -> TaskStudyConfig:

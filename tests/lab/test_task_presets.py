@@ -13,7 +13,8 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 def test_presets_and_config_validation():
     assert set(TASK_PRESETS) == {"tasks", "tasks-cope", "tasks-paper", "tasks-smoke"}
     cfg = task_preset("tasks")
-    assert cfg.lm_lengths[0] == cfg.train_len and cfg.lm_lengths[-1] == 8 * cfg.train_len
+    assert cfg.lm_lengths[0] == cfg.train_len and cfg.lm_lengths[-1] == 2 * cfg.train_len
+    assert cfg.train_len == 20                     # up to 10 letters, tested on up to 20
     assert len(cfg.seeds) >= 2
     with pytest.raises(ValueError, match="unknown task preset 'x'"):
         task_preset("x")
