@@ -320,15 +320,18 @@ PRESET_MINUTES: dict[str, float | None] = {"default": 3.3, "seeds3": 9.9, "paper
 CORPUS_STUDIES: dict[str, tuple[str, ...]] = {"corpora": ("code", "prose")}
 
 
+def took_phrase(minutes: float | None) -> str:
+    """How ``--help`` states a measured wall time in minutes (None: not measured)."""
+    if minutes is None:
+        return "not timed on a CPU"
+    return (f"about {round(minutes * 60)} s" if minutes < 1 else f"about {minutes:g} min"
+            ) + " on a 2-core CPU"
+
+
 def preset_help() -> str:
     """One line per preset for ``--help``: its purpose and measured wall time."""
-    def took(name: str) -> str:
-        minutes = PRESET_MINUTES.get(name)
-        if minutes is None:
-            return "not timed on a CPU"
-        return (f"about {round(minutes * 60)} s" if minutes < 1 else f"about {minutes:g} min"
-                ) + " on a 2-core CPU"
-    return "; ".join(f"{name}: {PRESET_PURPOSE[name]}, {took(name)}" for name in PRESETS)
+    return "; ".join(f"{name}: {PRESET_PURPOSE[name]}, {took_phrase(PRESET_MINUTES.get(name))}"
+                     for name in PRESETS)
 
 
 def length_help(name: str = "default") -> str:

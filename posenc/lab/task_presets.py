@@ -240,12 +240,12 @@ KAZEMNEJAD_SHAPE = {"d_model": 768, "n_layers": 12, "n_heads": 12, "train_len": 
 KAZEMNEJAD_TASKS = ("copy", "reverse", "addition")
 
 #: the CPU study's decoder-only setting: copying up to 10 letters (L = 20, input and answer)
-#: and tested on up to 20 (2L), the lengths of Kazemnejad et al.'s split at posenc's count,
-#: with 16,000 steps of 32 examples. Measured on the 2-core machine (one seed each): at 8,000
-#: steps RoPE copied every length-L input but NoPE only half of them; at 16,000 NoPE two in
-#: three, so the verdicts past L compare models that learned the task at L. Nearer lengths
-#: than 1.5L are tested too, since exact match of a whole answer falls to 0 within a few
-#: letters past L.
+#: and tested on up to 20 (2L), half the lengths of Kazemnejad et al.'s split (``tasks-paper``:
+#: up to 20 letters in training, 40 in testing), with 16,000 steps of 32 examples. Measured
+#: on the 2-core machine (one seed each): at 8,000 steps RoPE copied every length-L input but
+#: NoPE only half of them; at 16,000 NoPE two in three, so the verdicts past L compare models
+#: that learned the task at L. Nearer lengths than 1.5L are tested too, since exact match of a
+#: whole answer falls to 0 within a few letters past L.
 TASKS_SHAPE = {"train_len": 20, "steps": 16_000}
 TASKS_MULTIPLIERS = (1, 1.1, 1.25, 1.5, 2)
 
@@ -282,14 +282,9 @@ TASK_PRESET_MINUTES: dict[str, float | None] = {"tasks": 13.9, "tasks-cope": 1.3
 
 def task_preset_help() -> str:
     """One line per task preset for ``--help``: its purpose and measured wall time."""
-    def took(name: str) -> str:
-        minutes = TASK_PRESET_MINUTES.get(name)
-        if minutes is None:
-            return "not timed on a CPU"
-        return (f"about {round(minutes * 60)} s" if minutes < 1 else f"about {minutes:g} min"
-                ) + " on a 2-core CPU"
-    return "; ".join(f"{name}: {TASK_PRESET_PURPOSE[name]}, {took(name)}"
-                     for name in TASK_PRESETS)
+    from .presets import took_phrase
+    return "; ".join(f"{name}: {TASK_PRESET_PURPOSE[name]}, "
+                     f"{took_phrase(TASK_PRESET_MINUTES.get(name))}" for name in TASK_PRESETS)
 
 
 def task_preset(name: str, **overrides: Any) -> TaskStudyConfig:

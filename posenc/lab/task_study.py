@@ -18,11 +18,12 @@ Each run trains on one CPU thread (tiny models gain nothing from more, and on a 
 threads contend), and records its wall and CPU seconds. With ``workers`` > 1 the runs train
 in that many worker processes side by side (:class:`~posenc.lab.parallel_runs.RunPool`), one
 thread each as in one process, so their numbers are the same; results.json still takes them
-in plan order. Runs take seconds to minutes and are not checkpointed. The study runs on the study core (:class:`TaskStudy`,
-:func:`posenc.study.run_study`): results.json is rewritten atomically after every run, a
-second call skips the (part, task, encoding, seed) runs it already holds, so adding encodings
-or seeds trains only what is missing, and a directory holding a study with another setting
-(budget, model, lengths) is refused with the fields that differ.
+in plan order. Runs take seconds to minutes and are not checkpointed. The study runs on the
+study core (:class:`TaskStudy`, :func:`posenc.study.run_study`): results.json is rewritten
+atomically after every run, a second call skips the (part, task, encoding, seed) runs it
+already holds, so adding encodings or seeds trains only what is missing, and a directory
+holding a study with another setting (budget, model, lengths) is refused with the fields that
+differ.
 """
 
 from __future__ import annotations
