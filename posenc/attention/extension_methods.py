@@ -209,21 +209,41 @@ class StreamingLLM:
 Method = SelfExtend | ReRoPE | DualChunk | StreamingLLM
 
 
+def reads_spans(device: torch.device) -> bool:
+    """Whether region attention on ``device`` reads values back to the host to narrow its
+    work: each region's span of keys, a decoding step's full region, a rotary table's size.
+    On a CPU such a read costs nothing and saves work; on an accelerator it would wait for the
+    device at every layer and step, so there every region scores all keys under its mask and
+    rotary angles are computed, not looked up (routed by device type)."""
+    return device.type == "cpu"
+
+
 class RotaryTable:
     """rotate(x, pos) for RoPE with ``inv_freq`` (R/2,) in ``layout`` ("half" or
-    "interleaved", as :func:`posenc.kernels.rotary.apply_rotary`): integer
+    "interleaved", as :func:`posenc.kernels.rotary.apply_rotary`): on a CPU integer
     positions read cos/sin from a table grown on demand (no transcendental functions per
-    step), fractional ones compute them."""
+    step); fractional ones, and any on an accelerator (where growing the table would read the
+    largest position back, :func:`reads_spans`), compute them, to the same values."""
 
-    def __init__(self, inv_freq: Tensor, layout: str = "half") -> None:
+    def __init__(self, inv_freq: Tensor, layout: str = "half",
+                 turns: dict[float, tuple[Tensor, Tensor]] | None = None) -> None:
         self.inv_freq, self.layout = inv_freq, layout
         self.tables: dict[float, tuple[Tensor, Tensor]] = {}      # scale -> cos, sin
+        #: scale -> :func:`~posenc.kernels.rotary.frequency_turns` of the scaled inv_freq,
+        #: made once (off CUDA it is computed on the CPU); ``turns``: those already known
+        self.turns: dict[float, tuple[Tensor, Tensor]] = dict(turns or {})
 
     def __call__(self, x: Tensor, pos: Tensor, scale: float = 1.0) -> Tensor:
-        from ..kernels.rotary import apply_rotary, rotary_angles
+        from ..kernels.rotary import apply_rotary, frequency_turns, rotary_angles
         inv_freq = self.inv_freq if scale == 1.0 else self.inv_freq * scale
         if pos.is_floating_point():
             angles = rotary_angles(pos, inv_freq)
+            return apply_rotary(x, angles.cos(), angles.sin(), self.layout)
+        if not reads_spans(pos.device):
+            turns = self.turns.get(scale)
+            if turns is None:
+                turns = self.turns[scale] = frequency_turns(inv_freq)
+            angles = rotary_angles(pos, inv_freq, turns)
             return apply_rotary(x, angles.cos(), angles.sin(), self.layout)
         cos, sin = self.tables.get(scale, (inv_freq[:0], inv_freq[:0]))
         need = int(pos.max()) + 1 if pos.numel() else 0
@@ -243,7 +263,9 @@ def region_attention(q: Tensor, k: Tensor, v: Tensor, regions: list[Region], rot
     Pairs in no region are masked; each region's scores are computed only over the span of
     keys it covers (disjoint spans when decoding, so the work stays one pass over the keys);
     regions sharing one key map (Dual Chunk's) rotate the keys once. ``rotated_keys``: keys
-    already rotated by each region's map, by region name, (B, Hkv, >= Tk, D).
+    already rotated by each region's map, by region name, (B, Hkv, >= Tk, D). Spans are
+    read from the masks on a CPU only (:func:`reads_spans`); elsewhere each region scores
+    every key, masked, to the same result.
     """
     batch, heads, tq, dim = q.shape
     kv_heads, tk = k.shape[1], k.shape[2]
@@ -251,11 +273,14 @@ def region_attention(q: Tensor, k: Tensor, v: Tensor, regions: list[Region], rot
     scores = q.new_full((batch, kv_heads, group, tq, tk), float("-inf"), dtype=torch.float32)
     shared = [id(r.k_pos) for r in regions]
     rotated: dict[tuple[int, float], Tensor] = {}
+    narrow = reads_spans(q.device)
     for region in regions:
-        cols = region.mask.any(0).nonzero()
-        if cols.numel() == 0:
-            continue
-        a, b = int(cols[0]), int(cols[-1]) + 1
+        a, b = 0, tk
+        if narrow:
+            cols = region.mask.any(0).nonzero()
+            if cols.numel() == 0:
+                continue
+            a, b = int(cols[0]), int(cols[-1]) + 1
         qr = rotate(q, region.q_pos, region.scale).reshape(batch, kv_heads, group * tq, dim)
         if rotated_keys is not None and region.name in rotated_keys:
             kr = rotated_keys[region.name][:, :, a:b]
@@ -268,7 +293,7 @@ def region_attention(q: Tensor, k: Tensor, v: Tensor, regions: list[Region], rot
             kr = rotate(k[:, :, a:b], region.k_pos[a:b], region.scale)
         part = (qr @ kr.transpose(-1, -2)).view(batch, kv_heads, group, tq, b - a)
         mask = region.mask[:, a:b]
-        if tq == 1 and bool(mask.all()):            # decoding: the span is the region
+        if narrow and tq == 1 and bool(mask.all()):  # decoding: the span is the region
             scores[..., a:b] = part.float() * scale
         else:
             scores[..., a:b] = torch.where(mask, part.float() * scale, scores[..., a:b])

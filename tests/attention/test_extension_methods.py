@@ -9,10 +9,11 @@ import math
 import pytest
 import torch
 
-from posenc.attention.extension_methods import (DualChunk, ReRoPE, SelfExtend, StreamingLLM,
-                                                blockwise_region_attention, build_method,
-                                                region_attention, relative_positions)
-from posenc.kernels.rotary import apply_rotary, rotary_angles
+from posenc.attention.extension_methods import (DualChunk, ReRoPE, RotaryTable, SelfExtend,
+                                                StreamingLLM, blockwise_region_attention,
+                                                build_method, reads_spans, region_attention,
+                                                relative_positions)
+from posenc.kernels.rotary import apply_rotary, frequency_turns, rotary_angles
 
 NAN = float("nan")
 D = 8
@@ -200,3 +201,46 @@ def test_blocks_bound_the_scores_of_a_long_prefill(monkeypatch):
     assert len(seen) == 2 and max(seen) <= em.SCORE_BUDGET
     torch.testing.assert_close(out, inner(q, k, v, SelfExtend(4, 3).regions(pos, pos),
                                           rotate, 0.3), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("device,reads", [("cpu", True), ("cuda", False), ("cuda:1", False),
+                                          ("mps", False), ("meta", False)])
+def test_only_a_cpu_reads_region_spans_back(device, reads):
+    assert reads_spans(torch.device(device)) is reads
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda m: m.name)
+def test_scoring_every_key_gives_what_the_spans_give(method, monkeypatch):
+    """Without reads back to the host (as on an accelerator: every region scores all keys
+    under its mask, rotary angles computed instead of looked up), prefill, blocks and decoding
+    equal the CPU's narrowed computation."""
+    import posenc.attention.extension_methods as em
+    q, k, v = _qkv()
+    pos = torch.arange(23)
+    table = RotaryTable(INV_FREQ)
+
+    def outputs():
+        prefill = blockwise_region_attention(q, k, v, pos, pos, method.regions, table, 0.3,
+                                             block=5)
+        step = region_attention(q[:, :, -1:], k, v, method.regions(pos[-1:], pos), table, 0.3)
+        return prefill, step
+    narrowed = outputs()
+    monkeypatch.setattr(em, "reads_spans", lambda device: False)
+    for got, want in zip(outputs(), narrowed):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda m: m.name)
+def test_region_attention_never_reads_a_value_on_an_accelerator(method):
+    """On the meta device a tensor has no data, so any read back to the host raises: a
+    prefill in blocks and a decoding step run there whole."""
+    q, k, v = (t.to("meta") for t in _qkv())
+    pos = torch.arange(23, device="meta")
+    scales = {r.scale for r in method.regions(torch.arange(23), torch.arange(23))}
+    turns = {s: tuple(t.to("meta") for t in frequency_turns(INV_FREQ * s))    # made once,
+             for s in scales}                                                 # up front
+    table = RotaryTable(INV_FREQ.to("meta"), turns=turns)
+    prefill = blockwise_region_attention(q, k, v, pos, pos, method.regions, table, 0.3,
+                                         block=5)
+    step = region_attention(q[:, :, -1:], k, v, method.regions(pos[-1:], pos), table, 0.3)
+    assert prefill.shape == q.shape and step.shape == (2, 4, 1, D)
