@@ -38,11 +38,16 @@ def check_sampling(temperature: float = 0.0, top_k: int | None = None,
         require_float_in("top_p", top_p, 0.0, 1.0, high_open=False)
 
 
+def broken_rows(logits: Tensor) -> Tensor:
+    """Rows of logits (B, V) with a NaN or +inf, or -inf everywhere -> (B,) bool."""
+    return (torch.isnan(logits).any(-1) | torch.isposinf(logits).any(-1)
+            | torch.isneginf(logits).all(-1))
+
+
 def logits_broken(logits: Tensor) -> Tensor:
-    """Whether logits (B, V) hold a NaN or +inf, or a row is -inf everywhere: a 0-dim bool
-    tensor on the logits' device (reading it is the caller's choice of host sync)."""
-    return (torch.isnan(logits).any() | torch.isposinf(logits).any()
-            | torch.isneginf(logits).all(dim=-1).any())
+    """Whether any row of logits (B, V) is broken (:func:`broken_rows`): a 0-dim bool tensor
+    on the logits' device (reading it is the caller's choice of host sync)."""
+    return broken_rows(logits).any()
 
 
 def raise_broken_logits() -> None:
@@ -71,9 +76,7 @@ def checks_each_token(device: torch.device, streaming: bool) -> bool:
 def _usable(logits: Tensor) -> Tensor:
     """Logits (B, V) with each broken row made uniform, so that sampling from them cannot
     fail on the device; the caller raises after the loop."""
-    bad = (torch.isnan(logits).any(-1) | torch.isposinf(logits).any(-1)
-           | torch.isneginf(logits).all(-1))                                    # (B,)
-    return torch.where(bad[:, None], torch.zeros_like(logits), logits)
+    return torch.where(broken_rows(logits)[:, None], torch.zeros_like(logits), logits)
 
 
 def top_k_filter(logits: Tensor, top_k: int) -> Tensor:
