@@ -319,12 +319,6 @@ def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
     side by side (:func:`posenc.lab.parallel_runs.default_workers` picks a number)."""
     require_positive_int("workers", workers)
     study = CompareStudy(cfg, out_dir, atlas, workers)
-    try:
-        outcome = run_study(study, out_dir, overwrite=overwrite, progress=progress,
-                            names=names)
-    except BaseException:                   # interrupted or failed: stop the workers now
-        study.close(abort=True)
-        raise
-    study.close()
+    outcome = run_study(study, out_dir, overwrite=overwrite, progress=progress, names=names)
     return CompareOutcome(outcome.out_dir, outcome.results, study.report, tuple(study.plots),
                           tuple(study.trained), tuple(study.reused))

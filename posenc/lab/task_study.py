@@ -273,11 +273,7 @@ def run_task_study(out_dir: str | Path, preset: str | TaskStudyConfig = "tasks",
     try:
         outcome = run_study(study, out_dir, overwrite=overwrite, progress=progress,
                             names=names)
-    except BaseException:           # interrupted or failed: stop the workers now
-        study.close(abort=True)
-        raise
     finally:
-        study.close()
         torch.set_num_threads(threads)
     outcome.results["trained"] = [list(u.key) for u in outcome.ran]
     return outcome.results

@@ -53,6 +53,9 @@ class Study(Protocol):
     def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
         """Write the report (and, when ``final``, the figures) from ``results``."""
 
+    # optional: ``close(abort: bool = False)``, called once the study ends (``abort``: it was
+    # interrupted or failed), e.g. to stop worker processes that :meth:`plan` started
+
 
 @dataclass(frozen=True)
 class StudyOutcome:
@@ -68,7 +71,22 @@ def run_study(study: Study, out_dir: str | Path, *, overwrite: bool = False,
               progress: bool = True, names: Mapping[str, str] = API_NAMES) -> StudyOutcome:
     """Run, resume or grow ``study`` in ``out_dir`` (module docstring). ``overwrite`` starts
     over, removing only what the study wrote; ``names``: how messages name the caller's
-    options (the CLI passes its flags)."""
+    options (the CLI passes its flags). A study's ``close`` (if it has one) is called at the
+    end, with ``abort=True`` when the study was interrupted or failed."""
+    close = getattr(study, "close", None)
+    try:
+        outcome = _run(study, out_dir, overwrite, progress, names)
+    except BaseException:
+        if close is not None:
+            close(abort=True)
+        raise
+    if close is not None:
+        close()
+    return outcome
+
+
+def _run(study: Study, out_dir: str | Path, overwrite: bool, progress: bool,
+         names: Mapping[str, str]) -> StudyOutcome:
     with RunDirectory(out_dir, study.kind, names) as directory:
         existing = directory.open(study.incomparable, overwrite)
         results = study.prepare(existing)

@@ -69,6 +69,31 @@ def test_a_crash_keeps_finished_units_and_the_next_call_resumes(tmp_path):
     assert outcome.paths == (out / "report.md",)
 
 
+class Closing(Squares):
+    """Squares with a ``close`` hook (as studies with worker processes have)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.closed = []
+
+    def close(self, abort=False):
+        self.closed.append(abort)
+
+
+def test_a_study_is_closed_once_and_told_when_it_was_cut_short(tmp_path):
+    done = Closing([1, 2])
+    run_study(done, tmp_path / "a", progress=False)
+    assert done.closed == [False]
+    failed = Closing([1, 2], fail_at=2)
+    with pytest.raises(RuntimeError):
+        run_study(failed, tmp_path / "b", progress=False)
+    assert failed.closed == [True]
+    refused = Closing([1], bad_input=True)
+    with pytest.raises(UserError):
+        run_study(refused, tmp_path / "c", progress=False)
+    assert refused.closed == [True]
+
+
 def test_progress_off_a_terminal_prints_a_line_per_unit():
     stream = io.StringIO()
     bar = StudyProgress(10, "squares", stream=stream)
