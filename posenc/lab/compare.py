@@ -40,7 +40,6 @@ from ..encodings.checks import require_positive_int
 from ..errors import UserError
 from ..eval.inference_scaling import InferenceScaling, run_label
 from ..study import API_NAMES, RESULTS, RunDirectory, Unit, encode, run_study
-from ..train.host_allocator import keep_freed_host_memory
 from ..viz.plots import plot_all
 from .baseline import baseline_entry
 from .growth import incomparable_reason, merged
@@ -50,7 +49,7 @@ from .presets import CompareConfig
 from .progress import UnitProgress, unit_weight
 from .report import existing_links, render_index, render_report
 from .results import COMPARE_KIND, aggregate
-from .study_data import StudyData, prepare_study_data, study_device
+from .study_data import StudyData, prepare_study_data
 from .timing import time_training_steps
 from .variants import takes_scaling
 
@@ -189,7 +188,6 @@ class CompareStudy:
         cfg = self.cfg = merged(existing["config"], self.cfg) if existing else self.cfg
         for encoding in cfg.encodings:        # every run's config is valid before we start
             _check_encoding(cfg, encoding)
-        keep_freed_host_memory(study_device(cfg.train))    # on a CPU: see its module
         data = self.data = prepare_study_data(cfg.train)   # once: every run trains on it
         if max(cfg.eval_lengths) > len(data.test):
             raise UserError(f"evaluation length {max(cfg.eval_lengths)} is longer than the "

@@ -78,13 +78,11 @@ def run_group(cfg: Any, out_dir: Path, encoding: str, seed: int,
     """In a worker: train (or resume, or reuse) one run and evaluate it under ``scalings``."""
     import torch
 
-    from ..train.host_allocator import keep_freed_host_memory
     from ..train.loop import TrainingDiverged
     from .one_run import ensure_trained, evaluate_run, run_dir_of, run_head
     from .progress import UnitProgress
-    from .study_data import prepare_study_data, study_device
+    from .study_data import prepare_study_data
     torch.set_num_threads(threads)
-    keep_freed_host_memory(study_device(cfg.train))
     data = prepare_study_data(cfg.train)             # from the corpus cache the parent made
     quiet = UnitProgress(cfg, lambda n: None)
     where = run_dir_of(encoding, seed)
