@@ -98,13 +98,15 @@ def _draw(ax, results: dict, part: str, task: str, colors: dict[str, tuple],
     ax.set_xlabel("test length (source letters)" if part == "seq2seq"
                   else "test length (tokens)")
     ax.set_ylabel(METRIC_LABELS[metric])
-    ax.set_title(f"{TITLES[part]}: {task}, {METRIC_LABELS[metric]}", fontsize=10)
+    same = coinciding(series)
+    ax.set_title(f"{TITLES[part]}: {task}, {METRIC_LABELS[metric]}", fontsize=10,
+                 pad=14 if same else 6)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="best")
-    same = coinciding(series)
-    if same:
-        ax.text(0.02, 0.96, f"all encodings equal at {', '.join(map(str, same))}",
-                transform=ax.transAxes, fontsize=7, va="top", color="dimgrey")
+    if same:                              # between the title and the axes: no point is there
+        ax.text(0.5, 1.01, f"all encodings equal at {', '.join(map(str, same))}",
+                transform=ax.transAxes, fontsize=7, ha="center", va="bottom",
+                color="dimgrey")
 
 
 def task_figure(results: dict):
