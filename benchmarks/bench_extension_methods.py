@@ -29,7 +29,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from posenc.attention.extension_methods import RotaryTable, build_method, region_attention
+from posenc.attention.extension_methods import RotaryTable, region_attention
+from posenc.methods import build_method
 
 from .common import compare, machine_line, peak_rss_delta_mib, run_child, steady_allocator
 

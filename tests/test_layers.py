@@ -1,5 +1,5 @@
 """Dependencies point one way: cli -> lab/hf -> atlas -> viz -> train/eval -> models ->
-attention -> encodings -> kernels, with data and the file utilities below what uses them.
+attention -> methods -> encodings -> kernels, with data and the file utilities below what uses them.
 
 The test parses every module of the package (imports inside functions included) and fails on
 an import that points up or sideways.
@@ -17,16 +17,17 @@ PACKAGE = Path(posenc.__file__).parent
 #: layer of each subpackage or top-level module: a module imports only lower layers (and its
 #: own subpackage)
 LAYERS = {
-    "errors": -1, "runio": 0, "paths": 0,
+    "errors": -1, "runio": 0, "paths": 0, "suggest": 0,
     "kernels": 1, "data": 1, "study": 1,
     "encodings": 2,
-    "attention": 3,
-    "models": 4,
-    "train": 5, "eval": 5,
-    "viz": 6,
-    "atlas": 7,
-    "lab": 8, "hf": 8,
-    "cli": 9,
+    "methods": 3,
+    "attention": 4,
+    "models": 5,
+    "train": 6, "eval": 6,
+    "viz": 7,
+    "atlas": 8,
+    "lab": 9, "hf": 9,
+    "cli": 10,
 }
 #: modules that may import anything (the public entry points)
 ENTRY_POINTS = {"__init__", "__main__"}

@@ -13,6 +13,7 @@ from .backends import attend, route
 from .cache import KVCache
 from .context import AttentionCall, AttentionContext
 from .masks import Masks, Window
+from .region_forward import region_self_attention
 
 
 class MultiHeadAttention(nn.Module):
@@ -27,6 +28,10 @@ class MultiHeadAttention(nn.Module):
     denominator (a virtual key with a zero value: OpenAI 2025, gpt-oss-120b & gpt-oss-20b
     model card; a learned form of the attention sinks of Xiao et al. 2024, ICLR), initially
     0.
+
+    ``method``: a region method (:mod:`posenc.methods.regions`) the layer scores its
+    self-attention under, or None; set by :func:`~.region_patch.apply_region_method`. The
+    layer asks it for the position map as it asks its encoding for the rest.
     """
 
     def __init__(self, d_model: int, n_heads: int, *, bias: bool = False,
@@ -47,6 +52,9 @@ class MultiHeadAttention(nn.Module):
             self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = dropout
+        self.method = None               # a region method, or None (class docstring)
+        #: (encoding id, device) -> RotaryTable of the encoding's frequencies, for ``method``
+        self.rotary_tables: dict = {}
 
     def heads(self, x: Tensor) -> Tensor:
         """(B, T, C) -> (B, H, T, D)."""
@@ -70,6 +78,8 @@ class MultiHeadAttention(nn.Module):
         b, t, c = x.shape
         if ctx.documents is not None and cache is not None:
             raise UserError("documents (packed rows) cannot be combined with a KV cache")
+        if self.method is not None and not self.cross:
+            return region_self_attention(self, x, ctx, pe, cache), None
         dropout = self.dropout if self.training else 0.0
         attend_qkv = self._cross if self.cross else self._self
         q, k, v, call = attend_qkv(x, ctx, pe, cache, dropout)

@@ -70,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _methods(text: str | None) -> tuple[str, ...] | None:
-    from ..hf.extend import parse_method
+    from ..methods import parse_method_spec
 
     if text is None:
         return None
@@ -79,7 +79,7 @@ def _methods(text: str | None) -> tuple[str, ...] | None:
         raise UserError("--methods is empty; give method names or 'all'")
     if methods != ("all",):
         for m in methods:
-            parse_method(m)
+            parse_method_spec(m)
     return methods
 
 

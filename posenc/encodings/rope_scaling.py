@@ -64,6 +64,11 @@ LENGTH_DEPENDENT = frozenset({"dynamic", "longrope"})
 DYNAMIC_SCHEDULES = ("stepped", "per_token")
 
 
+def scaling_keys(kind: str) -> frozenset[str]:
+    """The keys a scaling dict of type ``kind`` may hold (besides ``rope_type``)."""
+    return frozenset(_KEYS[kind])
+
+
 def scaling_types() -> list[str]:
     """Every scaling type ``compute_inv_freq`` accepts."""
     return sorted(_KEYS)
@@ -287,27 +292,3 @@ def compute_inv_freq(head_dim: int, theta: float = 10000.0,
         raise UserError(f"scaling rope_theta={params['rope_theta']} conflicts with "
                          f"theta={theta}; give one value")
     return _INIT[kind](head_dim, float(theta), params or {}, seq_len)
-
-
-def parse_scaling_spec(spec: str, original_max_position_embeddings: int | None = None
-                       ) -> dict[str, Any]:
-    """Parse a command-line scaling like ``yarn:4`` or ``linear:2`` or ``dynamic``.
-
-    ``dynamic`` alone means factor 1.0 (pure length-dependent base growth). The original
-    length is added for types that need it.
-    """
-    kind, _, factor_text = spec.partition(":")
-    if kind not in _KEYS or kind == "default":
-        raise UserError(f"unknown scaling {spec!r}; valid: "
-                         f"{', '.join(k + ':FACTOR' for k in scaling_types() if k != 'default')}")
-    out: dict[str, Any] = {"rope_type": kind}
-    if factor_text:
-        try:
-            out["factor"] = float(factor_text)
-        except ValueError:
-            raise UserError(f"scaling factor in {spec!r} is not a number") from None
-    elif kind == "dynamic":
-        out["factor"] = 1.0
-    if "original_max_position_embeddings" in _KEYS[kind] and original_max_position_embeddings:
-        out["original_max_position_embeddings"] = original_max_position_embeddings
-    return validate_scaling(out) or out

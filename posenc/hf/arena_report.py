@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..methods import spec_citation
 from ..study import (INCONCLUSIVE, NOT_SUPPORTED, NOT_TESTED, SUPPORTED, RunDirectory, Verdict,
                      markdown_table)
 from ..viz.axes import save_png
@@ -34,20 +35,11 @@ REPLICATES, SEED = 400, 0
 SOLVED_AT = 0.5
 TASKS = {"needle": "needle in a haystack", "passkey": "passkey retrieval",
          "ppl": "perplexity"}
-SOURCES = {
-    "none": "", "linear": "Chen et al. 2023, position interpolation (arXiv:2306.15595, Sec. 2.3)",
-    "ntk": "bloc97 2023, NTK-aware scaling; Peng et al. 2023, YaRN (ICLR 2024), Sec. 3.1",
-    "dynamic": "Peng et al. 2023, YaRN (ICLR 2024), Sec. 3.3 (dynamic NTK)",
-    "yarn": "Peng et al. 2023, YaRN (ICLR 2024), Sec. 3.4, Eq. 20-22",
-    "llama3": "Dubey et al. 2024, The Llama 3 Herd of Models (Llama 3.1 RoPE scaling)",
-    "longrope": "Ding et al. 2024, LongRoPE (ICML 2024), Sec. 3",
-    "self_extend": "Jin et al. 2024, Self-Extend (ICML 2024), Sec. 3",
-    "rerope": "Su 2023, Rectified Rotary Position Embeddings (kexue.fm/archives/9708)",
-    "leaky_rerope": "Su 2023, Rectified Rotary Position Embeddings (kexue.fm/archives/9708), "
-                    "Leaky ReRoPE",
-    "dual_chunk": "An et al. 2024, Dual Chunk Attention (ICML 2024), Sec. 3",
-    "streaming": "Xiao et al. 2023, StreamingLLM (ICLR 2024), Sec. 3.2",
-}
+
+
+def method_source(method: str) -> str:
+    """The published source of the method a spec names (:func:`posenc.methods.spec_citation`)."""
+    return spec_citation(method)
 
 
 # ------------------------------------------------------------------ estimates
@@ -148,7 +140,7 @@ def verdicts(results: dict) -> list[Verdict]:
             continue
         for task, label in TASKS.items():
             claim = f"{method} beats no extension on {label} beyond {original} tokens"
-            source = SOURCES[method.split("+")[0]]
+            source = method_source(method)
             ok, why = counted[task]
             if not ok or not beyond:
                 reason = why if not ok else f"no length beyond {original}"

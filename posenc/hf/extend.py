@@ -1,52 +1,31 @@
 """Context extension of Hugging Face causal LMs with RoPE, by patching one model in place.
 
-``extend(model, "yarn", 2.0)`` replaces the model's rotary embedding module with one that
-takes its frequencies from posenc's pure functions
-(:func:`posenc.encodings.rope_scaling.compute_inv_freq` through a posenc ``rope`` encoding),
-so every method goes through one code path:
+``extend(model, "yarn", 2.0)`` applies a method of the registry :mod:`posenc.methods` (``posenc
+list`` prints it: each method's options, defaults, source and whether a Hugging Face config or
+a GGUF file can hold it), named in the one spec grammar (:mod:`posenc.methods.spec`:
+``yarn``, ``yarn:2``, ``ntk+logn``, ``dynamic+exact``, ``self_extend``):
 
-===========  ==============================  =====================================
-method       Hugging Face ``rope_type``      saved as
-===========  ==============================  =====================================
-none         default                         unchanged
-linear       linear (position interpolation) ``linear``
-ntk          none (static NTK-aware)         ``default`` with ``rope_theta`` raised
-dynamic      dynamic                         ``dynamic`` (stale cache, see below)
-yarn         yarn                            ``yarn``
-llama3       llama3                          ``llama3``
-longrope     longrope                        ``longrope``
-===========  ==============================  =====================================
-
-Add-ons that patch the attention modules as well (one generic forward for the family):
-
-- ``logn=True`` multiplies each query by ``max(1, log(p + 1) / log(original))`` (p = its
+- a **frequency** method replaces the model's rotary embedding module with one that takes its
+  frequencies from posenc's pure functions
+  (:func:`posenc.encodings.rope_scaling.compute_inv_freq` through a posenc ``rope`` encoding),
+  so every method goes through one code path, and is saved as Hugging Face's ``rope_type`` of
+  the same name (static NTK as ``default`` with ``rope_theta`` raised);
+- the add-on ``logn`` multiplies each query by ``max(1, log(p + 1) / log(original))`` (p = its
   position), the log-n temperature of Chiang & Cholak 2022 / Su 2023;
-- ``exact_cache=True`` (dynamic, longrope) keeps raw keys in the KV cache and, at every step,
-  rotates all of them with the frequencies of the current length. Hugging Face caches keys
-  rotated with the frequencies of the step that produced them (transformers issue #25104).
-  With one layer, cached decoding then equals a full forward; in deeper models the cached
-  keys and values of layers >= 2 still come from hidden states computed at the earlier
-  length (as for any length-dependent scaling), so the match is closer but not exact.
+- the add-on ``exact`` (``exact_cache=True``; dynamic, longrope) keeps raw keys in the KV cache
+  and, at every step, rotates all of them with the frequencies of the current length. Hugging
+  Face caches keys rotated with the frequencies of the step that produced them (transformers
+  issue #25104). With one layer, cached decoding then equals a full forward; in deeper models
+  the cached keys and values of layers >= 2 still come from hidden states computed at the
+  earlier length (as for any length-dependent scaling), so the match is closer but not exact;
+- a **region** method (Self-Extend, ReRoPE, Dual Chunk, StreamingLLM, ...) keeps the model's
+  RoPE frequencies and remaps positions per region of (query, key) in the attention of its
+  RoPE layers (:mod:`posenc.hf.patched_attention`); the KV cache keeps raw keys.
 
-Neither add-on exists in Hugging Face's config, so :func:`hf_rope_parameters` refuses them.
-
-Methods that remap positions per region of (query, key) keep the model's RoPE frequencies
-and patch the attention of its RoPE layers (definitions and equations in
-:mod:`posenc.attention.extension_methods`); the KV cache keeps raw keys, and their
-transformers config cannot express them either:
-
-============  ====================================  ==========================================
-method        definition                            options (defaults from the factor)
-============  ====================================  ==========================================
-self_extend   Jin et al. 2024, grouped positions    window, group
-rerope        Su 2023, clipped at a window          window
-leaky_rerope  Su 2023, slope 1/leak beyond it       window, leak
-dual_chunk    An et al. 2024, intra/succ./inter     chunk_size, local_window
-streaming     Xiao et al. 2023, sinks + window      sinks, window (the cache evicts the rest)
-============  ====================================  ==========================================
-
-They need positions 0..n-1 for every sequence (no padding); per-family details (Gemma 3's
-sliding layers, SmolLM3's NoPE layers) are in :mod:`posenc.hf.architectures`.
+Neither add-ons nor region methods exist in Hugging Face's config, so :func:`hf_rope_parameters`
+refuses them (each method declares what saving it would lose). Region methods need positions
+0..n-1 for every sequence (no padding); per-family details (Gemma 3's sliding layers, SmolLM3's
+NoPE layers) are in :mod:`posenc.hf.architectures`.
 
 Length-dependent frequencies (dynamic, longrope) follow the length of the current input,
 ``max(position_ids) + 1`` (dynamic per token, as Hugging Face; ``schedule="stepped"`` is
@@ -59,51 +38,19 @@ any single forward.
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from torch import nn
 
-from ..attention.extension_methods import METHOD_OPTIONS as REGION_OPTIONS
-from ..attention.extension_methods import build_method
-from ..errors import UserError
 from ..encodings import build_encoding
-from ..encodings.rope_scaling import LENGTH_DEPENDENT, validate_scaling
+from ..errors import UserError
+from ..methods import build_method, method_class, parse_method_spec
 from .architectures import SUPPORTED_MODEL_TYPES  # noqa: F401  (re-exported)
 from .architectures import (LOCAL, NOPE, ROPE, check_supported, extended_rope, layer_kinds,
                             local_theta, with_extended_rope)
-from .patched_attention import evicts, patch_attention, unpatch_attention
+from .patched_attention import patch_attention, unpatch_attention
 from .rotary import ExtendedRotary
-
-#: methods that remap positions per region in patched attention (no Hugging Face rope_type)
-REGION_METHODS = tuple(REGION_OPTIONS)
-METHODS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope", *REGION_METHODS)
-#: methods whose factor must exceed 1 (a factor of 1 would change nothing or be invalid)
-FACTOR_ABOVE_ONE = frozenset({"linear", "ntk", "yarn", "llama3"})
-#: extra keyword options of each method (the Hugging Face key names)
-METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
-    "none": (), "linear": (), "ntk": (), "dynamic": ("schedule",),
-    "yarn": ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim",
-             "truncate"),
-    "llama3": ("low_freq_factor", "high_freq_factor"),
-    "longrope": ("long_factor", "short_factor", "attention_factor"),
-    **REGION_OPTIONS,
-}
-#: what saving each region method for plain transformers would lose
-_REGION_LOSS = {
-    "self_extend": "grouped positions floor(p / group) beyond the neighbour window",
-    "rerope": "relative positions clipped at the window",
-    "leaky_rerope": "relative positions compressed by the leak beyond the window",
-    "dual_chunk": "intra-, successive- and inter-chunk position indices",
-    "streaming": "the sink tokens and the rolling window with positions within the cache",
-}
-#: documented defaults (Meta's Llama 3.1 release)
-#: Hugging Face's own behaviour where posenc's default differs (dynamic NTK per token)
-_DEFAULTS = {"llama3": {"low_freq_factor": 1.0, "high_freq_factor": 4.0},
-             "dynamic": {"schedule": "per_token"}}
-_STATE = "_posenc_extension_state"
-
 
 @dataclass(frozen=True)
 class Extension:
@@ -138,29 +85,13 @@ class Extension:
 
 @dataclass
 class _State:
+    """What :func:`restore` needs, held by the :class:`ExtendedRotary` that ``extend`` puts in
+    place (nothing is stored on transformers' own objects)."""
+
     extension: Extension
     rotary: nn.Module                    # the model's own rotary module, put back by restore
     config: dict[str, Any]               # config values changed by extend
     attentions: list[nn.Module]
-
-
-def parse_method(spec: str) -> tuple[str, dict[str, bool]]:
-    """``"yarn+logn"`` -> ``("yarn", {"logn": True})``; ``"logn"`` means ``none+logn``;
-    ``"dynamic+exact"`` sets ``exact_cache``."""
-    if not isinstance(spec, str) or not spec:
-        raise UserError(f"method must be a name like 'yarn' or 'ntk+logn', got {spec!r}")
-    head, *adds = spec.split("+")
-    flags: dict[str, bool] = {}
-    if head == "logn":
-        head, adds = "none", ["logn", *adds]
-    for add in adds:
-        if add not in ("logn", "exact"):
-            raise UserError(f"unknown add-on {add!r} in method {spec!r}; add-ons: logn, exact")
-        flags["logn" if add == "logn" else "exact_cache"] = True
-    if head not in METHODS:
-        raise UserError(f"unknown method {head!r}; valid methods: {', '.join(METHODS)} "
-                         "(add '+logn' for log-n scaling, '+exact' for an exact dynamic cache)")
-    return head, flags
 
 
 def _locate(model: nn.Module) -> tuple[nn.Module, list[nn.Module], Any]:
@@ -173,9 +104,15 @@ def _locate(model: nn.Module) -> tuple[nn.Module, list[nn.Module], Any]:
     return base, [layer.self_attn for layer in base.layers], config
 
 
+def _state(model: nn.Module) -> _State | None:
+    base = getattr(model, "model", model)
+    rotary = getattr(base, "rotary_emb", None)
+    return rotary.extension_state if isinstance(rotary, ExtendedRotary) else None
+
+
 def current_extension(model: nn.Module) -> Extension | None:
     """The extension applied to ``model`` by :func:`extend`, or None."""
-    state = getattr(model, _STATE, None)
+    state = _state(model)
     return state.extension if state is not None else None
 
 
@@ -186,13 +123,14 @@ def extend(model: nn.Module, method: str, factor: float | None = None,
     Args:
         model: a causal LM of a :data:`SUPPORTED_MODEL_TYPES` family (or its base model)
             with unscaled RoPE (``rope_type`` "default").
-        method: one of :data:`METHODS`, optionally with ``+logn`` / ``+exact``.
+        method: a method spec (:mod:`posenc.methods.spec`): a registered method, optionally
+            with its factor (``yarn:2``) and ``+logn`` / ``+exact``.
         factor: the context multiplier s (> 1 for linear, ntk, yarn, llama3; >= 1 for dynamic,
             longrope and the region methods, whose default options it sets, None meaning 1;
-            none takes no factor).
+            none takes no factor). A factor in the spec is the same as this argument.
         original_max_position_embeddings: the pretraining context; defaults to the config's
             ``max_position_embeddings``.
-        options: ``logn``, ``exact_cache`` and the method's own keys (:data:`METHOD_OPTIONS`).
+        options: ``logn``, ``exact_cache`` and the method's own options (``posenc list``).
 
     Returns the :class:`Extension`. :func:`restore` undoes it.
     """
@@ -204,8 +142,9 @@ def extend(model: nn.Module, method: str, factor: float | None = None,
     kinds = layer_kinds(config)
     region = build_method(ext.method, ext.original_max_position_embeddings, ext.factor,
                           **{k: v for k, v in ext.attention.items() if k != "name"}) \
-        if ext.attention else None
-    if evicts(region) and LOCAL in kinds:
+        if ext.attention is not None else None
+    evicts = region is not None and region.evicts
+    if evicts and LOCAL in kinds:
         raise UserError(f"method {region.name!r} needs every layer's cache to evict alike; "
                          f"{config.model_type} has sliding-window layers with their own cache")
     enc = build_encoding("rope", n_heads=config.num_attention_heads, head_dim=ext.head_dim,
@@ -223,26 +162,21 @@ def extend(model: nn.Module, method: str, factor: float | None = None,
         config.rope_parameters), "max_position_embeddings": config.max_position_embeddings},
         [])
     rotary = ExtendedRotary(encs)
-    base.rotary_emb = rotary.to(device) if device is not None else rotary
     if ext.logn or ext.exact_cache or region is not None:
         tables: dict = {}             # one cos/sin table per device for all patched layers
         for attn, kind in zip(attentions, kinds):
-            if kind == ROPE or (kind == NOPE and evicts(region)):  # NoPE caches evict too
+            if kind == ROPE or (kind == NOPE and evicts):  # NoPE caches evict too
                 patch_attention(attn, rotary.encs[None], ext.exact_cache, region,
                                 rotary=kind == ROPE, tables=tables)
                 state.attentions.append(attn)
-    setattr(model, _STATE, state)
+    rotary.extension_state = state
+    base.rotary_emb = rotary.to(device) if device is not None else rotary
     # the config states the rotary part, so save_pretrained writes what transformers can load
     if ext.method != "none":
         params, config.max_position_embeddings = hf_rope_parameters(ext, False)
         config.rope_parameters = with_extended_rope(config, params)
     config.posenc_extension = ext.as_dict()
     return ext
-
-
-# ``posenc.hf.extend`` names this function (the package re-exports it over the module), so its
-# tables ride along: posenc.hf.extend.METHODS, posenc.hf.extend.METHOD_OPTIONS
-extend.METHODS, extend.METHOD_OPTIONS = METHODS, METHOD_OPTIONS
 
 
 def make_extension(config: Any, method: str, factor: float | None = None,
@@ -254,45 +188,31 @@ def make_extension(config: Any, method: str, factor: float | None = None,
     if rope.get("rope_type", "default") != "default":
         raise UserError(f"model already uses rope_type {rope['rope_type']!r}; extend applies "
                          "to models with plain RoPE (rope_type 'default')")
-    method, flags = parse_method(method)
-    for key, value in flags.items():
+    spec = parse_method_spec(method)
+    if spec.factor is not None:
+        if factor is not None and float(factor) != spec.factor:
+            raise UserError(f"method {method!r} gives factor {spec.factor:g} and the call "
+                            f"factor={factor!r}; give it once")
+        factor = spec.factor
+    for key, value in spec.flags().items():
         if options.get(key) is False:
             raise UserError(f"method add-on '+{key}' conflicts with {key}=False")
         options[key] = value
     logn, exact = bool(options.pop("logn", False)), bool(options.pop("exact_cache", False))
-    unknown = sorted(set(options) - set(METHOD_OPTIONS[method]))
-    if unknown:
-        valid = ", ".join(("logn", "exact_cache") + METHOD_OPTIONS[method])
-        raise UserError(f"unknown option(s) {', '.join(unknown)} for method {method!r}; "
-                         f"valid options: {valid}")
-    if method in REGION_METHODS and (logn or exact):
-        raise UserError(f"add-ons (+logn, +exact) apply to RoPE scalings, not to {method!r}, "
-                         "which already keeps raw keys in its cache")
-    if exact and method not in LENGTH_DEPENDENT:
-        raise UserError(f"exact_cache applies to length-dependent methods "
-                         f"({', '.join(sorted(LENGTH_DEPENDENT))}); {method!r} caches exactly "
-                         "as it is")
-    if method in REGION_METHODS and factor is None:
-        factor = 1.0                 # defaults then keep relative positions as pretrained
-    if method == "none":
-        if factor not in (None, 1, 1.0):
-            raise UserError(f"method 'none' takes no factor, got factor={factor!r}")
-        factor = 1.0
-    elif factor is None:
-        raise UserError(f"method {method!r} needs a factor (the context multiplier)")
-    elif isinstance(factor, bool) or not isinstance(factor, (int, float)) \
-            or not math.isfinite(factor):
-        raise UserError(f"factor must be a number, got {factor!r}")
-    elif method in FACTOR_ABOVE_ONE and factor <= 1:
-        raise UserError(f"method {method!r} needs factor > 1, got {factor!r}")
-    elif factor < 1:
-        raise UserError(f"method {method!r} needs factor >= 1, got {factor!r}")
+    cls = method_class(spec.name)
+    if cls.kind == "region" and (logn or exact):
+        raise UserError(f"add-ons (+logn, +exact) apply to RoPE scalings, not to "
+                        f"{spec.name!r}, which already keeps raw keys in its cache")
+    if exact and not (cls.kind == "frequency" and cls.length_dependent()):
+        raise UserError(f"exact_cache applies to methods whose frequencies follow the length "
+                        f"(dynamic, longrope); {spec.name!r} caches exactly as it is")
+    factor = cls.check_factor(factor)
     original = original_max_position_embeddings
     if original is None:
         original = getattr(config, "max_position_embeddings", None)
-        if original is None and (method != "none" or logn):
-            raise UserError(f"method {method!r} needs original_max_position_embeddings (the "
-                             "pretraining context length); the model config has none")
+        if original is None and (spec.name != "none" or logn):
+            raise UserError(f"method {spec.name!r} needs original_max_position_embeddings "
+                            "(the pretraining context length); the model config has none")
     if original is not None and (isinstance(original, bool) or not isinstance(original, int)
                                  or original < 2):
         raise UserError(f"original_max_position_embeddings must be an integer >= 2, got "
@@ -300,23 +220,14 @@ def make_extension(config: Any, method: str, factor: float | None = None,
     head_dim = getattr(config, "head_dim", None) or \
         config.hidden_size // config.num_attention_heads
     theta = float(rope.get("rope_theta", 10000.0))
+    resolved = cls.resolve_options(int(original or 0), factor, options, hf=True)
     scaling = attention = None
-    if method in REGION_METHODS:
-        region = build_method(method, int(original), float(factor), **options)
-        attention = {k: v for k, v in asdict(region).items()}
-        attention["name"] = method
-    elif method != "none":
-        scaling = {"rope_type": method, "factor": float(factor), **_DEFAULTS.get(method, {}),
-                   **options}
-        if method in ("dynamic", "yarn", "llama3", "longrope"):
-            scaling["original_max_position_embeddings"] = original
-        if method == "longrope" and ("long_factor" not in options
-                                     or "short_factor" not in options):
-            raise UserError(f"method 'longrope' needs long_factor and short_factor, lists of "
-                             f"head_dim/2 = {head_dim // 2} positive numbers (found by the "
-                             "LongRoPE search)")
-        scaling = validate_scaling(scaling, rotary_dim=head_dim)
-    return Extension(method, float(factor), int(original or 0), theta, head_dim, scaling,
+    if cls.kind == "region":
+        attention = {**build_method(spec.name, int(original), factor, **resolved).settings(),
+                     "name": spec.name}
+    elif cls.kind == "frequency":
+        scaling = cls.rope_scaling(int(original), factor, resolved, rotary_dim=head_dim)
+    return Extension(spec.name, factor, int(original or 0), theta, head_dim, scaling,
                      logn, exact, attention)
 
 
@@ -324,21 +235,23 @@ def hf_rope_parameters(ext: Extension, strict: bool = True) -> tuple[dict[str, A
     """(``rope_parameters``, ``max_position_embeddings``) that make plain transformers
     compute the same frequencies as ``ext``.
 
-    With ``strict`` (the default) add-ons that Hugging Face cannot express raise a ValueError
-    naming the method; otherwise only the rotary part is returned.
+    With ``strict`` (the default) what Hugging Face cannot express (a region method, an
+    add-on) raises a UserError naming what would be lost; otherwise only the rotary part is
+    returned.
     """
-    if strict and ext.method in REGION_METHODS:
+    cls = method_class(ext.method)
+    if strict and cls.hf_config_loss is not None:
         raise UserError(f"method {ext.name!r} cannot be saved for plain transformers: its "
-                         f"config cannot express {_REGION_LOSS[ext.method]}; keep the model "
+                         f"config cannot express {cls.hf_config_loss}; keep the model "
                          "patched with posenc.hf.extend")
     if strict and (ext.logn or ext.exact_cache):
-        what = "log-n query scaling" if ext.logn else "an exact cache (it keeps keys " \
-            "rotated at the length they were cached at)"
+        what = method_class("logn").hf_config_loss if ext.logn else "an exact cache (it " \
+            "keeps keys rotated at the length they were cached at)"
         raise UserError(f"method {ext.name!r} cannot be saved for plain transformers: its "
                          f"config cannot express {what}; save without the add-on or keep the "
                          "model patched with posenc.hf.extend")
     original = ext.original_max_position_embeddings
-    if ext.method == "none" or ext.method in REGION_METHODS:
+    if ext.scaling is None:
         return {"rope_type": "default", "rope_theta": ext.theta}, original
     if ext.method == "ntk":
         # static NTK-aware scaling is plain RoPE with a larger base
@@ -359,7 +272,7 @@ def hf_rope_parameters(ext: Extension, strict: bool = True) -> tuple[dict[str, A
 
 def restore(model: nn.Module) -> None:
     """Undo :func:`extend`: the model's own rotary module, attention and config come back."""
-    state = getattr(model, _STATE, None)
+    state = _state(model)
     if state is None:
         raise UserError("model is not extended (nothing to restore)")
     base, _, config = _locate(model)
@@ -370,4 +283,3 @@ def restore(model: nn.Module) -> None:
         setattr(config, key, value)
     if hasattr(config, "posenc_extension"):
         del config.posenc_extension
-    delattr(model, _STATE)

@@ -24,10 +24,11 @@ from typing import Any
 
 from ..encodings.checks import require_choice
 from ..errors import UserError
+from ..methods import parse_method_spec
 from ..study import CLI_NAMES, RESULTS, RunDirectory, StudyKind, Unit, decode, encode
 from ..study.settings import require_resume, settings_difference, short
 from .load import MODEL_DTYPES
-from .extend import extend, hf_rope_parameters, make_extension, parse_method, restore
+from .extend import extend, hf_rope_parameters, make_extension, restore
 from .finetune import FinetuneConfig, finetune
 from .measure import PeakMemory, n_windows, perplexity_vs_length
 from .passkey import PasskeyGrid, passkey_cell
@@ -220,7 +221,7 @@ class ExtendStudy:
         if rt.threads is not None and rt.threads < 1:
             raise UserError(f"threads must be >= 1, got {rt.threads}")
         for method in req.methods:
-            parse_method(method)
+            parse_method_spec(method)
         require_choice("dtype", req.dtype, MODEL_DTYPES)
         stand_in = req.lengths or (max(2, req.stride or 2, req.finetune_len or 2),)
         req.config(stand_in, rt.memory_limit)      # lengths, windows, passkey, fine-tune
@@ -233,7 +234,8 @@ class ExtendStudy:
                 raise UserError(f"--save directory {rt.save} is not empty")
 
     def _scaled(self) -> list[str]:
-        return [m for m in self.request.methods if parse_method(m)[0] != "none"]
+        return [m for m in self.request.methods
+                if parse_method_spec(m).method.factor_rule != "none"]
 
     def _notes(self, config: StudyConfig, native: int) -> list[str]:
         """What the report must say about the settings (also told to ``warn``)."""

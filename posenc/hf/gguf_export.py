@@ -39,27 +39,22 @@ from torch import nn
 
 from ..errors import UserError
 from ..runio import FILE_MODE, TMP_SUFFIX, fsync_dir, fsync_file
-from .extend import REGION_METHODS, Extension, current_extension, parse_method
+from ..methods import parse_method_spec
+from .extend import Extension, current_extension
 
 #: Hugging Face model type -> GGUF architecture, for writing weights
 GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
-_WHY_NOT = {
-    "dynamic": "llama.cpp has no dynamic NTK scaling (its frequencies follow the length)",
-    "self_extend": "llama.cpp applies Self-Extend at run time (--grp-attn-n G --grp-attn-w W), "
-                   "not from GGUF metadata",
-}
 _YARN_KEYS = ("beta_fast", "beta_slow", "attention_factor")
 
 
 def check_gguf_method(method: str) -> None:
     """UserError unless a GGUF file can carry ``method`` (a name like "yarn" or "ntk+logn")."""
-    head, flags = parse_method(method)
-    if flags:
+    spec = parse_method_spec(method)
+    if spec.logn or spec.exact:
         raise UserError(f"method {method!r} cannot be written to GGUF: llama.cpp has no "
                          "log-n scaling or exact cache; write the method without the add-on")
-    if head in _WHY_NOT or head in REGION_METHODS:
-        why = _WHY_NOT.get(head, "its positions per region of (query, key) need patched "
-                                 "attention, which GGUF metadata cannot express")
+    why = spec.method.gguf_refusal
+    if why is not None:
         raise UserError(f"method {method!r} cannot be written to GGUF: {why}")
 
 

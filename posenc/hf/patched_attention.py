@@ -1,50 +1,58 @@
-"""The attention forward that :func:`posenc.hf.extend.extend` patches into Llama-family models.
+"""The one adapter that gives a Llama-family attention module posenc's forward (used by
+:func:`posenc.hf.extend.extend`).
 
 It adds what Hugging Face's attention cannot do: the log-n query temperature, an exact
 KV cache that keeps raw keys and rotates all of them with the frequencies of the current length,
-and the region methods of :mod:`posenc.attention.extension_methods` (Self-Extend, ReRoPE,
-Dual Chunk, StreamingLLM: raw keys in the cache, one softmax over region-selected scores;
-StreamingLLM evicts what no later query sees). Everything else (projections, q/k norms, the
-model family's rotary helper and attention interface) is the family's own, found through the
-attention module and its Python module.
+and the region methods of :mod:`posenc.methods` (Self-Extend, ReRoPE, Dual Chunk, StreamingLLM,
+...: raw keys in the cache, each pair scored in its region; a method that evicts drops what no
+later query sees). Everything else (projections, q/k norms, the model family's rotary helper
+and attention interface) is the family's own, found through the attention module and its
+Python module. The adapter's state lives in one :class:`AttentionAdapter` object bound into the
+module's forward; nothing else is stored on transformers' objects.
 """
 
 from __future__ import annotations
 
 import sys
-import types
+import weakref
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ..attention.extension_methods import Method, RotaryTable, blockwise_region_attention
+from ..attention.extension_methods import RotaryTable, blockwise_region_attention
 from ..encodings.context import HookContext
 from ..errors import UserError
+from ..methods import RegionMethod, list_methods
 
 
 @dataclass
-class _AttentionPatch:
+class AttentionAdapter:
+    """posenc's state for one patched attention module."""
+
     enc: nn.Module
     exact_cache: bool
     rotate: Any                  # the model family's apply_rotary_pos_emb(q, k, cos, sin)
     eager: Any                   # the model family's eager_attention_forward
     extra: dict[str, Any]        # extra attention-interface kwargs (Mistral/Qwen2 window)
-    method: Method | None = None  # a region method (then the forward is _region_forward)
+    method: RegionMethod | None = None  # a region method (then the forward is _region_forward)
     rotary: bool = True          # False: a NoPE layer (region positions do not rotate)
     #: device -> cos/sin of enc by integer position, grown on demand (shared across layers)
     tables: dict[torch.device, RotaryTable] = field(default_factory=dict)
+    #: cache layer -> tokens an evicting method dropped from it in the current sequence
+    evicted: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
 
 
-def evicts(method: Method | None) -> bool:
-    """Whether a region ``method`` drops keys from the cache (it names the ones it ``kept``,
-    as StreamingLLM)."""
-    return callable(getattr(method, "kept", None))
+def adapter_of(attn: nn.Module) -> AttentionAdapter | None:
+    """The adapter bound into ``attn``'s forward by :func:`patch_attention`, or None."""
+    forward = attn.__dict__.get("forward")
+    return forward.args[1] if isinstance(forward, partial) else None
 
 
 def patch_attention(attn: nn.Module, enc: nn.Module, exact_cache: bool,
-                    method: Method | None = None, rotary: bool = True,
+                    method: RegionMethod | None = None, rotary: bool = True,
                     tables: dict[torch.device, RotaryTable] | None = None) -> None:
     """Give one Llama-family attention module posenc's forward (log-n and/or exact cache, or
     a region ``method``).
@@ -69,19 +77,18 @@ def patch_attention(attn: nn.Module, enc: nn.Module, exact_cache: bool,
         raise UserError(f"method {method.name!r} applies to full-attention layers without "
                          "logit soft-capping; this layer has a sliding window or soft-capping")
     extra = {"sliding_window": window} if window is not None else {}
-    attn._posenc_attention = _AttentionPatch(enc, exact_cache, rotate, eager, extra, method,
-                                             rotary, {} if tables is None else tables)
+    adapter = AttentionAdapter(enc, exact_cache, rotate, eager, extra, method, rotary,
+                               {} if tables is None else tables)
     forward = _attention_forward if method is None else _region_forward
-    attn.forward = types.MethodType(forward, attn)
+    attn.forward = partial(forward, attn, adapter)
 
 
 def unpatch_attention(attn: nn.Module) -> None:
     """Undo :func:`patch_attention`: the module's class forward comes back."""
     del attn.forward
-    del attn._posenc_attention
 
 
-def _attention_forward(self: nn.Module, hidden_states: Tensor,
+def _attention_forward(self: nn.Module, patch: AttentionAdapter, hidden_states: Tensor,
                        position_embeddings: tuple[Tensor, Tensor] | None = None,
                        attention_mask: Tensor | None = None, past_key_values: Any = None,
                        **kwargs: Any) -> tuple[Tensor, Tensor | None]:
@@ -90,7 +97,6 @@ def _attention_forward(self: nn.Module, hidden_states: Tensor,
     The KV cache arrives as ``past_key_values`` (transformers 4.x) or ``cache`` (5.x)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    patch: _AttentionPatch = self._posenc_attention
     cache = kwargs.pop("cache", None)
     past_key_values = cache if past_key_values is None else past_key_values
     batch, length = hidden_states.shape[:2]
@@ -144,17 +150,16 @@ def _project(self: nn.Module, hidden: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
-def _region_forward(self: nn.Module, hidden_states: Tensor,
+def _region_forward(self: nn.Module, patch: AttentionAdapter, hidden_states: Tensor,
                     position_embeddings: tuple[Tensor, Tensor] | None = None,
                     attention_mask: Tensor | None = None, past_key_values: Any = None,
                     **kwargs: Any) -> tuple[Tensor, None]:
     """Attention under a region method: raw keys in the cache, positions from the method.
 
     Absolute positions are the cache slots, plus the tokens StreamingLLM evicted (counted on
-    the cache layer, and forgotten when the layer starts a new sequence); they must be 0..n-1
+    the adapter by cache layer, and forgotten when the layer starts a new sequence); they must be 0..n-1
     for every sequence (no padding). ``Cache.crop`` keeps the count: it drops the newest
     slots, whose successors' positions then follow the kept ones."""
-    patch: _AttentionPatch = self._posenc_attention
     method = patch.method
     cache = kwargs.pop("cache", None)
     cache = cache if past_key_values is None else past_key_values
@@ -166,14 +171,14 @@ def _region_forward(self: nn.Module, hidden_states: Tensor,
         layer = cache.layers[self.layer_idx]
     # tokens evicted by earlier steps of this sequence; none when the cache held nothing
     # before this call (a new layer, or one emptied by Cache.reset() since)
-    evicted = getattr(layer, "_posenc_evicted", 0) if k.shape[2] > length else 0
+    evicted = patch.evicted.get(layer, 0) if layer is not None and k.shape[2] > length else 0
     slots = torch.arange(k.shape[2], device=q.device)
     sinks = getattr(method, "sinks", 0)
     k_abs = torch.where(slots < sinks, slots, slots + evicted)
     q_abs = k_abs[k_abs.numel() - length:]
     _require_plain_positions(kwargs.get("position_ids"), attention_mask, slots, length,
                              q_abs if not evicted else None)
-    if evicts(method):
+    if method.evicts:
         def regions_of(qp: Tensor, kp: Tensor) -> list:
             return method.regions(qp, kp, evicted)
     else:
@@ -181,16 +186,16 @@ def _region_forward(self: nn.Module, hidden_states: Tensor,
     rotate = _table(patch, q.device) if patch.rotary else (lambda x, pos, scale: x)
     out = blockwise_region_attention(q, k, v, q_abs, k_abs, regions_of, rotate,
                                      self.scaling)                     # (B, H, T, D)
-    if layer is not None and evicts(method):
+    if layer is not None and method.evicts:
         keep = method.kept(k.shape[2]).to(k.device)
-        layer._posenc_evicted = evicted + k.shape[2] - keep.numel()
+        patch.evicted[layer] = evicted + k.shape[2] - keep.numel()
         if keep.numel() < k.shape[2]:
             layer.keys, layer.values = layer.keys[:, :, keep], layer.values[:, :, keep]
     out = out.transpose(1, 2).reshape(batch, length, -1).contiguous()  # (B, T, H*D)
     return self.o_proj(out), None
 
 
-def _table(patch: _AttentionPatch, device: torch.device) -> RotaryTable:
+def _table(patch: AttentionAdapter, device: torch.device) -> RotaryTable:
     """The rotary table of ``patch.enc``'s frequencies on ``device`` (made on first use)."""
     table = patch.tables.get(device)
     if table is None:
@@ -202,7 +207,7 @@ def _require_plain_positions(position_ids: Tensor | None, mask: Tensor | None, s
                              length: int, q_abs: Tensor | None) -> None:
     """UserError unless positions are 0..n-1 (``q_abs``: the expected query positions, None
     once StreamingLLM has evicted and the model counts slots) and the mask is plain causal."""
-    message = ("region methods (self_extend, rerope, dual_chunk, streaming) need positions "
+    message = (f"region methods ({', '.join(list_methods('region'))}) need positions "
                "0..n-1 for every sequence (no padding or custom position_ids)")
     if q_abs is not None and position_ids is not None and not bool(
             (position_ids == q_abs).all()):

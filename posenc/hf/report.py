@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..methods import sources_lines
 from ..study import RunDirectory, markdown_table
 from ..viz.axes import new_figure, save_png
 
@@ -39,6 +40,9 @@ def report_markdown(results: dict[str, Any]) -> str:
             f"{results['n_tokens']} tokens; windows per length <= {cfg['max_windows']}, "
             f"stride {cfg['stride'] or 'length/2'}")
     lines += [setup, text, ""]
+    cited = sources_lines([m for m in methods if not m.endswith("+ft")])
+    if cited:
+        lines += ["Sources of the methods:", "", *cited, ""]
     notes = results.get("notes") or []
     if notes:
         lines += [f"> **Note:** {note}" for note in notes] + [""]

@@ -23,6 +23,8 @@ class ExtendedRotary(nn.Module):
         self.encs = encs
         # registers each encoding once, so that .to(device) moves its buffers
         self.modules_by_type = nn.ModuleList(dict.fromkeys(encs.values()))
+        #: what :func:`posenc.hf.extend.restore` needs (set by ``extend``; not a module)
+        self.extension_state = None
 
     @torch.no_grad()
     def forward(self, x: Tensor, position_ids: Tensor, layer_type: str | None = None

@@ -11,7 +11,8 @@ from typing import Any
 from torch import nn
 
 from ..errors import UserError
-from .extend import make_extension, parse_method
+from ..methods import parse_method_spec
+from .extend import make_extension
 from .finetune import FinetuneConfig
 from .measure import check_memory
 from .passkey import min_length
@@ -68,10 +69,10 @@ class StudyConfig:
                 raise UserError("give at least one passkey length")
 
     def factor_for(self, method: str) -> float | None:
-        return None if parse_method(method)[0] == "none" else self.factor
+        return None if parse_method_spec(method).method.factor_rule == "none" else self.factor
 
     def options_for(self, method: str) -> dict[str, Any]:
-        return dict(self.method_options) if parse_method(method)[0] != "none" else {}
+        return dict(self.method_options) if parse_method_spec(method).method.factor_rule != "none" else {}
 
 
 def validate_study(model: nn.Module, config: StudyConfig, tokenizer: Any = None) -> None:

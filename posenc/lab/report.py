@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from ..eval.inference_scaling import has_attention_weights, run_label
+from ..methods import sources_lines
 from ..eval.lengths import note_reason
 from ..study import markdown_table
 from .baseline import LEARNED_FRACTION
@@ -304,6 +305,9 @@ def render_report(results: dict, plots: list[str] | None = None,
            f"Corpus `{corpus.get('name')}` (Python {corpus.get('python_version')}, sha256 "
            f"{str(corpus.get('sha256', ''))[:16]}...). RoPE inference-time scalings: "
            f"{', '.join(c.get('scalings', [])) or 'none'}."]
+    cited = sources_lines(list(c.get("scalings", [])))
+    if cited:
+        out += ["", "Sources of the inference-time methods:", *cited, ""]
     options = {r["encoding"]: {k: v for k, v in (r.get("options") or {}).items()
                                if k != "vocab_size"}           # the tokenizer's, not a choice
                for r in runs if not r.get("inference_scaling")}

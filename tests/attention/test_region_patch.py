@@ -8,7 +8,11 @@ import pytest
 import torch
 
 from posenc import LMConfig, TransformerLM
-from posenc.attention.extension_methods import DualChunk, ReRoPE, SelfExtend, StreamingLLM
+from posenc.methods.dual_chunk import DualChunk
+from posenc.methods.leaky_rerope import LeakyReRoPE
+from posenc.methods.rerope import ReRoPE
+from posenc.methods.self_extend import SelfExtend
+from posenc.methods.streaming import StreamingLLM
 from posenc.attention.region_patch import (apply_region_method, region_ready,
                                           remove_region_method)
 from posenc.encodings.rope import RotaryEncoding
@@ -32,7 +36,7 @@ def _model(pe="rope", **pe_options):
 IDS = torch.randint(0, 50, (2, T), generator=torch.Generator().manual_seed(1))
 
 
-@pytest.mark.parametrize("method", [SelfExtend(5, 3), ReRoPE(6), ReRoPE(6, leak=3.0),
+@pytest.mark.parametrize("method", [SelfExtend(5, 3), ReRoPE(6), LeakyReRoPE(6, leak=3.0),
                                     DualChunk(12, 3), StreamingLLM(2, 9)], ids=str)
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_cached_decoding_equals_full_forward(method, layout):
@@ -47,6 +51,16 @@ def test_cached_decoding_equals_full_forward(method, layout):
     remove_region_method(model)
     with torch.no_grad():
         torch.testing.assert_close(model(IDS), plain, atol=0, rtol=0)
+
+
+def test_the_method_is_a_declared_slot_not_a_replaced_forward():
+    """A layer holds its method in its ``method`` slot and keeps its class's forward."""
+    model = _model()
+    layers = apply_region_method(model, ReRoPE(4))
+    assert len(layers) == 2 and all(layer.method == ReRoPE(4) for layer in layers)
+    assert all("forward" not in vars(layer) for layer in layers)
+    remove_region_method(model)
+    assert all(layer.method is None for layer in layers)
 
 
 @pytest.mark.parametrize("method", [SelfExtend(5, 1), ReRoPE(T), DualChunk(T + 4, 4),

@@ -99,3 +99,17 @@ def test_list_ends_with_the_lab_variants(capsys):
     table = lines[lines.index(VARIANTS_HEADING) + 1:]
     assert table[0].split() == ["variant", "encoding", "summary"]
     assert [line.split()[0] for line in table[2:]] == list(VARIANTS)
+
+
+def test_list_prints_every_registered_method_with_its_source(capsys):
+    from posenc.cli.cmd_list import METHODS_HEADING
+    from posenc.methods import list_methods, method_class
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    start = lines.index(METHODS_HEADING) + 1
+    assert lines[start].split()[:2] == ["method", "kind"]
+    rows = lines[start + 2:start + 2 + len(list_methods())]
+    assert [row.split()[0] for row in rows] == list_methods()
+    for row in rows[1:]:
+        assert method_class(row.split()[0]).citation.short() in row
+    assert "  self_extend: window, group" in lines

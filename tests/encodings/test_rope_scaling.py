@@ -12,7 +12,7 @@ from torch.testing import assert_close
 
 from posenc import LMConfig, TransformerLM, build_encoding
 from posenc.encodings.rope_scaling import (base_inv_freq, compute_inv_freq, dynamic_length,
-                                           parse_scaling_spec, scaling_types, validate_scaling)
+                                           scaling_types, validate_scaling)
 from posenc.kernels.rotary import apply_rotary
 from posenc.encodings.context import HookContext
 from tests.helpers import sharpen
@@ -150,46 +150,6 @@ def test_legacy_type_key_is_accepted():
     new, _ = compute_inv_freq(D, THETA, {"rope_type": "linear", "factor": 2.0})
     old, _ = compute_inv_freq(D, THETA, {"type": "linear", "factor": 2.0})
     assert torch.equal(new, old)
-
-
-def test_parse_scaling_spec():
-    assert parse_scaling_spec("linear:2") == {"rope_type": "linear", "factor": 2.0}
-    assert parse_scaling_spec("yarn:4", 512) == {
-        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
-    assert parse_scaling_spec("dynamic", 512)["factor"] == 1.0
-    with pytest.raises(ValueError, match="valid"):
-        parse_scaling_spec("cubic:2")
-    with pytest.raises(ValueError, match="factor"):
-        parse_scaling_spec("linear:two")
-
-
-# ---------------------------------------------------- bad scalings and what a user set
-@pytest.mark.parametrize("scaling,message", [
-    ({"rope_type": "linear"}, "'factor'"),
-    ({"rope_type": "linear", "factor": None}, "'factor'"),
-    ({"rope_type": "linear", "factor": 0.0}, "factor must be a positive number"),
-    ({"rope_type": "linear", "factor": -2.0}, "factor must be a positive number"),
-    ({"rope_type": "linear", "factor": float("nan")}, "factor"),
-    ({"rope_type": "linear", "factor": "2"}, "factor"),
-    ({"rope_type": "dynamic"}, "'factor'"),
-    ({"rope_type": "ntk", "factor": 0.5}, "factor must be >= 1"),
-    ({"rope_type": "yarn", "factor": 0.0}, "factor"),
-    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}, "'high_freq_factor'"),
-    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0},
-     "high_freq_factor must be > low_freq_factor"),
-    ({"rope_type": "yarn", "factor": 4.0, "beta_fast": -1.0}, "beta_fast"),
-    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 0},
-     "original_max_position_embeddings must be a positive int"),
-    ({"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 4},
-     "'factor'"),
-    ({"rope_type": "longrope", "factor": 2.0, "short_factor": [1.0] * 3,
-      "long_factor": [1.0] * 4}, "short_factor needs rotary_dim/2 = 4 values"),
-    ({"rope_type": "longrope", "factor": 2.0, "short_factor": [1.0, 0.0, 1.0, 1.0],
-      "long_factor": [1.0] * 4}, "short_factor must be a list of positive numbers"),
-])
-def test_bad_scaling_factor_or_parameter(scaling, message):
-    with pytest.raises(ValueError, match=message):
-        _rope(max_len=16, scaling=scaling)
 
 
 def test_unknown_scaling_type_or_key_lists_the_valid_ones():

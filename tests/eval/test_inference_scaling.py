@@ -28,7 +28,7 @@ def test_inference_scaling_combines_and_round_trips():
     scaled = apply_inference_scaling(tiny("rope"), s, 16)
     assert scaled.config.pe_options["logn_base_len"] == 16
     assert scaled.config.pe_options["scaling"]["original_max_position_embeddings"] == 16
-    with pytest.raises(ValueError, match="unknown scaling"):
+    with pytest.raises(ValueError, match="unknown method"):
         InferenceScaling.parse("warp:4")
 
 
@@ -82,13 +82,13 @@ def test_region_methods_equal_plain_rope_where_every_key_keeps_its_position():
             scaled = apply_inference_scaling(model, InferenceScaling.parse(spec), 48)
             torch.testing.assert_close(scaled(ids[:, :36]), base[:, :36])
             assert not torch.allclose(scaled(ids), base), spec
-    assert not any(hasattr(m, "_region_method") for m in model.modules())
+    assert not any(getattr(m, "method", None) for m in model.modules())
 
 
 @pytest.mark.parametrize("label, message", [
-    ("self_extend:4+logn", "goes alone"), ("yarn:4+rerope", "goes alone"),
-    ("rerope:4", "takes no factor"), ("self_extend:1", "factor must be"),
-    ("self_extend:x", "factor must be"), ("dual_chunk:2", "takes no factor")])
+    ("self_extend:4+logn", "goes alone"), ("yarn:4+rerope", "names two methods"),
+    ("rerope:4", "takes no factor"), ("self_extend:0.5", "needs factor >= 1"),
+    ("self_extend:x", "not a number"), ("dual_chunk:2", "takes no factor")])
 def test_region_method_labels_refuse_bad_input(label, message):
     with pytest.raises(ValueError, match=message):
         InferenceScaling.parse(label)

@@ -207,10 +207,11 @@ def test_default_lengths_are_the_multiples_and_the_factor_of_the_original(model_
 def test_every_method_cites_its_published_source():
     """A verdict names the paper of its method (authors and year), never posenc itself."""
     import re
-    from posenc.hf.arena_report import SOURCES
-    from posenc.hf.extend import METHODS
-    assert set(METHODS) == set(SOURCES)
-    for method in METHODS:
+    from posenc.hf.arena_report import method_source
+    from posenc.methods import list_methods
+    assert method_source("none") == ""
+    for method in list_methods():
         if method != "none":
-            assert re.search(r"\b20\d\d\b", SOURCES[method]), method
-            assert "posenc" not in SOURCES[method]
+            assert re.search(r"\b20\d\d\b", method_source(method)), method
+            assert "posenc" not in method_source(method)
+    assert method_source("yarn+logn") == method_source("yarn")

@@ -15,7 +15,8 @@ from tests.hf.helpers import (ORIG, T, logits_of as _logits, peaked_model as _mo
 
 transformers = pytest.importorskip("transformers")
 
-from posenc.attention.extension_methods import build_method, relative_positions  # noqa: E402
+from posenc.hf.patched_attention import adapter_of  # noqa: E402
+from posenc.methods import build_method, relative_positions  # noqa: E402
 from posenc.hf import extend, hf_rope_parameters, restore  # noqa: E402
 from posenc.hf.extend import make_extension  # noqa: E402
 
@@ -77,7 +78,8 @@ def test_a_reset_streaming_cache_decodes_like_a_new_one(ids):
     model = _model(_config())
     extend(model, "streaming", 2.0, **OPTIONS["streaming"])
     fresh, cache = _decode(model, ids)
-    assert cache.layers[0]._posenc_evicted > 0
+    adapter = adapter_of(model.model.layers[0].self_attn)
+    assert adapter.evicted[cache.layers[0]] > 0
     cache.reset()
     again, _ = _decode(model, ids, cache=cache)
     torch.testing.assert_close(again, fresh, atol=0, rtol=0)
@@ -87,7 +89,7 @@ def test_layers_share_one_rotary_table(ids):
     model = _model(_config(layers=3))
     extend(model, "self_extend", 2.0, **OPTIONS["self_extend"])
     _logits(model, ids)
-    patches = [layer.self_attn._posenc_attention for layer in model.model.layers]
+    patches = [adapter_of(layer.self_attn) for layer in model.model.layers]
     assert all(p.tables is patches[0].tables for p in patches)
     assert list(patches[0].tables) == [ids.device]
 
@@ -142,10 +144,10 @@ def test_degenerate_options_give_the_native_model(method, options, ids):
     torch.testing.assert_close(_logits(model, ids), plain, atol=2e-5, rtol=1e-5)
 
 
-def test_method_tables_reachable_from_the_extend_function():
-    import posenc.hf
-    assert set(REGION) <= set(posenc.hf.extend.METHODS) == set(posenc.hf.METHODS)
-    assert posenc.hf.extend.METHOD_OPTIONS["dual_chunk"] == ("chunk_size", "local_window")
+def test_region_methods_come_from_the_registry():
+    from posenc.methods import list_methods, method_class
+    assert set(REGION) <= set(list_methods("region"))
+    assert method_class("dual_chunk").option_names() == ("chunk_size", "local_window")
 
 
 def test_defaults_follow_the_factor():
@@ -161,7 +163,7 @@ def test_defaults_follow_the_factor():
 
 def test_refusals(ids):
     model = _model(_config())
-    with pytest.raises(ValueError, match="add-ons .* apply to RoPE scalings"):
+    with pytest.raises(ValueError, match="goes alone: it remaps positions itself"):
         extend(model, "self_extend+logn", 2.0)
     with pytest.raises(ValueError, match="unknown option.*valid options: .*window, group"):
         extend(model, "self_extend", 2.0, groups=3)
