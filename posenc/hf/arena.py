@@ -29,8 +29,9 @@ from typing import Any
 
 from ..encodings.checks import require_choice
 from ..errors import UserError
-from ..study import RESULTS, RunDirectory, StudyKind, Unit, decode, encode
-from ..study.settings import require_resume, settings_difference, short
+from ..study import (API_NAMES, RESULTS, RunDirectory, Study, StudyKind, Unit, decode, encode,
+                     register_kind)
+from ..study.settings import settings_difference, short
 from .arena_report import report_markdown, write_figures
 from .arena_tasks import Haystack, min_needle_length, needle_hits, passkey_hits
 from .load import MODEL_DTYPES
@@ -46,13 +47,11 @@ def render_arena(results: dict, directory: RunDirectory, final: bool = True) -> 
     return paths
 
 
-ARENA_KIND = StudyKind(
+ARENA_KIND = register_kind(StudyKind(
     name="arena", schema=1, command="posenc arena",
     outputs=(RESULTS, "report.md", "needle.png", "passkey.png"),
     description="posenc arena study",
-    redraw=lambda results, directory: render_arena(decode(results), directory)[1:])
-ARENA_CLI_NAMES = {"overwrite": "--force", "out": "--out", "resume": "--resume"}
-ARENA_API_NAMES = {"overwrite": "overwrite=True", "out": "out_dir", "resume": "resume=True"}
+    redraw=lambda results, directory: render_arena(decode(results), directory)[1:]))
 
 #: methods of the CPU preset (a subset: every method costs the whole grid again): no
 #: extension, the three RoPE rescalings people ship most, and four region methods (Leaky
@@ -114,7 +113,6 @@ class ArenaRuntime:
     gguf_cache: str | Path | None = None
     threads: int | None = None
     memory_limit: int | None = None
-    resume: bool = True
 
 
 class ArenaStudy:
@@ -123,7 +121,7 @@ class ArenaStudy:
     kind = ARENA_KIND
 
     def __init__(self, request: ArenaRequest, runtime: ArenaRuntime = ArenaRuntime(),
-                 names: Mapping[str, str] = ARENA_API_NAMES,
+                 names: Mapping[str, str] = API_NAMES,
                  warn: Callable[[str], None] | None = None) -> None:
         self.request, self.runtime, self.names, self.warn = request, runtime, names, warn
         self.model = self.tokenizer = self.haystack = None
@@ -143,7 +141,6 @@ class ArenaStudy:
         from .load import load_model, resolve_model
 
         req, rt = self.request, self.runtime
-        require_resume(existing, rt.resume, "posenc arena study", self.names)
         _check_request(req)
         if rt.threads is not None and rt.threads < 1:
             raise UserError(f"threads must be >= 1, got {rt.threads}")

@@ -11,7 +11,7 @@ it, so every unit starts from the pretrained model.
 results.json (schema 1) holds ``setting`` (what the caller asked for: compared on resume),
 ``methods`` (finished rows, in method order), ``partial`` (the points and cells of unfinished
 rows), ``config``, ``n_tokens``, ``native_context``, ``data``, ``source`` and ``notes``.
-A results.json of an older posenc (no kind, schema 0) is recognised, so ``--force`` may
+A results.json of an older posenc (no kind, schema 0) is recognised, so overwrite may
 replace it, but not resumed: it did not record its settings.
 """
 
@@ -24,8 +24,9 @@ from typing import Any
 
 from ..encodings.checks import require_choice
 from ..errors import UserError
-from ..study import CLI_NAMES, RESULTS, RunDirectory, StudyKind, Unit, decode, encode
-from ..study.settings import require_resume, settings_difference, short
+from ..study import (API_NAMES, RESULTS, RunDirectory, Study, StudyKind, Unit, decode, encode,
+                     register_kind)
+from ..study.settings import settings_difference, short
 from .load import MODEL_DTYPES
 from .extend import extend, hf_rope_parameters, make_extension, parse_method, restore
 from .finetune import FinetuneConfig, finetune
@@ -63,15 +64,12 @@ def redraw_extension(results: dict, directory: RunDirectory) -> list[Path]:
     return render_extension(decode(results), directory)[1:]
 
 
-EXTEND_KIND = StudyKind(
+EXTEND_KIND = register_kind(StudyKind(
     name="extend", schema=1, command="posenc extend",
     outputs=(RESULTS, "report.md", "ppl.png", "passkey_*.png", "measurements.json"),
     legacy=_legacy, migrate=_migrate, description="posenc extend study",
-    redraw=lambda results, directory: redraw_extension(results, directory))
+    redraw=lambda results, directory: redraw_extension(results, directory)))
 
-#: how ``posenc extend`` spells the options messages name
-EXTEND_CLI_NAMES = {**CLI_NAMES, "overwrite": "--force", "resume": "--resume"}
-EXTEND_API_NAMES = {"overwrite": "overwrite=True", "out": "out_dir", "resume": "resume=True"}
 
 
 @dataclass(frozen=True)
@@ -130,8 +128,7 @@ class ExtendRequest:
 
 @dataclass(frozen=True)
 class ExtendRuntime:
-    """How to run (not compared on resume). ``resume=False`` refuses a folder that already
-    holds the study; ``gguf_cache=None``: no cache; ``save``: also save the extended model
+    """How to run (not compared on resume). ``gguf_cache=None``: no cache; ``save``: also save the extended model
     there (one method besides 'none', no fine-tuning)."""
 
     device: str = "cpu"
@@ -140,7 +137,6 @@ class ExtendRuntime:
     threads: int | None = None
     memory_limit: int | None = None
     save: str | None = None
-    resume: bool = True
 
 
 class ExtendStudy:
@@ -150,7 +146,7 @@ class ExtendStudy:
     kind = EXTEND_KIND
 
     def __init__(self, request: ExtendRequest, runtime: ExtendRuntime = ExtendRuntime(),
-                 names: Mapping[str, str] = EXTEND_API_NAMES,
+                 names: Mapping[str, str] = API_NAMES,
                  warn: Callable[[str], None] | None = None) -> None:
         self.request, self.runtime, self.names, self.warn = request, runtime, names, warn
         self.model = self.tokenizer = self.tokens = self.config = self.saved_weights = None
@@ -168,7 +164,6 @@ class ExtendStudy:
         from .measure import corpus_texts, token_stream, tokens_needed
 
         req, rt = self.request, self.runtime
-        require_resume(existing, rt.resume, "posenc extend study", self.names)
         self._check_before_loading()
         resolve_model(req.model)                   # a bad path or GGUF fails before loading
         texts, data_info = corpus_texts(req.data)
@@ -226,11 +221,12 @@ class ExtendStudy:
         req.config(stand_in, rt.memory_limit)      # lengths, windows, passkey, fine-tune
         if rt.save:
             if req.finetune_steps or len(self._scaled()) != 1:
-                raise UserError("--save saves one extended model: give one method besides "
-                                "'none' and no --finetune-steps")
+                raise UserError(f"{self.names['save']} saves one extended model: give one "
+                                "method besides 'none' and no "
+                                f"{self.names['finetune_steps']}")
             if Path(rt.save).exists() and (not Path(rt.save).is_dir()
                                            or any(Path(rt.save).iterdir())):
-                raise UserError(f"--save directory {rt.save} is not empty")
+                raise UserError(f"{self.names['save']} directory {rt.save} is not empty")
 
     def _scaled(self) -> list[str]:
         return [m for m in self.request.methods if parse_method(m)[0] != "none"]

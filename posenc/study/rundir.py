@@ -27,13 +27,9 @@ from typing import Any
 from ..errors import UserError
 from ..runio import DirectoryLock, atomic_write, has_content, remove_stale_temporaries
 from .codec import dumps, read_json
+from .names import API_NAMES
 
 RESULTS = "results.json"
-
-#: how errors name the caller's options: the Python API's argument names by default; the CLI
-#: passes its flags
-API_NAMES = {"overwrite": "overwrite=True", "out": "out_dir"}
-CLI_NAMES = {"overwrite": "--overwrite", "out": "--out"}
 
 
 @dataclass(frozen=True)
@@ -111,7 +107,7 @@ class RunDirectory:
     """``with RunDirectory(out_dir, kind) as rd:`` the folder a study writes (module docstring).
 
     ``names`` maps "overwrite" and "out" to how the caller spells them in messages
-    (:data:`API_NAMES` or :data:`CLI_NAMES`).
+    (:data:`~posenc.study.names.API_NAMES` or :data:`~posenc.study.names.CLI_NAMES`).
     """
 
     def __init__(self, path: str | Path, kind: StudyKind,

@@ -37,6 +37,7 @@ from ..data.synthetic import IGNORE
 from ..data.tokenizer import load_tokenizer
 from ..models.lm import TransformerLM
 from ..runio import DirectoryLock, has_content
+from ..study.names import API_NAMES
 from . import checkpoint as ckpt
 from . import distributed as dist
 from .config import TrainConfig
@@ -108,16 +109,11 @@ def rank_weight(info: dist.DistInfo, targets: torch.Tensor) -> float:
     return scored / mean if mean else 1.0
 
 
-#: how messages name the options of :func:`train`: its own arguments from Python, the
-#: flags from ``posenc train`` (which passes :data:`TRAIN_CLI_NAMES`)
-TRAIN_API_NAMES = {"resume": "resume=True", "overwrite": "overwrite=True", "out": "run_dir"}
-TRAIN_CLI_NAMES = {"resume": "--resume", "overwrite": "--overwrite", "out": "--out"}
-
-
-def check_run_dir(run_dir: Path, cfg: TrainConfig, resume: bool, overwrite: bool,
-                  names: Mapping[str, str] = TRAIN_API_NAMES) -> str:
-    """"fresh", "overwrite" or "resume"; UserError when the folder holds another run (its
-    message names the options as ``names`` spell them)."""
+def check_run_dir(run_dir: Path, cfg: TrainConfig, overwrite: bool,
+                  names: Mapping[str, str] = API_NAMES) -> str:
+    """"fresh", "overwrite" or "resume" (the folder holds this run: it continues from its
+    last checkpoint); UserError when the folder holds another run (its message names the
+    options as ``names`` spell them: :mod:`posenc.study.names`)."""
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"run directory {run_dir} exists and is not a directory")
     if not run_dir.exists() or not has_content(run_dir):
@@ -126,19 +122,14 @@ def check_run_dir(run_dir: Path, cfg: TrainConfig, resume: bool, overwrite: bool
         if overwrite:
             return "fresh"
         raise UserError(f"{run_dir} is not empty and holds no posenc run; choose another "
-                        f"{names['out']} or pass {names['overwrite']}")
+                        f"{names['run_dir']} or pass {names['overwrite']}")
     if overwrite:
         return "overwrite"
     old = ckpt.read_config(run_dir)["train"]
     diffs = [d for d in cfg.differences(old) if d not in RESUMABLE_CHANGES]
     if diffs:
         raise UserError(f"{run_dir} holds a different run (differs in {', '.join(diffs[:8])}"
-                        f"); choose another {names['out']} or pass {names['overwrite']}")
-    if not resume:
-        progress = ckpt.read_progress(run_dir)
-        done = f"step {progress['step']} of {old.steps}" if progress else "no checkpoint yet"
-        raise UserError(f"{run_dir} already holds this run ({done}); pass {names['resume']} "
-                        f"to continue it or {names['overwrite']} to start again")
+                        f"); choose another {names['run_dir']} or pass {names['overwrite']}")
     return "resume"
 
 
@@ -241,23 +232,23 @@ def validation_loss(model: nn.Module, data: TrainData, cfg: TrainConfig,
     return total / max(count, 1)
 
 
-def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
-          overwrite: bool = False, progress: bool = True,
-          on_step: StepCallback | None = None, data: TrainData | None = None,
-          names: Mapping[str, str] = TRAIN_API_NAMES) -> TrainResult:
+def train(cfg: TrainConfig, run_dir: str | Path, *, overwrite: bool = False,
+          progress: bool = True, on_step: StepCallback | None = None,
+          data: TrainData | None = None,
+          names: Mapping[str, str] = API_NAMES) -> TrainResult:
     """Train ``cfg`` into ``run_dir`` (see the module docstring).
 
-    ``resume`` continues from the last checkpoint (a missing or empty folder starts fresh);
-    ``overwrite`` replaces a run already there. Bad input raises ValueError / FileNotFoundError
+    A folder that holds this run (the same settings, but for
+    :data:`RESUMABLE_CHANGES`) continues from its last checkpoint, a missing or empty one
+    starts fresh, one that holds another run is refused; ``overwrite`` replaces a run already
+    there. Bad input raises ValueError / FileNotFoundError
     before anything in ``run_dir`` is touched. ``on_step(step, record, model)`` is called
     after every step (and its checkpoint), e.g. to stop early. ``data``: the run's data
     already prepared (:func:`~posenc.data.batches.prepare_data` of ``cfg``'s data, tokenizer
     and task; a study prepares it once for all its runs), else it is prepared here.
-    ``names``: how messages name ``resume``, ``overwrite`` and ``run_dir`` (the CLI passes
-    :data:`TRAIN_CLI_NAMES`).
+    ``names``: how messages name ``overwrite`` and ``run_dir`` (the CLI passes
+    :data:`posenc.study.names.CLI_NAMES`).
     """
-    if resume and overwrite:
-        raise UserError("pass either resume or overwrite, not both")
     for name, path in (("run_dir", run_dir), ("data", cfg.data), ("cache_dir", cfg.cache_dir)):
         if path == "":                      # the file system reads "" as the working directory
             raise UserError(f"{name} is an empty path; name a file or folder")
@@ -268,7 +259,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     try:
         if info.is_main and run_dir.is_dir():
             lock.acquire()                  # before looking: nobody changes it meanwhile
-        return _train(cfg, run_dir, info, (resume, overwrite, names), progress, on_step, lock,
+        return _train(cfg, run_dir, info, (overwrite, names), progress, on_step, lock,
                       data)
     finally:
         lock.release()
