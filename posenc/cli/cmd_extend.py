@@ -87,7 +87,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _methods(args: argparse.Namespace) -> tuple[str, ...]:
     from ..hf.extend import parse_method
-    from ..hf.study import DEFAULT_METHODS
+    from ..hf.extension_settings import DEFAULT_METHODS
 
     if args.method and args.methods:
         raise UserError("give --method or --methods, not both")

@@ -29,8 +29,8 @@ from typing import Any
 
 from ..encodings.checks import require_choice
 from ..errors import UserError
-from ..study import (API_NAMES, RESULTS, RunDirectory, Study, StudyKind, Unit, decode, encode,
-                     register_kind)
+from ..study import (API_NAMES, RESULTS, RunDirectory, Study, StudyKind, Unit, decode,
+                     encode, register_kind)
 from ..study.settings import settings_difference, short
 from .arena_report import report_markdown, write_figures
 from .arena_tasks import Haystack, min_needle_length, needle_hits, passkey_hits
@@ -115,8 +115,10 @@ class ArenaRuntime:
     memory_limit: int | None = None
 
 
-class ArenaStudy:
-    """``run_study(ArenaStudy(request, runtime), out_dir)``: see the module docstring."""
+class ArenaStudy(Study):
+    """``run_study(ArenaStudy(request, runtime), out_dir)``: see the module docstring.
+    ``prepare`` loads the model, its tokenizer and the haystack once; each unit returns what
+    it measured and :meth:`commit` files it."""
 
     kind = ARENA_KIND
 
@@ -234,33 +236,41 @@ class ArenaStudy:
         return units
 
     # ------------------------------------------------------------ run
-    def run_unit(self, unit: Unit, results: dict, advance: Callable[[int], None]) -> None:
+    def run_unit(self, unit: Unit, advance: Callable[[int], None]) -> dict:
+        """Measure one cell or point on the extended model (restored after): ``{"extension",
+        "value", "peak"}`` (``value``: the hits of a needle or passkey cell, or a perplexity
+        point)."""
         what, method, length = unit.key[:3]
         req = self.request
         ext = extend(self.model, method, self._factor(method), self.original)
         try:
             with PeakMemory() as mem:
                 if what == "needle":
-                    i = unit.key[3]
-                    hits = needle_hits(self.model, self.tokenizer, self.haystack, length,
-                                       req.depths[i], req.needles, req.seed, advance)
-                    results["needle"].setdefault(method, {})[f"{length}:{i}"] = hits
+                    value = needle_hits(self.model, self.tokenizer, self.haystack, length,
+                                        req.depths[unit.key[3]], req.needles, req.seed,
+                                        advance)
                 elif what == "passkey":
                     i = unit.key[3]
-                    cell = (i, self.lengths.index(length))
-                    hits = passkey_hits(self.model, self.tokenizer, length, req.depths[i],
-                                        cell, req.passkey_trials, req.seed, advance)
-                    results["passkey"].setdefault(method, {})[f"{length}:{i}"] = hits
+                    value = passkey_hits(self.model, self.tokenizer, length, req.depths[i],
+                                         (i, self.lengths.index(length)), req.passkey_trials,
+                                         req.seed, advance)
                 else:
-                    point = perplexity_vs_length(self.model, self.haystack.tokens, [length],
-                                                 None, req.windows, advance,
-                                                 self.runtime.memory_limit, seed=req.seed)[0]
-                    results["ppl"].setdefault(method, {})[str(length)] = asdict(point)
+                    value = asdict(perplexity_vs_length(
+                        self.model, self.haystack.tokens, [length], None, req.windows,
+                        advance, self.runtime.memory_limit, seed=req.seed)[0])
         finally:
             restore(self.model)
-        results["extensions"][method] = ext.as_dict()
+        return {"extension": ext.as_dict(), "value": value, "peak": mem.peak}
+
+    def commit(self, results: dict, unit: Unit, result: dict) -> None:
+        """File a cell under ``needle`` or ``passkey`` ("length:depth index"), a point under
+        ``ppl`` (length), what the method did and its peak memory."""
+        what, method, length = unit.key[:3]
+        cell = str(length) if what == "ppl" else f"{length}:{unit.key[3]}"
+        results[what].setdefault(method, {})[cell] = result["value"]
+        results["extensions"][method] = result["extension"]
         peaks = results["peak_rss_bytes"]
-        peaks[method] = max(peaks.get(method) or 0, mem.peak)
+        peaks[method] = max(peaks.get(method) or 0, result["peak"])
 
     # ------------------------------------------------------------ report
     def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
