@@ -33,7 +33,8 @@ TRAIN_FLAGS = {"batch_size": int, "steps": int, "lr": float, "warmup_steps": int
 def add_arguments(p: argparse.ArgumentParser) -> None:
     model_defaults = {f.name: f.default for f in fields(LMConfig)}
     train_defaults = {f.name: f.default for f in fields(TrainConfig)}
-    p.add_argument("--out", required=True, type=path_arg, help="run directory to write")
+    p.add_argument("--out", required=True, type=path_arg, help="run directory to write (one "
+                   "that holds this run resumes from its last checkpoint)")
     p.add_argument("--pe", default="rope", help="positional encoding (see `posenc list`)")
     p.add_argument("--pe-option", action="append", metavar="KEY=VALUE",
                    help="an encoding option, repeatable (e.g. --pe-option theta=500000)")

@@ -129,8 +129,8 @@ class ExtendRequest:
 
 @dataclass(frozen=True)
 class ExtendRuntime:
-    """How to run (not compared on resume). ``gguf_cache=None``: no cache; ``save``: also save the extended model
-    there (one method besides 'none', no fine-tuning)."""
+    """How to run (not compared on resume). ``gguf_cache=None``: no cache; ``save``: also
+    save the extended model there (one method besides 'none', no fine-tuning)."""
 
     device: str = "cpu"
     device_map: str | None = None

@@ -14,9 +14,10 @@ The run folder follows the study core's rules (:class:`posenc.study.RunDirectory
 ends, so a second writer is refused and ``overwrite`` never deletes the files of a live run;
 a folder that holds the same run (config.json) resumes from its last checkpoint, one that
 holds another run is refused naming the settings that differ, one with files posenc did not
-write is refused, and ``overwrite`` removes only the run's own files. A step with a non-finite loss or gradient norm stops the run
-with :class:`TrainingDiverged` (after ``skip_bad_steps`` skipped ones): the last checkpoint,
-written while every value was finite, stays the committed one.
+write is refused, and ``overwrite`` removes only the run's own files. A step with a non-finite
+loss or gradient norm stops the run with :class:`TrainingDiverged` (after ``skip_bad_steps``
+skipped ones): the last checkpoint, written while every value was finite, stays the committed
+one.
 """
 
 from __future__ import annotations
