@@ -13,11 +13,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-#: what each deprecated flag becomes, and the line it prints
+#: what each deprecated flag becomes, the line it prints and its --help text
 DEPRECATED = {
-    "--force": ("overwrite", "--force is deprecated and will be removed; it is --overwrite"),
+    "--force": ("overwrite", "--force is deprecated and will be removed; it is --overwrite",
+                "deprecated: the same as --overwrite"),
     "--resume": (None, "--resume is deprecated and does nothing: a second run in the same "
-                       "--out resumes by itself"),
+                       "--out resumes by itself",
+                 "deprecated and ignored: a rerun in the same --out resumes by itself"),
 }
 
 
@@ -28,7 +30,7 @@ class _Deprecated(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        sets, line = DEPRECATED[option_string]
+        sets, line, _ = DEPRECATED[option_string]
         print(f"{parser.prog}: {line}", file=sys.stderr, flush=True)
         if sets is not None:
             setattr(namespace, sets, True)
@@ -43,4 +45,4 @@ def add_run_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup, what: st
                         "(default: a rerun with the same settings resumes or grows it, "
                         "and one with other settings is refused naming what differs)")
     for flag in deprecated:
-        p.add_argument(flag, action=_Deprecated, help=argparse.SUPPRESS)
+        p.add_argument(flag, action=_Deprecated, help=DEPRECATED[flag][2])

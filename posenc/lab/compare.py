@@ -289,6 +289,10 @@ class CompareStudy(Study):
         (results.get("failed") or {}).pop(name, None)
         add_seed(results, self.prepared.cfg, result["head"], result["entry"])
 
+    def close(self, abort: bool = False) -> None:
+        """Let go of the run loaded for evaluation."""
+        self._run = None
+
     def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
         """report.md and index.html after a unit (the driver redraws at most every
         :data:`RENDER_EVERY_S` seconds: the HTML of a large comparison takes a good part of a
