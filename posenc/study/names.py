@@ -16,10 +16,8 @@ SPELLINGS: dict[str, tuple[str, str]] = {
     "out": ("out_dir", "--out"),
     "run_dir": ("run_dir", "--out"),
     "lengths": ("lengths", "--lengths"),
-    "data": ("data", "--data"),
     "save": ("save", "--save"),
     "finetune_steps": ("finetune_steps", "--finetune-steps"),
-    "workers": ("workers", "--workers"),
 }
 
 #: how the Python API names each option (the default of every ``names`` argument)
