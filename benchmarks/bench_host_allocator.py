@@ -41,7 +41,7 @@ def one_run(encoding: str) -> dict:
     folder = Path(tempfile.mkdtemp(prefix="posenc-bench-"))
     try:
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        train(cfg.train_config(encoding, data.vocab_size, 0), folder, resume=True,
+        train(cfg.train_config(encoding, data.vocab_size, 0), folder,
               progress=False, data=data.train)
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
         state = json.loads((folder / "state.json").read_text())

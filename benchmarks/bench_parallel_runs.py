@@ -39,7 +39,7 @@ def train_runs(encodings: list[str], threads: int) -> None:
     for encoding in encodings:
         folder = Path(tempfile.mkdtemp(prefix="posenc-bench-"))
         try:
-            train(cfg.train_config(encoding, data.vocab_size, 0), folder, resume=True,
+            train(cfg.train_config(encoding, data.vocab_size, 0), folder,
                   progress=False, data=data.train)
         finally:
             shutil.rmtree(folder, ignore_errors=True)

@@ -49,7 +49,7 @@ def test_second_writer_is_refused_while_the_first_lives(tmp_path, capsys):
     try:
         before = files(run)
         for argv in (["train", "--out", str(run), *TINY, "--overwrite"],
-                     ["train", "--out", str(run), *TINY, "--resume"],
+                     ["train", "--out", str(run), *TINY],
                      ["eval", str(run), "--lengths", "16"]):
             assert main(argv) == 2
             err = capsys.readouterr().err

@@ -8,8 +8,8 @@ and writes results.json, report.md (with verdicts), needle.png and passkey.png t
 command line override the preset's.
 
 The study is :class:`posenc.hf.arena.ArenaStudy` run by :func:`posenc.study.run_study`: each
-finished cell is saved at once; after an interruption the same command with ``--resume``
-measures only what is missing (``--force`` starts again, removing only what the arena wrote).
+finished cell is saved at once; after an interruption the same command measures only what is
+missing (``--overwrite`` starts again, removing only what the arena wrote).
 """
 
 from __future__ import annotations
@@ -21,8 +21,11 @@ from pathlib import Path
 from ..errors import UserError
 from .args import check_seed, float_list, int_list, path_arg, positive_float
 from .devices import add_device_arguments, resolve_device
+from .run_flags import add_run_flags
 
 NAME = "arena"
+#: the module whose study this command runs (``posenc plot`` finds its kind there)
+STUDY = "posenc.hf.arena"
 HELP = ("needle-in-a-haystack heat maps, passkey and perplexity of context-extension "
         "methods on real text, with verdicts")
 
@@ -63,9 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--no-gguf-cache", action="store_true", help="do not keep the conversion")
     o = p.add_argument_group("output")
     o.add_argument("--out", type=path_arg, help="output directory (default: runs/arena-<model>)")
-    o.add_argument("--force", action="store_true", help="start again in an --out that holds "
-                   "a posenc arena study, removing only what the arena wrote")
-    o.add_argument("--resume", action="store_true", help="continue an interrupted arena")
+    add_run_flags(o, "the arena", deprecated=("--force", "--resume"))
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -100,17 +101,15 @@ def _warn(text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..hf.arena import ARENA_CLI_NAMES, ArenaRuntime, ArenaStudy
+    from ..hf.arena import ArenaRuntime, ArenaStudy
     from ..hf.load import default_gguf_cache, resolve_model
-    from ..study import run_study
+    from ..study import CLI_NAMES, run_study
 
-    if args.force and args.resume:
-        raise UserError("give --force or --resume, not both")
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads must be >= 1, got {args.threads}")
     request = _request(args)
     runtime = ArenaRuntime(
-        device=resolve_device(args.device), threads=args.threads, resume=args.resume,
+        device=resolve_device(args.device), threads=args.threads,
         gguf_cache=None if args.no_gguf_cache else (args.gguf_cache or default_gguf_cache()),
         memory_limit=None if args.memory_limit_gb is None
         else int(args.memory_limit_gb * 2**30))
@@ -119,9 +118,9 @@ def run(args: argparse.Namespace) -> int:
         hf_logging.disable_progress_bar()
     out = Path(args.out) if args.out is not None \
         else Path(f"runs/arena-{Path(resolve_model(args.model).name).stem}")
-    study = ArenaStudy(request, runtime, ARENA_CLI_NAMES, warn=_warn)
-    outcome = run_study(study, out, overwrite=args.force, progress=not args.no_progress,
-                        names=ARENA_CLI_NAMES)
+    study = ArenaStudy(request, runtime, CLI_NAMES, warn=_warn)
+    outcome = run_study(study, out, overwrite=args.overwrite, progress=not args.no_progress,
+                        names=CLI_NAMES)
     print((out / "report.md").read_text())
     print("wrote " + ", ".join(str(p) for p in outcome.paths))
     return 0

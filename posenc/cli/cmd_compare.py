@@ -8,8 +8,11 @@ import time
 from ..errors import UserError
 from .args import check_seed, int_list, name_list, path_arg
 from .devices import add_device_arguments, resolve_device
+from .run_flags import add_run_flags
 
 NAME = "compare"
+#: the module whose study this command runs (``posenc plot`` finds its kind there)
+STUDY = "posenc.lab.results"
 HELP = ("train every encoding with the same data, budget and seeds, evaluate at L..8L "
         "(plus RoPE inference-time scalings), write results.json, report.md and PNG plots")
 
@@ -49,8 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="first seed (default 0)")
     p.add_argument("--seeds", type=int, help="seeds per encoding (seed, seed+1, ...); an "
                    "existing comparison grows: only missing runs are trained")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace a different comparison in --out instead of refusing")
+    add_run_flags(p, "the comparison")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's "
                    "choice; 1 is faster on a machine that other jobs keep busy)")
     p.add_argument("--workers", default="auto", help="processes that train and evaluate "

@@ -6,9 +6,9 @@ passkey retrieval, and writes results.json, report.md and PNG plots to ``--out``
 
 The study is :class:`posenc.hf.extend_study.ExtendStudy` run by :func:`posenc.study.run_study`:
 each finished measurement (a perplexity point, a passkey cell, a fine-tuned row) is saved in
-``--out``/results.json as soon as it is done; after an interruption, the same command with
-``--resume`` measures only what is missing. ``--force`` starts over, removing only what the
-study wrote. The output folder is locked while the command writes into it. Every option is
+``--out``/results.json as soon as it is done; after an interruption, the same command
+measures only what is missing. ``--overwrite`` starts over, removing only what the study
+wrote. The output folder is locked while the command writes into it. Every option is
 checked before anything is written.
 """
 
@@ -23,8 +23,11 @@ from ..errors import UserError
 from ..methods import list_methods, parse_method_spec
 from .args import check_seed, float_list, int_list, path_arg, positive_float
 from .devices import add_device_arguments, resolve_device
+from .run_flags import add_run_flags
 
 NAME = "extend"
+#: the module whose study this command runs (``posenc plot`` finds its kind there)
+STUDY = "posenc.hf.extend_study"
 HELP = "extend the context of a Hugging Face model (PI, NTK, dynamic, YaRN, ...) and measure it"
 
 
@@ -75,10 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--out", type=path_arg,
                    help="output directory (default: runs/extend-<model>)")
-    o.add_argument("--force", action="store_true", help="start again in an --out that holds a "
-                   "posenc extend study, removing only what the study wrote")
-    o.add_argument("--resume", action="store_true", help="continue an interrupted study in "
-                   "--out, reusing the measurements it finished")
+    add_run_flags(o, "the study", deprecated=("--force", "--resume"))
     o.add_argument("--save", type=path_arg, help="also save the extended model (one method, no fine-tune) "
                    "as a directory plain transformers loads")
     o.add_argument("--gguf", metavar="OUT", help="also write the extended model (one method, "
@@ -88,7 +88,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _methods(args: argparse.Namespace) -> tuple[str, ...]:
-    from ..hf.study import DEFAULT_METHODS
+    from ..hf.extension_settings import DEFAULT_METHODS
 
     if args.method and args.methods:
         raise UserError("give --method or --methods, not both")
@@ -142,7 +142,7 @@ def _runtime(args: argparse.Namespace):
     return ExtendRuntime(
         device=resolve_device(args.device), device_map=args.device_map,
         gguf_cache=None if args.no_gguf_cache else (args.gguf_cache or default_gguf_cache()),
-        threads=args.threads, save=args.save, resume=args.resume,
+        threads=args.threads, save=args.save,
         memory_limit=None if args.memory_limit_gb is None
         else int(args.memory_limit_gb * 2**30))
 
@@ -166,13 +166,11 @@ def _warn(text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..hf.extend_study import EXTEND_CLI_NAMES, ExtendStudy
+    from ..hf.extend_study import ExtendStudy
     from ..hf.load import resolve_model
-    from ..study import run_study
+    from ..study import CLI_NAMES, run_study
     check_seed("--seed", args.seed)
 
-    if args.force and args.resume:
-        raise UserError("give --force or --resume, not both")
     if args.no_progress:
         from transformers.utils import logging as hf_logging
         hf_logging.disable_progress_bar()
@@ -181,9 +179,9 @@ def run(args: argparse.Namespace) -> int:
         _check_gguf(args.gguf, request)
     out = Path(args.out) if args.out is not None \
         else Path(f"runs/extend-{Path(resolve_model(args.model).name).stem}")
-    study = ExtendStudy(request, runtime, EXTEND_CLI_NAMES, warn=_warn)
-    outcome = run_study(study, out, overwrite=args.force, progress=not args.no_progress,
-                        names=EXTEND_CLI_NAMES)
+    study = ExtendStudy(request, runtime, CLI_NAMES, warn=_warn)
+    outcome = run_study(study, out, overwrite=args.overwrite, progress=not args.no_progress,
+                        names=CLI_NAMES)
     paths = list(outcome.paths)
     if args.save:
         paths.append(study.save_extended(args.save))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 from pathlib import Path
 
 from .args import path_arg
@@ -20,12 +21,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def study_kinds() -> tuple:
-    """Every kind of study ``posenc plot`` redraws (each knows how: ``StudyKind.redraw``)."""
-    from ..hf.arena import ARENA_KIND
-    from ..hf.extend_study import EXTEND_KIND
-    from ..lab.results import COMPARE_KIND
-    from ..lab.task_study import KIND as TASKS_KIND
-    return COMPARE_KIND, TASKS_KIND, EXTEND_KIND, ARENA_KIND
+    """Every kind of study ``posenc plot`` redraws (each knows how: ``StudyKind.redraw``):
+    the kinds registered by the modules the study commands name in ``STUDY``."""
+    from ..study import registered_kinds
+    from . import command_modules
+    for module in command_modules():
+        if hasattr(module, "STUDY"):
+            importlib.import_module(module.STUDY)      # registers its kind
+    return registered_kinds()
 
 
 def run(args: argparse.Namespace) -> int:

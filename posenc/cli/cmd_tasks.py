@@ -7,8 +7,11 @@ import time
 
 from ..errors import UserError
 from .args import name_list, path_arg
+from .run_flags import add_run_flags
 
 NAME = "tasks"
+#: the module whose study this command runs (``posenc plot`` finds its kind there)
+STUDY = "posenc.lab.task_study"
 HELP = ("train decoder-only models on synthetic tasks (copy, ...) and encoder-decoder models "
         "on reversing, score exact match on longer inputs over seeds, write results.json, "
         "report.md and task_accuracy.png")
@@ -29,8 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "side, one thread each (default auto: one per CPU core, at most "
                    f"{MAX_WORKERS}, on a CPU; 1 on a GPU or below {MIN_PARALLEL_STEPS} "
                    "training steps in all)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="start the study in --out over instead of growing it")
+    add_run_flags(p, "the study")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

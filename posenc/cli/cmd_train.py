@@ -12,9 +12,11 @@ from ..errors import UserError
 from ..data.synthetic import TASKS
 from ..models.lm import LMConfig
 from ..train.config import TrainConfig, parse_options
-from ..train.loop import TRAIN_CLI_NAMES, resolve_vocab, train
+from ..study import CLI_NAMES
+from ..train.loop import resolve_vocab, train
 from .args import check_seed, path_arg
 from .devices import resolve_device
+from .run_flags import add_run_flags
 
 NAME = "train"
 HELP = "train a small language model with one positional encoding"
@@ -31,7 +33,8 @@ TRAIN_FLAGS = {"batch_size": int, "steps": int, "lr": float, "warmup_steps": int
 def add_arguments(p: argparse.ArgumentParser) -> None:
     model_defaults = {f.name: f.default for f in fields(LMConfig)}
     train_defaults = {f.name: f.default for f in fields(TrainConfig)}
-    p.add_argument("--out", required=True, type=path_arg, help="run directory to write")
+    p.add_argument("--out", required=True, type=path_arg, help="run directory to write (one "
+                   "that holds this run resumes from its last checkpoint)")
     p.add_argument("--pe", default="rope", help="positional encoding (see `posenc list`)")
     p.add_argument("--pe-option", action="append", metavar="KEY=VALUE",
                    help="an encoding option, repeatable (e.g. --pe-option theta=500000)")
@@ -49,8 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "how the model will be used (one document at a time); text data only")
     p.add_argument("--cache-dir", help="token cache folder (default: posenc's cache folder, "
                    "$POSENC_CACHE_DIR or ~/.cache/posenc)", type=path_arg)
-    p.add_argument("--resume", action="store_true", help="continue the run in --out")
-    p.add_argument("--overwrite", action="store_true", help="replace the run in --out")
+    add_run_flags(p, "training", deprecated=("--resume",))
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (= --dtype "
                    "bfloat16)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"),
@@ -104,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise UserError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
-    result = train(cfg, args.out, resume=args.resume, overwrite=args.overwrite,
-                   progress=not args.no_progress, names=TRAIN_CLI_NAMES)
+    result = train(cfg, args.out, overwrite=args.overwrite, progress=not args.no_progress,
+                   names=CLI_NAMES)
     if int(os.environ.get("RANK", "0")) != 0:          # under torchrun, rank 0 reports
         return 0
     val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""

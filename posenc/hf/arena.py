@@ -29,8 +29,9 @@ from typing import Any
 
 from ..encodings.checks import require_choice
 from ..errors import UserError
-from ..study import RESULTS, RunDirectory, StudyKind, Unit, decode, encode
-from ..study.settings import require_resume, settings_difference, short
+from ..study import (API_NAMES, RESULTS, RunDirectory, Study, StudyKind, Unit, decode,
+                     encode, register_kind)
+from ..study.settings import settings_difference, short
 from .arena_report import report_markdown, write_figures
 from .arena_tasks import Haystack, min_needle_length, needle_hits, passkey_hits
 from .load import MODEL_DTYPES
@@ -47,13 +48,11 @@ def render_arena(results: dict, directory: RunDirectory, final: bool = True) -> 
     return paths
 
 
-ARENA_KIND = StudyKind(
+ARENA_KIND = register_kind(StudyKind(
     name="arena", schema=1, command="posenc arena",
     outputs=(RESULTS, "report.md", "needle.png", "passkey.png"),
     description="posenc arena study",
-    redraw=lambda results, directory: render_arena(decode(results), directory)[1:])
-ARENA_CLI_NAMES = {"overwrite": "--force", "out": "--out", "resume": "--resume"}
-ARENA_API_NAMES = {"overwrite": "overwrite=True", "out": "out_dir", "resume": "resume=True"}
+    redraw=lambda results, directory: render_arena(decode(results), directory)[1:]))
 
 #: methods of the CPU preset (a subset: every method costs the whole grid again): no
 #: extension, the three RoPE rescalings people ship most, and four region methods (Leaky
@@ -116,16 +115,17 @@ class ArenaRuntime:
     gguf_cache: str | Path | None = None
     threads: int | None = None
     memory_limit: int | None = None
-    resume: bool = True
 
 
-class ArenaStudy:
-    """``run_study(ArenaStudy(request, runtime), out_dir)``: see the module docstring."""
+class ArenaStudy(Study):
+    """``run_study(ArenaStudy(request, runtime), out_dir)``: see the module docstring.
+    ``prepare`` loads the model, its tokenizer and the haystack once; each unit returns what
+    it measured and :meth:`commit` files it."""
 
     kind = ARENA_KIND
 
     def __init__(self, request: ArenaRequest, runtime: ArenaRuntime = ArenaRuntime(),
-                 names: Mapping[str, str] = ARENA_API_NAMES,
+                 names: Mapping[str, str] = API_NAMES,
                  warn: Callable[[str], None] | None = None) -> None:
         self.request, self.runtime, self.names, self.warn = request, runtime, names, warn
         self.model = self.tokenizer = self.haystack = None
@@ -145,7 +145,6 @@ class ArenaStudy:
         from .load import load_model, resolve_model
 
         req, rt = self.request, self.runtime
-        require_resume(existing, rt.resume, "posenc arena study", self.names)
         _check_request(req)
         if rt.threads is not None and rt.threads < 1:
             raise UserError(f"threads must be >= 1, got {rt.threads}")
@@ -242,33 +241,41 @@ class ArenaStudy:
         return units
 
     # ------------------------------------------------------------ run
-    def run_unit(self, unit: Unit, results: dict, advance: Callable[[int], None]) -> None:
+    def run_unit(self, unit: Unit, advance: Callable[[int], None]) -> dict:
+        """Measure one cell or point on the extended model (restored after): ``{"extension",
+        "value", "peak"}`` (``value``: the hits of a needle or passkey cell, or a perplexity
+        point)."""
         what, method, length = unit.key[:3]
         req = self.request
         ext = extend(self.model, method, self._factor(method), self.original)
         try:
             with PeakMemory() as mem:
                 if what == "needle":
-                    i = unit.key[3]
-                    hits = needle_hits(self.model, self.tokenizer, self.haystack, length,
-                                       req.depths[i], req.needles, req.seed, advance)
-                    results["needle"].setdefault(method, {})[f"{length}:{i}"] = hits
+                    value = needle_hits(self.model, self.tokenizer, self.haystack, length,
+                                        req.depths[unit.key[3]], req.needles, req.seed,
+                                        advance)
                 elif what == "passkey":
                     i = unit.key[3]
-                    cell = (i, self.lengths.index(length))
-                    hits = passkey_hits(self.model, self.tokenizer, length, req.depths[i],
-                                        cell, req.passkey_trials, req.seed, advance)
-                    results["passkey"].setdefault(method, {})[f"{length}:{i}"] = hits
+                    value = passkey_hits(self.model, self.tokenizer, length, req.depths[i],
+                                         (i, self.lengths.index(length)), req.passkey_trials,
+                                         req.seed, advance)
                 else:
-                    point = perplexity_vs_length(self.model, self.haystack.tokens, [length],
-                                                 None, req.windows, advance,
-                                                 self.runtime.memory_limit, seed=req.seed)[0]
-                    results["ppl"].setdefault(method, {})[str(length)] = asdict(point)
+                    value = asdict(perplexity_vs_length(
+                        self.model, self.haystack.tokens, [length], None, req.windows,
+                        advance, self.runtime.memory_limit, seed=req.seed)[0])
         finally:
             restore(self.model)
-        results["extensions"][method] = ext.as_dict()
+        return {"extension": ext.as_dict(), "value": value, "peak": mem.peak}
+
+    def commit(self, results: dict, unit: Unit, result: dict) -> None:
+        """File a cell under ``needle`` or ``passkey`` ("length:depth index"), a point under
+        ``ppl`` (length), what the method did and its peak memory."""
+        what, method, length = unit.key[:3]
+        cell = str(length) if what == "ppl" else f"{length}:{unit.key[3]}"
+        results[what].setdefault(method, {})[cell] = result["value"]
+        results["extensions"][method] = result["extension"]
         peaks = results["peak_rss_bytes"]
-        peaks[method] = max(peaks.get(method) or 0, mem.peak)
+        peaks[method] = max(peaks.get(method) or 0, result["peak"])
 
     # ------------------------------------------------------------ report
     def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:

@@ -11,7 +11,7 @@ it, so every unit starts from the pretrained model.
 results.json (schema 1) holds ``setting`` (what the caller asked for: compared on resume),
 ``methods`` (finished rows, in method order), ``partial`` (the points and cells of unfinished
 rows), ``config``, ``n_tokens``, ``native_context``, ``data``, ``source`` and ``notes``.
-A results.json of an older posenc (no kind, schema 0) is recognised, so ``--force`` may
+A results.json of an older posenc (no kind, schema 0) is recognised, so overwrite may
 replace it, but not resumed: it did not record its settings.
 """
 
@@ -25,16 +25,17 @@ from typing import Any
 from ..encodings.checks import require_choice
 from ..errors import UserError
 from ..methods import parse_method_spec
-from ..study import CLI_NAMES, RESULTS, RunDirectory, StudyKind, Unit, decode, encode
-from ..study.settings import require_resume, settings_difference, short
+from ..study import (API_NAMES, RESULTS, RunDirectory, Study, StudyKind, Unit, decode,
+                     encode, register_kind)
+from ..study.settings import settings_difference, short
 from .load import MODEL_DTYPES
 from .extend import extend, hf_rope_parameters, make_extension, restore
 from .finetune import FinetuneConfig, finetune
 from .measure import PeakMemory, n_windows, perplexity_vs_length
 from .passkey import PasskeyGrid, passkey_cell
 from .report import check_extension_numbers, report_markdown, write_figures
-from .study import (DEFAULT_DEPTHS, DEFAULT_METHODS, StudyConfig, config_dict, default_lengths,
-                    row_names, validate_study)
+from .extension_settings import (DEFAULT_DEPTHS, DEFAULT_METHODS, ExtensionSettings,
+                                 config_dict, default_lengths, row_names, validate_settings)
 
 
 def _legacy(data: dict) -> bool:
@@ -64,15 +65,12 @@ def redraw_extension(results: dict, directory: RunDirectory) -> list[Path]:
     return render_extension(decode(results), directory)[1:]
 
 
-EXTEND_KIND = StudyKind(
+EXTEND_KIND = register_kind(StudyKind(
     name="extend", schema=1, command="posenc extend",
     outputs=(RESULTS, "report.md", "ppl.png", "passkey_*.png", "measurements.json"),
     legacy=_legacy, migrate=_migrate, description="posenc extend study",
-    redraw=lambda results, directory: redraw_extension(results, directory))
+    redraw=lambda results, directory: redraw_extension(results, directory)))
 
-#: how ``posenc extend`` spells the options messages name
-EXTEND_CLI_NAMES = {**CLI_NAMES, "overwrite": "--force", "resume": "--resume"}
-EXTEND_API_NAMES = {"overwrite": "overwrite=True", "out": "out_dir", "resume": "resume=True"}
 
 
 @dataclass(frozen=True)
@@ -100,15 +98,16 @@ class ExtendRequest:
     seed: int = 0
     options: dict[str, Any] = field(default_factory=dict)
 
-    def config(self, lengths: tuple[int, ...], memory_limit: int | None = None) -> StudyConfig:
-        """The :class:`StudyConfig` at ``lengths`` (raises on any bad value)."""
+    def config(self, lengths: tuple[int, ...],
+               memory_limit: int | None = None) -> ExtensionSettings:
+        """The :class:`ExtensionSettings` at ``lengths`` (raises on any bad value)."""
         tune = None
         if self.finetune_len is not None and self.finetune_steps is None:
             raise UserError("finetune length needs finetune steps")
         if self.finetune_steps is not None:
             tune = FinetuneConfig(self.finetune_steps, self.finetune_len or max(lengths),
                                   lr=self.finetune_lr, seed=self.seed)
-        return StudyConfig(methods=tuple(self.methods), factor=self.factor,
+        return ExtensionSettings(methods=tuple(self.methods), factor=self.factor,
                            lengths=tuple(lengths), original=self.original, stride=self.stride,
                            max_windows=self.windows, passkey=self.passkey,
                            passkey_lengths=tuple(self.passkey_lengths or lengths)
@@ -131,9 +130,8 @@ class ExtendRequest:
 
 @dataclass(frozen=True)
 class ExtendRuntime:
-    """How to run (not compared on resume). ``resume=False`` refuses a folder that already
-    holds the study; ``gguf_cache=None``: no cache; ``save``: also save the extended model
-    there (one method besides 'none', no fine-tuning)."""
+    """How to run (not compared on resume). ``gguf_cache=None``: no cache; ``save``: also
+    save the extended model there (one method besides 'none', no fine-tuning)."""
 
     device: str = "cpu"
     device_map: str | None = None
@@ -141,17 +139,18 @@ class ExtendRuntime:
     threads: int | None = None
     memory_limit: int | None = None
     save: str | None = None
-    resume: bool = True
 
 
-class ExtendStudy:
+class ExtendStudy(Study):
     """``run_study(ExtendStudy(request, runtime), out_dir)``: see the module docstring.
-    ``warn(text)`` is told what the report notes (the CLI prints it on stderr)."""
+    ``warn(text)`` is told what the report notes (the CLI prints it on stderr). ``prepare``
+    loads the model, its tokenizer and the text once; each unit returns what it measured
+    and :meth:`commit` files it."""
 
     kind = EXTEND_KIND
 
     def __init__(self, request: ExtendRequest, runtime: ExtendRuntime = ExtendRuntime(),
-                 names: Mapping[str, str] = EXTEND_API_NAMES,
+                 names: Mapping[str, str] = API_NAMES,
                  warn: Callable[[str], None] | None = None) -> None:
         self.request, self.runtime, self.names, self.warn = request, runtime, names, warn
         self.model = self.tokenizer = self.tokens = self.config = self.saved_weights = None
@@ -169,7 +168,6 @@ class ExtendStudy:
         from .measure import corpus_texts, token_stream, tokens_needed
 
         req, rt = self.request, self.runtime
-        require_resume(existing, rt.resume, "posenc extend study", self.names)
         self._check_before_loading()
         resolve_model(req.model)                   # a bad path or GGUF fails before loading
         texts, data_info = corpus_texts(req.data)
@@ -181,7 +179,7 @@ class ExtendStudy:
         model, tok, native = loaded.model, loaded.tokenizer, loaded.native_context
         lengths = tuple(req.lengths or default_lengths(req.original or native))
         config = req.config(lengths, rt.memory_limit)
-        validate_study(model, config, tok)
+        validate_settings(model, config, tok)
         if rt.save:        # refuse what plain transformers cannot express before any compute
             method = self._scaled()[0]
             hf_rope_parameters(make_extension(model.config, method, req.factor, req.original,
@@ -227,17 +225,18 @@ class ExtendStudy:
         req.config(stand_in, rt.memory_limit)      # lengths, windows, passkey, fine-tune
         if rt.save:
             if req.finetune_steps or len(self._scaled()) != 1:
-                raise UserError("--save saves one extended model: give one method besides "
-                                "'none' and no --finetune-steps")
+                raise UserError(f"{self.names['save']} saves one extended model: give one "
+                                "method besides 'none' and no "
+                                f"{self.names['finetune_steps']}")
             if Path(rt.save).exists() and (not Path(rt.save).is_dir()
                                            or any(Path(rt.save).iterdir())):
-                raise UserError(f"--save directory {rt.save} is not empty")
+                raise UserError(f"{self.names['save']} directory {rt.save} is not empty")
 
     def _scaled(self) -> list[str]:
         return [m for m in self.request.methods
                 if parse_method_spec(m).method.factor_rule != "none"]
 
-    def _notes(self, config: StudyConfig, native: int) -> list[str]:
+    def _notes(self, config: ExtensionSettings, native: int) -> list[str]:
         """What the report must say about the settings (also told to ``warn``)."""
         notes = []
         base = config.original or native
@@ -287,37 +286,56 @@ class ExtendStudy:
                 for j, n in enumerate(config.passkey_lengths)]
 
     # ------------------------------------------------------------ run
-    def run_unit(self, unit: Unit, results: dict, advance: Callable[[int], None]) -> None:
+    def run_unit(self, unit: Unit, advance: Callable[[int], None]) -> dict:
+        """Measure one unit on the extended model (restored after): ``{"extension", ...}``
+        with a perplexity ``point`` or a passkey ``cell`` and the memory it took
+        (``peak``, ``start``), or a fine-tuned ``row``."""
         what, method, row = unit.key[:3]
         config = self.config
         ext = extend(self.model, method, config.factor_for(method), config.original,
                      **config.options_for(method))
         try:
             if what == "finetune":
-                results["methods"][row] = self._finetuned_row(ext, advance)
-            elif what == "row":
-                state = results["partial"].pop(row, None) or _new_state(ext)
-                results["methods"][row] = self._row(state)
-            else:
-                state = results["partial"].setdefault(row, _new_state(ext))
-                with PeakMemory() as mem:
-                    if what == "ppl":
-                        point = perplexity_vs_length(
-                            self.model, self.tokens, [unit.key[3]], config.stride,
-                            config.max_windows, advance, config.memory_limit,
-                            seed=config.seed)[0]
-                        state["ppl"][str(point.length)] = asdict(point)
-                    else:
-                        i, j = unit.key[3:]
-                        state["passkey"][f"{i}:{j}"] = passkey_cell(
-                            self.model, self.tokenizer, config.passkey_lengths[j],
-                            config.passkey_depths[i], (i, j), config.passkey_trials,
-                            config.seed, advance)
-                state["peak_rss_bytes"] = max(state["peak_rss_bytes"] or 0, mem.peak)
-                if state["rss_before_bytes"] is None:
-                    state["rss_before_bytes"] = mem.start
+                return {"row": self._finetuned_row(ext, advance)}
+            if what == "row":
+                return {"extension": ext.as_dict()}
+            with PeakMemory() as mem:
+                if what == "ppl":
+                    point = perplexity_vs_length(
+                        self.model, self.tokens, [unit.key[3]], config.stride,
+                        config.max_windows, advance, config.memory_limit,
+                        seed=config.seed)[0]
+                    measured = {"point": asdict(point)}
+                else:
+                    i, j = unit.key[3:]
+                    measured = {"cell": passkey_cell(
+                        self.model, self.tokenizer, config.passkey_lengths[j],
+                        config.passkey_depths[i], (i, j), config.passkey_trials,
+                        config.seed, advance)}
         finally:
             restore(self.model)
+        return {"extension": ext.as_dict(), **measured, "peak": mem.peak, "start": mem.start}
+
+    def commit(self, results: dict, unit: Unit, result: dict) -> None:
+        """File a point or cell under its row's ``partial`` state, a finished row (from that
+        state) or a fine-tuned row under ``methods``, kept in method order."""
+        what, _, row = unit.key[:3]
+        config = self.config
+        if what == "finetune":
+            results["methods"][row] = result["row"]
+        elif what == "row":
+            state = results["partial"].pop(row, None) or _new_state(result["extension"])
+            results["methods"][row] = self._row(state)
+        else:
+            state = results["partial"].setdefault(row, _new_state(result["extension"]))
+            if what == "ppl":
+                state["ppl"][str(result["point"]["length"])] = result["point"]
+            else:
+                i, j = unit.key[3:]
+                state["passkey"][f"{i}:{j}"] = result["cell"]
+            state["peak_rss_bytes"] = max(state["peak_rss_bytes"] or 0, result["peak"])
+            if state["rss_before_bytes"] is None:
+                state["rss_before_bytes"] = result["start"]
         order = [n for m in config.methods for n in row_names(self.model, config, m)]
         results["methods"] = {n: results["methods"][n] for n in order
                               if n in results["methods"]}
@@ -345,7 +363,7 @@ class ExtendStudy:
         config = self.config
         try:
             losses = finetune(self.model, self.tokens, config.finetune, advance)
-            state = _new_state(ext)
+            state = _new_state(ext.as_dict())
             with PeakMemory() as mem:
                 for point in perplexity_vs_length(self.model, self.tokens, config.lengths,
                                                   config.stride, config.max_windows, advance,
@@ -392,7 +410,7 @@ class ExtendStudy:
                 restore(self.model)
 
 
-def _new_state(ext: Any) -> dict:
-    return {"extension": ext.as_dict(), "ppl": {}, "passkey": {}, "peak_rss_bytes": None,
+def _new_state(extension: dict) -> dict:
+    return {"extension": extension, "ppl": {}, "passkey": {}, "peak_rss_bytes": None,
             "rss_before_bytes": None}
 

@@ -54,7 +54,7 @@ def token_stream(tokenizer: Any, texts: Sequence[str], n_tokens: int) -> Tensor:
         if len(ids) >= n_tokens:
             return torch.tensor(ids[:n_tokens], dtype=torch.long)
     raise UserError(f"the text holds {len(ids)} tokens, fewer than the {n_tokens} needed; "
-                     "use shorter lengths, fewer windows or more --data")
+                     "use shorter lengths, fewer windows or more text")
 
 
 # ---------------------------------------------------------------- memory

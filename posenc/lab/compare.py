@@ -30,8 +30,7 @@ With ``workers`` > 1 the runs train and are evaluated in worker processes, side 
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -39,18 +38,20 @@ from typing import Any
 from ..encodings.checks import require_positive_int
 from ..errors import UserError
 from ..eval.inference_scaling import InferenceScaling, run_label
-from ..study import API_NAMES, RESULTS, RunDirectory, Unit, encode, run_study
+from ..study import API_NAMES, RESULTS, RunDirectory, Study, StudyOutcome, Unit, encode, run_study
+from ..study.study import InOrder, UnitExecutor
 from ..viz.plots import plot_all
 from .baseline import baseline_entry
 from .growth import incomparable_reason, merged
 from .one_run import ensure_trained, evaluate_run, run_dir_of, run_head
-from .parallel_runs import RunPool
+from .parallel_runs import GroupResult, run_group
 from .presets import CompareConfig
 from .progress import UnitProgress, unit_weight
 from .report import existing_links, render_index, render_report
 from .results import COMPARE_KIND, aggregate
 from .study_data import StudyData, prepare_study_data
 from .timing import time_training_steps
+from .unit_pool import PooledUnits
 from .variants import takes_scaling
 
 ATLAS = "atlas"
@@ -150,160 +151,177 @@ def _done(results: dict) -> set[tuple[str, str | None, int]]:
             for r in results["runs"] for s in r.get("seeds", [])}
 
 
-def _measure_timing(cfg: CompareConfig, results: dict, vocab_size: int) -> None:
+def _measure_timing(cfg: CompareConfig, vocab_size: int) -> dict:
     """Interleaved step timing of every encoding."""
     from ..models import TransformerLM
-    results["timing"] = time_training_steps(
+    return time_training_steps(
         lambda enc: TransformerLM(cfg.train_config(enc, vocab_size).model),
         cfg.encodings, cfg.train.batch_size, cfg.train_len, vocab_size, cfg.timing_rounds)
 
 
 # ------------------------------------------------------------------ the study
-class CompareStudy:
+@dataclass(frozen=True)
+class PreparedComparison:
+    """What ``prepare`` made once for every run: the config grown by what the folder held
+    (the union of encodings, seeds and scalings) and the corpus, tokenizer and test stream."""
+
+    cfg: CompareConfig
+    data: StudyData
+
+
+def _name(encoding: str, seed: int) -> str:
+    return f"{encoding}/seed{seed}"
+
+
+class CompareStudy(Study):
     """The comparison as a :class:`~posenc.study.Study`: a unit is one missing evaluation
     (encoding, scaling, seed), the first of an (encoding, seed) also training, resuming or
-    reusing its run (:meth:`plan`); a last unit times a training step per encoding."""
+    reusing its run (:meth:`plan`); a last unit times a training step per encoding. A unit
+    returns ``{"head", "entry", "trained"}`` (``trained``: None but for the first unit of a
+    run) or ``{"failed": why}`` when its training diverged; :meth:`commit` files it. With
+    ``workers`` > 1 the runs train in worker processes (:meth:`executor`)."""
 
     kind = COMPARE_KIND
+    render_every = RENDER_EVERY_S
 
     def __init__(self, cfg: CompareConfig, out_dir: Path, atlas: bool = True,
-                 workers: int = 1) -> None:
+                 workers: int = 1, names: Mapping[str, str] = API_NAMES) -> None:
         self.cfg = replace(cfg, train=cfg.train.resolved())   # a local data path absolute
-        self.out_dir, self.atlas = Path(out_dir), atlas
-        self.workers = workers
-        self.pool: RunPool | None = None
-        self.rendered_at: float | None = None
-        self.data: StudyData | None = None
-        self.loaded: dict[tuple[str, int], Any] = {}
-        self.diverged: set[str] = set()
-        self.trained: list[str] = []
-        self.reused: list[str] = []
-        self.report: Path | None = None
-        self.plots: list[Path] = []
+        self.out_dir, self.atlas, self.workers, self.names = Path(out_dir), atlas, workers, names
+        self.prepared: PreparedComparison | None = None
+        self._run: tuple[tuple[str, int], Any] | None = None    # the one run loaded now
 
     def incomparable(self, existing: dict) -> str | None:
         return incomparable_reason(existing["config"], self.cfg)
 
     def prepare(self, existing: dict | None) -> dict:
-        cfg = self.cfg = merged(existing["config"], self.cfg) if existing else self.cfg
+        cfg = merged(existing["config"], self.cfg) if existing else self.cfg
         for encoding in cfg.encodings:        # every run's config is valid before we start
             _check_encoding(cfg, encoding)
-        data = self.data = prepare_study_data(cfg.train)   # once: every run trains on it
+        data = prepare_study_data(cfg.train)   # once: every run trains on it
         if max(cfg.eval_lengths) > len(data.test):
             raise UserError(f"evaluation length {max(cfg.eval_lengths)} is longer than the "
-                             f"test split ({len(data.test)} tokens); use shorter --lengths "
-                             "or more data")
+                            f"test split ({len(data.test)} tokens); use shorter "
+                            f"{self.names['lengths']} or more data")
         if existing is not None and existing["corpus"].get("sha256") != \
                 data.corpus_info["sha256"]:    # the data by content, not by its path
             raise UserError(f"{self.out_dir} holds a comparison on another corpus "
-                             f"({existing['corpus'].get('name')}, sha256 "
-                             f"{str(existing['corpus'].get('sha256'))[:12]}); pass "
-                             "--overwrite to replace it")
+                            f"({existing['corpus'].get('name')}, sha256 "
+                            f"{str(existing['corpus'].get('sha256'))[:12]}); pass "
+                            f"{self.names['overwrite']} to replace it")
         results = existing or {"config": None, "corpus": data.corpus_info, "runs": []}
         results["config"] = cfg.to_dict()
         if "baseline" not in results:
             results["baseline"] = baseline_entry(data.train.train, data.test,
                                                  data.vocab_size, cfg.eval_tokens)
+        self.prepared = PreparedComparison(cfg, data)
         return results
 
     def plan(self, results: dict) -> list[Unit]:
         """One unit per evaluation still missing, (encoding, scaling, seed); the first of an
         (encoding, seed) trains its run too (or resumes or reuses it) and weighs its steps."""
-        cfg, done, units = self.cfg, _done(results), []
+        cfg, done, units = self.prepared.cfg, _done(results), []
         for seed in cfg.seed_list:
             for encoding in cfg.encodings:
                 plan = [s for e, s in planned_runs(cfg) if e == encoding]
                 todo = [s for s in plan if (encoding, s, seed) not in done]
-                if not todo:
-                    self.reused.append(f"{encoding}/seed{seed}")
                 for i, scaling in enumerate(todo):
                     label = run_label({"encoding": encoding, "inference_scaling": scaling})
                     units.append(Unit(("run", encoding, scaling, seed),
                                       f"{label} seed {seed}", unit_weight(cfg, 1, i == 0)))
-        self._start_pool(units)
         timing = results.get("timing") or {}
         if cfg.timing_rounds and not (set(timing.get("step_seconds", {})) == set(
                 cfg.encodings) and timing.get("rounds") == cfg.timing_rounds):
             units.append(Unit(("timing",), "timing a training step per encoding"))
         return units
 
-    def run_unit(self, unit: Unit, results: dict, advance) -> None:
-        from ..train.loop import TrainingDiverged
-        cfg, progress = self.cfg, UnitProgress(self.cfg, advance)
-        if unit.key == ("timing",):
-            _measure_timing(cfg, results, self.data.vocab_size)
-            return
-        _, encoding, scaling, seed = unit.key
-        name, where = f"{encoding}/seed{seed}", run_dir_of(encoding, seed)
-        if name in self.diverged:
-            return                            # its training failed in this call
-        if self.pool is not None:
-            self._collect(results, encoding, scaling, seed)
-            return
-        if (encoding, seed) not in self.loaded:
-            try:
-                loaded, did_train = ensure_trained(cfg, encoding, self.out_dir / where,
-                                                   self.data, progress, seed)
-            except TrainingDiverged as err:
-                results.setdefault("failed", {})[name] = str(err)
-                self.diverged.add(name)
-                return
-            (results.get("failed") or {}).pop(name, None)
-            (self.trained if did_train else self.reused).append(name)
-            self.loaded = {(encoding, seed): loaded}     # the one run evaluated now
-        loaded = self.loaded[(encoding, seed)]
-        head = run_head(cfg, loaded, encoding, scaling)
-        entry = evaluate_run(cfg, loaded, self.data.test, encoding, scaling, progress,
-                             run_dir=where)
-        add_seed(results, cfg, head, entry)
-
-    def _start_pool(self, units: list[Unit]) -> None:
-        """With more than one worker, queue every (encoding, seed) the plan evaluates."""
+    def executor(self, units: Sequence[Unit]) -> UnitExecutor:
+        """In order here, or with ``workers`` > 1 and two runs or more, each (encoding, seed)
+        trained and evaluated under the scalings the plan lists in a worker process
+        (:func:`~posenc.lab.parallel_runs.run_group`); the timing unit runs here."""
         groups: dict[tuple[str, int], list[str | None]] = {}
         for unit in units:
-            _, encoding, scaling, seed = unit.key
-            groups.setdefault((encoding, seed), []).append(scaling)
+            if unit.key[0] == "run":
+                groups.setdefault((unit.key[1], unit.key[3]), []).append(unit.key[2])
         if self.workers < 2 or len(groups) < 2:
-            return
-        self.pool = RunPool(min(self.workers, len(groups)))
-        for (encoding, seed), scalings in groups.items():
-            self.pool.submit(self.cfg, self.out_dir, encoding, seed, scalings)
+            return InOrder(self)
+        cfg, out_dir = self.prepared.cfg, self.out_dir
 
-    def _collect(self, results: dict, encoding: str, scaling: str | None, seed: int) -> None:
-        """Add one (encoding, scaling, seed) entry a worker made (waiting for it)."""
-        name = f"{encoding}/seed{seed}"
-        group = self.pool.result((encoding, seed))
-        if group.failed is not None:
-            results.setdefault("failed", {})[name] = group.failed
-            self.diverged.add(name)
+        def task(unit: Unit) -> tuple | None:
+            if unit.key[0] != "run":
+                return None
+            group = (unit.key[1], unit.key[3])
+            return group, run_group, (cfg, out_dir, *group, groups[group], 1)
+        return PooledUnits(self, units, self.workers, task, _pick)
+
+    def run_unit(self, unit: Unit, advance) -> Any:
+        from ..train.loop import TrainingDiverged
+        cfg, data = self.prepared.cfg, self.prepared.data
+        progress = UnitProgress(cfg, advance)
+        if unit.key == ("timing",):
+            return _measure_timing(cfg, data.vocab_size)
+        _, encoding, scaling, seed = unit.key
+        where, trained = run_dir_of(encoding, seed), None
+        if self._run is None or self._run[0] != (encoding, seed):
+            try:
+                loaded, trained = ensure_trained(cfg, encoding, self.out_dir / where, data,
+                                                 progress, seed)
+            except TrainingDiverged as err:
+                loaded = err
+            self._run = ((encoding, seed), loaded)
+        loaded = self._run[1]
+        if isinstance(loaded, TrainingDiverged):
+            return {"failed": str(loaded)}
+        return {"head": run_head(cfg, loaded, encoding, scaling),
+                "entry": evaluate_run(cfg, loaded, data.test, encoding, scaling, progress,
+                                      run_dir=where),
+                "trained": trained}
+
+    def commit(self, results: dict, unit: Unit, result: Any) -> None:
+        if unit.key == ("timing",):
+            results["timing"] = result
             return
-        if name not in self.trained + self.reused:
-            (results.get("failed") or {}).pop(name, None)
-            (self.trained if group.trained else self.reused).append(name)
-        head, entry = group.entries[scaling]
-        add_seed(results, self.cfg, head, entry)
+        _, encoding, _, seed = unit.key
+        name = _name(encoding, seed)
+        if "failed" in result:
+            results.setdefault("failed", {})[name] = result["failed"]
+            return
+        (results.get("failed") or {}).pop(name, None)
+        add_seed(results, self.prepared.cfg, result["head"], result["entry"])
 
     def close(self, abort: bool = False) -> None:
-        """Stop the worker processes, if any (queued runs that have not started are
-        dropped, and with ``abort`` running ones too; a cut-short comparison resumes
-        them)."""
-        if self.pool is not None:
-            self.pool.close(abort)
-            self.pool = None
+        """Let go of the run loaded for evaluation."""
+        self._run = None
 
     def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
-        """report.md and index.html after a unit (at most every :data:`RENDER_EVERY_S`
-        seconds: rendering the HTML of a large comparison takes a good part of a second); at
-        the end the plots (once) and the atlas first."""
-        now = time.monotonic()
-        if not final and self.rendered_at is not None \
-                and now - self.rendered_at < RENDER_EVERY_S:
-            return [directory.path / RESULTS]
-        self.rendered_at = now
-        self.report, plots = render_outputs(directory, results, plots=final,
-                                            atlas=final and self.atlas)
-        self.plots = plots if final else self.plots
-        return [directory.path / RESULTS, self.report, *plots]
+        """report.md and index.html after a unit (the driver redraws at most every
+        :data:`RENDER_EVERY_S` seconds: the HTML of a large comparison takes a good part of a
+        second); at the end the plots and the atlas first."""
+        report, plots = render_outputs(directory, results, plots=final,
+                                       atlas=final and self.atlas)
+        return [directory.path / RESULTS, report, *plots]
+
+
+def _pick(unit: Unit, group: GroupResult, first: bool) -> dict:
+    """A run unit's result out of its worker's :class:`GroupResult`."""
+    if group.failed is not None:
+        return {"failed": group.failed}
+    head, entry = group.entries[unit.key[2]]
+    return {"head": head, "entry": entry, "trained": group.trained if first else None}
+
+
+def trained_and_reused(outcome: StudyOutcome) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The (encoding, seed) runs a comparison trained now, and those it reused (evaluated
+    from a run already on disk, or evaluated before), in plan order; from what its units
+    returned and its results."""
+    trained = [_name(u.key[1], u.key[3]) for u, r in zip(outcome.ran, outcome.returned)
+               if u.key[0] == "run" and r.get("trained")]
+    config = outcome.results["config"]
+    first = int(config["train"]["seed"])
+    failed = set(outcome.results.get("failed") or {})
+    every = [_name(e, s) for s in range(first, first + int(config["seeds"]))
+             for e in config["encodings"]]
+    return tuple(trained), tuple(n for n in every if n not in failed and n not in trained)
 
 
 def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
@@ -316,7 +334,8 @@ def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
     options (the CLI passes its flags). ``workers``: processes that train and evaluate runs
     side by side (:func:`posenc.lab.parallel_runs.default_workers` picks a number)."""
     require_positive_int("workers", workers)
-    study = CompareStudy(cfg, out_dir, atlas, workers)
+    study = CompareStudy(cfg, out_dir, atlas, workers, names)
     outcome = run_study(study, out_dir, overwrite=overwrite, progress=progress, names=names)
-    return CompareOutcome(outcome.out_dir, outcome.results, study.report, tuple(study.plots),
-                          tuple(study.trained), tuple(study.reused))
+    trained, reused = trained_and_reused(outcome)
+    return CompareOutcome(outcome.out_dir, outcome.results, outcome.paths[1],
+                          tuple(outcome.paths[2:]), trained, reused)

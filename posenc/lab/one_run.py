@@ -62,7 +62,7 @@ def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, data: Study
         progress.update(step - counted[0])     # the first call also counts resumed steps
         counted[0] = step
 
-    train(cfg.train_config(encoding, data.vocab_size, seed), run_dir, resume=True,
+    train(cfg.train_config(encoding, data.vocab_size, seed), run_dir,
           progress=False, on_step=on_step, data=data.train)
     progress.update(max(0, steps - counted[0]))
     return load_run(run_dir, device), True

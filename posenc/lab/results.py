@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..study import StudyKind
+from ..study import StudyKind, register_kind
 from .growth import migrate_config
 from .stats import BOOTSTRAP, SEEDS, Estimate, block_bootstrap_ppl, bootstrap_ppl
 
@@ -56,9 +56,9 @@ def _redraw(results: dict, directory) -> list:
 
 
 #: the comparison as the study core knows it (:class:`~posenc.study.StudyKind`)
-COMPARE_KIND = StudyKind(name="compare", schema=1, command="posenc compare", outputs=OUTPUTS,
-                         legacy=_is_legacy, migrate=_migrate, description="comparison",
-                         redraw=_redraw)
+COMPARE_KIND = register_kind(StudyKind(
+    name="compare", schema=1, command="posenc compare", outputs=OUTPUTS, legacy=_is_legacy,
+    migrate=_migrate, description="comparison", redraw=_redraw))
 
 
 def _number(value: Any) -> float | None:

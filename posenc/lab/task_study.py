@@ -29,7 +29,7 @@ differ.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,9 +39,10 @@ import torch
 from ..encodings.checks import require_positive_int
 from ..errors import UserError
 from ..eval.lengths import eval_device
-from ..study import API_NAMES, RunDirectory, StudyKind, Unit, run_study
-from .parallel_runs import RunPool
+from ..study import API_NAMES, RunDirectory, Study, StudyKind, Unit, register_kind, run_study
+from ..study.study import InOrder, UnitExecutor
 from .task_presets import TASK_PRESETS, TaskStudyConfig, task_preset
+from .unit_pool import PooledUnits
 
 __all__ = ["KIND", "OUTPUTS", "TASK_PRESETS", "TaskStudy", "TaskStudyConfig",
            "run_task_study", "task_preset"]
@@ -162,9 +163,10 @@ def render_task_study(results: dict, directory: RunDirectory, final: bool = True
     return [directory.path / RESULTS, report, *plots]
 
 
-KIND = StudyKind(name="tasks", schema=1, command="posenc tasks", outputs=OUTPUTS,
-                 legacy=_is_legacy, migrate=_migrate, description="posenc task study",
-                 redraw=lambda results, directory: render_task_study(results, directory)[1:])
+KIND = register_kind(StudyKind(
+    name="tasks", schema=1, command="posenc tasks", outputs=OUTPUTS, legacy=_is_legacy,
+    migrate=_migrate, description="posenc task study",
+    redraw=lambda results, directory: render_task_study(results, directory)[1:]))
 
 
 def _merged_config(cfg: TaskStudyConfig, existing: dict | None) -> TaskStudyConfig:
@@ -181,16 +183,19 @@ def _merged_config(cfg: TaskStudyConfig, existing: dict | None) -> TaskStudyConf
         "seeds": sorted(union(old.seeds, cfg.seeds))})
 
 
-class TaskStudy:
+class TaskStudy(Study):
     """The task study as a :class:`~posenc.study.Study`: a unit is one (part, task,
-    encoding, seed) run, weighted by its training steps."""
+    encoding, seed) run, weighted by its training steps; it returns the run's results.json
+    entry (:func:`run_one`) and :meth:`commit` files it. With ``workers`` > 1 the runs train
+    in worker processes (:meth:`executor`). The config is the one asked for; the results
+    hold it grown by what the folder held."""
 
     kind = KIND
 
     def __init__(self, cfg: TaskStudyConfig, workers: int = 1) -> None:
         self.cfg = cfg
         self.workers = workers
-        self.pool: RunPool | None = None
+        self._clock = time.perf_counter()     # when the last unit was filed (wall time)
 
     def incomparable(self, existing: dict) -> str | None:
         old = TaskStudyConfig.from_dict(existing["config"]).setting()
@@ -203,40 +208,39 @@ class TaskStudy:
             build_model(self.cfg, part, encoding, 8)          # bad encoding options raise here
         results = existing or {"config": None, "runs": []}
         results["config"] = _merged_config(self.cfg, existing).to_dict()
+        self._clock = time.perf_counter()
         return results
 
     def plan(self, results: dict) -> list[Unit]:
         done = {run_key(r) for r in results["runs"]}
         steps = {"lm": self.cfg.train.steps, "seq2seq": self.cfg.seq2seq_train.steps}
-        units = [Unit(key, " ".join(map(str, key[:3])) + f" seed {key[3]}", steps[key[0]])
-                 for key in planned_runs(self.cfg) if key not in done]
-        if self.workers > 1 and len(units) > 1:     # every run queued now, taken in order
-            self.pool = RunPool(min(self.workers, len(units)))
-            for unit in units:
-                self.pool.submit_call(unit.key, run_in_worker, self.cfg, *unit.key)
-        return units
+        return [Unit(key, " ".join(map(str, key[:3])) + f" seed {key[3]}", steps[key[0]])
+                for key in planned_runs(self.cfg) if key not in done]
 
-    def run_unit(self, unit: Unit, results: dict, advance) -> None:
+    def executor(self, units: Sequence[Unit]) -> UnitExecutor:
+        """In order here, or with ``workers`` > 1 and two runs or more, every run queued to
+        worker processes at once (:func:`run_in_worker`), taken in plan order."""
+        if self.workers < 2 or len(units) < 2:
+            return InOrder(self)
+        cfg = self.cfg
+        return PooledUnits(self, units, self.workers,
+                           lambda unit: (unit.key, run_in_worker, (cfg, *unit.key)))
+
+    def run_unit(self, unit: Unit, advance) -> dict:
+        return run_one(self.cfg, *unit.key, on_step=lambda _: advance(1))
+
+    def commit(self, results: dict, unit: Unit, result: dict) -> None:
+        """File one run; ``seconds`` grows by the wall time since the previous run was
+        filed (side by side in workers, the wall time, not the sum of the runs')."""
         from .task_report import summarize
-        started = time.perf_counter()
-        if self.pool is not None:
-            results["runs"].append(self.pool.result(unit.key))
-            advance(unit.weight)
-        else:
-            results["runs"].append(run_one(self.cfg, *unit.key,
-                                           on_step=lambda _: advance(1)))
-        results["seconds"] = round(results.get("seconds", 0.0)
-                                   + time.perf_counter() - started, 1)
+        now = time.perf_counter()
+        took, self._clock = now - self._clock, now
+        results["runs"].append(result)
+        results["seconds"] = round(results.get("seconds", 0.0) + took, 1)
         results["summary"] = summarize(results)
 
     def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
         return render_task_study(results, directory, final)
-
-    def close(self, abort: bool = False) -> None:
-        """Stop the worker processes, if any (with ``abort`` the running ones at once)."""
-        if self.pool is not None:
-            self.pool.close(abort)
-            self.pool = None
 
 
 def resolve_config(preset: str | TaskStudyConfig, seeds: int | list[int] | None,

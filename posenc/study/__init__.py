@@ -1,20 +1,26 @@
-"""The study core: what every study (``compare``, ``tasks``, ``extend``) shares.
+"""The study core: what every study (``compare``, ``tasks``, ``extend``, ``arena``) shares.
 
+- :mod:`.names`: how messages spell each option, from Python and from the command line.
 - :mod:`.codec`: one JSON codec for results files (non-finite floats as strings and back).
 - :mod:`.rundir`: one run directory: its lock, the comparable-settings check with a one-line
   refusal, atomic results stamped with their kind and schema version, resume and growth, and
   an overwrite that removes only what the study wrote.
-- :mod:`.study`: the :class:`Study` protocol (a plan of units of work, one unit run at a
-  time, a report rendered from the results) and :func:`run_study`, the loop every study runs.
+- :mod:`.kinds`: the registry of study kinds (each study module registers its own).
+- :mod:`.study`: the :class:`Study` protocol (a plan of units of work, each unit's result
+  returned as a value and committed by the driver, a report rendered from the results) and
+  :func:`run_study`, the driver every study runs.
 - :mod:`.tables`, :mod:`.verdict`: one markdown table helper and one verdict type.
 """
 
 from .codec import decode, dumps, encode, read_json
-from .rundir import API_NAMES, CLI_NAMES, RESULTS, RunDirectory, StudyKind, read_study_results
+from .kinds import register_kind, registered_kinds
+from .names import API_NAMES, CLI_NAMES
+from .rundir import RESULTS, RunDirectory, StudyKind, read_study_results
 from .study import Study, StudyOutcome, Unit, run_study
 from .tables import markdown_table
 from .verdict import INCONCLUSIVE, NOT_SUPPORTED, NOT_TESTED, STATUSES, SUPPORTED, Verdict
 
-__all__ = ["API_NAMES", "CLI_NAMES", "INCONCLUSIVE", "NOT_SUPPORTED", "NOT_TESTED", "RESULTS", "STATUSES", "SUPPORTED",
-           "RunDirectory", "Study", "StudyKind", "StudyOutcome", "Unit", "Verdict", "decode",
-           "dumps", "encode", "markdown_table", "read_json", "read_study_results", "run_study"]
+__all__ = ["API_NAMES", "CLI_NAMES", "INCONCLUSIVE", "NOT_SUPPORTED", "NOT_TESTED", "RESULTS",
+           "STATUSES", "SUPPORTED", "RunDirectory", "Study", "StudyKind", "StudyOutcome", "Unit",
+           "Verdict", "decode", "dumps", "encode", "markdown_table", "read_json",
+           "read_study_results", "register_kind", "registered_kinds", "run_study"]

@@ -27,13 +27,9 @@ from typing import Any
 from ..errors import UserError
 from ..runio import DirectoryLock, atomic_write, has_content, remove_stale_temporaries
 from .codec import dumps, read_json
+from .names import API_NAMES
 
 RESULTS = "results.json"
-
-#: how errors name the caller's options: the Python API's argument names by default; the CLI
-#: passes its flags
-API_NAMES = {"overwrite": "overwrite=True", "out": "out_dir"}
-CLI_NAMES = {"overwrite": "--overwrite", "out": "--out"}
 
 
 @dataclass(frozen=True)
@@ -47,7 +43,9 @@ class StudyKind:
     written before kinds were stamped (schema 0). ``migrate(results, schema)``: the results
     of an older schema in the current layout (None: older schemas are refused).
     ``redraw(results, directory)``: the report and figures drawn again from the results
-    alone (``posenc plot``), without rewriting results.json.
+    alone (``posenc plot``), without rewriting results.json. ``record``: the file that marks
+    a folder as this kind's and holds its settings (results.json for a study; a training
+    run's config.json).
     """
 
     name: str
@@ -58,6 +56,7 @@ class StudyKind:
     migrate: Callable[[dict, int], dict] | None = None
     description: str = ""
     redraw: Callable[[dict, RunDirectory], list[Path]] | None = None
+    record: str = RESULTS
 
     @property
     def what(self) -> str:
@@ -111,7 +110,7 @@ class RunDirectory:
     """``with RunDirectory(out_dir, kind) as rd:`` the folder a study writes (module docstring).
 
     ``names`` maps "overwrite" and "out" to how the caller spells them in messages
-    (:data:`API_NAMES` or :data:`CLI_NAMES`).
+    (:data:`~posenc.study.names.API_NAMES` or :data:`~posenc.study.names.CLI_NAMES`).
     """
 
     def __init__(self, path: str | Path, kind: StudyKind,
@@ -134,9 +133,10 @@ class RunDirectory:
 
     # ------------------------------------------------------------------ reading
     def read(self) -> dict | None:
-        """The folder's results in the current schema; None if it holds no results.json;
-        a one-line UserError if it holds another study's or a file posenc did not write."""
-        path = self.path / RESULTS
+        """The folder's results (its :attr:`StudyKind.record`) in the current schema; None if
+        it holds none; a one-line UserError if it holds another study's or a file posenc did
+        not write."""
+        path = self.path / self.kind.record
         if not path.is_file():
             if path.exists():
                 raise UserError(f"{path} is not a file; choose another {self.names['out']}")
@@ -145,7 +145,7 @@ class RunDirectory:
         if not self.kind.recognises(data):
             other = data.get("kind") if isinstance(data, dict) else None
             held = (f"a posenc {other} study" if isinstance(other, str) and "schema" in data
-                    else f"a {RESULTS} that {self.kind.command} did not write")
+                    else f"a {self.kind.record} that {self.kind.command} did not write")
             raise UserError(f"{self.path} holds {held}; choose another {self.names['out']} "
                             "(posenc never overwrites what it did not write)")
         return _current(self.kind, data, path)
@@ -164,7 +164,7 @@ class RunDirectory:
         if existing is None:
             if self.path.is_dir() and has_content(self.path):
                 raise UserError(f"{self.path} is not empty and holds no {self.kind.what} "
-                                f"({RESULTS}); choose a new or empty directory")
+                                f"({self.kind.record}); choose a new or empty directory")
             return None
         if overwrite:
             return None

@@ -1,13 +1,10 @@
-"""How a study says that the settings in a folder differ from those asked for, and refuses a
-rerun that did not ask to resume."""
+"""How a study says, in one line, that the settings in a folder differ from those asked for."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
 from typing import Any
-
-from ..errors import UserError
 
 
 def short(value: Any, most: int = 40) -> str:
@@ -27,10 +24,3 @@ def settings_difference(old: Any, new: Mapping[str, Any],
     return "; ".join(f"{k} {short(old.get(k))} there, {short(new.get(k))} now"
                      for k in differ) or None
 
-
-def require_resume(existing: Any, resume: bool, what: str, names: Mapping[str, str]) -> None:
-    """UserError when a folder already holds ``what`` (``existing`` results) and the caller
-    neither asked to resume nor to start again (``names``: how the caller spells both)."""
-    if existing is not None and not resume:
-        raise UserError(f"the output directory holds a {what}; pass {names['resume']} to "
-                        f"continue it or {names['overwrite']} to start again")

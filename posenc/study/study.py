@@ -1,23 +1,32 @@
 """The shape every study has: a plan of units of work, one unit at a time, a report.
 
-A :class:`Study` (``compare``, ``tasks``, ``extend``) says what it writes (its
+A :class:`Study` (``compare``, ``tasks``, ``extend``, ``arena``) says what it writes (its
 :class:`~posenc.study.rundir.StudyKind`), checks its input and loads its data once
-(``prepare``), lists the units of work still to do (``plan``), runs one unit into the results
-(``run_unit``) and renders its report and figures from the results (``render``).
-:func:`run_study` is the one loop around them: the run directory's lock and checks, nothing
-written before ``prepare`` succeeds, results saved after every unit (a crash loses at most
-the unit in progress; the next call resumes), the progress bar, the final report.
+(``prepare``), lists the units of work still to do (``plan``, which starts nothing), runs one
+unit and returns what it measured as a plain picklable value (``run_unit``), puts that value
+into the results (``commit``) and renders its report and figures from the results alone
+(``render``). :func:`run_study` is the one driver around them: the run directory's lock and
+checks, nothing written before ``prepare`` succeeds, the units run by the study's
+:class:`UnitExecutor` (in this process, in order, unless the study runs them in worker
+processes), each result committed by the driver and the results saved after every unit (a
+crash loses at most the unit in progress; the next call resumes), the progress bar, the
+final report. Because a unit's result travels as a value, an executor that runs units
+elsewhere (one unit per remote task) needs no change to the studies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from .names import API_NAMES
 from .progress import StudyProgress
-from .rundir import API_NAMES, RunDirectory, StudyKind
+from .rundir import RunDirectory, StudyKind
+
+Advance = Callable[[int], None]
 
 
 @dataclass(frozen=True)
@@ -30,10 +39,37 @@ class Unit:
     weight: int = 1
 
 
+class UnitExecutor(Protocol):
+    """Runs a study's units; :func:`run_study` asks for their results in plan order."""
+
+    def run(self, unit: Unit, advance: Advance) -> Any:
+        """The result of ``unit`` (waiting for it where it runs elsewhere)."""
+
+    def close(self, abort: bool = False) -> None:
+        """Stop whatever it started (``abort``: the study was interrupted or failed)."""
+
+
+class InOrder:
+    """The default executor: each unit run by ``study.run_unit`` in this process, in order."""
+
+    def __init__(self, study: Study) -> None:
+        self.study = study
+
+    def run(self, unit: Unit, advance: Advance) -> Any:
+        return self.study.run_unit(unit, advance)
+
+    def close(self, abort: bool = False) -> None:
+        pass
+
+
 class Study(Protocol):
-    """What a study implements; :func:`run_study` calls these in order."""
+    """What a study implements; :func:`run_study` calls these in order. A study class
+    subclasses it to inherit the defaults (:meth:`executor`, :meth:`close`,
+    :attr:`render_every`)."""
 
     kind: StudyKind
+    #: a report redrawn after a unit at most this often (seconds; the last is always drawn)
+    render_every: float = 0.0
 
     def incomparable(self, existing: dict) -> str | None:
         """Why the results already in the folder cannot be grown by this study (None: they
@@ -44,44 +80,50 @@ class Study(Protocol):
         (``existing`` grown to this study's settings, or new ones). Writes nothing."""
 
     def plan(self, results: dict) -> list[Unit]:
-        """The units still to run, in order (those done in ``results`` left out)."""
+        """The units still to run, in order (those done in ``results`` left out). Starts
+        nothing."""
 
-    def run_unit(self, unit: Unit, results: dict, advance: Callable[[int], None]) -> None:
-        """Run ``unit`` and put what it measured into ``results``; ``advance(n)`` reports
-        progress inside the unit (at most ``unit.weight`` in all)."""
+    def run_unit(self, unit: Unit, advance: Advance) -> Any:
+        """Run ``unit`` and return what it measured (a plain picklable value); ``advance(n)``
+        reports progress inside the unit (at most ``unit.weight`` in all)."""
+
+    def commit(self, results: dict, unit: Unit, result: Any) -> None:
+        """Put ``result`` (what :meth:`run_unit` returned for ``unit``) into ``results``."""
 
     def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
-        """Write the report (and, when ``final``, the figures) from ``results``."""
+        """Write the report (and, when ``final``, the figures) from ``results`` alone."""
 
-    # optional: ``close(abort: bool = False)``, called once the study ends (``abort``: it was
-    # interrupted or failed), e.g. to stop worker processes that :meth:`plan` started
+    def executor(self, units: Sequence[Unit]) -> UnitExecutor:
+        """How ``units`` run: by default here, one after the other (:class:`InOrder`)."""
+        return InOrder(self)
+
+    def close(self, abort: bool = False) -> None:
+        """Called once when the study ends (``abort``: it was interrupted or failed)."""
 
 
 @dataclass(frozen=True)
 class StudyOutcome:
-    """What a study wrote and which units it ran now."""
+    """What a study wrote, which units it ran now and what each returned."""
 
     out_dir: Path
     results: dict
     paths: tuple[Path, ...]
     ran: tuple[Unit, ...]
+    returned: tuple[Any, ...] = ()
 
 
 def run_study(study: Study, out_dir: str | Path, *, overwrite: bool = False,
               progress: bool = True, names: Mapping[str, str] = API_NAMES) -> StudyOutcome:
     """Run, resume or grow ``study`` in ``out_dir`` (module docstring). ``overwrite`` starts
     over, removing only what the study wrote; ``names``: how messages name the caller's
-    options (the CLI passes its flags). A study's ``close`` (if it has one) is called at the
-    end, with ``abort=True`` when the study was interrupted or failed."""
-    close = getattr(study, "close", None)
+    options (the CLI passes :data:`~posenc.study.names.CLI_NAMES`). The study's ``close`` is
+    called at the end, with ``abort=True`` when it was interrupted or failed."""
     try:
         outcome = _run(study, out_dir, overwrite, progress, names)
     except BaseException:
-        if close is not None:
-            close(abort=True)
+        study.close(abort=True)
         raise
-    if close is not None:
-        close()
+    study.close()
     return outcome
 
 
@@ -94,23 +136,34 @@ def _run(study: Study, out_dir: str | Path, overwrite: bool, progress: bool,
         directory.save(results)
         units = study.plan(results)
         bar = StudyProgress(sum(u.weight for u in units), study.kind.name, progress)
-        ran = []
+        ran, returned, rendered_at = [], [], None
+        executor = study.executor(units) if units else InOrder(study)
         try:
             for unit in units:
                 bar.stage(unit.label)
                 before = bar.done
-                study.run_unit(unit, results, bar.advance)
+                result = executor.run(unit, bar.advance)
                 bar.advance(unit.weight - (bar.done - before))
+                study.commit(results, unit, result)
                 directory.save(results)
-                study.render(results, directory, final=False)
+                now = time.monotonic()
+                if rendered_at is None or now - rendered_at >= study.render_every:
+                    study.render(results, directory, final=False)
+                    rendered_at = now
                 ran.append(unit)
+                returned.append(result)
                 bar.unit_done(unit.label)
             bar.stage("writing the report")
             directory.save(results)
             paths = study.render(results, directory, final=True)
+        except BaseException:
+            executor.close(abort=True)
+            raise
+        else:
+            executor.close()
         finally:
             bar.close()
-    return StudyOutcome(directory.path, results, tuple(paths), tuple(ran))
+    return StudyOutcome(directory.path, results, tuple(paths), tuple(ran), tuple(returned))
 
 
 def results_value(results: Mapping[str, Any], *keys: str) -> Any:

@@ -271,7 +271,7 @@ def load_weights(model: nn.Module, run_dir: Path, device: str | torch.device = "
 
 def load_training_state(run_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
                         scheduler: Any, device: torch.device) -> dict[str, Any]:
-    """Restore the committed checkpoint for ``--resume``; returns ``state.json``."""
+    """Restore the committed checkpoint for a resumed run; returns ``state.json``."""
     progress = read_progress(run_dir)
     if progress is None:
         raise UserError(f"run {run_dir} has no checkpoint to resume from")

@@ -9,11 +9,15 @@ process trains on its shard of the global batch (the loss is the mean over the g
 batch's scored targets, as in one process: :func:`rank_weight`), and rank 0 alone writes
 files and draws the progress bar.
 
-Rank 0 holds the run folder's lock (:class:`posenc.runio.DirectoryLock`) from before it
-looks at the folder until the run ends, so a second writer is refused and ``overwrite`` never
-deletes the files of a live run. A step with a non-finite loss or gradient norm stops the run
-with :class:`TrainingDiverged` (after ``skip_bad_steps`` skipped ones): the last checkpoint,
-written while every value was finite, stays the committed one.
+The run folder follows the study core's rules (:class:`posenc.study.RunDirectory`, kind
+:data:`TRAIN_KIND`): rank 0 holds its lock from before it looks at the folder until the run
+ends, so a second writer is refused and ``overwrite`` never deletes the files of a live run;
+a folder that holds the same run (config.json) resumes from its last checkpoint, one that
+holds another run is refused naming the settings that differ, one with files posenc did not
+write is refused, and ``overwrite`` removes only the run's own files. A step with a non-finite
+loss or gradient norm stops the run with :class:`TrainingDiverged` (after ``skip_bad_steps``
+skipped ones): the last checkpoint, written while every value was finite, stays the committed
+one.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from ..data.cache import default_cache_dir
 from ..data.synthetic import IGNORE
 from ..data.tokenizer import load_tokenizer
 from ..models.lm import TransformerLM
-from ..runio import DirectoryLock, has_content
+from ..study import API_NAMES, RunDirectory, StudyKind
 from . import checkpoint as ckpt
 from . import distributed as dist
 from .config import TrainConfig
@@ -108,38 +112,38 @@ def rank_weight(info: dist.DistInfo, targets: torch.Tensor) -> float:
     return scored / mean if mean else 1.0
 
 
-#: how messages name the options of :func:`train`: its own arguments from Python, the
-#: flags from ``posenc train`` (which passes :data:`TRAIN_CLI_NAMES`)
-TRAIN_API_NAMES = {"resume": "resume=True", "overwrite": "overwrite=True", "out": "run_dir"}
-TRAIN_CLI_NAMES = {"resume": "--resume", "overwrite": "--overwrite", "out": "--out"}
+#: a training run's folder as the study core's run directory knows it: config.json marks it
+#: and holds its settings; overwrite removes the run's files and folders, nothing else
+TRAIN_KIND = StudyKind(name="train", schema=0, command="posenc train",
+                       outputs=ckpt.RUN_FILES + ckpt.RUN_DIRS, record=ckpt.CONFIG_FILE,
+                       legacy=lambda doc: doc.get("format") == ckpt.FORMAT,
+                       description="posenc run")
 
 
-def check_run_dir(run_dir: Path, cfg: TrainConfig, resume: bool, overwrite: bool,
-                  names: Mapping[str, str] = TRAIN_API_NAMES) -> str:
-    """"fresh", "overwrite" or "resume"; UserError when the folder holds another run (its
-    message names the options as ``names`` spell them)."""
-    if run_dir.exists() and not run_dir.is_dir():
-        raise UserError(f"run directory {run_dir} exists and is not a directory")
-    if not run_dir.exists() or not has_content(run_dir):
-        return "fresh"
-    if not (run_dir / ckpt.CONFIG_FILE).is_file():
-        if overwrite:
-            return "fresh"
-        raise UserError(f"{run_dir} is not empty and holds no posenc run; choose another "
-                        f"{names['out']} or pass {names['overwrite']}")
-    if overwrite:
-        return "overwrite"
+def run_directory(run_dir: Path, names: Mapping[str, str] = API_NAMES) -> RunDirectory:
+    """The run folder as a :class:`~posenc.study.RunDirectory` (lock, checks, overwrite);
+    its messages name the folder as ``names["run_dir"]``."""
+    return RunDirectory(run_dir, TRAIN_KIND, {**names, "out": names["run_dir"]})
+
+
+def incomparable_run(run_dir: Path, cfg: TrainConfig) -> str | None:
+    """The settings of the run in ``run_dir`` that differ from ``cfg``'s (but for
+    :data:`RESUMABLE_CHANGES`), or None when ``cfg`` continues it."""
     old = ckpt.read_config(run_dir)["train"]
     diffs = [d for d in cfg.differences(old) if d not in RESUMABLE_CHANGES]
-    if diffs:
-        raise UserError(f"{run_dir} holds a different run (differs in {', '.join(diffs[:8])}"
-                        f"); choose another {names['out']} or pass {names['overwrite']}")
-    if not resume:
-        progress = ckpt.read_progress(run_dir)
-        done = f"step {progress['step']} of {old.steps}" if progress else "no checkpoint yet"
-        raise UserError(f"{run_dir} already holds this run ({done}); pass {names['resume']} "
-                        f"to continue it or {names['overwrite']} to start again")
-    return "resume"
+    return ", ".join(diffs[:8]) or None
+
+
+def check_run_dir(run_dir: Path, cfg: TrainConfig, overwrite: bool,
+                  names: Mapping[str, str] = API_NAMES) -> str:
+    """"fresh", "overwrite" or "resume" (the folder holds this run: it continues from its
+    last checkpoint), by the run directory's rules (:class:`~posenc.study.RunDirectory`:
+    reads only); UserError when the folder holds another run or files posenc did not write
+    (its message names the options as ``names`` spell them: :mod:`posenc.study.names`)."""
+    directory = run_directory(run_dir, names)
+    if directory.open(lambda doc: incomparable_run(run_dir, cfg), overwrite) is not None:
+        return "resume"
+    return "overwrite" if (run_dir / ckpt.CONFIG_FILE).is_file() else "fresh"
 
 
 def resolve_vocab(cfg: TrainConfig) -> TrainConfig:
@@ -241,43 +245,43 @@ def validation_loss(model: nn.Module, data: TrainData, cfg: TrainConfig,
     return total / max(count, 1)
 
 
-def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
-          overwrite: bool = False, progress: bool = True,
-          on_step: StepCallback | None = None, data: TrainData | None = None,
-          names: Mapping[str, str] = TRAIN_API_NAMES) -> TrainResult:
+def train(cfg: TrainConfig, run_dir: str | Path, *, overwrite: bool = False,
+          progress: bool = True, on_step: StepCallback | None = None,
+          data: TrainData | None = None,
+          names: Mapping[str, str] = API_NAMES) -> TrainResult:
     """Train ``cfg`` into ``run_dir`` (see the module docstring).
 
-    ``resume`` continues from the last checkpoint (a missing or empty folder starts fresh);
-    ``overwrite`` replaces a run already there. Bad input raises ValueError / FileNotFoundError
+    A folder that holds this run (the same settings, but for
+    :data:`RESUMABLE_CHANGES`) continues from its last checkpoint, a missing or empty one
+    starts fresh, one that holds another run is refused; ``overwrite`` replaces a run already
+    there. Bad input raises ValueError / FileNotFoundError
     before anything in ``run_dir`` is touched. ``on_step(step, record, model)`` is called
     after every step (and its checkpoint), e.g. to stop early. ``data``: the run's data
     already prepared (:func:`~posenc.data.batches.prepare_data` of ``cfg``'s data, tokenizer
     and task; a study prepares it once for all its runs), else it is prepared here.
-    ``names``: how messages name ``resume``, ``overwrite`` and ``run_dir`` (the CLI passes
-    :data:`TRAIN_CLI_NAMES`).
+    ``names``: how messages name ``overwrite`` and ``run_dir`` (the CLI passes
+    :data:`posenc.study.names.CLI_NAMES`).
     """
-    if resume and overwrite:
-        raise UserError("pass either resume or overwrite, not both")
     for name, path in (("run_dir", run_dir), ("data", cfg.data), ("cache_dir", cfg.cache_dir)):
         if path == "":                      # the file system reads "" as the working directory
             raise UserError(f"{name} is an empty path; name a file or folder")
     run_dir = Path(run_dir)
     cfg = cfg.resolved()
     info = dist.setup(cfg.device)
-    lock = DirectoryLock(run_dir, "posenc train")
+    directory = run_directory(run_dir, names)
     try:
-        if info.is_main and run_dir.is_dir():
-            lock.acquire()                  # before looking: nobody changes it meanwhile
-        return _train(cfg, run_dir, info, (resume, overwrite, names), progress, on_step, lock,
+        if info.is_main:
+            directory.__enter__()           # the lock, before looking: nobody changes it
+        return _train(cfg, run_dir, info, (overwrite, names), progress, on_step, directory,
                       data)
     finally:
-        lock.release()
+        directory.__exit__()
         dist.teardown(info)
 
 
 def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, asked: tuple,
            show_progress: bool, on_step: StepCallback | None,
-           lock: DirectoryLock, prepared: TrainData | None) -> TrainResult:
+           directory: RunDirectory, prepared: TrainData | None) -> TrainResult:
     mode = check_run_dir(run_dir, cfg, *asked)
     dev = info.device
     check_train_memory(cfg, dev)
@@ -288,13 +292,9 @@ def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, asked: tuple,
     model = TransformerLM(cfg.model).to(dev).train()   # bad model options raise here
     dist.barrier(info)                                  # every rank checked before writing
     if info.is_main:
-        if not lock.held:                   # the folder did not exist: make it, lock it and
-            run_dir.mkdir(parents=True, exist_ok=True)    # look again (another process
-            lock.acquire()                                # may have been quicker)
-            if check_run_dir(run_dir, cfg, *asked) != mode:
-                raise UserError(f"{run_dir} was written by another process meanwhile")
-        if mode == "overwrite":
-            ckpt.remove_run_files(run_dir)
+        # a new folder made and locked (refused if another process wrote it meanwhile);
+        # with overwrite the run's own files removed
+        directory.claim(overwrite=mode == "overwrite")
         ckpt.recover(run_dir)               # temporaries a crash left; see its docstring
         if mode != "resume":
             ckpt.write_config(run_dir, cfg, data.corpus_info, data.tokenizer)

@@ -1,5 +1,5 @@
 """``posenc arena`` on a tiny Llama saved to disk: a small arena end to end, presets and
-options, ``--resume`` / ``--force``, bad input as one-line errors (exit 2)."""
+options, a rerun that resumes, ``--overwrite``, bad input as one-line errors (exit 2)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def _argv(tiny_dir, out, *extra):
             "--out", str(out), "--no-progress", "--device", "cpu", *extra]
 
 
-def test_cli_arena_end_to_end_then_resume_and_force(tiny_dir, tmp_path, capsys):
+def test_cli_arena_end_to_end_then_resume_and_overwrite(tiny_dir, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(_argv(tiny_dir, out)) == 0
     printed = capsys.readouterr().out
@@ -39,14 +39,12 @@ def test_cli_arena_end_to_end_then_resume_and_force(tiny_dir, tmp_path, capsys):
     assert results["setting"]["factor"] == 2.0
     for name in ("report.md", "needle.png", "passkey.png"):
         assert (out / name).stat().st_size > 0
-    assert main(_argv(tiny_dir, out)) == 2                 # neither --resume nor --force
-    assert "pass --resume" in capsys.readouterr().err
-    assert main(_argv(tiny_dir, out, "--resume")) == 0     # nothing left to measure
-    assert main(_argv(tiny_dir, out, "--needles", "2", "--resume")) == 2
+    assert main(_argv(tiny_dir, out)) == 0                 # resumed: nothing left to measure
+    assert main(_argv(tiny_dir, out, "--needles", "2")) == 2
     assert "settings differ (needles 1 there, 2 now)" in capsys.readouterr().err
     (out / "notes.txt").write_text("mine")
-    assert main(_argv(tiny_dir, out, "--force")) == 0
-    assert (out / "notes.txt").read_text() == "mine"       # force removes only its own
+    assert main(_argv(tiny_dir, out, "--overwrite")) == 0
+    assert (out / "notes.txt").read_text() == "mine"       # overwrite removes only its own
     saved = (out / "results.json").read_bytes()
     (out / "needle.png").unlink()
     assert main(["plot", str(out)]) == 0                   # plot knows the arena's kind
@@ -56,7 +54,6 @@ def test_cli_arena_end_to_end_then_resume_and_force(tiny_dir, tmp_path, capsys):
 @pytest.mark.parametrize("extra,message", [
     (("--methods", "none,warp"), "unknown method 'warp'"),
     (("--depths", "0,2"), "depths must be numbers in [0, 1]"),
-    (("--force", "--resume"), "give --force or --resume, not both"),
     (("--lengths", "16"), "shorter than a prompt"),
     (("--seed", "-1"), "--seed must be between 0 and 2**64 - 1"),
     (("--needles", "0"), "needles must be an integer >= 1"),

@@ -100,8 +100,8 @@ def test_cli_extend_end_to_end(tiny_dir, tmp_path, capsys):
 
 def test_cli_extend_interrupted_then_resumed_reuses_finished_measurements(
         tiny_dir, tmp_path, capsys, monkeypatch):
-    """Killed (SIGKILL) while measuring the second length of the first method, ``--resume``
-    measures only what is missing and keeps what was written exactly as it was."""
+    """Killed (SIGKILL) while measuring the second length of the first method, the same
+    command measures only what is missing and keeps what was written exactly as it was."""
     from posenc.hf import measure
     out, data = tmp_path / "run", tiny_dir.parent / "data.txt"
     out.mkdir()                                            # an empty folder is fine
@@ -140,11 +140,9 @@ def test_cli_extend_interrupted_then_resumed_reuses_finished_measurements(
     assert first["kind"] == "extend" and first["methods"] == {}
     assert list(first["partial"]["none"]["ppl"]) == ["128"]
     capsys.readouterr()
-    assert main(argv) == 2                                 # neither --resume nor --force
-    assert "pass --resume" in capsys.readouterr().err
-    assert main([*argv[:5], "128", *argv[6:], "--resume"]) == 2       # other lengths
+    assert main([*argv[:5], "128", *argv[6:]]) == 2                   # other lengths
     assert "settings differ (lengths [128, 192] there, [128] now)" in capsys.readouterr().err
-    assert main([*argv, "--resume"]) == 0
+    assert main(argv) == 0                                 # the same command resumes
     assert measured == [192, 128, 192]                     # none@128 was not measured again
     results = json.loads((out / "results.json").read_text())
     assert list(results["methods"]) == ["none", "yarn"]
@@ -166,15 +164,15 @@ def test_cli_extend_interrupted_then_resumed_reuses_finished_measurements(
     (lambda d, t: [str(d), "--method", "self_extend", "--gguf", str(t / "s")],
      "cannot be written to GGUF: llama.cpp applies Self-Extend at run time"),
     (lambda d, t: [str(d), "--out", str(t / "full")], "posenc extend did not write"),
-    (lambda d, t: [str(d), "--out", str(t / "full"), "--resume"], "posenc extend did not write"),
-    (lambda d, t: [str(d), "--out", str(t / "full"), "--force"], "posenc extend did not write"),
+    (lambda d, t: [str(d), "--out", str(t / "full"), "--overwrite"],
+     "posenc extend did not write"),
     (lambda d, t: [str(t / "posenc-run")], "is a posenc run .* `posenc eval`"),
     (lambda d, t: [str(d), "--passkey", "--passkey-trials", "0"],
      "passkey trials must be an integer >= 1"),
     (lambda d, t: [str(d), "--passkey", "--passkey-depths", "0,2"], "depths must be in"),
     (lambda d, t: [str(d), "--device-map", "auto", "--no-gguf-cache"]
      if importlib.util.find_spec("accelerate") is None else [str(d), "--device", "cuda"]
-     if not torch.cuda.is_available() else [str(d), "--force", "--resume"],
+     if not torch.cuda.is_available() else [str(d), "--method", "yarn", "--methods", "none"],
      "needs accelerate|sees no GPU|not both"),
     (lambda d, t: [str(d), "--method", "yarn", "--methods", "none"], "not both"),
     (lambda d, t: [str(d), "--lengths", "128,1"], "lengths must be integers >= 2"),
@@ -196,10 +194,11 @@ def test_cli_errors_are_one_line(tiny_dir, bad_inputs, tmp_path, capsys, make_ar
     assert not (bad_inputs / "s").exists() and not (tmp_path / "out").exists()
 
 
-def test_cli_checks_options_before_work_warns_and_force_keeps_the_users_files(
+def test_cli_checks_options_before_work_warns_and_overwrite_keeps_the_users_files(
         tiny_dir, tmp_path, capsys):
     """A refused option leaves nothing behind, so the corrected call is not refused; lengths
-    inside the native context are warned about; --force removes only what extend wrote."""
+    inside the native context are warned about; --overwrite removes only what extend
+    wrote."""
     out, data = tmp_path / "run", tiny_dir.parent / "data.txt"
     argv = ["extend", str(tiny_dir), "--method", "none", "--lengths", "64,128", "--data",
             str(data), "--out", str(out), "--no-progress"]
@@ -212,10 +211,10 @@ def test_cli_checks_options_before_work_warns_and_force_keeps_the_users_files(
     assert "warning" not in captured.err                     # the passkey goes to 2x
     assert re.search(r"\| none \| \d+\.\d\d ± \d+\.\d\d \| \d+\.\d\d ± ", captured.out)
     (out / "mine.txt").write_text("kept")
-    assert main(argv) == 2                                   # another study, no --force
+    assert main(argv) == 2                                   # another study, no --overwrite
     assert "settings differ (passkey true there, false now; passkey_depths" in \
         capsys.readouterr().err
-    assert main([*argv, "--force"]) == 0
+    assert main([*argv, "--overwrite"]) == 0
     captured = capsys.readouterr()
     warning = ("posenc extend: warning: no length exceeds the native context (128 tokens): "
                "nothing is extended here")
@@ -225,7 +224,5 @@ def test_cli_checks_options_before_work_warns_and_force_keeps_the_users_files(
                                                      "results.json"]
     assert (out / "mine.txt").read_text() == "kept"
     (out / "ppl.png").unlink()
-    assert main(argv) == 2                                   # neither --resume nor --force
-    assert "pass --resume to continue it or --force to start again" in capsys.readouterr().err
-    assert main([*argv, "--resume"]) == 0                    # finished: only redrawn
+    assert main(argv) == 0                                   # finished: only redrawn
     assert (out / "ppl.png").is_file()

@@ -84,3 +84,12 @@ def test_notes_and_non_finite_values_are_numbers_plot_can_draw(tmp_path, capsys)
     (tmp_path / "results.json").write_text(json.dumps(results))
     from posenc.lab.redraw import check_comparison_numbers
     check_comparison_numbers(results, tmp_path / "results.json")        # no error
+
+
+def test_plot_finds_every_study_commands_kind_without_a_list_of_its_own():
+    from posenc.cli import command_modules
+    from posenc.cli.cmd_plot import study_kinds
+    names = {k.name for k in study_kinds()}
+    assert {"compare", "tasks", "extend", "arena"} <= names
+    studies = [m for m in command_modules() if hasattr(m, "STUDY")]
+    assert sorted(m.NAME for m in studies) == ["arena", "compare", "extend", "tasks"]

@@ -21,6 +21,12 @@ def test_cli_tasks_runs_the_task_study(tmp_path, capsys):
     saved = json.loads((out / "results.json").read_text())
     assert {r["encoding"] for r in saved["runs"]} == {"nope"}
     assert "## Decoder-only models" in (out / "report.md").read_text()
+    code, text, _ = cli(capsys, "tasks", "--preset", "tasks-smoke", "--out", str(out),
+                        "--encodings", "nope", "--seeds", "1", "--no-progress")
+    assert code == 0 and "(0 trained now)" in text                  # a rerun resumes
+    code, _, err = cli(capsys, "tasks", "--preset", "tasks", "--out", str(out),
+                       "--encodings", "nope", "--seeds", "1", "--no-progress")
+    assert code == 2 and "settings differ (differs in " in err and "--overwrite" in err
 
 
 def test_cli_tasks_refuses_what_it_does_not_take(tmp_path, capsys):

@@ -48,18 +48,15 @@ def test_cli_trains_resolves_bpe_vocab_and_refuses_to_clobber(tmp_path, capsys):
     args = cli_args(tmp_path, out, "--data", str(data), "--tokenizer", "bpe:300", "--pe",
                     "alibi", "--pe-option", "logn_base_len=16")
     assert main([*args, "--lr", "0.01"]) == 2
-    one_line_error(capsys, "holds a different run (differs in lr)")
-    assert main(args) == 2
-    one_line_error(capsys, "already holds this run (step 4 of 4); pass --resume")
+    one_line_error(capsys, "holds a posenc run whose settings differ (lr)")
+    assert main(args) == 0                                # the same run resumes: complete
     assert snapshot(out) == before                                   # nothing overwritten
-    assert main([*args, "--resume"]) == 0                            # complete: nothing to do
-    assert snapshot(out) == before
     assert main([*args, "--lr", "0.01", "--overwrite"]) == 0
     assert load_run(out).train_config.lr == 0.01
 
 
 @pytest.mark.parametrize("case", ["missing", "empty", "too_long", "foreign_dir", "bad_option",
-                                  "bad_pe", "resume_and_overwrite"])
+                                  "bad_pe"])
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, case):
     out = tmp_path / "run"
     data = make_corpus(tmp_path / "data", n=30)
@@ -71,8 +68,6 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, case):
         "foreign_dir": (["--data", str(data)], "holds no posenc run"),
         "bad_option": (["--data", str(data), "--pe-option", "theta"], "key=value"),
         "bad_pe": (["--data", str(data), "--pe", "fancy"], "unknown encoding 'fancy'"),
-        "resume_and_overwrite": (["--data", str(data), "--resume", "--overwrite"],
-                                 "either resume or overwrite"),
     }[case]
     if case == "empty":
         (tmp_path / "data" / "f00.txt").write_text("\n \n")
@@ -114,12 +109,12 @@ def test_cli_trains_on_packed_documents_and_resumes_only_packed(tmp_path, capsys
     monkeypatch.setattr(cmd_train, "train", real_train)
     capsys.readouterr()
     before = snapshot(out)
-    assert main(cli_args(tmp_path, out, "--data", str(data), "--checkpoint-every", "2",
-                         "--resume")) == 2
-    one_line_error(capsys, "holds a different run (differs in pack)")
+    assert main(cli_args(tmp_path, out, "--data", str(data), "--checkpoint-every",
+                         "2")) == 2
+    one_line_error(capsys, "holds a posenc run whose settings differ (pack)")
     assert snapshot(out) == before
     assert main(cli_args(tmp_path, out, "--data", str(data), "--pack", "--checkpoint-every",
-                         "2", "--resume")) == 0
+                         "2")) == 0
     resumed = load_run(out)
     assert [r["loss"] for r in resumed.log if "loss" in r][-2:] == losses[-2:]
     for name, value in resumed.model.state_dict().items():

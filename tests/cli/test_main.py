@@ -98,7 +98,7 @@ def test_random_bytes_state_pt_on_resume(trained, tmp_path, capsys):
     before = snapshot(run)
     err = one_line(capsys, main(["train", "--out", str(run), "--data",
                                  str(trained / "text"), "--cache-dir", str(trained / "cache"),
-                                 "--steps", "4", "--resume", *TINY]))
+                                 "--steps", "4", *TINY]))
     assert "corrupt checkpoint" in err and "state.pt" in err and "weights_only" not in err
     assert snapshot(run) == before
 
@@ -122,7 +122,7 @@ def test_torn_last_log_line_is_tolerated(trained, tmp_path, capsys):
         f.write('{"step": 5, "loss": 2.')                  # what a crash mid-append leaves
     assert main(["eval", str(run), "--lengths", "16", "--max-tokens", "256"]) == 0
     assert main(["train", "--out", str(run), "--data", str(trained / "text"), "--cache-dir",
-                 str(trained / "cache"), "--steps", "4", "--resume", *TINY]) == 0
+                 str(trained / "cache"), "--steps", "4", *TINY]) == 0
     (run / "log.jsonl").write_text('{"step": 1}\nnot json\n{"step": 2}\n')
     err = one_line(capsys, main(["eval", str(run), "--lengths", "16"]))
     assert "line 2 is not JSON" in err

@@ -47,7 +47,7 @@ def test_train_stopped_by_a_signal_releases_its_lock_and_resumes(signum, tmp_pat
     assert signal.getsignal(signum) is before
     assert load_run(out).steps == 2                                   # the last checkpoint
     monkeypatch.setattr(cmd_train, "train", real_train)
-    assert main(cli_args(tmp_path, out, "--resume")) == 0
+    assert main(cli_args(tmp_path, out)) == 0
     assert load_run(out).steps == 6
 
 

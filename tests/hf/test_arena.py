@@ -42,8 +42,8 @@ def _request(model_dir, **kw):
     return ArenaRequest(**{**base, **kw})
 
 
-def _run(model_dir, out, resume=True, overwrite=False, **kw):
-    study = ArenaStudy(_request(model_dir, **kw), ArenaRuntime(resume=resume))
+def _run(model_dir, out, overwrite=False, **kw):
+    study = ArenaStudy(_request(model_dir, **kw), ArenaRuntime())
     return run_study(study, out, overwrite=overwrite, progress=False)
 
 
@@ -122,14 +122,12 @@ def test_a_kill_mid_arena_resumes_to_the_uninterrupted_results(model_dir, whole,
         _stable(read_json(whole.out_dir / "results.json"))
 
 
-def test_changed_settings_or_a_missing_resume_are_refused(model_dir, whole, tmp_path):
+def test_changed_settings_are_refused_and_a_rerun_resumes(model_dir, whole, tmp_path):
     import shutil
     out = tmp_path / "copy"
     shutil.copytree(whole.out_dir, out)
     with pytest.raises(UserError, match=r"settings differ \(needles 2 there, 3 now\)"):
         _run(model_dir, out, needles=3)
-    with pytest.raises(UserError, match="resume=True"):
-        _run(model_dir, out, resume=False)
     again = _run(model_dir, out)
     assert again.ran == ()
 

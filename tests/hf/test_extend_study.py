@@ -33,8 +33,8 @@ def _request(model_dir, **kw):
     return ExtendRequest(**{**base, **kw})
 
 
-def _run(model_dir, out, resume=True, overwrite=False, **kw):
-    study = ExtendStudy(_request(model_dir, **kw), ExtendRuntime(resume=resume))
+def _run(model_dir, out, overwrite=False, **kw):
+    study = ExtendStudy(_request(model_dir, **kw), ExtendRuntime())
     return run_study(study, out, overwrite=overwrite, progress=False)
 
 

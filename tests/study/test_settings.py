@@ -1,12 +1,8 @@
-"""Differences of settings in one line, and the refusal of a rerun that did not ask to resume."""
+"""Differences of settings in one line."""
 
 from __future__ import annotations
 
-import pytest
-
-from posenc.errors import UserError
-from posenc.study import CLI_NAMES
-from posenc.study.settings import require_resume, settings_difference, short
+from posenc.study.settings import settings_difference, short
 
 
 def test_differences_name_each_key_with_both_values():
@@ -21,10 +17,3 @@ def test_long_values_are_cut():
     assert short("x" * 100) == '"' + "x" * 36 + "..."
     assert len(short(list(range(100)))) == 40
 
-
-def test_a_rerun_must_ask_to_resume_or_start_again():
-    require_resume(None, False, "toy study", CLI_NAMES | {"resume": "--resume"})
-    require_resume({"x": 1}, True, "toy study", {"resume": "r", "overwrite": "o"})
-    with pytest.raises(UserError, match="holds a toy study; pass --resume to continue it or "
-                                        "--overwrite to start again"):
-        require_resume({"x": 1}, False, "toy study", CLI_NAMES | {"resume": "--resume"})

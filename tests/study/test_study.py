@@ -8,13 +8,14 @@ import json
 import pytest
 
 from posenc.errors import UserError
-from posenc.study import RunDirectory, StudyKind, Unit, run_study
+from posenc.study import RunDirectory, Study, StudyKind, Unit, run_study
+from posenc.study.study import InOrder
 from posenc.study.progress import StudyProgress
 
 KIND = StudyKind("squares", 1, "posenc squares", ("results.json", "report.md"))
 
 
-class Squares:
+class Squares(Study):
     """A toy study: the square of each number, one unit per number."""
 
     kind = KIND
@@ -35,13 +36,16 @@ class Squares:
         return [Unit((n,), f"square {n}", weight=n) for n in self.numbers
                 if str(n) not in results["squares"]]
 
-    def run_unit(self, unit, results, advance):
+    def run_unit(self, unit, advance):
         (n,) = unit.key
         if n == self.fail_at:
             raise RuntimeError("killed")
         advance(1)
         self.ran.append(n)
-        results["squares"][str(n)] = n * n
+        return n * n
+
+    def commit(self, results, unit, result):
+        results["squares"][str(unit.key[0])] = result
 
     def render(self, results, directory: RunDirectory, final):
         text = "\n".join(f"{k}: {v}" for k, v in results["squares"].items())
@@ -64,6 +68,7 @@ def test_a_crash_keeps_finished_units_and_the_next_call_resumes(tmp_path):
     outcome = run_study(study, out, progress=False)
     assert study.ran == [3, 4]
     assert [u.key for u in outcome.ran] == [(3,), (4,)]
+    assert outcome.returned == (9, 16)
     assert outcome.results["squares"] == {"1": 1, "2": 4, "3": 9, "4": 16}
     assert (out / "report.md").read_text().endswith("final\n")
     assert outcome.paths == (out / "report.md",)
@@ -92,6 +97,46 @@ def test_a_study_is_closed_once_and_told_when_it_was_cut_short(tmp_path):
     with pytest.raises(UserError):
         run_study(refused, tmp_path / "c", progress=False)
     assert refused.closed == [True]
+
+
+class Recording(InOrder):
+    """An executor that records when it was made and how it was closed."""
+
+    def __init__(self, study, units, log):
+        super().__init__(study)
+        self.log = log
+        log.append(("started", [u.key for u in units]))
+
+    def close(self, abort=False):
+        self.log.append(("closed", abort))
+
+
+class Executed(Squares):
+    """Squares whose units run through :class:`Recording`; ``plan`` is logged too."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.log = []
+
+    def plan(self, results):
+        units = super().plan(results)
+        self.log.append(("planned", [u.key for u in units]))
+        return units
+
+    def executor(self, units):
+        return Recording(self, units, self.log)
+
+
+def test_the_driver_starts_the_executor_after_plan_and_closes_it(tmp_path):
+    done = Executed([1, 2])
+    run_study(done, tmp_path / "a", progress=False)
+    assert done.log == [("planned", [(1,), (2,)]), ("started", [(1,), (2,)]),
+                        ("closed", False)]
+    failed = Executed([1, 2], fail_at=2)
+    with pytest.raises(RuntimeError):
+        run_study(failed, tmp_path / "b", progress=False)
+    assert failed.log[-1] == ("closed", True)
+    assert Squares([1]).close() is None          # the protocol's default: nothing to stop
 
 
 def test_progress_off_a_terminal_prints_a_line_per_unit():

@@ -101,7 +101,7 @@ def test_resume_after_an_exception_equals_the_uninterrupted_run(data, straight, 
     assert read_progress(tmp_path / "run")["step"] == 6 if stop_at == 6 else 3
     logged = [r["step"] for r in load_run(tmp_path / "run").log if "loss" in r]
     assert logged[-1] == stop_at                       # steps past the checkpoint were logged
-    result = train(cfg, tmp_path / "run", resume=True, progress=False)
+    result = train(cfg, tmp_path / "run", progress=False)
     assert result.steps == STEPS
     assert_same_run(straight, tmp_path / "run")
 
@@ -121,23 +121,24 @@ def test_resume_after_sigkill_of_a_real_process(data, straight, tmp_path):
                           check=False, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert read_progress(tmp_path / "run")["step"] == 3
-    train(cfg, tmp_path / "run", resume=True, progress=False)
+    train(cfg, tmp_path / "run", progress=False)
     assert_same_run(straight, tmp_path / "run", exact=False)
 
 
 def test_resume_rules(data, straight, tmp_path):
     cfg = config(data, tmp_path / "cache")
     before = committed_file(straight).read_bytes()
-    again = train(cfg, straight, resume=True, progress=False)      # complete: nothing to do
+    again = train(cfg, straight, progress=False)      # complete: nothing to do
     assert again.steps == STEPS and committed_file(straight).read_bytes() == before
-    with pytest.raises(ValueError, match=r"holds a different run \(differs in model.pe\)"):
-        train(config(data, tmp_path / "cache").with_model(pe="alibi"), straight, resume=True,
+    with pytest.raises(ValueError,
+                       match=r"holds a posenc run whose settings differ \(model.pe\)"):
+        train(config(data, tmp_path / "cache").with_model(pe="alibi"), straight,
               progress=False)
     moved = TrainConfig.from_dict({**cfg.to_dict(), "cache_dir": str(tmp_path / "other"),
                                    "checkpoint_every": 1})
-    assert train(moved, straight, resume=True, progress=False).steps == STEPS
+    assert train(moved, straight, progress=False).steps == STEPS
     fresh = train(cfg.__class__.from_dict({**cfg.to_dict(), "steps": 2}), tmp_path / "new",
-                  resume=True, progress=False)                      # nothing there: fresh
+                  progress=False)                      # nothing there: fresh
     assert fresh.steps == 2 and load_run(tmp_path / "new").steps == 2
 
 
@@ -154,7 +155,7 @@ def test_changed_checkpoint_file_is_named(data, tmp_path):
     state.write_bytes(bytes(range(256)) * 8)                       # random bytes
     before = sorted(str(p) for p in (tmp_path / "run").rglob("*"))
     with pytest.raises(ValueError, match=r"^corrupt checkpoint .*state\.pt: sha256 ") as err:
-        train(cfg, tmp_path / "run", resume=True, progress=False)
+        train(cfg, tmp_path / "run", progress=False)
     assert "\n" not in str(err.value) and "weights_only" not in str(err.value)
     assert sorted(str(p) for p in (tmp_path / "run").rglob("*")) == before
 
@@ -169,7 +170,7 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(ValueError, match=r"^corrupt checkpoint .*model\.safetensors: ") as err:
         load_run(out)
     assert "\n" not in str(err.value)
-    assert main(cli_args(tmp_path, out, "--data", str(data), "--resume", "--steps", "4")) == 2
+    assert main(cli_args(tmp_path, out, "--data", str(data), "--steps", "4")) == 2
     one_line_error(capsys, "corrupt checkpoint")
     model_file.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}garbage")
     with pytest.raises(ValueError, match="corrupt checkpoint"):

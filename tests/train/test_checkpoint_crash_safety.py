@@ -60,7 +60,7 @@ CHILD = textwrap.dedent("""
         pathlib.Path.rename = counted(pathlib.Path.rename)
     elif point != "none":
         setattr(ckpt, point, counted(getattr(ckpt, point)))
-    train(TrainConfig.from_dict(json.loads(cfg_json)), run_dir, resume=True, progress=False)
+    train(TrainConfig.from_dict(json.loads(cfg_json)), run_dir, progress=False)
 """)
 
 
@@ -165,7 +165,7 @@ def test_sigkill_anywhere_resumes_to_the_same_curve(data, straight, tmp_path):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        train(cfg, run, resume=True, progress=False)
+        train(cfg, run, progress=False)
     finally:
         torch.set_num_threads(threads)
     assert_same_run(straight, run)

@@ -110,4 +110,4 @@ def test_a_failed_checkpoint_write_is_one_oserror_and_keeps_the_last(tmp_path, m
     assert load_run(tmp_path / "run").steps == 3
     assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step-00000003"]
     monkeypatch.setattr(torch, "save", real_save)
-    assert train(cfg, tmp_path / "run", resume=True, progress=False).steps == 6
+    assert train(cfg, tmp_path / "run", progress=False).steps == 6

@@ -39,6 +39,6 @@ def test_compiled_training_equals_eager_and_resumes_either_way(tmp_path, monkeyp
         train(tiny(tmp_path), tmp_path / "cut", progress=False, on_step=crash)
     except KeyboardInterrupt:
         pass
-    train(tiny(tmp_path, compile=True), tmp_path / "cut", resume=True, progress=False)
+    train(tiny(tmp_path, compile=True), tmp_path / "cut", progress=False)
     torch.testing.assert_close(torch.tensor(_losses(tmp_path / "cut")),
                                torch.tensor(_losses(tmp_path / "eager")), rtol=1e-4, atol=1e-5)

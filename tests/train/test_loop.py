@@ -228,17 +228,23 @@ def test_resuming_with_prepared_data_needs_the_runs_own_tokenizer(tmp_path):
                          cfg.train_len, cfg.cache_dir).tokenizer
     assert other.fingerprint != prepared.tokenizer.fingerprint
     with pytest.raises(ValueError, match="is not the one .* was trained with"):
-        train(cfg, tmp_path / "run", resume=True, progress=False,
+        train(cfg, tmp_path / "run", progress=False,
               data=replace(prepared, tokenizer=other))
-    done = train(cfg, tmp_path / "run", resume=True, progress=False, data=prepared)
+    done = train(cfg, tmp_path / "run", progress=False, data=prepared)
     assert done.steps == 6
 
 
-def test_refusals_name_the_options_as_the_caller_spells_them(tmp_path):
-    from posenc.train.loop import TRAIN_CLI_NAMES
+def test_a_rerun_resumes_and_refusals_name_the_options_as_the_caller_spells_them(tmp_path):
+    from dataclasses import replace
+
+    from posenc.study import CLI_NAMES
     cfg = tiny(tmp_path, steps=2, checkpoint_every=2)
     train(cfg, tmp_path / "run", progress=False)
-    with pytest.raises(ValueError, match=r"pass resume=True to continue it or overwrite=True"):
-        train(cfg, tmp_path / "run", progress=False)
-    with pytest.raises(ValueError, match=r"pass --resume to continue it or --overwrite"):
-        train(cfg, tmp_path / "run", progress=False, names=TRAIN_CLI_NAMES)
+    assert train(cfg, tmp_path / "run", progress=False).steps == 2     # complete: resumed
+    other = replace(cfg, lr=cfg.lr * 2)
+    with pytest.raises(ValueError, match=r"pass overwrite=True to replace it or choose "
+                                         r"another run_dir"):
+        train(other, tmp_path / "run", progress=False)
+    with pytest.raises(ValueError, match=r"pass --overwrite to replace it or choose another "
+                                         r"--out"):
+        train(other, tmp_path / "run", progress=False, names=CLI_NAMES)

@@ -1,6 +1,6 @@
-"""What a context-extension study measures: its config, the checks made before any forward,
-the rows each method gives. The study itself (units, resume, report) is
-:mod:`posenc.hf.extend_study`.
+"""The settings of a context-extension measurement: what to measure (methods, factor,
+lengths, passkey grid, fine-tuning), the checks made before any forward, the rows each method
+gives. The study that measures them (units, resume, report) is :mod:`posenc.hf.extend_study`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 @dataclass(frozen=True)
-class StudyConfig:
+class ExtensionSettings:
     """What to measure. ``factor`` applies to every method but ``none``."""
 
     methods: tuple[str, ...] = DEFAULT_METHODS
@@ -75,7 +75,7 @@ class StudyConfig:
         return dict(self.method_options) if parse_method_spec(method).method.factor_rule != "none" else {}
 
 
-def validate_study(model: nn.Module, config: StudyConfig, tokenizer: Any = None) -> None:
+def validate_settings(model: nn.Module, config: ExtensionSettings, tokenizer: Any = None) -> None:
     """Raise before any compute: bad methods or factors, lengths beyond memory, passkey
     lengths too short for the prompt."""
     for method in config.methods:
@@ -91,7 +91,7 @@ def validate_study(model: nn.Module, config: StudyConfig, tokenizer: Any = None)
                  config.memory_limit, param.device)
 
 
-def row_names(model: nn.Module, config: StudyConfig, method: str) -> list[str]:
+def row_names(model: nn.Module, config: ExtensionSettings, method: str) -> list[str]:
     """The rows ``method`` gives: its extension's name, and that name + "+ft" when the study
     fine-tunes (every method but ``none``)."""
     ext = make_extension(model.config, method, config.factor_for(method), config.original,
@@ -100,7 +100,7 @@ def row_names(model: nn.Module, config: StudyConfig, method: str) -> list[str]:
     return [ext.name] + ([ext.name + "+ft"] if tuned else [])
 
 
-def config_dict(config: StudyConfig) -> dict[str, Any]:
+def config_dict(config: ExtensionSettings) -> dict[str, Any]:
     out = asdict(config)
     out["finetune"] = None if config.finetune is None else asdict(config.finetune)
     return out
