@@ -72,7 +72,8 @@ class ExtensionSettings:
         return None if parse_method_spec(method).method.factor_rule == "none" else self.factor
 
     def options_for(self, method: str) -> dict[str, Any]:
-        return dict(self.method_options) if parse_method_spec(method).method.factor_rule != "none" else {}
+        scaled = parse_method_spec(method).method.factor_rule != "none"
+        return dict(self.method_options) if scaled else {}
 
 
 def validate_settings(model: nn.Module, config: ExtensionSettings, tokenizer: Any = None) -> None:
