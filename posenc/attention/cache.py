@@ -208,6 +208,32 @@ def make_caches(n_layers: int, batch: int, n_heads: int, head_dim: int, capacity
             for w in windows]
 
 
+def check_caches(caches: object, batch: int, n_heads: int, head_dim: int,
+                 windows: list[Window | None]) -> None:
+    """UserError in one line, naming the layer, unless ``caches`` is one cache per layer
+    (``len(windows)`` of them) as ``make_caches`` builds for this model: each a
+    :class:`KVCache`, rolling with the same window where the layer has one and plain where it
+    has none, holding ``batch`` sequences of ``n_heads`` heads of ``head_dim``."""
+    hint = f"make the caches with this model's make_caches({batch}, capacity)"
+    if not isinstance(caches, (list, tuple)):
+        raise UserError(f"caches must be a list of one KVCache per layer, got "
+                        f"{type(caches).__name__}; {hint}")
+    if len(caches) != len(windows):
+        raise UserError(f"caches holds {len(caches)} caches but the model has {len(windows)} "
+                        f"layers; {hint}")
+    for i, (cache, window) in enumerate(zip(caches, windows)):
+        if not isinstance(cache, KVCache):
+            raise UserError(f"caches[{i}] is a {type(cache).__name__}, not a KVCache; {hint}")
+        held = getattr(cache, "window", None)
+        if held != window:
+            raise UserError(f"caches[{i}] was made for a layer with window {held}, but layer "
+                            f"{i} has window {window}; {hint}")
+        b, h, _, d = cache.k.shape
+        if (b, h, d) != (batch, n_heads, head_dim):
+            raise UserError(f"caches[{i}] holds {b} sequences of {h} heads of dim {d}, but "
+                            f"layer {i} needs {batch} of {n_heads} of dim {head_dim}; {hint}")
+
+
 def replay_if_stale(pe: PositionalEncoding | list[PositionalEncoding], ids: Tensor, pos: Tensor,
                     caches: list[KVCache],
                     key_valid: Tensor | None = None, seq_len: int | None = None

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from ..attention import AttentionContext, KVCache, make_caches
+from ..attention.cache import check_caches
 from ..attention.cache import replay_if_stale
 from ..encodings import build_encoding
 from ..encodings.registry import with_model_facts
@@ -157,9 +158,9 @@ class TransformerLM(nn.Module):
         """
         self._check_ids(ids)
         b, t = ids.shape
-        if caches and caches[0].k.shape[0] != b:
-            raise UserError(f"the caches hold {caches[0].k.shape[0]} sequences but ids has "
-                            f"{b}; make the caches with make_caches({b}, capacity)")
+        if caches is not None:
+            check_caches(caches, b, self.config.n_heads, self.config.head_dim,
+                         [spec.window for spec in self.specs])
         key_valid = None if attention_mask is None else \
             check_mask("attention_mask", attention_mask, (b, t))
         documents = None if document_ids is None else check_documents(document_ids, (b, t))

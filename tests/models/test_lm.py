@@ -411,7 +411,33 @@ def test_caches_of_another_batch_size_are_refused():
     model = TransformerLM(LMConfig(vocab_size=16, d_model=16, n_heads=2, n_layers=1)).eval()
     caches = model.make_caches(2, 32)
     with torch.no_grad():
-        _raises(r"the caches hold 2 sequences but ids has 3; make the caches with "
-                r"make_caches\(3, capacity\)", model, torch.zeros(3, 4, dtype=torch.long),
-                caches=caches)
+        _raises(r"caches\[0\] holds 2 sequences of 2 heads of dim 8, but layer 0 needs 3 of "
+                r"2 of dim 8; make the caches with this model's make_caches\(3, capacity\)",
+                model, torch.zeros(3, 4, dtype=torch.long), caches=caches)
         model(torch.zeros(2, 4, dtype=torch.long), caches=caches)   # the right batch runs
+
+
+def test_caches_made_by_another_model_are_refused_naming_the_layer():
+    """A windowed plan's caches in a plain model (and the reverse), too few or too many
+    caches, a wrong type or another head shape: one line each, before any forward work."""
+    plain = TransformerLM(LMConfig(vocab_size=16, d_model=16, n_heads=2, n_layers=2)).eval()
+    windowed = TransformerLM(LMConfig(vocab_size=16, d_model=16, n_heads=2, n_layers=2,
+                                      plan="gemma3", max_len=64)).eval()
+    wide = TransformerLM(LMConfig(vocab_size=16, d_model=16, n_heads=4, n_layers=2)).eval()
+    ids = torch.zeros(1, 4, dtype=torch.long)
+    with torch.no_grad():
+        assert windowed.specs[0].window is not None
+        _raises(r"caches\[0\] was made for a layer with window .*, but layer 0 has "
+                r"window None", plain, ids, caches=windowed.make_caches(1, 8))
+        _raises(r"caches\[0\] was made for a layer with window None, but layer 0 has "
+                r"window .*", windowed, ids, caches=plain.make_caches(1, 8))
+        _raises("caches holds 1 caches but the model has 2 layers", plain, ids,
+                caches=plain.make_caches(1, 8)[:1])
+        _raises("caches holds 3 caches but the model has 2 layers", plain, ids,
+                caches=plain.make_caches(1, 8) + plain.make_caches(1, 8)[:1])
+        _raises(r"caches\[1\] is a str, not a KVCache", plain, ids,
+                caches=[plain.make_caches(1, 8)[0], "cache"])
+        _raises("caches must be a list of one KVCache per layer, got dict", plain, ids,
+                caches={})
+        _raises(r"caches\[0\] holds 1 sequences of 4 heads of dim 4, but layer 0 needs 1 "
+                r"of 2 of dim 8", plain, ids, caches=wide.make_caches(1, 8))
