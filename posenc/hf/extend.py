@@ -65,6 +65,9 @@ class Extension:
     logn: bool = False
     exact_cache: bool = False
     attention: dict[str, Any] | None = None   # a region method's resolved options
+    #: the model's own context (its config's max_position_embeddings before extend): an
+    #: export keeps at least this much, even when ``original`` is set lower for a test
+    native_max_position_embeddings: int | None = None
 
     @property
     def name(self) -> str:
@@ -78,6 +81,12 @@ class Extension:
     def target_length(self) -> int:
         """The context the extension is meant for: original x factor."""
         return round(self.original_max_position_embeddings * self.factor)
+
+    @property
+    def context_length(self) -> int:
+        """The context an exported model declares: the larger of the model's own and the
+        extended one (a lower ``original`` set for a test never shrinks the model)."""
+        return max(self.target_length, self.native_max_position_embeddings or 0)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -227,8 +236,9 @@ def make_extension(config: Any, method: str, factor: float | None = None,
                      "name": spec.name}
     elif cls.kind == "frequency":
         scaling = cls.rope_scaling(int(original), factor, resolved, rotary_dim=head_dim)
+    native = getattr(config, "max_position_embeddings", None)
     return Extension(spec.name, factor, int(original or 0), theta, head_dim, scaling,
-                     logn, exact, attention)
+                     logn, exact, attention, native if isinstance(native, int) else None)
 
 
 def hf_rope_parameters(ext: Extension, strict: bool = True) -> tuple[dict[str, Any], int]:
@@ -252,22 +262,28 @@ def hf_rope_parameters(ext: Extension, strict: bool = True) -> tuple[dict[str, A
                          "model patched with posenc.hf.extend")
     original = ext.original_max_position_embeddings
     if ext.scaling is None:
-        return {"rope_type": "default", "rope_theta": ext.theta}, original
+        return ({"rope_type": "default", "rope_theta": ext.theta},
+                max(original, ext.native_max_position_embeddings or 0))
     if ext.method == "ntk":
         # static NTK-aware scaling is plain RoPE with a larger base
         d = ext.head_dim
         return {"rope_type": "default",
-                "rope_theta": ext.theta * ext.factor ** (d / (d - 2))}, ext.target_length
+                "rope_theta": ext.theta * ext.factor ** (d / (d - 2))}, ext.context_length
     params = {**ext.scaling, "rope_theta": ext.theta}
     if ext.method == "dynamic":
         if strict and params.get("schedule") == "stepped":
             raise UserError("method 'dynamic' with schedule='stepped' cannot be saved for "
                              "plain transformers, whose dynamic NTK follows every token")
+        if strict and original < (ext.native_max_position_embeddings or 0):
+            raise UserError(f"method 'dynamic' with original length {original} below the "
+                            f"model's context ({ext.native_max_position_embeddings}) cannot "
+                            "be saved for plain transformers, whose dynamic NTK reads the "
+                            "original length from max_position_embeddings")
         params.pop("schedule", None)
         # Hugging Face's dynamic NTK reads the original length from max_position_embeddings
         params.pop("original_max_position_embeddings")
         return params, original
-    return params, ext.target_length
+    return params, ext.context_length
 
 
 def restore(model: nn.Module) -> None:

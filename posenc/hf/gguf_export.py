@@ -16,8 +16,9 @@ longrope  ``rope.scaling.type`` longrope, ``.original_context_length``, ``.attn_
           and the tensors ``rope_factors_long.weight`` / ``rope_factors_short.weight``
 ========  =========================================================================
 
-with ``{arch}.context_length`` = original x factor. Methods llama.cpp cannot read from a file
-are refused with the reason (dynamic NTK, log-n, the exact cache, the region methods; llama.cpp
+with ``{arch}.context_length`` = original x factor, or the model's own context if larger (a
+lower original length set for a test never shrinks the exported model; for none, the larger
+of the two lengths). Methods llama.cpp cannot read from a file are refused with the reason (dynamic NTK, log-n, the exact cache, the region methods; llama.cpp
 runs Self-Extend from its command line, ``--grp-attn-n G --grp-attn-w W``).
 
 :func:`write_gguf` copies the tensors of a source GGUF file unchanged (quantized, as they are)
@@ -62,11 +63,12 @@ def rope_metadata(ext: Extension, arch: str) -> dict[str, Any]:
     """GGUF keys -> values for ``ext`` (strings for the scaling type, floats, ints)."""
     check_gguf_method(ext.name)
     key = f"{arch}.rope"
-    meta: dict[str, Any] = {f"{arch}.context_length": ext.target_length,
+    meta: dict[str, Any] = {f"{arch}.context_length": ext.context_length,
                             f"{key}.freq_base": ext.theta}
     scaling = ext.scaling or {}
     if ext.method == "none":
-        meta[f"{arch}.context_length"] = ext.original_max_position_embeddings
+        meta[f"{arch}.context_length"] = max(ext.original_max_position_embeddings,
+                                             ext.native_max_position_embeddings or 0)
     elif ext.method == "ntk":
         d = ext.head_dim
         meta[f"{key}.freq_base"] = ext.theta * ext.factor ** (d / (d - 2))

@@ -156,3 +156,29 @@ def test_written_aside_as_a_run_folder_temporary(tmp_path, monkeypatch):
         write_gguf(_model(_config()), tmp_path / "m.gguf")
     assert len(names) == 1 and runio.is_temporary(names[0]) and names[0].startswith(".m.gguf.")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("method", ["none", "linear", "yarn", "ntk"])
+def test_a_lower_original_length_never_shrinks_the_exported_context(method, tmp_path):
+    """``original`` set below the model's context (a test setting): the saved config and the
+    GGUF file keep the model's own context when it is the larger."""
+    from posenc.hf import save_extended
+    model = _model(_config())                       # max_position_embeddings = ORIG
+    native = model.config.max_position_embeddings
+    extend(model, method, None if method == "none" else 2.0,
+           original_max_position_embeddings=native // 4)           # target: native / 2
+    fields, _ = _fields(write_gguf(model, tmp_path / "m.gguf"))
+    assert fields["llama.context_length"] == native
+    saved = save_extended(model, tmp_path / "saved")
+    config = transformers.AutoConfig.from_pretrained(saved)
+    assert config.max_position_embeddings == native
+
+
+def test_dynamic_below_the_native_context_cannot_be_saved(tmp_path):
+    from posenc.errors import UserError
+    from posenc.hf import save_extended
+    model = _model(_config())
+    extend(model, "dynamic", 2.0, original_max_position_embeddings=ORIG // 2)
+    with pytest.raises(UserError, match="reads the original length from "
+                                        "max_position_embeddings"):
+        save_extended(model, tmp_path / "saved")
