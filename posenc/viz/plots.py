@@ -197,12 +197,16 @@ def draw_ppl_vs_length(results: dict):
     return fig
 
 
-def _smooth(values: list[float], span: float = 0.05) -> list[float]:
-    """Centered moving average over ``span`` of the points (at least 1, edges shrink)."""
+def smooth(values: list[float], span: float = 0.05) -> list[float]:
+    """Centered moving average over ``span`` of the points, the window kept symmetric near
+    the ends (it shrinks on both sides, down to the end point itself), so a trend is not bent
+    at the edges: a one-sided window there would average only earlier points and lift the
+    end of a falling loss."""
     half = max(0, int(len(values) * span) // 2)
-    out = []
-    for i in range(len(values)):
-        window = values[max(0, i - half):i + half + 1]
+    n, out = len(values), []
+    for i in range(n):
+        h = min(half, i, n - 1 - i)
+        window = values[i - h:i + h + 1]
         out.append(sum(window) / len(window))
     return out
 
@@ -224,8 +228,8 @@ def curve_band(run: dict) -> tuple[list[int], list[float], list[float], list[flo
     steps = [int(p[0]) for p in curves[0]]
     curves = [c for c in curves if [int(p[0]) for p in c] == steps]
     cols = list(zip(*[[p[1] for p in c] for c in curves]))
-    return (steps, _smooth([sum(c) / len(c) for c in cols]), _smooth([min(c) for c in cols]),
-            _smooth([max(c) for c in cols]))
+    return (steps, smooth([sum(c) / len(c) for c in cols]), smooth([min(c) for c in cols]),
+            smooth([max(c) for c in cols]))
 
 
 def draw_training_curves(results: dict):

@@ -207,3 +207,14 @@ def test_plans_get_their_own_panel_beside_all_rope():
     plans = _lines(axes["per-layer plans (hybrids, windows)"])
     assert {"rope", "smollm3_plan"} <= set(plans)
     assert "smollm3_plan" not in _lines(axes["rotary"])
+
+
+def test_smoothing_does_not_bend_a_trend_or_a_flat_loss_at_the_ends():
+    """A falling line stays the same line after smoothing (its last point too), and a flat
+    noisy loss ends at its own level: no upward hook at the end of a training curve."""
+    from posenc.viz.plots import smooth
+    line = [5.0 - 0.01 * i for i in range(400)]
+    assert smooth(line) == pytest.approx(line)
+    flat = [2.0 + (0.1 if i % 2 else -0.1) for i in range(400)]
+    assert max(abs(v - 2.0) for v in smooth(flat)[1:-1]) <= 0.1
+    assert smooth([3.0]) == [3.0] and smooth([]) == []
