@@ -75,13 +75,15 @@ def load_checked_run(path: str, device: str = "auto"):
 
 def _run_choices(folder: Path) -> str:
     """Which runs to give instead of ``folder``: those inside it when it is a `posenc compare`
-    directory (or one encoding's folder of it), else what a run directory is."""
+    directory (or one encoding's folder of it), as paths from where the user stands (the
+    folder as given, joined), else what a run directory is."""
     inner = sorted(p.parent.relative_to(folder).as_posix()
                    for p in folder.glob("runs/*/seed*/config.json"))
     inner = inner or sorted(p.parent.name for p in folder.glob("seed*/config.json"))
     if inner:
-        shown = ", ".join(inner[:8]) + (f", ... ({len(inner)} runs)" if len(inner) > 8 else "")
-        return f"it holds runs of `posenc compare`: give one of {shown} inside it"
+        paths = [(folder / p).as_posix() for p in inner]
+        shown = ", ".join(paths[:8]) + (f", ... ({len(paths)} runs)" if len(paths) > 8 else "")
+        return f"it holds runs of `posenc compare`: give one of {shown}"
     return ("give a directory written by `posenc train` or one of `posenc compare`'s "
             "runs/<encoding>/seed<k>")
 

@@ -10,6 +10,7 @@ import inspect
 from typing import Any
 
 from ..errors import UserError
+from ..suggest import did_you_mean
 from .base import _REGISTRY, PositionalEncoding
 
 
@@ -24,8 +25,8 @@ def encoding_class(name: str) -> type[PositionalEncoding]:
         return _REGISTRY[name]
     except KeyError:
         raise UserError(
-            f"unknown encoding {name!r}; valid encodings: {', '.join(list_encodings())}"
-        ) from None
+            f"unknown encoding {name!r}{did_you_mean(name, _REGISTRY)}; valid encodings: "
+            f"{', '.join(list_encodings())}") from None
 
 
 def encoding_options(name: str) -> dict[str, Any]:
@@ -59,19 +60,25 @@ def with_model_facts(name: str, options: dict[str, Any], **facts: Any) -> dict[s
     return {**options, **given}
 
 
-def build_encoding(name: str, *, n_heads: int, head_dim: int, max_len: int | None = None,
-                   **options: Any) -> PositionalEncoding:
+def build_encoding(name: str, *, n_heads: int | None = None, head_dim: int | None = None,
+                   max_len: int | None = None, **options: Any) -> PositionalEncoding:
     """Build the encoding registered as ``name``.
 
-    Raises ValueError for an unknown name or option (listing the valid ones) and for option
-    values out of range (naming the option and its valid range).
+    Raises UserError for an unknown name or option (listing the valid ones, with a
+    suggestion for a near miss), a missing ``n_heads`` or ``head_dim``, and option values out
+    of range (naming the option and its valid range).
     """
     cls = encoding_class(name)
+    missing = [k for k, v in (("n_heads", n_heads), ("head_dim", head_dim)) if v is None]
+    if missing:
+        raise UserError(f"build_encoding({name!r}, ...) needs {' and '.join(missing)} (the "
+                        "attention's heads and their size), e.g. n_heads=8, head_dim=64")
     valid = set(encoding_options(name)) - {"n_heads", "head_dim", "max_len"}
     unknown = sorted(set(options) - valid)
     if unknown:
+        hint = did_you_mean(unknown[0], valid) if len(unknown) == 1 else ""
         raise UserError(
-            f"unknown option(s) {', '.join(unknown)} for encoding {name!r}; "
+            f"unknown option(s) {', '.join(unknown)}{hint} for encoding {name!r}; "
             f"valid options: {', '.join(sorted(valid)) or '(none)'}"
         )
     return cls(n_heads=n_heads, head_dim=head_dim, max_len=max_len, **options)

@@ -62,6 +62,7 @@ class InferenceScaling:
                 raise UserError(f"rope scaling {self.rope_scaling!r} must be one frequency "
                                 f"method ({', '.join(list_methods('frequency'))}), e.g. "
                                 "'yarn:4'")
+            spec.method.check_factor(spec.factor)          # 'yarn' alone: shows 'yarn:4'
             if not _spec_usable(spec.name):
                 raise UserError(f"method {spec.name!r} takes options a spec cannot give "
                                 "(its factors come from a search); use the Python API")

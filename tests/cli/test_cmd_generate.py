@@ -122,8 +122,8 @@ def test_a_run_inside_a_compare_directory_generates(compare_dir, capsys):
 @pytest.mark.parametrize("case,args,message", [
     ("missing", ["--prompt", "a"], "does not exist"),
     ("not_a_run", ["--prompt", "a"], "holds no run (no config.json); give a directory"),
-    ("compare", ["--prompt", "a"], "give one of runs/learned/seed0 inside it"),
-    ("encoding", ["--prompt", "a"], "give one of seed0 inside it"),
+    ("compare", ["--prompt", "a"], "/out/runs/learned/seed0"),
+    ("encoding", ["--prompt", "a"], "/out/runs/learned/seed0"),
     ("run", ["--prompt", ""], "--prompt is empty"),
     ("run", ["--prompt", "ab\udcff"], "not valid text, '\\udcff' at position 2"),
     ("run", ["--prompt", "the", "--max-new-tokens", "20"],

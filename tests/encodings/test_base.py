@@ -177,3 +177,17 @@ def test_causal_bias_equals_the_full_one_where_visible(name):
             assert g is None or not g.any()
         else:
             assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+def test_a_near_miss_gets_a_suggestion_and_a_missing_size_is_one_line():
+    from posenc import build_encoding
+    from posenc.errors import UserError
+    with pytest.raises(UserError, match="unknown encoding 'rop' \\(did you mean 'rope'\\?\\)"):
+        build_encoding("rop", n_heads=2, head_dim=8)
+    with pytest.raises(UserError, match="did you mean 'rope'\\? names are case-sensitive"):
+        build_encoding("RoPE", n_heads=2, head_dim=8)
+    with pytest.raises(UserError, match="needs head_dim"):
+        build_encoding("rope", n_heads=2)
+    with pytest.raises(UserError, match="unknown option\\(s\\) thetta \\(did you mean "
+                                        "'theta'\\?\\)"):
+        build_encoding("rope", n_heads=2, head_dim=8, thetta=10.0)

@@ -125,3 +125,11 @@ def test_region_methods_refuse_a_rope_run_with_a_query_position_factor():
                                                             "types": {}}))
     with pytest.raises(ValueError, match="need a rope encoding \\(RoPE itself\\), got nope"):
         apply_inference_scaling(mixed, InferenceScaling.parse("rerope"), 16)
+
+
+def test_a_frequency_method_without_its_factor_shows_the_form():
+    with pytest.raises(ValueError, match="method 'yarn' needs a factor .*e.g. 'yarn:4'"):
+        InferenceScaling.parse("yarn")
+    with pytest.raises(ValueError, match="e.g. 'linear:4'"):
+        InferenceScaling("linear")
+    assert InferenceScaling.parse("dynamic").rope_scaling == "dynamic"   # factor 1 allowed
