@@ -140,11 +140,15 @@ def _per_sample(x: Tensor, angles: Tensor) -> Tensor:
     return angles[(slice(None),) + (None,) * (x.dim() - 3)]
 
 
-@torch.compiler.assume_constant_result
 def _native_usable() -> bool:
     """Native kernels are enabled and the rotary kernel is built (building it on first use).
     A constant for torch.compile: read once, when a graph is traced."""
     return native_build.native_enabled() and load() is not None
+
+
+# what torch.compiler.assume_constant_result does, without importing torch._dynamo (seconds)
+# at import time: a compiled graph reads the result once (tests/train/test_compile.py)
+_native_usable._dynamo_marked_constant = True
 
 
 def apply_rotary_reference(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "half"
