@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..encodings.checks import require_choice
+from ..encodings.checks import require_choice, require_seed
 from ..errors import UserError
 from ..study import RESULTS, RunDirectory, StudyKind, Unit, decode, encode
 from ..study.settings import require_resume, settings_difference, short
@@ -301,8 +301,7 @@ def _check_request(req: ArenaRequest) -> None:
                              ("windows", req.windows, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise UserError(f"{name} must be an integer >= {low}, got {value!r}")
-    if isinstance(req.seed, bool) or not isinstance(req.seed, int) or not 0 <= req.seed < 2**63:
-        raise UserError(f"seed must be an integer in [0, 2**63), got {req.seed!r}")
+    require_seed("seed", req.seed)
 
 
 def _notes(original: int, native: int, lengths: tuple[int, ...], skipped: list[str]

@@ -10,6 +10,7 @@ from typing import Any
 
 from torch import nn
 
+from ..encodings.checks import require_seed
 from ..errors import UserError
 from .extend import make_extension, parse_method
 from .finetune import FinetuneConfig
@@ -66,6 +67,7 @@ class StudyConfig:
                 raise UserError("give at least one passkey depth")
             if not self.passkey_lengths:
                 raise UserError("give at least one passkey length")
+        require_seed("seed", self.seed)
 
     def factor_for(self, method: str) -> float | None:
         return None if parse_method(method)[0] == "none" else self.factor

@@ -14,7 +14,7 @@ from ..errors import UserError
 from ..data.synthetic import TASKS
 from ..data.tokenizer import parse_spec
 from ..encodings.checks import (require_float_in, require_int_at_least, require_known_keys,
-                                require_positive_int)
+                                require_positive_int, require_seed)
 from ..models.lm import LMConfig
 
 #: the device strings every machine understands; any string torch parses is accepted too
@@ -60,9 +60,10 @@ class OptimizerSettings:
 
 
 def check_optimizer(cfg: Any) -> None:
-    """Check the optimizer and schedule fields a training config has (``lr``,
-    ``min_lr_ratio``, ``warmup_steps``, ``weight_decay``, ``betas``, ``grad_clip``): the
-    checks :class:`TrainConfig` and the task loop's config share."""
+    """Check the optimizer, schedule and seed fields a training config has (``lr``,
+    ``min_lr_ratio``, ``warmup_steps``, ``weight_decay``, ``betas``, ``grad_clip``, ``seed``):
+    the checks :class:`TrainConfig` and the task loop's config share."""
+    require_seed("seed", cfg.seed)
     if cfg.warmup_steps is not None:
         require_int_at_least("warmup_steps", cfg.warmup_steps, 0)
     require_float_in("lr", cfg.lr, 0.0, math.inf)
@@ -118,7 +119,7 @@ class TrainConfig(OptimizerSettings):
             raise UserError(f"model must be an LMConfig, got {type(self.model).__name__}")
         for name in ("train_len", "batch_size", "steps", "eval_windows"):
             require_positive_int(name, getattr(self, name))
-        for name in ("eval_every", "checkpoint_every", "seed", "skip_bad_steps"):
+        for name in ("eval_every", "checkpoint_every", "skip_bad_steps"):
             require_int_at_least(name, getattr(self, name), 0)
         check_optimizer(self)
         if self.train_len < 2:

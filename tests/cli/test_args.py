@@ -7,7 +7,8 @@ import argparse
 import pytest
 import torch
 
-from posenc.cli.args import MAX_SEED, check_seed, positive_float
+from posenc.cli.args import check_seed, positive_float
+from posenc.encodings.checks import MAX_SEED, require_seed
 from posenc.errors import UserError
 
 
@@ -46,6 +47,27 @@ def test_seeds_in_range_pass(value):
 def test_seeds_out_of_range_name_the_option(value):
     with pytest.raises(UserError, match=r"^--seed must be between 0 and 2\*\*64 - 1"):
         check_seed("--seed", value)
+
+
+@pytest.mark.parametrize("value", [-1, MAX_SEED + 1, 2.0, True])
+def test_the_library_refuses_the_seeds_the_commands_refuse_in_the_same_words(value):
+    """One range and one check: the CLI's message is the library's with the option's
+    command-line spelling."""
+    from posenc.train import TrainConfig
+    with pytest.raises(UserError) as lib:
+        TrainConfig(seed=value)
+    with pytest.raises(UserError) as cli:
+        check_seed("--seed", value)
+    with pytest.raises(UserError) as low:
+        require_seed("seed", value)
+    assert str(lib.value) == str(low.value) == str(cli.value).removeprefix("--")
+    assert str(lib.value) == f"seed must be between 0 and 2**64 - 1 ({MAX_SEED}), got {value!r}"
+
+
+def test_the_largest_seed_passes_everywhere():
+    from posenc.train import TrainConfig
+    assert TrainConfig(seed=MAX_SEED).seed == MAX_SEED
+    check_seed("--seed", MAX_SEED)
 
 
 @pytest.mark.parametrize("value", ["-1", "0"])
