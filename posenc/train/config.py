@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ..errors import UserError
+from ..data.corpora import resolve_corpus
 from ..data.synthetic import TASKS
 from ..data.tokenizer import parse_spec
 from ..encodings.checks import (require_float_in, require_int_at_least, require_known_keys,
@@ -179,11 +180,13 @@ class TrainConfig(OptimizerSettings):
 
     def resolved(self) -> TrainConfig:
         """A copy whose local ``data`` and ``cache_dir`` paths are absolute, so the run can be
-        evaluated or resumed from any working directory (``hf:`` names stay as they are)."""
+        evaluated or resumed from any working directory; corpus names and ``hf:`` names stay
+        as they are (:func:`~posenc.data.corpora.resolve_corpus`: ``prose`` is the essays
+        even where a folder ``prose`` exists, which is ``./prose``)."""
         changes: dict[str, Any] = {}
-        if self.data is not None and not self.data.startswith("hf:") \
-                and Path(self.data).expanduser().exists():
-            changes["data"] = str(Path(self.data).expanduser().resolve())
+        kind, data = resolve_corpus(self.data)
+        if kind == "path" and data != self.data:
+            changes["data"] = data
         if self.cache_dir is not None:
             changes["cache_dir"] = str(Path(self.cache_dir).expanduser().resolve())
         return replace(self, **changes) if changes else self
