@@ -210,7 +210,7 @@ def perplexity_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths
                 last_end = max(end for _, end, _ in windows(n_available, length, stride, budget))
                 stream = as_token_tensor(tokens, last_end)
                 try:
-                    r = perplexity(logits_fn, stream, length, stride, max_windows=budget,
+                    r = perplexity(logits_fn, stream, length, stride, eval_windows=budget,
                                    batch_size=max(1, batch_tokens // length))
                 except ValueError as err:    # a refusal no limit declares (xpos's scales
                     if errors == "raise":    # overflowing float16 under autocast)

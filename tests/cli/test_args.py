@@ -77,3 +77,16 @@ def test_extend_refuses_a_memory_limit_that_is_not_positive(value, capsys):
         main(["extend", "smollm2", "--memory-limit-gb", value])
     assert exit_.value.code == 2
     assert "argument --memory-limit-gb: must be a finite number > 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["extend", "m"], ["arena"]])
+def test_eval_windows_take_their_earlier_flag_spelling_too(command, capsys):
+    """``--eval-windows`` (the name everywhere) and the hidden ``--windows`` of before."""
+    from posenc.cli import build_parser
+    parser = build_parser()
+    assert parser.parse_args(command + ["--eval-windows", "3"]).eval_windows == 3
+    assert parser.parse_args(command + ["--windows", "4"]).eval_windows == 4
+    with pytest.raises(SystemExit):
+        parser.parse_args(command + ["--help"])
+    shown = capsys.readouterr().out
+    assert "--eval-windows" in shown and "--windows" not in shown
