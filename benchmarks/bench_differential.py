@@ -166,7 +166,7 @@ def evaluate(model: nn.Module, tokens: torch.Tensor, lengths: list[int],
     model.eval()
     out = {}
     for n in lengths:
-        r = perplexity(lambda ids: model(ids), tokens, n, max_windows=max(1, eval_tokens // n),
+        r = perplexity(lambda ids: model(ids), tokens, n, eval_windows=max(1, eval_tokens // n),
                        batch_size=max(1, 8192 // n))
         out[n] = r.ppl
     return out

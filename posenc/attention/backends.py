@@ -31,7 +31,7 @@ from ..errors import UserError
 from ..encodings.base import PositionalEncoding
 from .biased import BiasedSpec, biased_attention
 from .context import AttentionCall
-from .masks import Masks, additive, causal_additive, causal_visible
+from .masks import Masks, Window, additive, causal_additive, causal_visible
 from .routing import BACKENDS, FLEX_MIN_LEN, RoutingFacts, choose_backend
 
 __all__ = ["BACKENDS", "FLEX_MIN_LEN", "attend", "route"]
@@ -270,20 +270,15 @@ def _position_blocks(pos: Tensor) -> tuple[Tensor, Tensor]:
     return blocks.amin(dim=1), blocks.amax(dim=1)
 
 
-def _window_blocks(window, q_pos: Tensor, k_pos: Tensor, device) -> Tensor | None:
-    """(nq, nk) bool: the blocks where some pair may lie inside ``window``, from each block's
-    smallest and largest position (positions shared by the batch; else None: no skipping)."""
+def _window_blocks(window: Window, q_pos: Tensor, k_pos: Tensor, device) -> Tensor | None:
+    """(nq, nk) bool: the blocks where some pair may lie inside ``window``
+    (:meth:`Window.may_see` of each block's smallest and largest position; positions shared
+    by the batch, else None: no skipping)."""
     if q_pos.dim() != 1 or k_pos.dim() != 1:
         return None
     q_lo, q_hi = _position_blocks(q_pos.to(device))
     k_lo, k_hi = _position_blocks(k_pos.to(device))
-    if window.kind == "sliding":
-        return k_hi[None, :] > q_lo[:, None] - window.size
-    size = window.size
-    return (torch.div(k_lo[None, :], size, rounding_mode="floor")
-            <= torch.div(q_hi[:, None], size, rounding_mode="floor")) & \
-        (torch.div(k_hi[None, :], size, rounding_mode="floor")
-         >= torch.div(q_lo[:, None], size, rounding_mode="floor"))
+    return window.may_see(q_lo, q_hi, k_lo, k_hi)
 
 
 #: torch 2.13's CPU flex kernel returns wrong values (NaN, run-to-run differences) for head

@@ -74,6 +74,12 @@ def additive(visible: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
 WINDOW_KINDS = ("sliding", "chunked")
 
 
+def check_window_kind(kind: object) -> None:
+    """UserError unless ``kind`` is one of :data:`WINDOW_KINDS`."""
+    if kind not in WINDOW_KINDS:
+        raise UserError(f"window_kind must be one of {', '.join(WINDOW_KINDS)}, got {kind!r}")
+
+
 @dataclass(frozen=True)
 class Window:
     """An attention window over positions, on top of the causal mask.
@@ -84,22 +90,54 @@ class Window:
     ``chunked``: positions fall into chunks [c * size, (c + 1) * size) and a query sees keys
     of its own chunk only (Meta 2025, Llama 4's chunked local attention; Hugging Face's
     ``chunked_overlay``).
+
+    The window is checked here, once, for every way one is declared (a plan's ``window`` and
+    ``window_kind``, the named plans' options, a config read from JSON): :meth:`declare`
+    adds the bound a model's ``max_len`` sets. Its rule is one pure function, :meth:`span`,
+    which the dense mask (:meth:`visible`), a FlexAttention mask_mod (:meth:`pair_visible`)
+    and its block mask (:meth:`may_see`) all read.
     """
 
     kind: str
     size: int
 
     def __post_init__(self) -> None:
-        if self.kind not in WINDOW_KINDS:
-            raise UserError(f"window_kind must be one of {', '.join(WINDOW_KINDS)}, got "
-                            f"{self.kind!r}")
+        check_window_kind(self.kind)
         if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1:
             raise UserError(f"window must be an integer >= 1 (tokens), got {self.size!r}")
+
+    @classmethod
+    def declare(cls, size: object, kind: object = "sliding", max_len: int | None = None
+                ) -> Window:
+        """The window a config declares: ``size`` tokens (1 .. ``max_len``, the longest
+        sequence the model serves) of ``kind``; a one-line UserError otherwise."""
+        window = cls(kind, size)
+        if max_len is not None and window.size > max_len:
+            raise UserError(f"window must be at most max_len={max_len} tokens, got "
+                            f"{window.size}")
+        return window
 
     @property
     def keep(self) -> int:
         """How many earlier tokens a query can see at most: what a KV cache must keep."""
         return self.size - 1
+
+    def span(self, q: Tensor) -> tuple[Tensor, Tensor | None]:
+        """The rule, elementwise: a query at position ``q`` (any shape) sees the keys at
+        positions ``first <= k <= last`` (``last`` None: no bound but the causal mask's).
+        Both bounds grow with q, so a block of queries at q_lo..q_hi can see a block of keys
+        at k_lo..k_hi only if k_hi >= first(q_lo) and k_lo <= last(q_hi)."""
+        if self.kind == "sliding":
+            return q - (self.size - 1), None
+        first = torch.div(q, self.size, rounding_mode="floor") * self.size
+        return first, first + (self.size - 1)
+
+    def pair_visible(self, q: Tensor, k: Tensor) -> Tensor:
+        """Elementwise (broadcasting; usable in a FlexAttention mask_mod): whether a key at
+        position k is in the window of a query at q (:meth:`span`)."""
+        first, last = self.span(q)
+        inside = k >= first
+        return inside if last is None else inside & (k <= last)
 
     def visible(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         """q_pos (Lq,) or (B, Lq), k_pos (Lk,) or (B, Lk) -> (B|1, 1, Lq, Lk) bool: the pairs
@@ -108,12 +146,14 @@ class Window:
         k = (k_pos if k_pos.dim() == 2 else k_pos[None])[:, None, None, :]
         return self.pair_visible(q, k)
 
-    def pair_visible(self, q: Tensor, k: Tensor) -> Tensor:
-        """Elementwise: whether a key at position k is in the window of a query at q."""
-        if self.kind == "sliding":
-            return k > q - self.size
-        return torch.div(k, self.size, rounding_mode="floor") == \
-            torch.div(q, self.size, rounding_mode="floor")
+    def may_see(self, q_lo: Tensor, q_hi: Tensor, k_lo: Tensor, k_hi: Tensor) -> Tensor:
+        """Blocks of queries at positions q_lo..q_hi (nq,) and of keys at k_lo..k_hi (nk,)
+        -> (nq, nk) bool: False where no pair of the two blocks is in the window (a block
+        mask skips those), from :meth:`span` at the blocks' extremes."""
+        first, _ = self.span(q_lo)
+        _, last = self.span(q_hi)
+        seen = k_hi[None, :] >= first[:, None]
+        return seen if last is None else seen & (k_lo[None, :] <= last[:, None])
 
 
 @dataclass(frozen=True)

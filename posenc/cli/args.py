@@ -6,7 +6,9 @@
   the file system (``--out ""`` writes into it, ``--data ""`` reads everything below it); no
   command wants that, so it is refused.
 - :func:`check_seed`, called by a command's ``run``: a one-line
-  :class:`~posenc.errors.UserError` naming the option, as the commands' other checks do.
+  :class:`~posenc.errors.UserError` naming the option, as the commands' other checks do; the
+  range and the check are the library's own
+  (:func:`posenc.encodings.checks.require_seed`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from ..errors import UserError
+from ..encodings.checks import require_seed
 
 
 def _numbers(text: str, kind: type, what: str) -> tuple:
@@ -56,10 +58,6 @@ def path_arg(text: str) -> str:
     return text
 
 
-#: the largest seed ``torch.manual_seed`` and ``torch.Generator.manual_seed`` accept
-MAX_SEED = 2**64 - 1
-
-
 def positive_float(text: str) -> float:
     """A finite float > 0 (a size, a limit in GiB)."""
     try:
@@ -72,7 +70,7 @@ def positive_float(text: str) -> float:
 
 
 def check_seed(option: str, value: int | None) -> None:
-    """UserError naming ``option`` unless ``value`` is None or in 0 .. 2**64 - 1, the range
-    torch's seeding accepts."""
-    if value is not None and not 0 <= value <= MAX_SEED:
-        raise UserError(f"{option} must be between 0 and 2**64 - 1 ({MAX_SEED}), got {value}")
+    """UserError naming ``option`` unless ``value`` is None or a seed in the library's range
+    (:func:`posenc.encodings.checks.require_seed`: 0 .. 2**64 - 1, torch's)."""
+    if value is not None:
+        require_seed(option, value)

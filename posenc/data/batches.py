@@ -73,10 +73,10 @@ def sample_starts(n_tokens: int, batch_size: int, length: int, seed: int, step: 
     return starts[rank * batch_size:(rank + 1) * batch_size]
 
 
-def fixed_starts(n_tokens: int, n_windows: int, length: int) -> np.ndarray:
-    """Up to ``n_windows`` evenly spaced window starts (n,) int64 in ``n_tokens`` tokens."""
+def fixed_starts(n_tokens: int, eval_windows: int, length: int) -> np.ndarray:
+    """Up to ``eval_windows`` evenly spaced window starts (n,) int64 in ``n_tokens`` tokens."""
     last = n_tokens - length - 1
-    return np.unique(np.linspace(0, last, num=n_windows).astype(np.int64))
+    return np.unique(np.linspace(0, last, num=eval_windows).astype(np.int64))
 
 
 def read_windows(stream: np.ndarray, starts: np.ndarray, length: int) -> tuple[Tensor, Tensor]:
@@ -94,10 +94,12 @@ def sample_windows(stream: np.ndarray, batch_size: int, length: int, seed: int, 
     return read_windows(stream, starts, length)
 
 
-def fixed_windows(stream: np.ndarray, n_windows: int, length: int) -> tuple[Tensor, Tensor]:
-    """Up to ``n_windows`` evenly spaced windows for a stable validation loss: (n, T) each."""
+def fixed_windows(stream: np.ndarray, eval_windows: int, length: int
+                  ) -> tuple[Tensor, Tensor]:
+    """Up to ``eval_windows`` evenly spaced windows for a stable validation loss: (n, T)
+    each."""
     check_stream_length(stream, length, "validation")
-    return read_windows(stream, fixed_starts(len(stream), n_windows, length), length)
+    return read_windows(stream, fixed_starts(len(stream), eval_windows, length), length)
 
 
 def packed_windows(stream: np.ndarray, documents: np.ndarray, starts: np.ndarray,
@@ -160,13 +162,14 @@ class TrainData:
             return packed_windows(self.train, self.train_documents, starts, length)
         return Batch(*read_windows(self.train, starts, length))
 
-    def validation_set(self, n: int, length: int, seed: int) -> Batch:
-        """A fixed set of ``n`` validation examples (N, T) for a comparable loss."""
+    def validation_set(self, eval_windows: int, length: int, seed: int) -> Batch:
+        """A fixed set of ``eval_windows`` validation examples (N, T) for a comparable
+        loss."""
         if self.task is not None:
-            b = make_task(self.task, n, length, seed=(seed, _VALIDATION_STEP))
+            b = make_task(self.task, eval_windows, length, seed=(seed, _VALIDATION_STEP))
             return Batch(b.inputs, b.targets)
         check_stream_length(self.validation, length, "validation")
-        starts = fixed_starts(len(self.validation), n, length)
+        starts = fixed_starts(len(self.validation), eval_windows, length)
         if self.packed:
             return packed_windows(self.validation, self.validation_documents, starts, length)
         return Batch(*read_windows(self.validation, starts, length))

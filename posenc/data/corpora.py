@@ -1,6 +1,9 @@
 """Text corpora for the lab, split into train / validation / test by document.
 
-``load_corpus(spec)`` understands:
+``load_corpus(spec)`` understands (:func:`resolve_corpus` reads a spec, for every caller: a
+name is always a name, even where the working directory holds a folder of that name, whose
+path is then written ``./prose``; ``hf:`` names a Hugging Face dataset; anything else is a
+path):
 
 - ``None``, ``"stdlib"`` or ``"code"``: the Python standard library source of the running
   interpreter (``*.py`` under ``sysconfig.get_paths()["stdlib"]``, without ``site-packages``,
@@ -90,18 +93,42 @@ class Corpus:
         return sum(len(t) for t in self.texts(split))
 
 
-def load_corpus(spec: str | None = None) -> Corpus:
-    """Load the corpus named by ``spec`` (see the module docstring)."""
-    if spec is None or spec in ("stdlib", CODE):
-        return _from_named_texts("stdlib", _stdlib_texts(), 0)
-    if spec == PROSE:
-        return _from_named_texts(PROSE_NAME, _essay_texts(), 0)
-    if spec == SHAKESPEARE:
-        return _from_named_texts(SHAKESPEARE_NAME, shakespeare_texts(), 0)
+#: the names a corpus spec may hold (``stdlib`` and ``code`` are one corpus); any other spec
+#: but ``hf:...`` is a path
+SPEC_NAMES = ("stdlib",) + CORPUS_NAMES
+
+
+def resolve_corpus(spec: str | None) -> tuple[str, str | None]:
+    """How a corpus spec reads, the one rule for every caller: ``("name", spec)`` for None
+    (the standard library) and :data:`SPEC_NAMES`, ``("hf", spec)`` for ``hf:...``, else
+    ``("path", path)``, the path absolute when it exists (so a run reads the same data from
+    any working directory; a missing one stays as given, for the error to name it as typed).
+    A name never reads a folder: a folder called ``prose`` is ``./prose``. UserError for an
+    empty spec (it is not the current directory)."""
+    if spec is None or spec in SPEC_NAMES:
+        return "name", spec
+    if not isinstance(spec, str):
+        raise UserError(f"a corpus must be a name ({', '.join(SPEC_NAMES)}), hf:NAME or a "
+                        f"path, got {spec!r}")
     if spec == "":
         raise UserError(f"data path {spec!r} is empty; name a text file or folder (or None "
                         f"for the standard library)")
     if spec.startswith("hf:"):
+        return "hf", spec
+    path = Path(spec).expanduser()
+    return "path", str(path.resolve()) if path.exists() else spec
+
+
+def load_corpus(spec: str | None = None) -> Corpus:
+    """Load the corpus ``spec`` names (:func:`resolve_corpus`; the module docstring)."""
+    kind, spec = resolve_corpus(spec)
+    if kind == "name":
+        if spec == PROSE:
+            return _from_named_texts(PROSE_NAME, _essay_texts(), 0)
+        if spec == SHAKESPEARE:
+            return _from_named_texts(SHAKESPEARE_NAME, shakespeare_texts(), 0)
+        return _from_named_texts("stdlib", _stdlib_texts(), 0)
+    if kind == "hf":
         return _from_hf_hub(spec)
     path = Path(spec).expanduser()
     if not path.exists():

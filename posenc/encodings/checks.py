@@ -46,6 +46,19 @@ def require_int_at_least(option: str, value: Any, low: int) -> None:
         raise UserError(f"{option} must be an integer >= {low}, got {value!r}")
 
 
+#: the largest seed ``torch.manual_seed`` and ``torch.Generator.manual_seed`` accept
+MAX_SEED = 2**64 - 1
+
+
+def require_seed(option: str, value: Any) -> None:
+    """UserError naming ``option`` (the caller's spelling: "seed", "--seed") unless ``value``
+    is an integer in 0 .. 2**64 - 1, the range torch's seeding accepts: the one seed range
+    of the library and the commands."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise UserError(f"{option} must be between 0 and 2**64 - 1 ({MAX_SEED}), got "
+                        f"{value!r}")
+
+
 def require_float_in(option: str, value: Any, low: float, high: float,
                      low_open: bool = True, high_open: bool = True) -> float:
     """Check ``low < value < high`` (bounds open or closed); return it as a float."""

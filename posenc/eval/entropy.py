@@ -74,9 +74,10 @@ def tail_start(length: int) -> int:
 
 @torch.no_grad()
 def entropy_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths: Sequence[int],
-                       *, n_windows: int = 2, errors: str = "raise",
+                       *, eval_windows: int = 2, errors: str = "raise",
                        keep_queries: bool = False) -> list[EntropyResult]:
-    """Attention entropy of ``model`` on ``n_windows`` non-overlapping windows per length.
+    """Attention entropy of ``model`` on ``eval_windows`` non-overlapping windows per length
+    (fewer where the stream is shorter; each result's ``n_windows`` is how many).
 
     Uses the eager backend (which returns the weights), so memory grows as
     n_layers * H * length^2 per window: keep lengths modest (a few thousand). ``errors``:
@@ -86,8 +87,8 @@ def entropy_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths: S
     """
     if errors not in ("raise", "note"):
         raise UserError(f"errors must be 'raise' or 'note', got {errors!r}")
-    if isinstance(n_windows, bool) or not isinstance(n_windows, int) or n_windows < 1:
-        raise UserError(f"n_windows must be an integer >= 1, got {n_windows!r}")
+    if isinstance(eval_windows, bool) or not isinstance(eval_windows, int) or eval_windows < 1:
+        raise UserError(f"eval_windows must be an integer >= 1, got {eval_windows!r}")
     lengths = validate_lengths(list(lengths), None, len(tokens))
     device = next(model.parameters()).device
     was_training = model.training
@@ -100,7 +101,7 @@ def entropy_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths: S
             if skipped is not None:
                 out.append(EntropyResult(length, None, None, None, uniform, 0, skipped))
                 continue
-            count = max(1, min(n_windows, len(tokens) // length))
+            count = max(1, min(eval_windows, len(tokens) // length))
             stream = as_token_tensor(tokens, count * length)
             ids = stream.view(count, length).to(device)              # (W, L)
             start = tail_start(length)

@@ -18,14 +18,10 @@ import torch
 from ..errors import UserError
 from ..data.stream_decode import StreamDecoder
 from ..data.tokenizer import Tokenizer
-from ..encodings.checks import require_int_at_least
+from ..encodings.checks import require_int_at_least, require_seed
 from ..models.generate import check_sampling
 from ..models.lm import TransformerLM
 from .lengths import position_limit
-
-
-#: the largest seed ``torch.Generator.manual_seed`` accepts
-MAX_SEED = 2**64 - 1
 
 
 @dataclass(frozen=True)
@@ -117,9 +113,7 @@ def generate_text(model: TransformerLM, tokenizer: Tokenizer, prompt: str,
     """
     check_sampling(temperature, top_k, top_p)
     if seed is not None:
-        require_int_at_least("seed", seed, 0)
-        if seed > MAX_SEED:
-            raise UserError(f"seed must be at most 2**64 - 1 ({MAX_SEED}), got {seed}")
+        require_seed("seed", seed)
     check_finite_weights(model)
     prompt_ids = encode_prompt(tokenizer, prompt)
     check_new_tokens(model, len(prompt_ids), max_new_tokens)

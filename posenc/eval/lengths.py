@@ -124,8 +124,9 @@ def as_token_tensor(tokens: Tensor | np.ndarray, n: int | None = None) -> Tensor
     return torch.from_numpy(arr.astype(np.int64, copy=True))
 
 
-def window_budget(length: int, stride: int | None, max_tokens: int | None) -> int | None:
-    """Most windows to score so that at most ``max_tokens`` tokens are read (at least one)."""
+def eval_windows_for(length: int, stride: int | None, max_tokens: int | None) -> int | None:
+    """The evaluation windows to score at most so that at most ``max_tokens`` tokens are
+    read (at least one; None: no limit)."""
     if max_tokens is None:
         return None
     if stride is None:
@@ -206,11 +207,12 @@ def perplexity_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths
             if skipped is not None:
                 results.append(LengthResult(length, None, None, 0, 0, 0.0, skipped))
             else:
-                budget = window_budget(length, stride, max_tokens)
-                last_end = max(end for _, end, _ in windows(n_available, length, stride, budget))
+                eval_windows = eval_windows_for(length, stride, max_tokens)
+                last_end = max(end for _, end, _ in windows(n_available, length, stride,
+                                                            eval_windows))
                 stream = as_token_tensor(tokens, last_end)
                 try:
-                    r = perplexity(logits_fn, stream, length, stride, max_windows=budget,
+                    r = perplexity(logits_fn, stream, length, stride, eval_windows=eval_windows,
                                    batch_size=max(1, batch_tokens // length))
                 except ValueError as err:    # a refusal no limit declares (xpos's scales
                     if errors == "raise":    # overflowing float16 under autocast)

@@ -39,8 +39,9 @@ class PerplexityResult:
 
 
 def windows(n_tokens: int, length: int, stride: int | None = None,
-            max_windows: int | None = None) -> Iterator[tuple[int, int, int]]:
-    """Yield (start, end, n_scored) windows over a stream of ``n_tokens`` tokens.
+            eval_windows: int | None = None) -> Iterator[tuple[int, int, int]]:
+    """Yield (start, end, n_scored) windows over a stream of ``n_tokens`` tokens, at most
+    ``eval_windows`` of them (None: as many as fit).
 
     Without a stride the windows do not overlap and all tokens but the first of each are
     scored. With a stride, each window ends ``stride`` tokens after the previous one.
@@ -55,7 +56,7 @@ def windows(n_tokens: int, length: int, stride: int | None = None,
     count = 0
     if stride is None:
         for start in range(0, n_tokens - length + 1, length):
-            if max_windows is not None and count >= max_windows:
+            if eval_windows is not None and count >= eval_windows:
                 return
             yield start, start + length, length - 1
             count += 1
@@ -63,7 +64,7 @@ def windows(n_tokens: int, length: int, stride: int | None = None,
     end = length
     yield 0, length, length - 1
     count = 1
-    while end + stride <= n_tokens and (max_windows is None or count < max_windows):
+    while end + stride <= n_tokens and (eval_windows is None or count < eval_windows):
         end += stride
         yield end - length, end, stride
         count += 1
@@ -71,11 +72,12 @@ def windows(n_tokens: int, length: int, stride: int | None = None,
 
 @torch.no_grad()
 def perplexity(logits_fn: LogitsFn, tokens: Tensor, length: int, stride: int | None = None,
-               max_windows: int | None = None,
+               eval_windows: int | None = None,
                progress: Callable[[int], None] | None = None,
                batch_size: int = 1,
                on_window: Callable[[float, int], None] | None = None) -> PerplexityResult:
-    """Perplexity of ``logits_fn`` on a 1-D token stream with windows of ``length`` tokens.
+    """Perplexity of ``logits_fn`` on a 1-D token stream with windows of ``length`` tokens
+    (at most ``eval_windows``; the result's ``n_windows`` is how many were scored).
 
     ``batch_size`` windows that score the same number of tokens go through ``logits_fn``
     together as ids (B, length); the result does not depend on it. ``progress`` is called with
@@ -107,7 +109,7 @@ def perplexity(logits_fn: LogitsFn, tokens: Tensor, length: int, stride: int | N
             progress(n_windows)
 
     current = None
-    for start, end, n_scored in windows(tokens.numel(), length, stride, max_windows):
+    for start, end, n_scored in windows(tokens.numel(), length, stride, eval_windows):
         if batch and (n_scored != current or len(batch) == batch_size):
             flush(current)
         batch.append((start, end))

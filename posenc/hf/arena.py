@@ -8,7 +8,7 @@ Every method of the registry :mod:`posenc.methods` (given as a spec, checked by
 - needle in a haystack: ``needles`` facts at each depth, exact match of the answer;
 - passkey retrieval (:mod:`posenc.hf.passkey`): ``passkey_trials`` keys at each depth;
 - sliding-window perplexity of the text (:func:`posenc.hf.measure.perplexity_vs_length`),
-  ``windows`` windows per length.
+  ``eval_windows`` windows per length.
 
 :class:`ArenaStudy` is a :class:`posenc.study.Study`: one unit per needle cell, passkey cell
 and perplexity point (a method at one length, and depth), so a kill loses at most one cell and
@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..encodings.checks import require_choice
+from ..encodings.checks import require_choice, require_seed
 from ..errors import UserError
 from ..study import (API_NAMES, RESULTS, RunDirectory, Study, StudyKind, Unit, decode,
                      encode, register_kind)
@@ -64,6 +64,10 @@ CPU_METHODS = ("none", "linear", "ntk", "yarn", "self_extend", "rerope", "dual_c
 PRESET_MINUTES: dict[str, float | None] = {"cpu": 16.7, "gpu": None}
 
 
+#: results.json keys of the request's fields that are spelled otherwise there
+SETTING_KEYS = {"eval_windows": "windows"}
+
+
 @dataclass(frozen=True)
 class ArenaRequest:
     """What the arena measures (compared on resume). ``methods=("all",)``: every method of
@@ -83,11 +87,13 @@ class ArenaRequest:
     depths: tuple[float, ...] = (0.0, 0.5, 1.0)
     needles: int = 2
     passkey_trials: int = 1
-    windows: int = 2
+    eval_windows: int = 2
     seed: int = 0
 
     def setting(self) -> dict[str, Any]:
-        return encode(asdict(self))
+        """The request as results.json keeps it (``eval_windows`` under the key results have
+        always had, ``windows``)."""
+        return encode({SETTING_KEYS.get(key, key): value for key, value in asdict(self).items()})
 
 
 #: ``--preset``: a default that finishes on a 2-core CPU, and the full grid for a GPU
@@ -95,7 +101,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "cpu": {},
     "gpu": {"methods": ("all",), "original": None, "multiples": (1.0, 2.0, 3.0),
             "depths": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0), "needles": 5,
-            "passkey_trials": 5, "windows": 4},
+            "passkey_trials": 5, "eval_windows": 4},
 }
 
 
@@ -167,10 +173,10 @@ class ArenaStudy(Study):
         param = next(model.parameters())
         check_memory(model.config, max(lengths), param.dtype, rt.memory_limit, param.device)
         haystack = Haystack.of(tok, texts.documents)
-        need = tokens_needed(lengths, None, req.windows) if req.windows else 0
+        need = tokens_needed(lengths, None, req.eval_windows) if req.eval_windows else 0
         if haystack.tokens.numel() < need:
             raise UserError(f"the text holds {haystack.tokens.numel()} tokens, fewer than the "
-                            f"{need} that {req.windows} perplexity windows of {max(lengths)} "
+                            f"{need} that {req.eval_windows} perplexity windows of {max(lengths)} "
                             "need; give more text, fewer windows or shorter lengths")
         notes = _notes(original, native, lengths, skipped)
         derived = {"model": req.model, "native_context": native, "original": original,
@@ -234,8 +240,8 @@ class ArenaStudy(Study):
                         units.append(Unit(("passkey", method, n, i),
                                           f"{method} passkey at {n}, depth {depth:g}",
                                           req.passkey_trials))
-                if req.windows and str(n) not in results["ppl"].get(method, {}):
-                    weight = n_windows(int(self.haystack.tokens.numel()), n, None, req.windows)
+                if req.eval_windows and str(n) not in results["ppl"].get(method, {}):
+                    weight = n_windows(int(self.haystack.tokens.numel()), n, None, req.eval_windows)
                     units.append(Unit(("ppl", method, n), f"{method} perplexity at {n}",
                                       weight))
         return units
@@ -261,7 +267,7 @@ class ArenaStudy(Study):
                                          req.seed, advance)
                 else:
                     value = asdict(perplexity_vs_length(
-                        self.model, self.haystack.tokens, [length], None, req.windows,
+                        self.model, self.haystack.tokens, [length], None, req.eval_windows,
                         advance, self.runtime.memory_limit, seed=req.seed)[0])
         finally:
             restore(self.model)
@@ -310,11 +316,10 @@ def _check_request(req: ArenaRequest) -> None:
         raise UserError(f"depths must be numbers in [0, 1], got {list(req.depths)}")
     for name, value, low in (("needles", req.needles, 1), ("passkey trials",
                                                            req.passkey_trials, 0),
-                             ("windows", req.windows, 0)):
+                             ("eval_windows", req.eval_windows, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise UserError(f"{name} must be an integer >= {low}, got {value!r}")
-    if isinstance(req.seed, bool) or not isinstance(req.seed, int) or not 0 <= req.seed < 2**63:
-        raise UserError(f"seed must be an integer in [0, 2**63), got {req.seed!r}")
+    require_seed("seed", req.seed)
 
 
 def _notes(original: int, native: int, lengths: tuple[int, ...], skipped: list[str]

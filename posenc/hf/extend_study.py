@@ -73,6 +73,10 @@ EXTEND_KIND = register_kind(StudyKind(
 
 
 
+#: results.json keys of the request's fields that are spelled otherwise there
+SETTING_KEYS = {"eval_windows": "windows"}
+
+
 @dataclass(frozen=True)
 class ExtendRequest:
     """What to measure, as asked (the settings a resume must repeat). ``lengths=None``: 1x,
@@ -87,7 +91,7 @@ class ExtendRequest:
     lengths: tuple[int, ...] | None = None
     original: int | None = None
     stride: int | None = None
-    windows: int = 2
+    eval_windows: int = 2
     passkey: bool = False
     passkey_lengths: tuple[int, ...] | None = None
     passkey_depths: tuple[float, ...] = DEFAULT_DEPTHS
@@ -109,7 +113,7 @@ class ExtendRequest:
                                   lr=self.finetune_lr, seed=self.seed)
         return ExtensionSettings(methods=tuple(self.methods), factor=self.factor,
                            lengths=tuple(lengths), original=self.original, stride=self.stride,
-                           max_windows=self.windows, passkey=self.passkey,
+                           eval_windows=self.eval_windows, passkey=self.passkey,
                            passkey_lengths=tuple(self.passkey_lengths or lengths)
                            if self.passkey else (),
                            passkey_depths=tuple(self.passkey_depths),
@@ -118,9 +122,10 @@ class ExtendRequest:
                            method_options=dict(self.options))
 
     def setting(self) -> dict[str, Any]:
-        """The request as results.json keeps it; options that do nothing (the passkey's
-        without ``passkey``, the fine-tune's without steps) as null."""
-        setting = asdict(self)
+        """The request as results.json keeps it (``eval_windows`` under the key results have
+        always had, ``windows``); options that do nothing (the passkey's without
+        ``passkey``, the fine-tune's without steps) as null."""
+        setting = {SETTING_KEYS.get(key, key): value for key, value in asdict(self).items()}
         if not self.passkey:
             setting.update(passkey_lengths=None, passkey_depths=None, passkey_trials=None)
         if self.finetune_steps is None:
@@ -184,7 +189,7 @@ class ExtendStudy(Study):
             method = self._scaled()[0]
             hf_rope_parameters(make_extension(model.config, method, req.factor, req.original,
                                               **req.options))
-        need = tokens_needed(lengths, req.stride, req.windows)
+        need = tokens_needed(lengths, req.stride, req.eval_windows)
         if config.finetune is not None:
             need = max(need, config.finetune.length)
         tokens = token_stream(tok, texts, need)
@@ -243,7 +248,7 @@ class ExtendStudy(Study):
         if max(config.lengths + config.passkey_lengths) <= base:
             notes.append(f"no length exceeds the native context ({base} tokens): nothing is "
                          f"extended here; give lengths above {base} to measure extension")
-        if config.max_windows == 1:
+        if config.eval_windows == 1:
             notes.append("one window per length: perplexity has no spread; use 5 or more "
                          "windows for a ± that means something")
         return notes
@@ -275,7 +280,7 @@ class ExtendStudy(Study):
 
     def _windows(self, length: int) -> int:
         return n_windows(int(self.tokens.numel()), length, self.config.stride,
-                         self.config.max_windows)
+                         self.config.eval_windows)
 
     def _cells(self) -> list[tuple[tuple[int, int], float, int]]:
         """((depth index, length index), depth, length) of every passkey cell."""
@@ -303,7 +308,7 @@ class ExtendStudy(Study):
                 if what == "ppl":
                     point = perplexity_vs_length(
                         self.model, self.tokens, [unit.key[3]], config.stride,
-                        config.max_windows, advance, config.memory_limit,
+                        config.eval_windows, advance, config.memory_limit,
                         seed=config.seed)[0]
                     measured = {"point": asdict(point)}
                 else:
@@ -366,7 +371,7 @@ class ExtendStudy(Study):
             state = _new_state(ext.as_dict())
             with PeakMemory() as mem:
                 for point in perplexity_vs_length(self.model, self.tokens, config.lengths,
-                                                  config.stride, config.max_windows, advance,
+                                                  config.stride, config.eval_windows, advance,
                                                   config.memory_limit, seed=config.seed):
                     state["ppl"][str(point.length)] = asdict(point)
                 for (i, j), depth, n in self._cells():

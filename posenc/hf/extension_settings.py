@@ -10,6 +10,7 @@ from typing import Any
 
 from torch import nn
 
+from ..encodings.checks import require_seed
 from ..errors import UserError
 from ..methods import parse_method_spec
 from .extend import make_extension
@@ -30,7 +31,7 @@ class ExtensionSettings:
     lengths: tuple[int, ...] = ()
     original: int | None = None
     stride: int | None = None
-    max_windows: int = 2
+    eval_windows: int = 2
     passkey: bool = False
     passkey_lengths: tuple[int, ...] = ()
     passkey_depths: tuple[float, ...] = DEFAULT_DEPTHS
@@ -51,8 +52,9 @@ class ExtensionSettings:
                 raise UserError(f"{name} must be integers >= 2, got {list(values)}")
         if not self.lengths:
             raise UserError("give at least one length")
-        if self.max_windows < 1:
-            raise UserError(f"windows must be >= 1, got {self.max_windows}")
+        if isinstance(self.eval_windows, bool) or not isinstance(self.eval_windows, int) \
+                or self.eval_windows < 1:
+            raise UserError(f"eval_windows must be an integer >= 1, got {self.eval_windows!r}")
         if self.stride is not None and not 1 <= self.stride <= min(self.lengths):
             raise UserError(f"stride must be in [1, shortest length {min(self.lengths)}], got "
                              f"{self.stride}")
@@ -67,6 +69,7 @@ class ExtensionSettings:
                 raise UserError("give at least one passkey depth")
             if not self.passkey_lengths:
                 raise UserError("give at least one passkey length")
+        require_seed("seed", self.seed)
 
     def factor_for(self, method: str) -> float | None:
         return None if parse_method_spec(method).method.factor_rule == "none" else self.factor
@@ -101,8 +104,14 @@ def row_names(model: nn.Module, config: ExtensionSettings, method: str) -> list[
     return [ext.name] + ([ext.name + "+ft"] if tuned else [])
 
 
+#: results.json keys that name a field otherwise: ``eval_windows`` is stored as
+#: ``max_windows``, the key results have always had
+STORED_KEYS = {"eval_windows": "max_windows"}
+
+
 def config_dict(config: ExtensionSettings) -> dict[str, Any]:
-    out = asdict(config)
+    """The config as results.json stores it (keys of :data:`STORED_KEYS` renamed)."""
+    out = {STORED_KEYS.get(key, key): value for key, value in asdict(config).items()}
     out["finetune"] = None if config.finetune is None else asdict(config.finetune)
     return out
 

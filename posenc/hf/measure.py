@@ -213,14 +213,15 @@ def bootstrap_ppl_std(window_nll: Sequence[float], window_tokens: Sequence[int],
 
 
 def perplexity_vs_length(model: nn.Module, tokens: Tensor, lengths: Sequence[int],
-                         stride: int | None = None, max_windows: int | None = None,
+                         stride: int | None = None, eval_windows: int | None = None,
                          progress: Callable[[int], None] | None = None,
                          memory_limit: int | None = None,
                          done: Mapping[int, PplPoint] | None = None,
                          on_point: Callable[[PplPoint], None] | None = None,
                          seed: int = 0) -> list[PplPoint]:
-    """Sliding-window perplexity at each length (stride: ``stride`` or length // 2), with
-    each window's NLL and the bootstrap spread (``seed``: the resampling's).
+    """Sliding-window perplexity at each length (stride: ``stride`` or length // 2) over at
+    most ``eval_windows`` windows, with each window's NLL and the bootstrap spread
+    (``seed``: the resampling's).
 
     ``progress`` is called with 1 after each window; ``on_point`` with each finished point.
     Lengths in ``done`` (measured before an interruption) are taken from it, not measured.
@@ -239,9 +240,9 @@ def perplexity_vs_length(model: nn.Module, tokens: Tensor, lengths: Sequence[int
                 progress(done[length].n_windows)
             continue
         start = time.perf_counter()
-        scored = [n for _, _, n in windows(tokens.numel(), length, step, max_windows)]
+        scored = [n for _, _, n in windows(tokens.numel(), length, step, eval_windows)]
         nlls: list[float] = []
-        res = perplexity(fn, tokens, length, stride=step, max_windows=max_windows,
+        res = perplexity(fn, tokens, length, stride=step, eval_windows=eval_windows,
                          progress=None if progress is None else (lambda _n: progress(1)),
                          on_window=lambda nll, _n: nlls.append(nll))
         points.append(PplPoint(length, res.ppl, res.nll, res.n_tokens, res.n_windows,
@@ -252,15 +253,16 @@ def perplexity_vs_length(model: nn.Module, tokens: Tensor, lengths: Sequence[int
     return points
 
 
-def n_windows(n_tokens: int, length: int, stride: int | None, max_windows: int | None) -> int:
-    """How many windows :func:`perplexity_vs_length` runs at ``length`` (for progress bars)."""
+def n_windows(n_tokens: int, length: int, stride: int | None, eval_windows: int | None) -> int:
+    """How many windows :func:`perplexity_vs_length` scores at ``length`` (a point's
+    ``n_windows``; for progress bars)."""
     step = stride if stride is not None else max(1, length // 2)
     count = 1 + max(0, (n_tokens - length) // step)
-    return count if max_windows is None else min(count, max_windows)
+    return count if eval_windows is None else min(count, eval_windows)
 
 
-def tokens_needed(lengths: Sequence[int], stride: int | None, max_windows: int) -> int:
-    """Stream length that gives ``max_windows`` windows at the longest length."""
+def tokens_needed(lengths: Sequence[int], stride: int | None, eval_windows: int) -> int:
+    """Stream length that gives ``eval_windows`` windows at the longest length."""
     longest = max(lengths)
     step = stride if stride is not None else max(1, longest // 2)
-    return longest + step * (max_windows - 1)
+    return longest + step * (eval_windows - 1)

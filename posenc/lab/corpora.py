@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..data.corpora import CORPUS_NAMES
+from ..data.corpora import resolve_corpus
 from ..runio import atomic_write
 from ..study import API_NAMES, NOT_SUPPORTED, SUPPORTED, Verdict, markdown_table
 from .claims import check_claims
@@ -47,7 +47,8 @@ class CorporaOutcome:
 
 def corpus_folder(corpus: str) -> str:
     """The folder under OUT of one corpus: its name, or a path's last part."""
-    return corpus if corpus in CORPUS_NAMES else Path(corpus).name or "data"
+    kind, _ = resolve_corpus(corpus)
+    return corpus if kind == "name" else Path(corpus).name or "data"
 
 
 def corpus_data(corpus: str) -> str | None:

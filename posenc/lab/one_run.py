@@ -93,7 +93,7 @@ def evaluate_run(cfg: CompareConfig, loaded, test_tokens, encoding: str, scaling
     if cfg.entropy_lengths and has_attention_weights(scaling):
         entropy = {str(e.length): e.to_dict() if e.note is None else e.note
                    for e in entropy_at_lengths(model, test_tokens, cfg.entropy_lengths,
-                                               n_windows=cfg.entropy_windows, errors="note",
+                                               eval_windows=cfg.entropy_windows, errors="note",
                                                keep_queries=True)}
     return {
         "seed": loaded.train_config.seed,

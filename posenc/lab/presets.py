@@ -28,7 +28,7 @@ from typing import Any
 
 from ..data.shakespeare import SHAKESPEARE
 from ..encodings import encoding_options, list_encodings
-from ..encodings.checks import require_int_at_least, require_positive_int
+from ..encodings.checks import require_int_at_least, require_positive_int, require_seed
 from ..errors import UserError
 from ..eval.inference_scaling import InferenceScaling
 from ..models.lm import LMConfig
@@ -109,6 +109,7 @@ class CompareConfig:
                 variant_plan(name, self.model.n_layers)          # raises if too shallow
         for name in ("eval_tokens", "entropy_windows", "seeds"):
             require_positive_int(name, getattr(self, name))
+        require_seed("the last seed (seed + seeds - 1)", self.train.seed + self.seeds - 1)
         require_int_at_least("timing_rounds", self.timing_rounds, 0)
         if not self.length_multipliers or any(
                 isinstance(m, bool) or not isinstance(m, int) or m < 1

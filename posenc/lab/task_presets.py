@@ -29,7 +29,7 @@ from typing import Any
 
 from ..data.synthetic import SEQ2SEQ_TASKS, TASKS, min_length
 from ..encodings import list_encodings
-from ..encodings.checks import require_int_at_least, require_positive_int
+from ..encodings.checks import require_positive_int, require_seed
 from ..errors import UserError
 from ..models.lm import LMConfig
 from ..train.task_loop import TaskTrainConfig
@@ -95,7 +95,7 @@ class TaskStudyConfig:
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise UserError(f"seeds must be distinct integers >= 0, got {list(self.seeds)}")
         for seed in self.seeds:
-            require_int_at_least("seeds", seed, 0)
+            require_seed("seeds", seed)
         unknown = [t for t in self.lm_tasks if t not in TASKS]
         if unknown:
             raise UserError(f"unknown task(s) {', '.join(unknown)}; valid tasks: "
@@ -110,7 +110,7 @@ class TaskStudyConfig:
                                  f"{type(getattr(self, name)).__name__}")
         for name in ("seq2seq_layers", "eval_examples"):
             require_positive_int(name, getattr(self, name))
-        require_int_at_least("eval_seed", self.eval_seed, 0)
+        require_seed("eval_seed", self.eval_seed)
         if self.model.max_len != self.train_len:
             raise UserError(f"model.max_len={self.model.max_len} must equal train.max_len="
                              f"{self.train_len} (set train_len to change both)")

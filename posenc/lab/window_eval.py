@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..eval.lengths import (DEFAULT_BATCH_TOKENS, NotEvaluated, SkippedNote, as_token_tensor,
-                            model_logits_fn, not_served, validate_lengths, window_budget)
+                            eval_windows_for, model_logits_fn, not_served, validate_lengths)
 from ..eval.perplexity import windows
 
 
@@ -67,7 +67,7 @@ def window_losses(model: nn.Module, tokens: Tensor | np.ndarray, lengths: Sequen
             if skipped is None:
                 try:
                     out.append(_score(logits_fn, tokens, length, stride,
-                                      window_budget(length, stride, max_tokens),
+                                      eval_windows_for(length, stride, max_tokens),
                                       max(1, batch_tokens // length)))
                 except ValueError as err:
                     # a refusal no limit declares (xpos's scales overflowing float16 autocast)
@@ -81,9 +81,9 @@ def window_losses(model: nn.Module, tokens: Tensor | np.ndarray, lengths: Sequen
     return out
 
 
-def _score(logits_fn, tokens, length: int, stride: int | None, budget: int | None,
+def _score(logits_fn, tokens, length: int, stride: int | None, eval_windows: int | None,
            batch_size: int) -> WindowLosses:
-    spans = list(windows(len(tokens), length, stride, budget))
+    spans = list(windows(len(tokens), length, stride, eval_windows))
     stream = as_token_tensor(tokens, max(end for _, end, _ in spans))
     nll: list[float] = []
     counts: list[int] = []

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..attention.masks import WINDOW_KINDS, Window
+from ..attention.masks import Window, check_window_kind
 from ..encodings import PositionalEncoding, encoding_class, list_encodings
 from ..encodings.checks import require_known_keys, require_options
 from ..errors import UserError
@@ -221,20 +221,21 @@ def _layer_type(name: Any, types: dict, max_len: int, pe: str, pe_options: dict,
     encoding_class(own_pe)                                     # unknown name -> UserError
     given = require_options(f"plan type {name!r} pe_options", options.get("pe_options"))
     merged = {**pe_options, **given} if own_pe == pe else dict(given)
-    window = options.get("window")
-    kind = options.get("window_kind", "sliding")
-    if kind not in WINDOW_KINDS:
-        raise UserError(f"plan type {name!r}: window_kind must be one of "
-                        f"{', '.join(WINDOW_KINDS)}, got {kind!r}")
-    if window is not None:
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise UserError(f"plan type {name!r}: window must be an integer >= 1 (tokens), "
-                            f"got {window!r}")
-        if window > max_len:
-            raise UserError(f"plan type {name!r}: window must be at most max_len={max_len} "
-                            f"tokens, got {window}")
+    try:
+        window = _declared_window(options, max_len)
+    except UserError as err:
+        raise UserError(f"plan type {name!r}: {err}") from None
     sinks = options.get("sinks", attn_sinks)
     if not isinstance(sinks, bool):
         raise UserError(f"plan type {name!r}: sinks must be True or False, got {sinks!r}")
-    return LayerSpec(name, own_pe, merged, None if window is None else Window(kind, window),
-                     sinks)
+    return LayerSpec(name, own_pe, merged, window, sinks)
+
+
+def _declared_window(options: dict, max_len: int) -> Window | None:
+    """A layer type's ``window`` and ``window_kind`` as a :class:`Window` (checked there;
+    None without a window)."""
+    kind = options.get("window_kind", "sliding")
+    if options.get("window") is None:
+        check_window_kind(kind)
+        return None
+    return Window.declare(options["window"], kind, max_len)

@@ -11,10 +11,11 @@ from typing import Any
 import torch
 
 from ..errors import UserError
+from ..data.corpora import resolve_corpus
 from ..data.synthetic import TASKS
 from ..data.tokenizer import parse_spec
 from ..encodings.checks import (require_float_in, require_int_at_least, require_known_keys,
-                                require_positive_int)
+                                require_positive_int, require_seed)
 from ..models.lm import LMConfig
 
 #: the device strings every machine understands; any string torch parses is accepted too
@@ -60,9 +61,10 @@ class OptimizerSettings:
 
 
 def check_optimizer(cfg: Any) -> None:
-    """Check the optimizer and schedule fields a training config has (``lr``,
-    ``min_lr_ratio``, ``warmup_steps``, ``weight_decay``, ``betas``, ``grad_clip``): the
-    checks :class:`TrainConfig` and the task loop's config share."""
+    """Check the optimizer, schedule and seed fields a training config has (``lr``,
+    ``min_lr_ratio``, ``warmup_steps``, ``weight_decay``, ``betas``, ``grad_clip``, ``seed``):
+    the checks :class:`TrainConfig` and the task loop's config share."""
+    require_seed("seed", cfg.seed)
     if cfg.warmup_steps is not None:
         require_int_at_least("warmup_steps", cfg.warmup_steps, 0)
     require_float_in("lr", cfg.lr, 0.0, math.inf)
@@ -118,7 +120,7 @@ class TrainConfig(OptimizerSettings):
             raise UserError(f"model must be an LMConfig, got {type(self.model).__name__}")
         for name in ("train_len", "batch_size", "steps", "eval_windows"):
             require_positive_int(name, getattr(self, name))
-        for name in ("eval_every", "checkpoint_every", "seed", "skip_bad_steps"):
+        for name in ("eval_every", "checkpoint_every", "skip_bad_steps"):
             require_int_at_least(name, getattr(self, name), 0)
         check_optimizer(self)
         if self.train_len < 2:
@@ -178,11 +180,13 @@ class TrainConfig(OptimizerSettings):
 
     def resolved(self) -> TrainConfig:
         """A copy whose local ``data`` and ``cache_dir`` paths are absolute, so the run can be
-        evaluated or resumed from any working directory (``hf:`` names stay as they are)."""
+        evaluated or resumed from any working directory; corpus names and ``hf:`` names stay
+        as they are (:func:`~posenc.data.corpora.resolve_corpus`: ``prose`` is the essays
+        even where a folder ``prose`` exists, which is ``./prose``)."""
         changes: dict[str, Any] = {}
-        if self.data is not None and not self.data.startswith("hf:") \
-                and Path(self.data).expanduser().exists():
-            changes["data"] = str(Path(self.data).expanduser().resolve())
+        kind, data = resolve_corpus(self.data)
+        if kind == "path" and data != self.data:
+            changes["data"] = data
         if self.cache_dir is not None:
             changes["cache_dir"] = str(Path(self.cache_dir).expanduser().resolve())
         return replace(self, **changes) if changes else self

@@ -21,7 +21,7 @@ import numpy as np
 from torch import Tensor, nn
 
 from ..errors import UserError
-from ..encodings.checks import require_int_at_least, require_known_keys, require_positive_int
+from ..encodings.checks import require_known_keys, require_positive_int
 from .config import OptimizerSettings, check_optimizer
 from .loop import lm_loss, make_optimizer, make_scheduler
 
@@ -45,7 +45,6 @@ class TaskTrainConfig(OptimizerSettings):
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "min_len", "max_len"):
             require_positive_int(name, getattr(self, name))
-        require_int_at_least("seed", self.seed, 0)
         if self.min_len > self.max_len:
             raise UserError(f"min_len={self.min_len} must be <= max_len={self.max_len}")
         check_optimizer(self)

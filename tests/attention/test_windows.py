@@ -53,6 +53,71 @@ def test_window_checks_its_arguments():
         Window("dilated", 4)
     with pytest.raises(UserError, match="needs the positions"):
         Masks(window=Window("sliding", 2))
+    with pytest.raises(UserError, match="^window must be at most max_len=8 tokens, got 9$"):
+        Window.declare(9, "chunked", max_len=8)
+    assert Window.declare(8, max_len=8) == Window("sliding", 8)
+
+
+@pytest.mark.parametrize("window", [Window("sliding", 3), Window("chunked", 4)])
+def test_the_window_rule_by_hand(window):
+    """Query position 9: sliding 3 sees keys 7..9 (and later ones, which the causal mask
+    hides); chunked 4 sees its chunk 8..11."""
+    keys = torch.arange(14)
+    seen = keys[window.pair_visible(torch.tensor(9), keys)].tolist()
+    assert seen == ([7, 8, 9, 10, 11, 12, 13] if window.kind == "sliding" else [8, 9, 10, 11])
+
+
+@pytest.mark.parametrize("window", [Window("sliding", 1), Window("sliding", 5),
+                                    Window("chunked", 1), Window("chunked", 4)])
+def test_may_see_is_exactly_whether_some_pair_of_two_runs_is_in_the_window(window):
+    """For runs of consecutive positions, the block test from the rule's bounds equals
+    the rule applied to every pair of the two runs."""
+    runs = [(lo, lo + width) for lo in range(0, 16, 3) for width in (0, 1, 4)]
+    lo, hi = (torch.tensor([r[i] for r in runs]) for i in (0, 1))
+    expected = torch.tensor([[bool(window.pair_visible(torch.arange(ql, qh + 1)[:, None],
+                                                       torch.arange(kl, kh + 1)[None]).any())
+                              for kl, kh in runs] for ql, qh in runs])
+    assert torch.equal(window.may_see(lo, hi, lo, hi), expected)
+
+
+def _flex_visible(block_mask, batch: int, lq: int, lk: int) -> torch.Tensor:
+    """(B, Lq, Lk) bool: the pairs FlexAttention attends under ``block_mask``: the mask_mod
+    inside its partial blocks, everything inside its full blocks, nothing elsewhere."""
+    from torch.nn.attention.flex_attention import _ordered_to_dense, create_mask
+    size = block_mask.BLOCK_SIZE
+
+    def cells(count, index):
+        if count is None:
+            return torch.zeros(batch, lq, lk, dtype=torch.bool)
+        dense = _ordered_to_dense(count, index, index.shape[-1]).bool()[:, 0]   # (B|1, nq, nk)
+        dense = dense.repeat_interleave(size[0], 1).repeat_interleave(size[1], 2)
+        return dense[:, :lq, :lk].expand(batch, lq, lk)
+
+    mod = create_mask(block_mask.mask_mod, batch, 1, lq, lk, device="cpu")[:, 0]
+    return (cells(block_mask.kv_num_blocks, block_mask.kv_indices) & mod) | \
+        cells(block_mask.full_kv_num_blocks, block_mask.full_kv_indices)
+
+
+@pytest.mark.parametrize("window", [Window("sliding", 1), Window("sliding", 50),
+                                    Window("sliding", 200), Window("chunked", 7),
+                                    Window("chunked", 64), Window("chunked", 130)])
+@pytest.mark.parametrize("shared", [True, False])
+def test_dense_mask_and_flex_block_mask_see_the_same_pairs(window, shared):
+    """One rule, two paths: the dense mask (sdpa, eager, fused) and FlexAttention's block
+    mask with its mask_mod give the same pairs, for positions with gaps shared by the
+    batch (the block mask then skips blocks by :meth:`Window.may_see`) and per row."""
+    from posenc.attention.backends import _masked_block_mask
+    gen = torch.Generator().manual_seed(3)
+    n = 300
+    steps = torch.randint(1, 3, (1 if shared else 2, n), generator=gen)
+    pos = (steps.cumsum(-1) - steps[:, :1])[0] if shared else steps.cumsum(-1) - steps[:, :1]
+    masks = Masks(window=window, q_pos=pos, k_pos=pos)
+    dense = masks.visibility(n, n, "cpu", causal=True)[:, 0].expand(2, n, n)     # (B, n, n)
+    flex = _flex_visible(_masked_block_mask(n, n, "cpu", True, masks), 2, n, n)
+    assert torch.equal(flex, dense)
+    q = pos if shared else pos[0]
+    by_rule = window.pair_visible(q[:, None], q[None, :]) & torch.ones(n, n).tril().bool()
+    assert torch.equal(dense[0], by_rule)
 
 
 def _call(q_pos, k_pos, window, backend, key_valid=None, sinks=None):

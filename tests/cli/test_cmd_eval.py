@@ -42,3 +42,22 @@ def test_lengths_inside_the_table_evaluate(learned_run, capsys):
                  "--device", "cpu"])
     out, _ = capsys.readouterr()
     assert code == 0 and "16 (L)" in out and "n/a" not in out
+
+
+def test_a_run_whose_config_holds_a_bad_window_is_refused_in_the_window_line(tmp_path,
+                                                                             capsys):
+    """A config.json edited by hand to a bad attention window: the command prints the
+    window's own line (as the library raises it), exit 2."""
+    import json
+    from posenc.train import TrainConfig
+    from posenc.train.checkpoint import CONFIG_FILE, FORMAT, FORMAT_VERSION
+    train = TrainConfig().to_dict()
+    train["model"]["plan"] = {"layers": {"cycle": ["local", "rope"]},
+                              "types": {"local": {"window": 0}}}
+    (tmp_path / CONFIG_FILE).write_text(json.dumps(
+        {"format": FORMAT, "format_version": FORMAT_VERSION, "train": train, "corpus": {}}))
+    code = main(["eval", str(tmp_path), "--device", "cpu"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.endswith(
+        ": plan type 'local': window must be an integer >= 1 (tokens), got 0\n")

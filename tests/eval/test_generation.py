@@ -127,7 +127,7 @@ def test_prompts_that_cannot_be_encoded_are_refused(bpe):
     ({"temperature": 1.0, "top_p": 0.0}, "top_p must be"),
     ({"temperature": 0.0, "top_p": 2.0}, "top_p must be"),
     ({"seed": -1}, "seed must be"),
-    ({"seed": 2**64}, r"seed must be at most 2\*\*64 - 1"),
+    ({"seed": 2**64}, r"seed must be between 0 and 2\*\*64 - 1"),
     ({"temperature": 1e-45, "top_p": 0.9}, r"temperature must be 0 \(greedy\) or at least"),
     ({"max_new_tokens": 0}, "max_new_tokens must be"),
 ])

@@ -38,7 +38,7 @@ def model_dir(tmp_path_factory):
 def _request(model_dir, **kw):
     base = dict(model=str(model_dir), text=str(model_dir.parent / "docs"),
                 methods=("none", "yarn"), factor=2.0, original=256, lengths=(256, 512),
-                depths=(0.0, 1.0), needles=2, passkey_trials=1, windows=2)
+                depths=(0.0, 1.0), needles=2, passkey_trials=1, eval_windows=2)
     return ArenaRequest(**{**base, **kw})
 
 
@@ -185,7 +185,7 @@ def test_a_changed_text_is_refused_on_resume(model_dir, tmp_path):
     docs = tmp_path / "docs"
     shutil.copytree(model_dir.parent / "docs", docs)
     small = dict(text=str(docs), methods=("none",), depths=(0.5,), needles=1,
-                 passkey_trials=0, windows=0)
+                 passkey_trials=0, eval_windows=0)
     first = _run(model_dir, tmp_path / "out", **small)
     assert len(first.ran) == 2 and "passkey.png" not in {p.name for p in first.paths}
     (docs / "0-json.txt").write_text((docs / "0-json.txt").read_text() + "\nmore text\n")
@@ -194,7 +194,7 @@ def test_a_changed_text_is_refused_on_resume(model_dir, tmp_path):
 
 
 def test_default_lengths_are_the_multiples_and_the_factor_of_the_original(model_dir, tmp_path):
-    small = dict(methods=("none",), depths=(0.5,), needles=1, passkey_trials=0, windows=0,
+    small = dict(methods=("none",), depths=(0.5,), needles=1, passkey_trials=0, eval_windows=0,
                  lengths=None, multiples=(1.0, 1.5))
     done = _run(model_dir, tmp_path / "out", **small)
     assert done.results["lengths"] == [256, 384, 512]          # 1x, 1.5x and factor 2x

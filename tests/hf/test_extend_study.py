@@ -28,7 +28,7 @@ def model_dir(tmp_path_factory):
 
 def _request(model_dir, **kw):
     base = dict(model=str(model_dir), data=str(model_dir.parent / "data.txt"),
-                methods=("none", "yarn"), lengths=(128, 192), windows=2, passkey=True,
+                methods=("none", "yarn"), lengths=(128, 192), eval_windows=2, passkey=True,
                 passkey_lengths=(256,), passkey_depths=(0.0,), passkey_trials=1)
     return ExtendRequest(**{**base, **kw})
 
@@ -118,7 +118,7 @@ def test_every_option_is_checked_before_anything_is_written(model_dir, tmp_path,
     out = tmp_path / "run"
     for bad, message in [(dict(passkey_trials=0), "passkey trials must be"),
                          (dict(passkey_depths=()), "at least one passkey depth"),
-                         (dict(windows=0), "windows must be >= 1"),
+                         (dict(eval_windows=0), "eval_windows must be an integer >= 1"),
                          (dict(lengths=(128, 100_000_000)), "needs about"),
                          (dict(passkey_lengths=(8,)), "shorter than the passkey prompt")]:
         with pytest.raises(UserError, match=message):
@@ -129,7 +129,7 @@ def test_every_option_is_checked_before_anything_is_written(model_dir, tmp_path,
 def test_lengths_inside_the_native_context_are_noted(model_dir, tmp_path):
     told = []
     study = ExtendStudy(_request(model_dir, methods=("none",), lengths=(64, 128),
-                                 passkey=False, windows=1), warn=told.append)
+                                 passkey=False, eval_windows=1), warn=told.append)
     run_study(study, tmp_path / "run", progress=False)
     assert len(told) == 2 and "no length exceeds the native context (128 tokens)" in told[0]
     assert "one window per length" in told[1]
@@ -137,3 +137,17 @@ def test_lengths_inside_the_native_context_are_noted(model_dir, tmp_path):
     assert all(note in report for note in told)
     assert "windows per length: 64: 1, 128: 1" in report and "±" not in report.split(
         "## Perplexity")[1].split("## Memory")[0].replace("Perplexity ±", "")
+
+
+def test_eval_windows_keep_the_keys_results_have_always_had():
+    """The request's and the config's ``eval_windows`` are stored as ``windows`` and
+    ``max_windows``, so a results.json written before reads and resumes the same."""
+    from posenc.hf.arena import ArenaRequest
+    from posenc.hf.study import StudyConfig, config_dict
+    setting = ExtendRequest(model="m", eval_windows=3).setting()
+    assert setting["windows"] == 3 and "eval_windows" not in setting
+    assert list(setting).index("windows") == list(setting).index("stride") + 1
+    config = config_dict(StudyConfig(lengths=(64,), eval_windows=3))
+    assert config["max_windows"] == 3 and "eval_windows" not in config
+    arena = ArenaRequest(eval_windows=0).setting()
+    assert arena["windows"] == 0 and "eval_windows" not in arena

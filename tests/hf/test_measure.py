@@ -18,8 +18,8 @@ from posenc.hf.measure import (PeakMemory, bootstrap_ppl_std, check_memory,  # n
 def test_perplexity_vs_length_uses_the_shared_windows(ids):
     model = _model(_config())
     stream = torch.randint(0, VOCAB, (200,), generator=torch.Generator().manual_seed(3))
-    points = perplexity_vs_length(model, stream, [32, 64], stride=16, max_windows=3)
-    direct = perplexity(logits_fn(model), stream, 64, stride=16, max_windows=3)
+    points = perplexity_vs_length(model, stream, [32, 64], stride=16, eval_windows=3)
+    direct = perplexity(logits_fn(model), stream, 64, stride=16, eval_windows=3)
     assert points[1].nll == pytest.approx(direct.nll, rel=1e-6)
     assert [p.n_windows for p in points] == [3, 3] and points[0].ppl != points[1].ppl
 
@@ -41,7 +41,7 @@ def test_memory_estimate_refuses_long_lengths():
 def test_each_window_is_kept_and_gives_the_spread():
     model = _model(_config())
     stream = torch.randint(0, VOCAB, (200,), generator=torch.Generator().manual_seed(3))
-    point, single = perplexity_vs_length(model, stream, [64, 199], stride=32, max_windows=4)
+    point, single = perplexity_vs_length(model, stream, [64, 199], stride=32, eval_windows=4)
     assert point.window_tokens == (63, 32, 32, 32) and len(point.window_nll) == 4
     weighted = sum(n * t for n, t in zip(point.window_nll, point.window_tokens))
     assert weighted / sum(point.window_tokens) == pytest.approx(point.nll, rel=1e-6)

@@ -72,3 +72,25 @@ def test_run_corpora_writes_a_comparison_per_corpus_and_a_report_across(tmp_path
     assert report.startswith("# Claims across corpora") and "| prose |" in report
     page = (tmp_path / "out" / "index.html").read_text()
     assert "<table>" in page and 'href="prose/index.html"' in page
+
+
+def test_compare_corpus_prose_reads_the_essays_beside_a_folder_called_prose(tmp_path,
+                                                                            monkeypatch):
+    """``posenc compare --corpus prose`` in a directory holding a folder ``prose``: the
+    comparison's training config keeps the name and loads the essays (as the command's
+    library calls do: corpus_data -> preset -> the study's resolved config -> load_corpus);
+    ``--corpus ./prose`` reads the folder."""
+    from posenc.data import corpora
+    from posenc.lab.compare import CompareStudy
+    from posenc.lab.corpora import corpus_data, corpus_folder
+    from tests.data.helpers import write_files
+    write_files(tmp_path / "prose", 3)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(corpora, "_essay_texts", lambda: [("essay.txt", "an essay\n" * 50)])
+    named = CompareStudy(preset("smoke", data=corpus_data("prose")), tmp_path / "a").cfg.train
+    assert named.data == "prose"
+    assert corpora.load_corpus(named.data).name == corpora.PROSE_NAME
+    path = CompareStudy(preset("smoke", data=corpus_data("./prose")), tmp_path / "b").cfg.train
+    assert path.data == str((tmp_path / "prose").resolve())
+    assert corpora.load_corpus(path.data).name == path.data
+    assert corpus_folder("prose") == corpus_folder("./prose") == "prose"

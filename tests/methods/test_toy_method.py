@@ -84,7 +84,7 @@ def test_extend_and_arena_run_and_cite_the_toy(tiny_dir, tmp_path, capsys):
     data = tiny_dir.parent / "data.txt"
     out = tmp_path / "extend"
     assert main(["extend", str(tiny_dir), "--methods", "none,toy_clip", "--lengths", "192",
-                 "--windows", "1", "--data", str(data), "--out", str(out),
+                 "--eval-windows", "1", "--data", str(data), "--out", str(out),
                  "--no-progress"]) == 0, capsys.readouterr().err
     results = json.loads((out / "results.json").read_text())
     assert results["methods"]["toy_clip"]["extension"]["attention"] == {
@@ -93,7 +93,7 @@ def test_extend_and_arena_run_and_cite_the_toy(tiny_dir, tmp_path, capsys):
     arena = tmp_path / "arena"
     assert main(["arena", str(tiny_dir), "--text", str(data), "--methods", "none,toy_clip",
                  "--factor", "2", "--original-length", "256", "--depths", "0.5",
-                 "--needles", "1", "--passkey-trials", "1", "--windows", "2", "--out",
+                 "--needles", "1", "--passkey-trials", "1", "--eval-windows", "2", "--out",
                  str(arena), "--no-progress", "--device", "cpu"]) == 0, \
         capsys.readouterr().err
     assert json.loads((arena / "results.json").read_text())["methods"] == ["none", "toy_clip"]

@@ -292,3 +292,33 @@ def test_llama4_tunes_the_nope_layers_temperature_as_llama_4_does():
     plain = TransformerLM(LMConfig(pe="rope", n_layers=4, d_model=32, n_heads=2, max_len=64,
                                    plan={"name": "llama4", "chunk": 16, "nope_options": {}}))
     assert plain.blocks[3].layer_pe.temperature_floor is None
+
+
+BAD_WINDOWS = [(0, "sliding", "window must be an integer >= 1 (tokens), got 0"),
+               ("8", "sliding", "window must be an integer >= 1 (tokens), got '8'"),
+               (4, "dilated", "window_kind must be one of sliding, chunked, got 'dilated'"),
+               (33, "chunked", "window must be at most max_len=32 tokens, got 33")]
+
+
+@pytest.mark.parametrize("size,kind,line", BAD_WINDOWS)
+def test_a_bad_window_is_refused_in_the_same_line_from_every_entry_point(size, kind, line):
+    """The window is checked once (Window.declare): a plan's type, a saved config read
+    back, an encoder-decoder's decoder plan and a named plan all refuse it in its one line,
+    after the layer type it belongs to."""
+    from posenc.models.seq2seq_config import Seq2SeqConfig
+    plan = {"layers": {"cycle": ["local", "rope"]},
+            "types": {"local": {"window": size, "window_kind": kind}}}
+    saved = LMConfig(**TINY, n_layers=2).to_dict() | {"plan": plan}
+    entries = [lambda: Window.declare(size, kind, max_len=32),
+               lambda: LMConfig(**TINY, n_layers=2, plan=plan),
+               lambda: LMConfig.from_dict(saved),
+               lambda: Seq2SeqConfig(**TINY, decoder_plan=plan)]
+    if kind == "sliding":
+        entries.append(lambda: LMConfig(**TINY, n_layers=2,
+                                        plan={"name": "gemma3", "window": size, "every": 2}))
+    for entry in entries:
+        with pytest.raises(UserError) as err:
+            entry()
+        message = str(err.value)
+        assert "\n" not in message and message.endswith(line)
+        assert message in (line, f"plan type 'local': {line}")

@@ -57,3 +57,28 @@ def test_any_device_string_torch_parses_is_a_setting(device):
 def test_a_string_that_is_no_device_is_refused_in_one_line(device):
     with pytest.raises(ValueError, match="device must be auto or a device string"):
         TrainConfig(device=device)
+
+
+@pytest.mark.parametrize("config,option", [
+    ("train", "seed"), ("task", "seed"), ("extend", "seed"), ("compare", "the last seed")])
+def test_every_config_takes_the_one_seed_range(config, option):
+    """Seeds up to 2**64 - 1 (torch's range) pass and one past it is refused naming the
+    option, in every config that holds a seed."""
+    from posenc.encodings.checks import MAX_SEED
+    from posenc.errors import UserError
+    from posenc.hf.study import StudyConfig
+    from posenc.lab.presets import BASE_TRAIN, CompareConfig
+    from posenc.train.task_loop import TaskTrainConfig
+
+    def make(seed: int):
+        if config == "train":
+            return TrainConfig(seed=seed)
+        if config == "task":
+            return TaskTrainConfig(seed=seed)
+        if config == "extend":
+            return StudyConfig(lengths=(64,), seed=seed)
+        return CompareConfig(train=replace(BASE_TRAIN, seed=seed - 1), seeds=2)
+
+    make(MAX_SEED)
+    with pytest.raises(UserError, match=rf"^{option}.* must be between 0 and 2\*\*64 - 1"):
+        make(MAX_SEED + 1)
