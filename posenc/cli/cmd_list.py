@@ -65,7 +65,7 @@ def format_variants(rows: list[dict]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..lab.variants import variant_rows
+    from ..lab.runs.variants import variant_rows
     rows = describe_encodings()
     if args.json:
         print(json.dumps(rows, indent=2, default=str))

@@ -23,8 +23,8 @@ def study_kinds() -> tuple:
     """Every kind of study ``posenc plot`` redraws (each knows how: ``StudyKind.redraw``)."""
     from ..hf.arena import ARENA_KIND
     from ..hf.extend_study import EXTEND_KIND
-    from ..lab.results import COMPARE_KIND
-    from ..lab.task_study import KIND as TASKS_KIND
+    from ..lab.compare.results import COMPARE_KIND
+    from ..lab.tasks.study import KIND as TASKS_KIND
     return COMPARE_KIND, TASKS_KIND, EXTEND_KIND, ARENA_KIND
 
 

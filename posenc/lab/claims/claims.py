@@ -1,56 +1,27 @@
 """Published claims about length extrapolation, checked against one comparison's numbers.
 
 Each claim names its published source (authors, year, title), the rule that decides it from
-``results.json``, and a verdict decided against noise by :mod:`posenc.lab.evidence`
+``results.json``, and a verdict decided against noise by :mod:`posenc.lab.claims.evidence`
 (``supported``, ``not supported``, ``inconclusive``, ``not tested``). Ratios are
 ``ppl(n) / ppl(L)`` for a run's own training length L; "near" means within ``TOLERANCE``
-(10 %). Timing claims use the interleaved step timing of :mod:`posenc.lab.timing`, never one
-training run's tokens/s.
+(10 %, :mod:`.rules`). Timing claims use the interleaved step timing of
+:mod:`posenc.lab.compare.timing`, never one training run's tokens/s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from ..study import Verdict
-from .evidence import (INCONCLUSIVE, NOT_SUPPORTED, NOT_TESTED, SUPPORTED, Runs,  # noqa: F401
-                       _all, _flip, _missing, _not_learned, above, difference_text, factor_of,
-                       fmt, fmt_est, less)
+from ...study import Verdict
+from .evidence import (INCONCLUSIVE, NOT_SUPPORTED, NOT_TESTED, SUPPORTED, Runs, _all, _flip,
+                       _missing, above, difference_text, factor_of, fmt, fmt_est, less)
+from .recent_claims import RECENT_CLAIMS
+from .rules import TOLERANCE, ClaimFn, _better_ratio, _guard, _lower_ppl, _with
 from .stats import Estimate
-
-#: a run "stays near" its training-length perplexity if ppl(n) <= TOLERANCE * ppl(L)
-TOLERANCE = 1.10
 
 PRESS = "Press, Smith and Lewis (2022), Train Short, Test Long (ALiBi)"
 CHEN = "Chen et al. (2023), Extending Context Window of LLMs via Positional Interpolation"
 PENG = "Peng et al. (2023), YaRN: Efficient Context Window Extension of LLMs"
 SU = "Su et al. (2021), RoFormer: Enhanced Transformer with Rotary Position Embedding"
 CHIANG = "Chiang and Cholak (2022), Overcoming a Theoretical Limitation of Self-Attention"
-
-
-ClaimFn = Callable[[Runs], tuple[str, str]]
-
-
-def _with(text: str) -> str:
-    """`` (text)`` when there is one (the paired noise a one-seed verdict rests on)."""
-    return f" ({text})" if text else ""
-
-
-def _guard(r: Runs, *labels: str) -> str | None:
-    return _not_learned(r, *labels)
-
-
-def _better_ratio(r: Runs, a: str, b: str) -> tuple[str, str]:
-    """Claim "a's ppl(P)/ppl(L) < b's"."""
-    ea, eb = r.ratio_est(a, r.probe), r.ratio_est(b, r.probe)
-    miss = _missing((f"{a}@{r.probe}", ea), (f"{b}@{r.probe}", eb))
-    if miss:
-        return NOT_TESTED, miss
-    text = (f"ratio ppl({r.probe})/ppl({r.train_len}): {a} {fmt_est(ea)} (ppl "
-            f"{fmt(r.ppl(a, r.probe))}), {b} {fmt_est(eb)} (ppl {fmt(r.ppl(b, r.probe))})"
-            + _with(difference_text(ea, eb)))
-    guard = _guard(r, a, b)
-    return (INCONCLUSIVE, f"{guard}; {text}") if guard else (less(ea, eb), text)
 
 
 def alibi_beats_rope(r: Runs) -> tuple[str, str]:
@@ -157,18 +128,6 @@ def scalings_soften_rope(r: Runs) -> tuple[str, str]:
     return _scaling_beats_rope(r, ("yarn", "dynamic"), "probe")
 
 
-def _lower_ppl(r: Runs, a: str, b: str, n: int, guarded: tuple[str, ...]) -> tuple[str, str]:
-    """Is run ``a``'s perplexity at length ``n`` below run ``b``'s, beyond the noise?
-    Inconclusive while a run of ``guarded`` has not learned."""
-    ea, eb = r.ppl_est(a, n), r.ppl_est(b, n)
-    miss = _missing((f"{a}@{n}", ea), (f"{b}@{n}", eb))
-    if miss:
-        return NOT_TESTED, miss
-    text = f"at {n}: {a} ppl {fmt_est(ea)} vs {b} {fmt_est(eb)}" + _with(difference_text(ea, eb))
-    guard = _guard(r, *guarded)
-    return (INCONCLUSIVE, f"{guard}; {text}") if guard else (less(ea, eb), text)
-
-
 def logn_helps(r: Runs) -> tuple[str, str]:
     return _lower_ppl(r, "rope+logn", "rope", r.probe, ("rope",))
 
@@ -267,7 +226,6 @@ CLAIMS: tuple[tuple[str, str, str, ClaimFn], ...] = (
 
 def check_claims(results: dict) -> list[Verdict]:
     """Every claim's verdict for one results.json dict."""
-    from .recent_claims import RECENT_CLAIMS
     runs = Runs(results)
     out = []
     for claim, source, rule, fn in CLAIMS + RECENT_CLAIMS:

@@ -1,7 +1,7 @@
 """The evidence claims are decided on: a comparison's runs looked up by label, with noise.
 
 Verdicts: ``supported`` / ``not supported`` when the numbers differ beyond noise (see
-:mod:`posenc.lab.stats`: intervals mean ± spread do not overlap; the spread is the
+:mod:`posenc.lab.claims.stats`: intervals mean ± spread do not overlap; the spread is the
 seed-to-seed standard deviation with two or more seeds, else the bootstrap standard deviation
 over evaluation windows); ``inconclusive`` when the difference is within noise, there is no
 noise estimate, or a run the claim needs has not clearly beaten the unigram baseline;
@@ -17,11 +17,10 @@ import math
 
 import numpy as np
 
-from ..eval.inference_scaling import run_label
-from .baseline import has_learned
-from .results import bootstrap_samples
-from .stats import (BOOTSTRAP, SEEDS, Estimate, beyond, bootstrap_query_mean, paired_spread,
-                    separated)
+from ...eval.inference_scaling import run_label
+from ..runs.baseline import has_learned
+from .stats import (BOOTSTRAP, SEEDS, Estimate, beyond, bootstrap_query_mean, bootstrap_samples,
+                    paired_spread, separated)
 
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, NOT_TESTED = (
     "supported", "not supported", "inconclusive", "not tested")
@@ -94,7 +93,7 @@ class Runs:
 
     def entropy_est(self, label: str, length: int) -> Estimate | None:
         """Tail attention entropy: mean ± spread over seeds; with one seed a bootstrap over
-        blocks of tail queries (:func:`~posenc.lab.stats.bootstrap_query_mean`), paired
+        blocks of tail queries (:func:`~posenc.lab.claims.stats.bootstrap_query_mean`), paired
         between runs measured on the same windows; no noise estimate ("none") when the
         per-query values were not kept (results of older versions)."""
         run = self.get(label) or {}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from .variants import base_encoding, run_family
+from ..runs.variants import base_encoding, run_family
 
 #: ALiBi's slopes were chosen for this many heads or more
 ALIBI_HEADS = 8
@@ -30,7 +30,7 @@ def is_rotary_run(name: str) -> bool:
 def shape_handicaps(config: dict) -> dict[str, str]:
     """{run name: why the comparison's shape handicaps it} for the runs of ``config`` (a
     results.json config block)."""
-    from ..encodings.alibi import alibi_slopes
+    from ...encodings.alibi import alibi_slopes
     model = (config.get("train") or {}).get("model") or {}
     heads, width = model.get("n_heads"), model.get("d_model")
     names = set(config.get("encodings") or ())

@@ -3,7 +3,7 @@ construction (said in the report instead of "worth a look")."""
 
 from __future__ import annotations
 
-from ..eval.inference_scaling import run_label
+from ...eval.inference_scaling import run_label
 from .evidence import Runs
 
 #: why two encodings give identical numbers by construction, where they do

@@ -12,16 +12,16 @@ matched exactly and the paper's ~6x sits between the lab's 4L and 8L.
 Kazemnejad et al. (2023), "The Impact of Positional Encoding on Length Generalization in
 Transformers", NeurIPS 2023: on their synthetic tasks (decoder-only, trained on short
 instances, tested on longer ones) NoPE and T5's relative bias generalise best, ALiBi, RoPE and
-absolute (sinusoidal) encodings worse (:data:`posenc.lab.task_verdicts.PAPER_PAIRS`). Here
+absolute (sinusoidal) encodings worse (:data:`~.kazemnejad.KAZEMNEJAD_PAIRS`). Here
 the pairs are read on language modelling: "a extrapolates better than b" = a's ratio
 ppl(P) / ppl(L) is below b's beyond noise.
 """
 
 from __future__ import annotations
 
-from ..study import markdown_table
+from ...study import markdown_table
 from .evidence import NOT_SUPPORTED, SUPPORTED, Runs, fmt, fmt_est, less
-from .task_verdicts import PAPER_PAIRS
+from .kazemnejad import KAZEMNEJAD_PAIRS
 
 PRESS_TABLE = "Press, Smith and Lewis (2022), ICLR, appendix Table 3 (WikiText-103, L = 1024)"
 KAZEMNEJAD = "Kazemnejad et al. (2023), NeurIPS"
@@ -32,7 +32,9 @@ PRESS_LENGTHS = (1024, 2024, 6024)
 #: perplexity at L_valid = 512 (L), 1012, 2512: Press et al. (2022), appendix Table 2
 PRESS_TABLE2_PPL = {"sinusoidal": (20.05, 43.54, 132.41), "rope": (20.07, 21.37, 31.58),
                     "t5": (19.65, 18.79, 20.41), "alibi": (19.73, 18.73, 18.41)}
-PAPER_NAMES = {"alibi": "ALiBi", "t5": "T5 bias", "rope": "rotary", "sinusoidal": "sinusoidal"}
+#: how the ALiBi paper (Press et al., 2022) names the encodings it compares
+ALIBI_PAPER_NAMES = {"alibi": "ALiBi", "t5": "T5 bias", "rope": "rotary",
+                     "sinusoidal": "sinusoidal"}
 
 
 def press_ratio(encoding: str, column: int) -> float:
@@ -55,13 +57,13 @@ def press_rows(runs: dict[str, Runs]) -> tuple[list[str], list[list[str]], list[
                    f"{corpus}: {r.probe}/{r.train_len}"]
     rows = []
     for enc in PRESS_PPL:
-        row = [PAPER_NAMES[enc], fmt(press_ratio(enc, 1)), fmt(press_ratio(enc, 2))]
+        row = [ALIBI_PAPER_NAMES[enc], fmt(press_ratio(enc, 1)), fmt(press_ratio(enc, 2))]
         for r in runs.values():
             row += [fmt_est(r.ratio_est(enc, 2 * r.train_len)), fmt_est(r.ratio_est(enc, r.probe))]
         rows.append(row)
     paper = _order({e: press_ratio(e, 2) for e in PRESS_PPL})
     lines = ["Paper, best-extrapolating first at ~6x: "
-             + " > ".join(PAPER_NAMES[e] for e in paper) + "."]
+             + " > ".join(ALIBI_PAPER_NAMES[e] for e in paper) + "."]
     for corpus, r in runs.items():
         ours = {e: r.ratio(e, r.probe) for e in PRESS_PPL}
         ours = {e: v for e, v in ours.items() if v is not None}
@@ -71,9 +73,10 @@ def press_rows(runs: dict[str, Runs]) -> tuple[list[str], list[list[str]], list[
         order = _order(ours)
         same = order == [e for e in paper if e in ours]
         ests = {e: r.ratio_est(e, r.probe) for e in order}
-        tied = [f"{PAPER_NAMES[a]} and {PAPER_NAMES[b]}" for a, b in zip(order, order[1:])
+        tied = [f"{ALIBI_PAPER_NAMES[a]} and {ALIBI_PAPER_NAMES[b]}"
+                for a, b in zip(order, order[1:])
                 if ests[a] is None or ests[b] is None or less(ests[a], ests[b]) != SUPPORTED]
-        lines.append(f"{corpus} at {r.probe}: " + " > ".join(PAPER_NAMES[e] for e in order)
+        lines.append(f"{corpus} at {r.probe}: " + " > ".join(ALIBI_PAPER_NAMES[e] for e in order)
                      + (": the paper's ordering" if same else ": not the paper's ordering")
                      + (f" (by the means; within noise: {'; '.join(tied)})." if tied
                         else ", every step beyond noise."))
@@ -81,12 +84,12 @@ def press_rows(runs: dict[str, Runs]) -> tuple[list[str], list[list[str]], list[
 
 
 def kazemnejad_rows(runs: dict[str, Runs]) -> tuple[list[str], list[list[str]]]:
-    """Per pair of :data:`PAPER_PAIRS` ("a generalises better than b") and corpus: whether
+    """Per pair of :data:`KAZEMNEJAD_PAIRS` ("a generalises better than b") and corpus: whether
     a's ratio at the probe length is below b's beyond noise (agrees / disagrees / within
     noise / not run)."""
     header = ["pair (paper: first is better)"] + list(runs)
     rows = []
-    for a, b in PAPER_PAIRS:
+    for a, b in KAZEMNEJAD_PAIRS:
         row = [f"{a} vs {b}"]
         for r in runs.values():
             ea, eb = r.ratio_est(a, r.probe), r.ratio_est(b, r.probe)
@@ -109,11 +112,11 @@ def papers_section(runs: dict[str, Runs]) -> list[str]:
     return (["## Against the papers' numbers", "",
              f"Perplexity ratio ppl(n) / ppl(L): the paper's from {PRESS_TABLE}: perplexity "
              "at 1024 / 2024 / 6024 = " + "; ".join(
-                 f"{PAPER_NAMES[e]} {' / '.join(f'{v:g}' for v in PRESS_PPL[e])}"
+                 f"{ALIBI_PAPER_NAMES[e]} {' / '.join(f'{v:g}' for v in PRESS_PPL[e])}"
                  for e in PRESS_PPL)
              + ". Their Table 2 (trained at L = 512) gives the same ordering at about 2x "
              "and 5x (ratios at 1012 / 2512: " + "; ".join(
-                 f"{PAPER_NAMES[e]} {fmt(v[1] / v[0])} / {fmt(v[2] / v[0])}"
+                 f"{ALIBI_PAPER_NAMES[e]} {fmt(v[1] / v[0])} / {fmt(v[2] / v[0])}"
                  for e, v in PRESS_TABLE2_PPL.items())
              + "). The lab's ratios are mean ± spread at 2L and at P.", ""]
             + markdown_table(header, rows) + [""] + [f"- {line}" for line in lines] + ["",

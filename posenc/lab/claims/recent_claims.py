@@ -1,16 +1,16 @@
 """Claims of the papers since 2023 that the lab can test at its scale: per-layer RoPE/NoPE
 hybrids, p-RoPE, the forget gate against ALiBi, and the training-free region methods.
 
-Each entry is (claim, source with its place, rule, function) as in :mod:`.claims`, whose
-helpers decide against the same noise. A run the comparison lacks leaves its claim "not
-tested"; the lab's variants (:mod:`.variants`) supply p-RoPE and the hybrids.
+Each entry is (claim, source with its place, rule, function) as in :mod:`.claims`, decided
+by the same rules (:mod:`.rules`) against the same noise. A run the comparison lacks leaves
+its claim "not tested"; the lab's variants (:mod:`posenc.lab.runs.variants`) supply p-RoPE
+and the hybrids.
 """
 
 from __future__ import annotations
 
-from .claims import (INCONCLUSIVE, NOT_TESTED, TOLERANCE, ClaimFn, _all, _better_ratio, _flip,
-                     _guard, _lower_ppl, _missing, above, fmt, fmt_est)
-from .evidence import Runs
+from .evidence import INCONCLUSIVE, NOT_TESTED, Runs, _all, _flip, _missing, above, fmt, fmt_est
+from .rules import TOLERANCE, ClaimFn, _better_ratio, _guard, _lower_ppl
 
 YANG = "Yang et al. (2025), Rope to Nope and Back Again: A New Hybrid Attention Strategy"
 BARBERO = ("Barbero et al. (2024), Round and Round We Go! What makes Rotary Positional "

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import UserError
+from ...errors import UserError
 
 #: bootstrap replicates per quantity, and the fixed seed that makes them deterministic
 BOOTSTRAP_REPLICATES = 400
@@ -102,6 +102,25 @@ def block_bootstrap_ppl(window_nll: Sequence[float], window_tokens: Sequence[int
     tok = block_tok[idx].sum(axis=1)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         return np.exp(block_nll[idx].sum(axis=1) / tok)
+
+
+def bootstrap_samples(seed: dict, length: str, blocked: bool = True):
+    """Bootstrap perplexity replicates of one seed entry at ``length`` (None without window
+    losses). ``blocked`` (non-overlapping windows from the stream's start): resample blocks
+    of text the size of the longest window, the same blocks at every length and for every
+    run (a paired bootstrap); else resample the windows of this length independently."""
+    nll = (seed.get("window_nll") or {}).get(length)
+    tokens = (seed.get("window_tokens") or {}).get(length)
+    if not nll:
+        return None
+    if not blocked:
+        return bootstrap_ppl(nll, tokens)
+    counts = {int(n): len(w) for n, w in (seed.get("window_nll") or {}).items() if w}
+    longest = max(int(n) for n in seed.get("ppl", {}))
+    n_blocks = max(-(-c * n // longest) for n, c in counts.items())
+    n = int(length)
+    return block_bootstrap_ppl(nll, tokens, [(i * n) // longest for i in range(len(nll))],
+                               n_blocks)
 
 
 #: blocks of consecutive queries a bootstrap over queries resamples (neighbouring queries of

@@ -1,16 +1,16 @@
 """One comparison per corpus (code, prose, a user's path) and a report across them.
 
-:func:`run_corpora` runs the same :class:`~posenc.lab.presets.CompareConfig` on each corpus
+:func:`run_corpora` runs the same :class:`~posenc.lab.compare.presets.CompareConfig` on each corpus
 in its own folder ``OUT/<corpus>`` (each a full comparison on the study core: resumable,
 with its own results.json, report and plots), then writes ``OUT/report.md`` and
 ``OUT/index.html``: every claim's verdict per corpus and its status across corpora
-(:func:`across`), and the papers' numbers beside each corpus's (:mod:`posenc.lab.papers`).
+(:func:`across`), and the papers' numbers beside each corpus's (:mod:`posenc.lab.claims.papers`).
 
 A claim **holds on both** (every) corpora when it is supported on each; it **fails on all**
 when it is not supported on each; it is **corpus-dependent** when it is supported on some
 corpora and not on others (decided both ways, or decided on one and within noise on the
 other: the numbers of each are printed); otherwise it is **inconclusive**. The noise rules
-are the single comparison's (:mod:`posenc.lab.evidence`); a verdict from one seed is marked
+are the single comparison's (:mod:`posenc.lab.claims.evidence`); a verdict from one seed is marked
 provisional.
 """
 
@@ -20,17 +20,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..data.corpora import CORPUS_NAMES
-from ..runio import atomic_write
-from ..study import API_NAMES, NOT_SUPPORTED, SUPPORTED, Verdict, markdown_table
-from .claims import check_claims
-from .compare import CompareOutcome, run_compare
-from .evidence import Runs
-from .handicaps import (handicap_lines, handicap_preamble, handicap_tag, shape_handicaps,
-                        verdict_handicaps)
-from .papers import papers_section
+from ...data.corpora import CORPUS_NAMES
+from ...runio import atomic_write
+from ...study import API_NAMES, NOT_SUPPORTED, SUPPORTED, Verdict, markdown_table
+from ..claims.claims import check_claims
+from ..claims.evidence import Runs
+from ..claims.handicaps import (handicap_lines, handicap_preamble, handicap_tag, shape_handicaps,
+                                verdict_handicaps)
+from ..claims.papers import papers_section
+from ..report.report import verdict_text
 from .presets import CompareConfig
-from .report import verdict_text
+from .study import CompareOutcome, run_compare
 
 HOLDS, FAILS, DEPENDS, UNDECIDED = ("holds on all corpora", "fails on all corpora",
                                     "corpus-dependent", "inconclusive")
@@ -127,7 +127,7 @@ def run_corpora(cfg: CompareConfig, out_dir: Path, corpora: Sequence[str], *,
     text = render_corpora_report(results)
     report = out_dir / "report.md"
     atomic_write(report, text.encode())
-    from .markdown_html import html_page, markdown_to_html
+    from ..report.markdown_html import html_page, markdown_to_html
     atomic_write(out_dir / "index.html",
                  html_page("posenc compare: claims across corpora",
                            markdown_to_html(text)).encode())

@@ -4,7 +4,7 @@ config that results.
 A comparison's folder grows by encodings, seeds, scalings and timing rounds; any other
 setting that differs makes the old runs incomparable with the new (:func:`incomparable_reason`
 names it in one line). Config dicts written before training and model settings were nested
-are migrated on read (:func:`migrate_config`).
+are migrated on read (:func:`~posenc.lab.compare.base_train.migrate_config`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .presets import BASE_TRAIN, CompareConfig
+from .base_train import migrate_config
+from .presets import CompareConfig
 
 #: settings a comparison may grow in without its old runs becoming incomparable
 GROWABLE = ("preset", "encodings", "seeds", "scalings", "timing_rounds", "pe_options")
@@ -20,25 +21,6 @@ GROWABLE = ("preset", "encodings", "seeds", "scalings", "timing_rounds", "pe_opt
 #: it is loaded, and where and how the models run (device, compiled or not) does not make
 #: their runs incomparable
 NOT_COMPARED = ("train.data", "train.device", "train.cache_dir", "train.compile")
-#: fields of the config dict before training and model settings were nested (results.json
-#: written by older versions): they moved into ``train`` and ``train.model``
-FLAT_TRAIN_KEYS = ("train_len", "steps", "batch_size", "lr", "warmup_steps", "weight_decay",
-                   "grad_clip", "seed", "bf16", "data", "tokenizer")
-FLAT_MODEL_KEYS = ("d_model", "n_layers", "n_heads")
-
-
-def migrate_config(data: dict[str, Any]) -> dict[str, Any]:
-    """The nested form of a config dict: one written before training and model settings
-    were nested (flat ``steps``, ``d_model``, ...) has them moved into ``train`` and
-    ``train.model``, the rest of ``train`` being what runs were trained with then
-    (:data:`BASE_TRAIN`); a nested dict is returned unchanged."""
-    if "train" in data or not set(FLAT_TRAIN_KEYS + FLAT_MODEL_KEYS) & set(data):
-        return data
-    out = {k: v for k, v in data.items() if k not in FLAT_TRAIN_KEYS + FLAT_MODEL_KEYS}
-    train = BASE_TRAIN.to_dict() | {k: data[k] for k in FLAT_TRAIN_KEYS if k in data}
-    model = train["model"] | {k: data[k] for k in FLAT_MODEL_KEYS if k in data}
-    out["train"] = train | {"model": model | {"max_len": train["train_len"]}}
-    return out
 
 
 def settings(config: dict[str, Any]) -> dict[str, Any]:

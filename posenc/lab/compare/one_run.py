@@ -5,8 +5,8 @@ on the comparison's prepared data, resumes an interrupted training from its chec
 loads a finished run; :func:`evaluate_run` scores the loaded model (under an inference-time
 scaling, if any) at every evaluation length, keeping every window's loss, with attention
 entropy at modest lengths; :func:`run_head` is what results.json says of the run itself.
-The comparison (:mod:`posenc.lab.compare`) and its worker processes
-(:mod:`posenc.lab.parallel_runs`) both call these.
+The comparison (:mod:`posenc.lab.compare.study`) and its worker processes
+(:mod:`posenc.lab.compare.parallel_runs`) both call these.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..eval.entropy import entropy_at_lengths
-from ..eval.inference_scaling import (InferenceScaling, apply_inference_scaling,
-                                      has_attention_weights, run_label)
+from ...eval.entropy import entropy_at_lengths
+from ...eval.inference_scaling import (InferenceScaling, apply_inference_scaling,
+                                       has_attention_weights, run_label)
+from ..runs.variants import is_variant, run_family
 from .presets import CompareConfig
 from .progress import UnitProgress
 from .study_data import StudyData, study_device
-from .variants import is_variant, run_family
 from .window_eval import window_losses
 
 #: most points of a training curve kept in results.json
@@ -35,7 +35,7 @@ def run_dir_of(encoding: str, seed: int) -> str:
 
 def _finished(run_dir: Path, steps: int, device: str):
     """The loaded run if ``run_dir`` holds a complete run of ``steps`` steps, else None."""
-    from ..train.checkpoint import load_run
+    from ...train.checkpoint import load_run
     if not (run_dir / "state.json").exists():
         return None
     try:
@@ -49,8 +49,8 @@ def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, data: Study
                    progress: UnitProgress, seed: int | None = None) -> tuple[Any, bool]:
     """Train, resume or reuse one encoding's run on the comparison's prepared ``data``;
     return (LoadedRun, trained now)."""
-    from ..train.checkpoint import load_run
-    from ..train.loop import train
+    from ...train.checkpoint import load_run
+    from ...train.loop import train
     steps, device = cfg.train.steps, study_device(cfg.train)
     loaded = _finished(run_dir, steps, device)
     if loaded is not None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ...errors import UserError
 
 #: the most worker processes ``default_workers`` picks (more was not measured)
 MAX_WORKERS = 4
@@ -66,7 +66,7 @@ def resolve_workers(value: str | int | None, device: str, runs: int, steps: int)
 @dataclass
 class GroupResult:
     """What one worker made of an (encoding, seed): per scaling its (head, entry) for
-    :func:`posenc.lab.compare.add_seed`, whether it trained now, or why training failed."""
+    :func:`posenc.lab.compare.study.add_seed`, whether it trained now, or why training failed."""
 
     entries: dict[str | None, tuple[dict, dict]] = field(default_factory=dict)
     trained: bool = False
@@ -78,7 +78,7 @@ def run_group(cfg: Any, out_dir: Path, encoding: str, seed: int,
     """In a worker: train (or resume, or reuse) one run and evaluate it under ``scalings``."""
     import torch
 
-    from ..train.loop import TrainingDiverged
+    from ...train.loop import TrainingDiverged
     from .one_run import ensure_trained, evaluate_run, run_dir_of, run_head
     from .progress import UnitProgress
     from .study_data import prepare_study_data

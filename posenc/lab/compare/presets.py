@@ -17,7 +17,7 @@ with :func:`dataclasses.replace` (:meth:`CompareConfig.train_config`).
   epochs, its four encodings, on Shakespeare's works; evaluated at 512..8192 (L..16L).
 - ``smoke``: two encodings and a few steps, for checking the pipeline in seconds.
 - ``corpora``: seeds3 run on each corpus of :data:`CORPUS_STUDIES` (code and prose), each in
-  its own folder ``OUT/<corpus>``, with a report across corpora (:mod:`posenc.lab.corpora`).
+  its own folder ``OUT/<corpus>``, with a report across corpora (:mod:`posenc.lab.compare.corpora`).
 """
 
 from __future__ import annotations
@@ -26,14 +26,15 @@ import copy
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ..data.shakespeare import SHAKESPEARE
-from ..encodings import encoding_options, list_encodings
-from ..encodings.checks import require_int_at_least, require_positive_int
-from ..errors import UserError
-from ..eval.inference_scaling import InferenceScaling
-from ..models.lm import LMConfig
-from ..train.config import TrainConfig
-from .variants import VARIANTS, base_encoding, is_variant, lab_run_names, variant_plan
+from ...data.shakespeare import SHAKESPEARE
+from ...encodings import encoding_options, list_encodings
+from ...encodings.checks import require_int_at_least, require_positive_int
+from ...errors import UserError
+from ...eval.inference_scaling import InferenceScaling
+from ...models.lm import LMConfig
+from ...train.config import TrainConfig
+from ..runs.variants import VARIANTS, base_encoding, is_variant, lab_run_names, variant_plan
+from .base_train import BASE_TRAIN, migrate_config
 
 #: RoPE inference-time scalings evaluated by default (each on the trained RoPE weights): the
 #: frequency scalings and log-n, then the region methods that remap positions in attention
@@ -44,11 +45,6 @@ DEFAULT_SCALINGS = ("linear:4", "ntk:4", "dynamic", "yarn:4", "logn", "self_exte
 DEFAULT_PE_OPTIONS: dict[str, dict[str, Any]] = {}
 #: evaluation lengths are train_len times these unless given explicitly
 LENGTH_MULTIPLIERS = (1, 2, 4, 8, 16)
-#: the training every comparison starts from (presets replace some of it); ``model.pe``,
-#: ``model.pe_options``, ``model.vocab_size``, ``seed`` and ``checkpoint_every`` are set
-#: per run by :meth:`CompareConfig.train_config`
-BASE_TRAIN = TrainConfig(model=LMConfig(d_model=128, n_layers=2, n_heads=4, max_len=64),
-                         train_len=64, batch_size=32, steps=600, lr=2e-3, eval_every=0)
 #: LMConfig fields a run sets itself (so they are not options of a comparison)
 PER_RUN_MODEL_FIELDS = ("pe", "pe_options", "vocab_size", "max_len", "plan")
 
@@ -177,8 +173,7 @@ class CompareConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CompareConfig:
         """The config of a :meth:`to_dict` dict (a flat one of older versions is migrated:
-        :func:`posenc.lab.growth.migrate_config`)."""
-        from .growth import migrate_config          # growth builds on this module
+        :func:`posenc.lab.compare.base_train.migrate_config`)."""
         data = migrate_config(data)
         valid = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - valid)
@@ -233,7 +228,7 @@ class CompareConfig:
           one included, is trained; at L = 64 the buckets past 64 would stay at their
           initial values and decide the model's behaviour past L (BENCHMARKS.md).
         """
-        from ..models.blocks import embedding_init_std
+        from ...models.blocks import embedding_init_std
         if is_variant(encoding):             # the base encoding's options, then the variant's
             return {**self.options_for(base_encoding(encoding)),
                     **VARIANTS[encoding].pe_options}
@@ -277,7 +272,7 @@ class CompareConfig:
 #: :data:`PAPER_STEPS` updates of 18 x 512 tokens. What differs: AdamW (theirs: Nesterov SGD
 #: with a cosine schedule), BPE-8192 (theirs: a 267K-word vocabulary with adaptive input),
 #: bf16 autocast, and a corpus so small that the model can memorise more of it.
-PAPER_ENCODINGS = ("sinusoidal", "rope", "t5", "alibi")
+ALIBI_PAPER_ENCODINGS = ("sinusoidal", "rope", "t5", "alibi")
 PAPER_SHAPE = {"d_model": 1024, "n_layers": 16, "n_heads": 8, "d_ff": 4096, "dropout": 0.3,
                "train_len": 512, "batch_size": 18}
 #: about 25.7 epochs of Shakespeare's 1,398,828 BPE-8192 training tokens, as the paper's
@@ -292,7 +287,7 @@ PRESETS: dict[str, CompareConfig] = {
     "default": _DEFAULT,
     "seeds3": replace(_DEFAULT, preset="seeds3", seeds=3),
     "paper": CompareConfig(
-        preset="paper", encodings=PAPER_ENCODINGS, eval_tokens=131072, entropy_max_len=2048,
+        preset="paper", encodings=ALIBI_PAPER_ENCODINGS, eval_tokens=131072, entropy_max_len=2048,
         entropy_windows=4,
     ).with_options(**PAPER_SHAPE, data=SHAKESPEARE, steps=PAPER_STEPS, lr=3e-4,
                    warmup_steps=220, tokenizer="bpe:8192", bf16=True),

@@ -25,9 +25,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..study import StudyKind
-from .growth import migrate_config
-from .stats import BOOTSTRAP, SEEDS, Estimate, block_bootstrap_ppl, bootstrap_ppl
+from ...study import StudyKind
+from ..claims.stats import BOOTSTRAP, SEEDS, Estimate, bootstrap_samples
+from ..report.redraw import redraw_comparison
+from .base_train import migrate_config
 
 RESULTS = "results.json"
 
@@ -51,7 +52,6 @@ def _migrate(data: dict, schema: int) -> dict:
 
 
 def _redraw(results: dict, directory) -> list:
-    from .redraw import redraw_comparison
     return redraw_comparison(results, directory)
 
 
@@ -70,25 +70,6 @@ def _number(value: Any) -> float | None:
 def _mean(values: list) -> float | None:
     numbers = [v for v in (_number(x) for x in values) if v is not None]
     return sum(numbers) / len(numbers) if numbers and len(numbers) == len(values) else None
-
-
-def bootstrap_samples(seed: dict, length: str, blocked: bool = True):
-    """Bootstrap perplexity replicates of one seed entry at ``length`` (None without window
-    losses). ``blocked`` (non-overlapping windows from the stream's start): resample blocks
-    of text the size of the longest window, the same blocks at every length and for every
-    run (a paired bootstrap); else resample the windows of this length independently."""
-    nll = (seed.get("window_nll") or {}).get(length)
-    tokens = (seed.get("window_tokens") or {}).get(length)
-    if not nll:
-        return None
-    if not blocked:
-        return bootstrap_ppl(nll, tokens)
-    counts = {int(n): len(w) for n, w in (seed.get("window_nll") or {}).items() if w}
-    longest = max(int(n) for n in seed.get("ppl", {}))
-    n_blocks = max(-(-c * n // longest) for n, c in counts.items())
-    n = int(length)
-    return block_bootstrap_ppl(nll, tokens, [(i * n) // longest for i in range(len(nll))],
-                               n_blocks)
 
 
 def ppl_estimate(seeds: list[dict], length: str, blocked: bool = True) -> Estimate | None:
@@ -152,7 +133,7 @@ def _ratio_spreads(seeds: list[dict], lengths: list[str], base: str, blocked: bo
 def aggregate(seeds: list[dict], head: dict, blocked: bool = True) -> dict:
     """One run's results.json entry: ``head`` (encoding, scaling, options, ...) plus the
     mean and spread over its ``seeds`` entries (sorted by seed); ``blocked`` as in
-    :func:`bootstrap_samples`."""
+    :func:`~posenc.lab.claims.stats.bootstrap_samples`."""
     seeds = sorted(seeds, key=lambda s: s["seed"])
     lengths = list(seeds[0].get("ppl", {}))
     ppl, spread = {}, {}

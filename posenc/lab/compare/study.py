@@ -1,6 +1,6 @@
 """``posenc compare``: train every encoding short, test it long, write results, report, plots.
 
-For each encoding of a :class:`~posenc.lab.presets.CompareConfig` and each of its seeds, with
+For each encoding of a :class:`~.presets.CompareConfig` and each of its seeds, with
 the same data and budget: train into ``OUT/runs/<encoding>/seed<k>``
 (:func:`posenc.train.loop.train`), evaluate perplexity at every length on the held-out test
 split keeping every window's loss (for the bootstrap), attention entropy at modest lengths,
@@ -10,7 +10,7 @@ interleaved timing of a training step per encoding, the report and plots, and th
 in ``OUT/atlas``, linked from the report and index.html.
 
 The corpus and tokenizer are loaded once per comparison
-(:func:`~posenc.lab.study_data.prepare_study_data`) and every run trains on those streams.
+(:func:`~posenc.lab.compare.study_data.prepare_study_data`) and every run trains on those streams.
 Runs train and are evaluated on ``cfg.train.device``, which is recorded in results.json but
 not compared: a comparison may grow on another device. The data is compared by content (the
 corpus hash), not by the path that names it.
@@ -25,7 +25,7 @@ removes only what a comparison writes. One process at a time writes ``out_dir`` 
 directory's lock). A run whose training diverges (non-finite loss) is
 recorded under ``failed`` in results.json and named in the report; the others go on.
 With ``workers`` > 1 the runs train and are evaluated in worker processes, side by side
-(:mod:`posenc.lab.parallel_runs`); results.json is still written in the plan's order.
+(:mod:`posenc.lab.compare.parallel_runs`); results.json is still written in the plan's order.
 """
 
 from __future__ import annotations
@@ -36,22 +36,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..encodings.checks import require_positive_int
-from ..errors import UserError
-from ..eval.inference_scaling import InferenceScaling, run_label
-from ..study import API_NAMES, RESULTS, RunDirectory, Unit, encode, run_study
-from ..viz.plots import plot_all
-from .baseline import baseline_entry
+from ...encodings.checks import require_positive_int
+from ...errors import UserError
+from ...eval.inference_scaling import InferenceScaling, run_label
+from ...study import API_NAMES, RESULTS, RunDirectory, Unit, encode, run_study
+from ...viz.plots import plot_all
+from ..report.report import existing_links, render_index, render_report
+from ..runs.baseline import baseline_entry
+from ..runs.variants import takes_scaling
 from .growth import incomparable_reason, merged
 from .one_run import ensure_trained, evaluate_run, run_dir_of, run_head
 from .parallel_runs import RunPool
 from .presets import CompareConfig
 from .progress import UnitProgress, unit_weight
-from .report import existing_links, render_index, render_report
 from .results import COMPARE_KIND, aggregate
 from .study_data import StudyData, prepare_study_data
 from .timing import time_training_steps
-from .variants import takes_scaling
 
 ATLAS = "atlas"
 #: whose trained run the atlas draws (the first of these compared; else the first encoding):
@@ -103,7 +103,7 @@ def atlas_run(out_dir: Path, results: dict) -> Path | None:
 
 def write_comparison_atlas(out_dir: Path, results: dict) -> Path:
     """Draw the atlas into ``out_dir/atlas`` with one of the comparison's trained runs."""
-    from ..atlas import write_atlas
+    from ...atlas import write_atlas
     write_atlas(out_dir / ATLAS, run_dir=atlas_run(out_dir, results))
     return out_dir / ATLAS / "index.html"
 
@@ -122,7 +122,7 @@ def planned_runs(cfg: CompareConfig) -> list[tuple[str, str | None]]:
 def _check_encoding(cfg: CompareConfig, encoding: str) -> None:
     """Validate an encoding's (or variant's) TrainConfig and build its encodings as the model
     would."""
-    from ..encodings import build_encoding
+    from ...encodings import build_encoding
     model = cfg.train_config(encoding, 256).model
     for spec in {s.encoding_key(): s for s in model.layer_specs()}.values():
         build_encoding(spec.pe, n_heads=model.n_heads, head_dim=model.d_model // model.n_heads,
@@ -152,7 +152,7 @@ def _done(results: dict) -> set[tuple[str, str | None, int]]:
 
 def _measure_timing(cfg: CompareConfig, results: dict, vocab_size: int) -> None:
     """Interleaved step timing of every encoding."""
-    from ..models import TransformerLM
+    from ...models import TransformerLM
     results["timing"] = time_training_steps(
         lambda enc: TransformerLM(cfg.train_config(enc, vocab_size).model),
         cfg.encodings, cfg.train.batch_size, cfg.train_len, vocab_size, cfg.timing_rounds)
@@ -228,7 +228,7 @@ class CompareStudy:
         return units
 
     def run_unit(self, unit: Unit, results: dict, advance) -> None:
-        from ..train.loop import TrainingDiverged
+        from ...train.loop import TrainingDiverged
         cfg, progress = self.cfg, UnitProgress(self.cfg, advance)
         if unit.key == ("timing",):
             _measure_timing(cfg, results, self.data.vocab_size)
@@ -314,7 +314,7 @@ def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
     checks, atomic results and overwrite (removing only what a comparison writes) are the
     study core's (:func:`posenc.study.run_study`); ``names``: how its messages name the
     options (the CLI passes its flags). ``workers``: processes that train and evaluate runs
-    side by side (:func:`posenc.lab.parallel_runs.default_workers` picks a number)."""
+    side by side (:func:`posenc.lab.compare.parallel_runs.default_workers` picks a number)."""
     require_positive_int("workers", workers)
     study = CompareStudy(cfg, out_dir, atlas, workers)
     outcome = run_study(study, out_dir, overwrite=overwrite, progress=progress, names=names)

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.batches import TrainData, check_stream_length
-from ..data.cache import default_cache_dir, token_stream
-from ..data.corpora import load_corpus
-from ..data.tokenizer import Tokenizer, build_tokenizer
-from ..eval.lengths import eval_device
-from ..train.config import TrainConfig
+from ...data.batches import TrainData, check_stream_length
+from ...data.cache import default_cache_dir, token_stream
+from ...data.corpora import load_corpus
+from ...data.tokenizer import Tokenizer, build_tokenizer
+from ...eval.lengths import eval_device
+from ...train.config import TrainConfig
 
 
 @dataclass(frozen=True)

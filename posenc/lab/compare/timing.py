@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..errors import UserError
+from ...errors import UserError
 
 
 def time_training_steps(build: Callable[[str], torch.nn.Module], encodings: Sequence[str],

@@ -4,7 +4,7 @@ Scores the same windows as :func:`posenc.eval.lengths.perplexity_at_lengths` (no
 or strided, from the start of the held-out stream, at most ``max_tokens`` per length) and
 returns, per length, each window's mean negative log-likelihood and scored-token count. The
 overall perplexity is exp(sum(nll_i * n_i) / sum(n_i)), the number results.json reports; the
-windows feed the bootstrap of :mod:`posenc.lab.stats`.
+windows feed the bootstrap of :mod:`posenc.lab.claims.stats`.
 
 A length past an encoding's declared position limit (a learned table) is not run: its
 :class:`WindowLosses` carries a :class:`~posenc.eval.lengths.NotEvaluated` saying why.
@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..eval.lengths import (DEFAULT_BATCH_TOKENS, NotEvaluated, SkippedNote, as_token_tensor,
-                            model_logits_fn, not_served, validate_lengths, window_budget)
-from ..eval.perplexity import windows
+from ...eval.lengths import (DEFAULT_BATCH_TOKENS, NotEvaluated, SkippedNote, as_token_tensor,
+                             model_logits_fn, not_served, validate_lengths, window_budget)
+from ...eval.perplexity import windows
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import UserError
-from ..study import RESULTS, RunDirectory
-from ..study.fields import field_error, is_length, is_number
-from ..viz.plots import plot_all
+from ...errors import UserError
+from ...study import RESULTS, RunDirectory
+from ...study.fields import field_error, is_length, is_number
+from ...viz.plots import plot_all
 from .report import existing_links, render_index, render_report
 
 #: per-length fields of a comparison's run (and of each of its seeds): {length: number}

@@ -12,24 +12,23 @@ import html
 import math
 from pathlib import Path
 
-from ..eval.inference_scaling import has_attention_weights, run_label
-from ..eval.lengths import note_reason
-from ..study import markdown_table
-from .baseline import LEARNED_FRACTION
-from .claims import PRESS, TOLERANCE, check_claims
-from .evidence import NOT_SUPPORTED, SUPPORTED, Runs, fmt, fmt_est
-from .handicaps import (handicap_lines, handicap_preamble, handicap_tag, shape_handicaps,
-                        verdict_handicaps)
-from .identical import identical_runs_note
-from .papers import papers_section
-from .stats import BOOTSTRAP_REPLICATES, tie_groups
-from .variants import takes_scaling
+from ...eval.inference_scaling import has_attention_weights, run_label
+from ...eval.lengths import note_reason
+from ...study import markdown_table
+from ..claims.claims import PRESS, TOLERANCE, check_claims
+from ..claims.evidence import NOT_SUPPORTED, SUPPORTED, Runs, fmt, fmt_est
+from ..claims.handicaps import (handicap_lines, handicap_preamble, handicap_tag, shape_handicaps,
+                                verdict_handicaps)
+from ..claims.identical import identical_runs_note
+from ..claims.papers import ALIBI_PAPER_NAMES, papers_section
+from ..claims.stats import BOOTSTRAP_REPLICATES, tie_groups
+from ..runs.baseline import LEARNED_FRACTION
+from ..runs.variants import takes_scaling
 
 #: best-extrapolating first, as in the ALiBi paper (Press et al., 2022), Fig. 1 / Table 2
 ALIBI_PAPER_ORDER = ("alibi", "t5", "rope", "sinusoidal")
 #: a perplexity ratio above this is called a blow-up in the text
 BLOW_UP = 4.0
-PAPER_NAMES = {"alibi": "ALiBi", "t5": "T5 bias", "rope": "rotary", "sinusoidal": "sinusoidal"}
 #: how a one-seed verdict is marked
 PROVISIONAL = "provisional"
 
@@ -203,14 +202,15 @@ def paper_section(r: Runs) -> list[str]:
            f"{PRESS}, Figure 1 and the exact numbers in their appendix Table 2 "
            "(WikiText-103, L = 512): sinusoidal degrades fastest past L, rotary degrades, T5 "
            "bias degrades slowly, ALiBi does not degrade; best-extrapolating first: "
-           + " > ".join(PAPER_NAMES[e] for e in ALIBI_PAPER_ORDER) + ".", ""]
+           + " > ".join(ALIBI_PAPER_NAMES[e] for e in ALIBI_PAPER_ORDER) + ".", ""]
     if len(present) < 2:
         return out + ["Not enough of these encodings were evaluated here to compare."]
     ours = sorted(present, key=lambda e: r.ppl(e, r.probe) / r.ppl(e, r.train_len))
     pairs = [(a, b) for i, a in enumerate(present) for b in present[i + 1:]]
     agree = sum(ours.index(a) < ours.index(b) for a, b in pairs)
     out += [f"This run, by ratio ppl({r.probe})/ppl({r.train_len}): "
-            + " > ".join(f"{PAPER_NAMES[e]} ({fmt_est(r.ratio_est(e, r.probe))})" for e in ours)
+            + " > ".join(f"{ALIBI_PAPER_NAMES[e]} ({fmt_est(r.ratio_est(e, r.probe))})"
+                         for e in ours)
             + f". {agree} of {len(pairs)} pairs are ordered as in the paper"
             + (" (the same ordering)." if agree == len(pairs) else "."), ""]
     for name in ("alibi", "t5", "rope", "sinusoidal", "learned", "nope"):
@@ -350,9 +350,9 @@ def render_index(results: dict, plots: list[str], links: tuple[tuple[str, str], 
                  report: str | None = None) -> str:
     """A self-contained index.html: links to results.json, report.md and ``links`` (title,
     relative href; e.g. an atlas), then the whole report (tables, verdicts, each figure with
-    its caption) rendered as HTML (:mod:`posenc.lab.markdown_html`). ``report``: the
+    its caption) rendered as HTML (:mod:`posenc.lab.report.markdown_html`). ``report``: the
     markdown :func:`render_report` gave for the same arguments, if the caller has it."""
-    from ..viz.plots import CAPTIONS
+    from ...viz.plots import CAPTIONS
     from .markdown_html import html_page, markdown_to_html
     esc = html.escape
     items = ['<li><a href="report.md">report.md</a>: this report as markdown</li>',

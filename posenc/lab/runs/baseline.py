@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from ..errors import UserError
+from ...errors import UserError
 
 #: a run has learned when ppl(L) <= LEARNED_FRACTION x the unigram perplexity
 LEARNED_FRACTION = 0.7

@@ -16,9 +16,9 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..encodings import encoding_class, list_encodings
-from ..errors import UserError
-from ..models.plans import NAMED_PLANS
+from ...encodings import encoding_class, list_encodings
+from ...errors import UserError
+from ...models.plans import NAMED_PLANS
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def variant_plan(name: str, n_layers: int) -> dict | None:
 
 def takes_scaling(name: str, scaling: str) -> bool:
     """Whether lab run ``name`` is evaluated with inference scaling ``scaling`` as well."""
-    from ..eval.inference_scaling import accepts_rope_scaling
+    from ...eval.inference_scaling import accepts_rope_scaling
     return not is_variant(name) and accepts_rope_scaling(name, scaling)
 
 

@@ -27,17 +27,18 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from ..data.synthetic import SEQ2SEQ_TASKS, TASKS, min_length
-from ..encodings import list_encodings
-from ..encodings.checks import require_int_at_least, require_positive_int
-from ..errors import UserError
-from ..models.lm import LMConfig
-from ..train.task_loop import TaskTrainConfig
+from ...data.synthetic import SEQ2SEQ_TASKS, TASKS, min_length
+from ...encodings import list_encodings
+from ...encodings.checks import require_int_at_least, require_positive_int
+from ...errors import UserError
+from ...models.lm import LMConfig
+from ...train.task_loop import TaskTrainConfig
+from ..compare.presets import took_phrase
 
 #: encodings of the decoder-only part: those Kazemnejad et al. (2023) compare (NoPE, T5's
 #: bias, ALiBi, RoPE and an absolute encoding: sinusoidal, which runs past its training
 #: length where a learned table cannot)
-PAPER_ENCODINGS = ("nope", "t5", "alibi", "rope", "sinusoidal")
+KAZEMNEJAD_ENCODINGS = ("nope", "t5", "alibi", "rope", "sinusoidal")
 #: options every run uses for these encodings (see :meth:`TaskStudyConfig.options_for`)
 PE_OPTIONS: dict[str, dict[str, Any]] = {}
 #: fields that select runs rather than change them
@@ -67,7 +68,7 @@ class TaskStudyConfig:
     """
 
     preset: str = "tasks"
-    encodings: tuple[str, ...] = PAPER_ENCODINGS
+    encodings: tuple[str, ...] = KAZEMNEJAD_ENCODINGS
     seq2seq_encodings: tuple[str, ...] = ("sinusoidal", "rope", "t5", "alibi")
     seeds: tuple[int, ...] = (0, 1, 2)
     lm_tasks: tuple[str, ...] = ("copy",)
@@ -155,7 +156,7 @@ class TaskStudyConfig:
     def options_for(self, encoding: str) -> dict[str, Any]:
         """The encoding's options: the sinusoidal table at the scale of the token
         embeddings (1 / sqrt(d_model)), as in the perplexity comparison."""
-        from ..models.blocks import embedding_init_std
+        from ...models.blocks import embedding_init_std
         options = dict(PE_OPTIONS.get(encoding, {}))
         if encoding == "sinusoidal":
             options.setdefault("scale", round(embedding_init_std(self.model.d_model), 6))
@@ -282,7 +283,6 @@ TASK_PRESET_MINUTES: dict[str, float | None] = {"tasks": 13.9, "tasks-cope": 1.3
 
 def task_preset_help() -> str:
     """One line per task preset for ``--help``: its purpose and measured wall time."""
-    from .presets import took_phrase
     return "; ".join(f"{name}: {TASK_PRESET_PURPOSE[name]}, "
                      f"{took_phrase(TASK_PRESET_MINUTES.get(name))}" for name in TASK_PRESETS)
 

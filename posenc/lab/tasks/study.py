@@ -12,11 +12,11 @@
 
 and writes ``results.json`` (every run's numbers and the mean ± spread over seeds),
 ``report.md`` (tables, rankings with ties, the published ordering checked with verdicts that
-respect the spread; :mod:`posenc.lab.task_report`) and ``task_accuracy.png``.
+respect the spread; :mod:`posenc.lab.tasks.report`) and ``task_accuracy.png``.
 
 Each run trains on one CPU thread (tiny models gain nothing from more, and on a busy machine
 threads contend), and records its wall and CPU seconds. With ``workers`` > 1 the runs train
-in that many worker processes side by side (:class:`~posenc.lab.parallel_runs.RunPool`), one
+in that many worker processes side by side (:class:`~posenc.lab.compare.parallel_runs.RunPool`), one
 thread each as in one process, so their numbers are the same; results.json still takes them
 in plan order. Runs take seconds to minutes and are not checkpointed. The study runs on the
 study core (:class:`TaskStudy`, :func:`posenc.study.run_study`): results.json is rewritten
@@ -36,12 +36,12 @@ from typing import Any
 
 import torch
 
-from ..encodings.checks import require_positive_int
-from ..errors import UserError
-from ..eval.lengths import eval_device
-from ..study import API_NAMES, RunDirectory, StudyKind, Unit, run_study
-from .parallel_runs import RunPool
-from .task_presets import TASK_PRESETS, TaskStudyConfig, task_preset
+from ...encodings.checks import require_positive_int
+from ...errors import UserError
+from ...eval.lengths import eval_device
+from ...study import API_NAMES, RunDirectory, StudyKind, Unit, run_study
+from ..compare.parallel_runs import RunPool
+from .presets import TASK_PRESETS, TaskStudyConfig, task_preset
 
 __all__ = ["KIND", "OUTPUTS", "TASK_PRESETS", "TaskStudy", "TaskStudyConfig",
            "run_task_study", "task_preset"]
@@ -74,11 +74,11 @@ def build_model(cfg: TaskStudyConfig, part: str, encoding: str, max_len: int):
     """The untrained model of one run (initialised from the current torch seed)."""
     options = cfg.options_for(encoding)
     if part == "lm":
-        from ..models.lm import TransformerLM
+        from ...models.lm import TransformerLM
         return TransformerLM(replace(cfg.model, max_len=max_len, pe=encoding,
                                      pe_options=options))
-    from ..models.seq2seq import Seq2SeqTransformer
-    from ..models.seq2seq_config import Seq2SeqConfig
+    from ...models.seq2seq import Seq2SeqTransformer
+    from ...models.seq2seq_config import Seq2SeqConfig
     return Seq2SeqTransformer(Seq2SeqConfig(
         vocab_size=cfg.model.vocab_size, d_model=cfg.model.d_model, n_heads=cfg.model.n_heads,
         n_encoder_layers=cfg.seq2seq_layers, n_decoder_layers=cfg.seq2seq_layers,
@@ -103,9 +103,9 @@ def run_in_worker(cfg: TaskStudyConfig, part: str, task: str, encoding: str,
 def run_one(cfg: TaskStudyConfig, part: str, task: str, encoding: str, seed: int,
             on_step=None) -> dict:
     """Train and evaluate one run; its results.json entry."""
-    from ..eval.tasks import seq2seq_accuracy_at_lengths, task_accuracy_at_lengths
-    from ..train.seq2seq_loop import train_seq2seq
-    from ..train.task_loop import train_lm_task
+    from ...eval.tasks import seq2seq_accuracy_at_lengths, task_accuracy_at_lengths
+    from ...train.seq2seq_loop import train_seq2seq
+    from ...train.task_loop import train_lm_task
     tcfg = cfg.train_config(part, task, seed)
     device = eval_device()
     cpu_start = time.process_time()
@@ -153,8 +153,8 @@ def _migrate(data: dict, schema: int) -> dict:
 def render_task_study(results: dict, directory: RunDirectory, final: bool = True
                       ) -> list[Path]:
     """report.md, and when ``final`` the figure first (the report links it)."""
-    from ..viz.task_plots import plot_task_accuracy
-    from .task_report import render_report
+    from ...viz.task_plots import plot_task_accuracy
+    from .report import render_report
     plots = []
     if final and results["runs"]:
         plots.append(plot_task_accuracy(results, directory.path / FIGURE))
@@ -217,7 +217,7 @@ class TaskStudy:
         return units
 
     def run_unit(self, unit: Unit, results: dict, advance) -> None:
-        from .task_report import summarize
+        from .report import summarize
         started = time.perf_counter()
         if self.pool is not None:
             results["runs"].append(self.pool.result(unit.key))
@@ -265,7 +265,7 @@ def run_task_study(out_dir: str | Path, preset: str | TaskStudyConfig = "tasks",
     input raises before anything is written; the directory's lock, checks and atomic
     results are :func:`posenc.study.run_study`'s. ``names``: how messages name the options
     (the CLI passes its flags). ``workers``: processes that train runs side by side
-    (:func:`posenc.lab.parallel_runs.default_workers` picks a number)."""
+    (:func:`posenc.lab.compare.parallel_runs.default_workers` picks a number)."""
     require_positive_int("workers", workers)
     study = TaskStudy(resolve_config(preset, seeds, encodings), workers)
     threads = torch.get_num_threads()

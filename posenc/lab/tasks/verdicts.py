@@ -21,20 +21,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..errors import UserError
-from ..study import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Verdict
+from ...errors import UserError
+from ...study import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, Verdict
+from ..claims.kazemnejad import KAZEMNEJAD_PAIRS
 
 #: exact match at the training length below which an encoding gets no verdict
 LEARNED_AT = 0.5
 #: rate differences this small are ties however precisely measured (a few examples in a
 #: thousand right is not length generalisation)
 MIN_EFFECT = 0.02
-#: Kazemnejad et al. (2023), "The Impact of Positional Encoding on Length Generalization in
-#: Transformers": on their synthetic tasks NoPE and T5's relative bias generalise best,
-#: ALiBi, RoPE and absolute encodings worse. Each pair reads "the first beats the second".
+#: the source of :data:`~posenc.lab.claims.kazemnejad.KAZEMNEJAD_PAIRS`, the published
+#: ordering every decoder-only task is checked against
 PAPER = "Kazemnejad et al. (2023)"
-PAPER_PAIRS = (("nope", "rope"), ("nope", "alibi"), ("nope", "sinusoidal"),
-               ("t5", "rope"), ("t5", "alibi"), ("t5", "sinusoidal"))
 #: Golovneva et al. (2024): positions counted by content (CoPE) solve selective copy where
 #: token positions fail; each pair reads "the first beats the second" on that task
 COPE_SOURCE = ("Golovneva et al. (2024), Contextual Position Encoding: Learning to Count "
@@ -204,7 +202,7 @@ def paper_verdicts(results: dict, metric: str = "exact_match") -> list[Verdict]:
     CoPE's on selective copy."""
     out = []
     for task in results["config"]["lm_tasks"]:
-        pairs = [(b, w, PAPER) for b, w in PAPER_PAIRS]
+        pairs = [(b, w, PAPER) for b, w in KAZEMNEJAD_PAIRS]
         if task == COPE_TASK:
             pairs += [(b, w, COPE_SOURCE) for b, w in COPE_PAIRS]
         for better, worse, source in pairs:

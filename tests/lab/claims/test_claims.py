@@ -5,8 +5,8 @@ or for a model that did not learn."""
 import math
 import re
 
-from posenc.lab.claims import check_claims
-from posenc.lab.report import render_report
+from posenc.lab.claims.claims import check_claims
+from posenc.lab.report.report import render_report
 
 from tests.lab.helpers import LENGTHS, results, run
 

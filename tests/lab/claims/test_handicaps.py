@@ -1,9 +1,9 @@
 """Shape handicaps: ALiBi with fewer than 8 heads and RoPE-family runs with few frequencies
 are named, and the report puts the note beside each quality verdict whose rule names them."""
 
-from posenc.lab.handicaps import handicaps_in, shape_handicaps
-from posenc.lab.presets import CompareConfig
-from posenc.lab.report import render_report
+from posenc.lab.claims.handicaps import handicaps_in, shape_handicaps
+from posenc.lab.compare.presets import CompareConfig
+from posenc.lab.report.report import render_report
 
 from tests.lab.helpers import results
 

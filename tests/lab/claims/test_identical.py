@@ -1,8 +1,8 @@
 """Runs with identical numbers: explained where it is by construction (p-RoPE and RoPE within
 L), flagged as worth a look otherwise."""
 
-from posenc.lab.evidence import Runs
-from posenc.lab.identical import identical_runs_note
+from posenc.lab.claims.evidence import Runs
+from posenc.lab.claims.identical import identical_runs_note
 
 from tests.lab.helpers import results, run
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from posenc.lab.evidence import Runs
-from posenc.lab.papers import PRESS_PPL, kazemnejad_rows, papers_section, press_ratio
+from posenc.lab.claims.evidence import Runs
+from posenc.lab.claims.papers import PRESS_PPL, kazemnejad_rows, papers_section, press_ratio
 
 from tests.lab.helpers import results
 

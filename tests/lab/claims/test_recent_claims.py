@@ -4,8 +4,8 @@ published source with a year."""
 
 import re
 
-from posenc.lab.claims import check_claims
-from posenc.lab.recent_claims import RECENT_CLAIMS
+from posenc.lab.claims.claims import check_claims
+from posenc.lab.claims.recent_claims import RECENT_CLAIMS
 
 from tests.lab.helpers import results, run
 

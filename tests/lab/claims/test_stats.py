@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from posenc.lab.stats import (Estimate, beyond, block_bootstrap_ppl, bootstrap_ppl, separated,
-                              tie_groups)
+from posenc.lab.claims.stats import (Estimate, beyond, block_bootstrap_ppl, bootstrap_ppl,
+                                     separated, tie_groups)
 
 
 def test_estimate_is_mean_and_sample_std():
@@ -61,7 +61,7 @@ def test_ties_do_not_chain():
 
 
 def test_bootstrap_over_query_blocks_pairs_runs_on_the_same_text():
-    from posenc.lab.stats import bootstrap_query_mean
+    from posenc.lab.claims.stats import bootstrap_query_mean
     text = np.random.default_rng(3).normal(0.0, 1.0, 64)          # the text's own difficulty
     a, b = bootstrap_query_mean(2.0 + text), bootstrap_query_mean(2.1 + text)
     assert a.shape == (400,) and np.mean(a) == pytest.approx(2.0 + text.mean(), abs=0.05)

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from posenc.lab.corpora import (DEPENDS, FAILS, HOLDS, UNDECIDED, across, claims_across,
-                                render_corpora_report, run_corpora)
-from posenc.lab.presets import preset
+from posenc.lab.compare.corpora import (DEPENDS, FAILS, HOLDS, UNDECIDED, across, claims_across,
+                                        render_corpora_report, run_corpora)
+from posenc.lab.compare.presets import preset
 from posenc.study import INCONCLUSIVE, NOT_SUPPORTED, NOT_TESTED, SUPPORTED
 
 from tests.helpers import make_corpus

@@ -3,8 +3,9 @@ settings that change results make runs incomparable."""
 
 from dataclasses import replace
 
-from posenc.lab.growth import incomparable_reason, migrate_config
-from posenc.lab.presets import PRESETS, CompareConfig
+from posenc.lab.compare.base_train import migrate_config
+from posenc.lab.compare.growth import incomparable_reason
+from posenc.lab.compare.presets import PRESETS, CompareConfig
 
 
 #: the config block of a results.json written before training and model settings were

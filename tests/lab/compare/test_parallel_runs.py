@@ -4,11 +4,11 @@ processes equal to the same comparison in one process, in the same order, resuma
 import pytest
 
 from posenc.errors import UserError
-from posenc.lab import parallel_runs
-from posenc.lab.compare import run_compare
-from posenc.lab.parallel_runs import (MAX_WORKERS, MIN_PARALLEL_STEPS, default_workers,
-                                      resolve_workers)
-from posenc.lab.presets import preset
+from posenc.lab.compare import parallel_runs
+from posenc.lab.compare.study import run_compare
+from posenc.lab.compare.parallel_runs import (MAX_WORKERS, MIN_PARALLEL_STEPS, default_workers,
+                                              resolve_workers)
+from posenc.lab.compare.presets import preset
 
 
 def test_workers_follow_the_device_type_and_the_size_of_the_comparison(monkeypatch):
@@ -53,7 +53,7 @@ def test_two_workers_give_the_sequential_results_in_the_same_order(tmp_path, mon
 def test_an_interrupted_comparison_stops_its_running_workers_at_once(tmp_path, monkeypatch):
     import time
 
-    from posenc.lab.parallel_runs import RunPool
+    from posenc.lab.compare.parallel_runs import RunPool
     monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "cache"))
     cfg = preset("smoke", steps=100_000, lengths=(16,), eval_tokens=64, scalings=(),
                  encodings=("nope",), timing_rounds=0)

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from posenc.lab.presets import PRESETS, CompareConfig
+from posenc.lab.compare.presets import PRESETS, CompareConfig
 
 
 def test_options_follow_the_model_size():
@@ -49,8 +49,8 @@ def test_options_map_onto_the_nested_fields():
 
 
 def test_the_paper_preset_mirrors_the_alibi_papers_setting_without_a_handicap():
-    from posenc.lab.handicaps import shape_handicaps
-    from posenc.lab.presets import PAPER_STEPS
+    from posenc.lab.claims.handicaps import shape_handicaps
+    from posenc.lab.compare.presets import PAPER_STEPS
     cfg = PRESETS["paper"]
     assert cfg.encodings == ("sinusoidal", "rope", "t5", "alibi")       # their Table 2
     m = cfg.model
@@ -63,8 +63,8 @@ def test_the_paper_preset_mirrors_the_alibi_papers_setting_without_a_handicap():
 
 
 def test_the_paper_preset_runs_at_a_smoke_size_on_the_cpu(tmp_path, monkeypatch):
-    from posenc.lab.compare import run_compare
-    from posenc.lab.presets import preset
+    from posenc.lab.compare.study import run_compare
+    from posenc.lab.compare.presets import preset
     monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "cache"))
     cfg = preset("paper", d_model=32, n_layers=1, n_heads=2, d_ff=64, steps=2, train_len=16,
                  batch_size=2, warmup_steps=1, tokenizer="byte", bf16=False, lengths=(16, 32),

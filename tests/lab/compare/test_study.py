@@ -9,9 +9,9 @@ import shutil
 import pytest
 
 from posenc.cli import main
-from posenc.lab import compare as compare_mod
-from posenc.lab.compare import run_compare
-from posenc.lab.presets import PRESETS
+from posenc.lab.compare import study as compare_mod
+from posenc.lab.compare.study import run_compare
+from posenc.lab.compare.presets import PRESETS
 from posenc.train.checkpoint import committed_file
 
 RUN_KEYS = {"encoding", "options", "train_len", "steps", "train_tokens_per_s", "ppl",
@@ -355,7 +355,7 @@ def test_cli_plot_redraws_a_comparison(finished, capsys):
 def test_the_corpus_is_loaded_once_per_comparison(corpus_dir, tmp_path, monkeypatch):
     import posenc.data.batches as batches
     import posenc.data.corpora as corpora
-    import posenc.lab.study_data as study_data
+    import posenc.lab.compare.study_data as study_data
     real, loads = corpora.load_corpus, []
 
     def counted(spec=None):

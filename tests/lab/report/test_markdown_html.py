@@ -8,8 +8,8 @@ import subprocess
 from html.parser import HTMLParser
 
 
-from posenc.lab.markdown_html import markdown_to_html
-from posenc.lab.report import render_index, render_report
+from posenc.lab.report.markdown_html import markdown_to_html
+from posenc.lab.report.report import render_index, render_report
 
 from tests.helpers import chromium_or_skip
 from tests.lab.helpers import results

@@ -3,7 +3,7 @@
 import copy
 import re
 
-from posenc.lab.report import render_index, render_report
+from posenc.lab.report.report import render_index, render_report
 
 from tests.lab.helpers import results
 
@@ -63,7 +63,7 @@ def test_results_fixture_is_not_shared_state():
 
 
 def test_index_links_registered_pages_that_exist(tmp_path, monkeypatch):
-    import posenc.lab.report as report_mod
+    import posenc.lab.report.report as report_mod
     monkeypatch.setattr(report_mod, "INDEX_LINKS", (("Atlas", "atlas/index.html"),
                                                     ("Other", "other.html")))
     (tmp_path / "atlas").mkdir()
@@ -75,7 +75,7 @@ def test_index_links_registered_pages_that_exist(tmp_path, monkeypatch):
 def test_a_stored_note_reads_back_as_its_reason():
     from posenc.encodings.limits import learned_table
     from posenc.eval.lengths import NotEvaluated
-    from posenc.lab.report import behaviour
+    from posenc.lab.report.report import behaviour
     note = NotEvaluated(learned_table(64, "learned")).note
     assert note == "n/a (past learned table of 64)"
     assert behaviour(None, note) == "cannot run (past learned table of 64)"

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from posenc.lab.baseline import has_learned, unigram_ppl
+from posenc.lab.runs.baseline import has_learned, unigram_ppl
 
 
 def test_unigram_baseline_and_learned_rule():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from posenc.lab import task_study
-from posenc.lab.task_presets import TASK_PRESETS, TaskStudyConfig, task_preset
+from posenc.lab.tasks import study as task_study
+from posenc.lab.tasks.presets import TASK_PRESETS, TaskStudyConfig, task_preset
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from posenc.lab import task_study
-from posenc.lab.task_study import run_task_study
+from posenc.lab.tasks import study as task_study
+from posenc.lab.tasks.study import run_task_study
 
 from tests.lab.helpers import TINY, fake_runs
 
@@ -80,7 +80,7 @@ def test_another_setting_or_a_foreign_directory_is_refused(tmp_path, monkeypatch
 
 def test_a_study_written_before_schemas_grows_and_overwrite_keeps_foreign_files(
         tmp_path, monkeypatch):
-    from tests.lab.test_task_presets import FLAT_TASKS_SMOKE
+    from tests.lab.tasks.test_presets import FLAT_TASKS_SMOKE
     calls = fake_runs(monkeypatch)
     old = {"kind": "posenc task study", "config": {**FLAT_TASKS_SMOKE, "seeds": [0]},
            "runs": []}

@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from posenc.lab.task_report import render_report
-from posenc.lab.task_verdicts import (INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, decide, pair_verdict,
-                                      ranking, score)
+from posenc.lab.tasks.report import render_report
+from posenc.lab.tasks.verdicts import (INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, decide, pair_verdict,
+                                       ranking, score)
 
 from tests.lab.helpers import study_results as _results
 
@@ -76,7 +76,7 @@ def test_one_seed_uses_the_binomial_error_of_the_test_examples():
 def test_cope_claims_join_selective_copy_only():
     """CoPE's pairs (Golovneva et al. 2024) are judged on selective copy, the papers'
     ordering everywhere; each verdict names its source."""
-    from posenc.lab.task_verdicts import COPE_PAIRS, COPE_TASK, paper_verdicts
+    from posenc.lab.tasks.verdicts import COPE_PAIRS, COPE_TASK, paper_verdicts
 
     def runs(task):
         rates = {"cope": 0.95, "rope": 0.05, "nope": 0.5}
