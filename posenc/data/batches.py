@@ -58,7 +58,7 @@ class Batch:
 
 
 def check_stream_length(stream: np.ndarray, length: int, split: str = "train") -> None:
-    """ValueError unless ``stream`` holds at least one window of ``length + 1`` tokens."""
+    """UserError unless ``stream`` holds at least one window of ``length + 1`` tokens."""
     if len(stream) < length + 1:
         raise UserError(f"training length {length} is larger than the data: the {split} "
                          f"split has {len(stream)} tokens, need at least {length + 1}")
@@ -178,7 +178,7 @@ def prepare_data(data: str | None, tokenizer: str | Tokenizer, task: str | None,
     """Load the corpus (or task), build or take the tokenizer and map the cached streams
     (and, with ``pack``, their document starts).
 
-    Raises ValueError when a split is shorter than one window of ``train_len + 1`` tokens, or
+    Raises UserError when a split is shorter than one window of ``train_len + 1`` tokens, or
     when ``pack`` is asked for a synthetic task (its examples are single documents already).
     """
     if task is not None:

@@ -158,7 +158,7 @@ def apply_inference_scaling(model: TransformerLM, scaling: InferenceScaling,
         original_len: the training length (the original context of the scalings and the
             base length of log-n); defaults to ``model.config.max_len``.
 
-    Raises ValueError for a frequency scaling on an encoding without one (not RoPE), or when
+    Raises UserError for a frequency scaling on an encoding without one (not RoPE), or when
     the run already uses a scaling or log-n.
     """
     config = model.config

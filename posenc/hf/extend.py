@@ -164,7 +164,7 @@ def parse_method(spec: str) -> tuple[str, dict[str, bool]]:
 
 
 def _locate(model: nn.Module) -> tuple[nn.Module, list[nn.Module], Any]:
-    """(base model holding ``rotary_emb``, attention modules, config) or a ValueError."""
+    """(base model holding ``rotary_emb``, attention modules, config) or a UserError."""
     config = getattr(model, "config", None)
     check_supported(config)
     base = getattr(model, "model", model)
@@ -324,7 +324,7 @@ def hf_rope_parameters(ext: Extension, strict: bool = True) -> tuple[dict[str, A
     """(``rope_parameters``, ``max_position_embeddings``) that make plain transformers
     compute the same frequencies as ``ext``.
 
-    With ``strict`` (the default) add-ons that Hugging Face cannot express raise a ValueError
+    With ``strict`` (the default) add-ons that Hugging Face cannot express raise a UserError
     naming the method; otherwise only the rotary part is returned.
     """
     if strict and ext.method in REGION_METHODS:

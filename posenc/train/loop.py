@@ -248,7 +248,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     """Train ``cfg`` into ``run_dir`` (see the module docstring).
 
     ``resume`` continues from the last checkpoint (a missing or empty folder starts fresh);
-    ``overwrite`` replaces a run already there. Bad input raises ValueError / FileNotFoundError
+    ``overwrite`` replaces a run already there. Bad input raises UserError / FileNotFoundError
     before anything in ``run_dir`` is touched. ``on_step(step, record, model)`` is called
     after every step (and its checkpoint), e.g. to stop early. ``data``: the run's data
     already prepared (:func:`~posenc.data.batches.prepare_data` of ``cfg``'s data, tokenizer
