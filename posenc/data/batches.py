@@ -94,12 +94,6 @@ def sample_windows(stream: np.ndarray, batch_size: int, length: int, seed: int, 
     return read_windows(stream, starts, length)
 
 
-def fixed_windows(stream: np.ndarray, n_windows: int, length: int) -> tuple[Tensor, Tensor]:
-    """Up to ``n_windows`` evenly spaced windows for a stable validation loss: (n, T) each."""
-    check_stream_length(stream, length, "validation")
-    return read_windows(stream, fixed_starts(len(stream), n_windows, length), length)
-
-
 def packed_windows(stream: np.ndarray, documents: np.ndarray, starts: np.ndarray,
                    length: int) -> Batch:
     """The windows at ``starts`` as packed documents: ``document_ids`` say which document

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from .progress import StudyProgress
 from .rundir import API_NAMES, RunDirectory, StudyKind
@@ -111,13 +111,3 @@ def _run(study: Study, out_dir: str | Path, overwrite: bool, progress: bool,
         finally:
             bar.close()
     return StudyOutcome(directory.path, results, tuple(paths), tuple(ran))
-
-
-def results_value(results: Mapping[str, Any], *keys: str) -> Any:
-    """``results[k1][k2]...`` or None where a key is missing (reading old results)."""
-    value: Any = results
-    for key in keys:
-        if not isinstance(value, Mapping) or key not in value:
-            return None
-        value = value[key]
-    return value

@@ -28,7 +28,6 @@ KAZEMNEJAD = "Kazemnejad et al. (2023), NeurIPS"
 #: perplexity at L_valid = 1024 (L), 2024, 6024: Press et al. (2022), appendix Table 3
 PRESS_PPL = {"sinusoidal": (19.34, 51.09, 214.02), "rope": (19.33, 31.17, 54.78),
              "t5": (18.80, 18.34, 21.76), "alibi": (18.66, 18.05, 18.01)}
-PRESS_LENGTHS = (1024, 2024, 6024)
 #: perplexity at L_valid = 512 (L), 1012, 2512: Press et al. (2022), appendix Table 2
 PRESS_TABLE2_PPL = {"sinusoidal": (20.05, 43.54, 132.41), "rope": (20.07, 21.37, 31.58),
                     "t5": (19.65, 18.79, 20.41), "alibi": (19.73, 18.73, 18.41)}
