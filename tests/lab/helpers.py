@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from posenc.lab.tasks import study as task_study
 from posenc.lab.compare.presets import CompareConfig
 from posenc.lab.compare.results import aggregate
+from posenc.lab.tasks import study as task_study
 from posenc.lab.tasks.presets import TaskStudyConfig
 from posenc.lab.tasks.study import run_task_study
 

@@ -5,10 +5,10 @@ import pytest
 
 from posenc.errors import UserError
 from posenc.lab.compare import parallel_runs
-from posenc.lab.compare.study import run_compare
 from posenc.lab.compare.parallel_runs import (MAX_WORKERS, MIN_PARALLEL_STEPS, default_workers,
                                               resolve_workers)
 from posenc.lab.compare.presets import preset
+from posenc.lab.compare.study import run_compare
 
 
 def test_workers_follow_the_device_type_and_the_size_of_the_comparison(monkeypatch):

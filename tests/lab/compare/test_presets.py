@@ -63,8 +63,8 @@ def test_the_paper_preset_mirrors_the_alibi_papers_setting_without_a_handicap():
 
 
 def test_the_paper_preset_runs_at_a_smoke_size_on_the_cpu(tmp_path, monkeypatch):
-    from posenc.lab.compare.study import run_compare
     from posenc.lab.compare.presets import preset
+    from posenc.lab.compare.study import run_compare
     monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "cache"))
     cfg = preset("paper", d_model=32, n_layers=1, n_heads=2, d_ff=64, steps=2, train_len=16,
                  batch_size=2, warmup_steps=1, tokenizer="byte", bf16=False, lengths=(16, 32),

@@ -3,9 +3,9 @@ evaluation length of its evaluated runs, and a full job's units add up to all of
 
 from __future__ import annotations
 
-from posenc.lab.compare.study import CompareStudy
 from posenc.lab.compare.presets import preset
 from posenc.lab.compare.progress import UnitProgress, eval_unit
+from posenc.lab.compare.study import CompareStudy
 
 
 def test_the_units_weigh_every_step_and_evaluation_length():

@@ -10,8 +10,8 @@ import pytest
 
 from posenc.cli import main
 from posenc.lab.compare import study as compare_mod
-from posenc.lab.compare.study import run_compare
 from posenc.lab.compare.presets import PRESETS
+from posenc.lab.compare.study import run_compare
 from posenc.train.checkpoint import committed_file
 
 RUN_KEYS = {"encoding", "options", "train_len", "steps", "train_tokens_per_s", "ppl",

@@ -3,8 +3,8 @@ cycle fitted to the model's depth, no inference-time scalings, and clear refusal
 
 import pytest
 
-from posenc.lab.compare.study import planned_runs
 from posenc.lab.compare.presets import PRESETS, CompareConfig, preset
+from posenc.lab.compare.study import planned_runs
 from posenc.lab.runs.variants import VARIANTS, lab_run_names, run_family, variant_plan
 
 
