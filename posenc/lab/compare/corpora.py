@@ -28,6 +28,7 @@ from ..claims.evidence import Runs
 from ..claims.handicaps import (handicap_lines, handicap_preamble, handicap_tag, shape_handicaps,
                                 verdict_handicaps)
 from ..claims.papers import papers_section
+from ..report.markdown_html import html_page, markdown_to_html
 from ..report.report import verdict_text
 from .presets import CompareConfig
 from .study import CompareOutcome, run_compare
@@ -127,7 +128,6 @@ def run_corpora(cfg: CompareConfig, out_dir: Path, corpora: Sequence[str], *,
     text = render_corpora_report(results)
     report = out_dir / "report.md"
     atomic_write(report, text.encode())
-    from ..report.markdown_html import html_page, markdown_to_html
     atomic_write(out_dir / "index.html",
                  html_page("posenc compare: claims across corpora",
                            markdown_to_html(text)).encode())

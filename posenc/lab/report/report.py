@@ -24,6 +24,7 @@ from ..claims.papers import ALIBI_PAPER_NAMES, papers_section
 from ..claims.stats import BOOTSTRAP_REPLICATES, tie_groups
 from ..runs.baseline import LEARNED_FRACTION
 from ..runs.variants import takes_scaling
+from .markdown_html import html_page, markdown_to_html
 
 #: best-extrapolating first, as in the ALiBi paper (Press et al., 2022), Fig. 1 / Table 2
 ALIBI_PAPER_ORDER = ("alibi", "t5", "rope", "sinusoidal")
@@ -353,7 +354,6 @@ def render_index(results: dict, plots: list[str], links: tuple[tuple[str, str], 
     its caption) rendered as HTML (:mod:`posenc.lab.report.markdown_html`). ``report``: the
     markdown :func:`render_report` gave for the same arguments, if the caller has it."""
     from ...viz.plots import CAPTIONS
-    from .markdown_html import html_page, markdown_to_html
     esc = html.escape
     items = ['<li><a href="report.md">report.md</a>: this report as markdown</li>',
              '<li><a href="results.json">results.json</a>: every number</li>']
