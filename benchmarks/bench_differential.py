@@ -38,7 +38,7 @@ from posenc.data.batches import prepare_data
 from posenc.data.cache import default_cache_dir, token_stream
 from posenc.data.corpora import load_corpus
 from posenc.eval.perplexity import perplexity
-from posenc.lab.presets import DEFAULT_PE_OPTIONS
+from posenc.lab.compare.presets import DEFAULT_PE_OPTIONS
 from posenc.models.blocks import embedding_init_std
 from posenc.models.lm import LMConfig, TransformerLM
 from posenc.train.loop import lm_loss, lr_factor

@@ -32,8 +32,8 @@ def one_run(encoding: str) -> dict:
     page faults a step."""
     import torch
 
-    from posenc.lab.presets import PRESETS
-    from posenc.lab.study_data import prepare_study_data
+    from posenc.lab.compare.presets import PRESETS
+    from posenc.lab.compare.study_data import prepare_study_data
     from posenc.train.loop import train
     torch.set_num_threads(1)
     cfg = PRESETS["default"]

@@ -30,8 +30,8 @@ def train_runs(encodings: list[str], threads: int) -> None:
     """Train each of ``encodings`` with the default preset, one after another."""
     import torch
 
-    from posenc.lab.presets import PRESETS
-    from posenc.lab.study_data import prepare_study_data
+    from posenc.lab.compare.presets import PRESETS
+    from posenc.lab.compare.study_data import prepare_study_data
     from posenc.train.loop import train
     torch.set_num_threads(threads)
     cfg = PRESETS["default"]

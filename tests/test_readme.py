@@ -43,8 +43,8 @@ def test_the_readme_gives_the_signatures_of_the_helpers_it_names():
 def test_the_preset_tables_quote_the_measured_minutes_the_help_prints():
     """A preset's row in the README's table of lab presets starts its wall time with the
     minutes ``posenc compare --help`` / ``posenc tasks --help`` print (where measured)."""
-    from posenc.lab.presets import PRESET_MINUTES
-    from posenc.lab.task_presets import TASK_PRESET_MINUTES
+    from posenc.lab.compare.presets import PRESET_MINUTES
+    from posenc.lab.tasks.presets import TASK_PRESET_MINUTES
     rows = {m.group(1): m.group(2) for m in re.finditer(
         r"^\| `([a-z0-9-]+)`[^|]*\|.*\| ([^|]*) \|$", README.read_text(encoding="utf-8"), re.M)}
     for name, minutes in {**PRESET_MINUTES, **TASK_PRESET_MINUTES}.items():

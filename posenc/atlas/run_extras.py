@@ -32,7 +32,7 @@ MAP_FLOOR = 1e-4
 
 
 def load_atlas_run(run_dir: str | Path) -> LoadedRun:
-    """The run in ``run_dir`` on the CPU; a one-line ValueError / FileNotFoundError for a
+    """The run in ``run_dir`` on the CPU; a one-line UserError / FileNotFoundError for a
     missing directory or one without a run (pointing into a compare directory's runs/)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

@@ -86,7 +86,7 @@ def choose_backend(backends: tuple[str, ...], has_bias: bool,
         has_bias: the encoding adds a logits term (``score_bias``).
         facts: the call's request, device type, dtype, gradient need, lengths and options.
 
-    Raises ValueError for an unknown request, a backend the encoding does not support, or flex
+    Raises UserError for an unknown request, a backend the encoding does not support, or flex
     with gradients where it has no backward.
     """
     requested, grad, device_type = facts.requested, facts.grad, facts.device_type

@@ -12,15 +12,15 @@ from .run_flags import add_run_flags
 
 NAME = "compare"
 #: the module whose study this command runs (``posenc plot`` finds its kind there)
-STUDY = "posenc.lab.results"
+STUDY = "posenc.lab.compare.results"
 HELP = ("train every encoding with the same data, budget and seeds, evaluate at L..8L "
         "(plus RoPE inference-time scalings), write results.json, report.md and PNG plots")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..lab.parallel_runs import MAX_WORKERS, MIN_PARALLEL_STEPS
+    from ..lab.compare.parallel_runs import MAX_WORKERS, MIN_PARALLEL_STEPS
     from ..eval.inference_scaling import spec_help
-    from ..lab.presets import DEFAULT_SCALINGS, PRESETS, length_help, preset_help
+    from ..lab.compare.presets import DEFAULT_SCALINGS, PRESETS, length_help, preset_help
     p.add_argument("--out", required=True, help="output directory (resumed if it holds the "
                    "same comparison)", type=path_arg)
     p.add_argument("--preset", default="default", choices=sorted(PRESETS),
@@ -70,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _pe_options(name: str, items: list[str] | None) -> dict | None:
     """The preset's pe_options with ``ENC:KEY=VALUE`` items applied (None: unchanged)."""
-    from ..lab.presets import PRESETS
+    from ..lab.compare.presets import PRESETS
     from ..train.config import parse_value
     if not items:
         return None
@@ -85,8 +85,8 @@ def _pe_options(name: str, items: list[str] | None) -> dict | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..lab.compare import run_compare
-    from ..lab.presets import preset
+    from ..lab.compare.study import run_compare
+    from ..lab.compare.presets import preset
     from ..study import CLI_NAMES
     check_seed("--seed", args.seed)
     if args.threads is not None:
@@ -98,8 +98,8 @@ def run(args: argparse.Namespace) -> int:
     if corpus is not None and args.data is not None:
         raise UserError("give either --corpus or --data, not both (--corpus takes code, "
                         "prose or a path)")
-    from ..lab.corpora import corpus_data
-    from ..lab.presets import CORPUS_STUDIES
+    from ..lab.compare.corpora import corpus_data
+    from ..lab.compare.presets import CORPUS_STUDIES
     data = args.data if corpus is None else corpus_data(corpus)
     scalings = args.scalings
     if scalings is not None and [s.lower() for s in scalings] == ["none"]:
@@ -111,8 +111,8 @@ def run(args: argparse.Namespace) -> int:
                  tokenizer=args.tokenizer, seed=args.seed, seeds=args.seeds,
                  device=resolve_device(args.device),
                  bf16=None if args.dtype is None else args.dtype == "bfloat16")
-    from ..lab.parallel_runs import resolve_workers
-    from ..lab.study_data import study_device
+    from ..lab.compare.parallel_runs import resolve_workers
+    from ..lab.compare.study_data import study_device
     args.workers = resolve_workers(args.workers, study_device(cfg.train),
                                    len(cfg.encodings) * cfg.seeds, cfg.train.steps)
     start = time.perf_counter()
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_corpora(cfg, args: argparse.Namespace, corpora: tuple[str, ...], start: float) -> int:
     """A preset of several corpora: one comparison per corpus under --out, and the report
     across them."""
-    from ..lab.corpora import run_corpora
+    from ..lab.compare.corpora import run_corpora
     from ..study import CLI_NAMES
     outcome = run_corpora(cfg, args.out, corpora, overwrite=args.overwrite,
                           progress=not args.no_progress, atlas=not args.no_atlas,

@@ -83,7 +83,7 @@ def format_methods(rows: list[dict]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..lab.variants import variant_rows
+    from ..lab.runs.variants import variant_rows
     from ..methods import describe_methods
     rows = describe_encodings()
     if args.json:

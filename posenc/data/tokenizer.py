@@ -111,7 +111,7 @@ class BPETokenizer(Tokenizer):
 
 
 def parse_spec(spec: str) -> tuple[str, int | None]:
-    """("byte", None) or ("bpe", N); ValueError for anything else."""
+    """("byte", None) or ("bpe", N); UserError for anything else."""
     if spec == "byte":
         return "byte", None
     kind, _, size = spec.partition(":")
@@ -141,7 +141,7 @@ def build_tokenizer(spec: str, corpus: Corpus, cache_dir: str | Path) -> Tokeniz
 
 
 def load_tokenizer(directory: str | Path) -> Tokenizer:
-    """Load a tokenizer written by :meth:`Tokenizer.save`; ValueError if it is unreadable."""
+    """Load a tokenizer written by :meth:`Tokenizer.save`; UserError if it is unreadable."""
     directory = Path(directory)
     try:
         config = json.loads((directory / CONFIG_FILE).read_text())

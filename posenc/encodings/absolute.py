@@ -23,7 +23,7 @@ class NoPositionalEncoding(PositionalEncoding):
 class LearnedEncoding(PositionalEncoding):
     """x_p + P[p] with a trainable table P of ``max_len`` rows (GPT-2, BERT).
 
-    Positions at or past ``max_len`` raise ValueError: the table is never clipped.
+    Positions at or past ``max_len`` raise UserError: the table is never clipped.
     """
 
     family = "absolute"
@@ -42,7 +42,7 @@ class LearnedEncoding(PositionalEncoding):
         return learned_table(self.max_len, self.name)
 
     def check_positions(self, pos: Tensor) -> None:
-        """ValueError if any position lies outside the table [0, max_len) (checked as
+        """UserError if any position lies outside the table [0, max_len) (checked as
         :func:`~posenc.encodings.checks.check_in_range` does: eagerly on the CPU)."""
         check_in_range(pos, 0, self.max_len, lambda bad: (
             f"position {bad} is outside the learned table: positions must be in "

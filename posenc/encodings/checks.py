@@ -1,5 +1,5 @@
 """Argument checks shared by encodings, models and configs: options (plain Python values)
-and tensors (positions, q/k, token ids). Each raises ValueError naming the argument, what it
+and tensors (positions, q/k, token ids). Each raises UserError naming the argument, what it
 must be and what it got; tensor checks read metadata only, except :func:`check_in_range`,
 which is routed by device type so that no check synchronises with an accelerator."""
 
@@ -90,7 +90,7 @@ def check_positions(name: str, pos: Any, length: int | None, batch: int | None =
     the batch, or (batch, length), one row per sequence (any length or batch if None).
     Metadata only (no sync). A model calls it once per forward, not per layer.
 
-    Raises ValueError naming ``name``, the expected and the actual shape or dtype.
+    Raises UserError naming ``name``, the expected and the actual shape or dtype.
     """
     if not isinstance(pos, Tensor) or not _is_integer(pos):
         got = f"dtype {pos.dtype}" if isinstance(pos, Tensor) else type(pos).__name__
@@ -167,7 +167,7 @@ def check_in_range(values: Tensor, low: float | None, high: float | None,
     """Every value must lie in [low, high) (None: unbounded on that side).
 
     Needs the values, so it is routed by device type: on the CPU it checks eagerly and raises
-    ValueError(message(a value outside)); on CUDA a device-side assert (no host
+    UserError(message(a value outside)); on CUDA a device-side assert (no host
     synchronisation; it reports when the kernel runs, with message("a value")); elsewhere
     and under torch.compile nothing is checked. Call it once per forward, not per layer.
     """

@@ -219,7 +219,7 @@ class DeBERTaEncoding(PositionalEncoding):
         return None if self.absolute is None else learned_table(self.max_len, self.name)
 
     def check_positions(self, pos: Tensor) -> None:
-        """ValueError if ``absolute_query``'s table does not cover every position."""
+        """UserError if ``absolute_query``'s table does not cover every position."""
         if self.absolute is not None:
             self.absolute.check_positions(pos)
 

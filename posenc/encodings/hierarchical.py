@@ -47,7 +47,7 @@ class HierarchicalEncoding(PositionalEncoding):
         alpha: block weight in (0, 1), default 0.4.
         base_len: rows of the trained table n (default: max_len).
         n_positions: positions served, in [base_len, base_len²] (default base_len²);
-            positions past it raise ValueError.
+            positions past it raise UserError.
         init_std: spread of a freshly initialised table (0.02), as for ``learned``.
     """
 

@@ -5,7 +5,7 @@ position vectors can beat adding them. Two tables are offered:
 
 - ``positions="learned"``: a trainable (max_len, C) table initialised at ``1 + N(0, init_std)``
   so that the product starts close to the plain token embedding (a table near zero would
-  erase the tokens); positions at or past ``max_len`` raise ValueError.
+  erase the tokens); positions at or past ``max_len`` raise UserError.
 - ``positions="sinusoidal"``: the fixed Vaswani table, any length. Taken literally, x * PE
   zeroes the sine components at position 0 (sin 0 = 0); that is the formula, not a bug.
 """
@@ -57,7 +57,7 @@ class MultiplicativeEncoding(PositionalEncoding):
         return learned_table(self.max_len, self.name)
 
     def check_positions(self, pos: Tensor) -> None:
-        """ValueError if a learned table does not cover every position (sinusoidal: any)."""
+        """UserError if a learned table does not cover every position (sinusoidal: any)."""
         if self.table is None:
             return
         check_in_range(pos, 0, self.max_len, lambda bad: (

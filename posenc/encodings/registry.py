@@ -20,7 +20,7 @@ def list_encodings() -> list[str]:
 
 
 def encoding_class(name: str) -> type[PositionalEncoding]:
-    """The class registered as ``name``; ValueError listing valid names otherwise."""
+    """The class registered as ``name``; UserError listing valid names otherwise."""
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -49,7 +49,7 @@ MODEL_FACTS = ("vocab_size", "n_layers", "d_model")
 
 def with_model_facts(name: str, options: dict[str, Any], **facts: Any) -> dict[str, Any]:
     """``options`` plus the model ``facts`` (:data:`MODEL_FACTS`) the encoding ``name``
-    declares and the user did not set; ValueError for an unknown fact."""
+    declares and the user did not set; UserError for an unknown fact."""
     unknown = sorted(set(facts) - set(MODEL_FACTS))
     if unknown:
         raise UserError(f"unknown model fact(s) {', '.join(unknown)}; known: "

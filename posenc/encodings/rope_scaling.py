@@ -94,7 +94,7 @@ def validate_scaling(scaling: Mapping[str, Any] | None, rotary_dim: int | None =
                      ) -> dict[str, Any] | None:
     """Check a scaling dict and return a normalized copy (``rope_type`` key) or None.
 
-    Raises ValueError for an unknown type or key, a missing required key, or a value out of
+    Raises UserError for an unknown type or key, a missing required key, or a value out of
     range, naming the key and the valid range.
     """
     kind = scaling_type(scaling)

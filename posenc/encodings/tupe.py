@@ -70,7 +70,7 @@ class TUPEEncoding(T5Encoding):
         return learned_table(self.max_len, self.name)
 
     def check_positions(self, pos: Tensor) -> None:
-        """ValueError if any position lies outside the absolute table [0, max_len)."""
+        """UserError if any position lies outside the absolute table [0, max_len)."""
         self.absolute.check_positions(pos)
 
     def position_heads(self, pos: Tensor, side: int, dtype: torch.dtype) -> Tensor:

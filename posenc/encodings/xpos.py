@@ -17,7 +17,7 @@ sequence; a KV cache needs the offset fixed, so here c = ``center`` (default max
 0 without max_len) and cached keys stay exact. The factors overflow (fp32: ~1e38) once
 |pos - c| * ln(1/zeta_0) / scale_base nears the dtype's exponent range: with scale_base 512 and
 gamma 0.4 that is |pos - c| of about 34,000 in fp32/bf16 and 2,000 in fp16. Positions that far
-from the centre raise ValueError (set ``center`` or a larger ``scale_base``) instead of
+from the centre raise UserError (set ``center`` or a larger ``scale_base``) instead of
 returning inf.
 
 Built on :class:`RotaryEncoding` (same theta, layout, rotary_dim and frequency scalings); the
@@ -95,7 +95,7 @@ class XPosEncoding(RotaryEncoding):
 
     def decay(self, pos: Tensor, sign: float, dtype: torch.dtype) -> Tensor:
         """zeta^(sign * (pos - center) / scale_base): (..., L, R/2) fp32 for pos (..., L);
-        ValueError on overflow
+        UserError on overflow
         (checked as :func:`~posenc.encodings.checks.check_in_range` does)."""
         far = self.max_distance(dtype)
         check_in_range(pos, self.center - far, self.center + far + 1, lambda bad: (

@@ -81,9 +81,9 @@ def entropy_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths: S
 
     Uses the eager backend (which returns the weights), so memory grows as
     n_layers * H * length^2 per window: keep lengths modest (a few thousand). ``errors``:
-    ``"raise"`` or ``"note"`` (a ValueError from the model gives an n/a result); lengths past
-    a declared position limit are never run. ``keep_queries``: also keep each tail query's
-    entropy (``tail_queries``).
+    ``"raise"`` or ``"note"`` (a UserError from the model, or any ValueError, gives an n/a
+    result); lengths past a declared position limit are never run. ``keep_queries``: also
+    keep each tail query's entropy (``tail_queries``).
     """
     if errors not in ("raise", "note"):
         raise UserError(f"errors must be 'raise' or 'note', got {errors!r}")

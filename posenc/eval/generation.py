@@ -36,7 +36,7 @@ class Generation:
 
 
 def encode_prompt(tokenizer: Tokenizer, prompt: str) -> list[int]:
-    """The prompt's token ids; ValueError if it is empty or does not decode back to itself
+    """The prompt's token ids; UserError if it is empty or does not decode back to itself
     (a character the tokenizer cannot encode)."""
     if not isinstance(prompt, str) or not prompt:
         raise UserError("the prompt is empty; give some text to continue")
@@ -69,7 +69,7 @@ def servable_length(model: torch.nn.Module, upto: int) -> int:
 def new_token_limit(model: TransformerLM, prompt_len: int, want: int) -> int:
     """The most new tokens, at most ``want``, that ``model`` can append to a prompt of
     ``prompt_len`` tokens (n new tokens run the model at positions 0 .. prompt_len + n - 2);
-    ValueError if the prompt alone is longer than the model can serve."""
+    UserError if the prompt alone is longer than the model can serve."""
     served = servable_length(model, prompt_len + max(want, 1) - 1)
     if served < prompt_len:
         raise UserError(f"the prompt has {prompt_len} tokens, more than the {served} "
@@ -79,7 +79,7 @@ def new_token_limit(model: TransformerLM, prompt_len: int, want: int) -> int:
 
 
 def check_new_tokens(model: TransformerLM, prompt_len: int, max_new_tokens: int) -> None:
-    """ValueError if ``model`` cannot serve the positions of a prompt of ``prompt_len``
+    """UserError if ``model`` cannot serve the positions of a prompt of ``prompt_len``
     tokens plus ``max_new_tokens`` new ones (it says how many new tokens would fit)."""
     require_int_at_least("max_new_tokens", max_new_tokens, 1)
     fit = new_token_limit(model, prompt_len, max_new_tokens)
@@ -109,7 +109,7 @@ def generate_text(model: TransformerLM, tokenizer: Tokenizer, prompt: str,
 
     Greedy at temperature 0, else sampled with ``top_k`` / ``top_p``; ``seed`` makes sampling
     reproducible on a given device (None: torch's global generator). All arguments are
-    checked before the model runs (one-line ValueError).
+    checked before the model runs (one-line UserError).
     """
     check_sampling(temperature, top_k, top_p)
     if seed is not None:

@@ -181,9 +181,9 @@ def perplexity_at_lengths(model: nn.Module, tokens: Tensor | np.ndarray, lengths
         max_tokens: read at most about this many tokens per length (all windows start at 0,
             so every length scores the same leading part of the stream).
         progress: called with 1 after each length.
-        errors: ``"raise"``, or ``"note"``: a ValueError from the model at a length it
-            declares it serves becomes an n/a result carrying its message. Lengths past a
-            declared position limit are never run (an n/a result either way).
+        errors: ``"raise"``, or ``"note"``: a UserError (or any ValueError) from the model
+            at a length it declares it serves becomes an n/a result carrying its message.
+            Lengths past a declared position limit are never run (an n/a result either way).
 
     Returns one :class:`LengthResult` per length, in increasing order.
     """

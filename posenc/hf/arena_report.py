@@ -9,7 +9,7 @@ spread is at least the binomial standard error of its rate over all its trials, 
 smoothed as (k + 1) / (n + 2) (as the lab's task verdicts do), so one needle per cell or a
 perfect score never claims zero noise. A method beats
 'none' on a task beyond noise when the intervals mean ± spread of the two do not overlap;
-overlapping intervals are inconclusive (the lab's rule, :mod:`posenc.lab.stats`).
+overlapping intervals are inconclusive (the lab's rule, :mod:`posenc.lab.claims.stats`).
 
 Only tasks the unextended model solves at the original length count toward verdicts: a
 retrieval task counts when 'none' finds at least :data:`SOLVED_AT` of the needles (keys) at

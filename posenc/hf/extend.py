@@ -104,7 +104,7 @@ class _State:
 
 
 def _locate(model: nn.Module) -> tuple[nn.Module, list[nn.Module], Any]:
-    """(base model holding ``rotary_emb``, attention modules, config) or a ValueError."""
+    """(base model holding ``rotary_emb``, attention modules, config) or a UserError."""
     config = getattr(model, "config", None)
     check_supported(config)
     base = getattr(model, "model", model)

@@ -263,7 +263,7 @@ def save_extended(model: nn.Module, path: str | os.PathLike, tokenizer: Any = No
     """Save a (possibly extended) model so that plain transformers loads the same model.
 
     Refuses extensions Hugging Face's config cannot express (log-n, exact cache) with a
-    ValueError naming the method, and an existing non-empty directory unless ``overwrite``.
+    UserError naming the method, and an existing non-empty directory unless ``overwrite``.
     """
     ext = current_extension(model)
     if ext is not None:

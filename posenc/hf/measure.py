@@ -46,7 +46,7 @@ def corpus_texts(data: str | None = None) -> tuple[list[str], dict[str, str]]:
 def token_stream(tokenizer: Any, texts: Sequence[str], n_tokens: int) -> Tensor:
     """The first ``n_tokens`` tokens of the documents joined by blank lines: (n_tokens,) int64.
 
-    Raises ValueError when the texts hold fewer tokens.
+    Raises UserError when the texts hold fewer tokens.
     """
     ids: list[int] = []
     for text in texts:
@@ -85,7 +85,7 @@ def forward_bytes(config: Any, length: int, dtype: torch.dtype = torch.float32,
 
 def check_memory(config: Any, length: int, dtype: torch.dtype = torch.float32,
                  limit: int | None = None, device: torch.device | str = "cpu") -> int:
-    """Raise ValueError if a forward of ``length`` tokens would not fit on ``device``; return
+    """Raise UserError if a forward of ``length`` tokens would not fit on ``device``; return
     the estimate."""
     need = forward_bytes(config, length, dtype)
     limit = available_memory(device) if limit is None else limit

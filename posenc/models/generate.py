@@ -25,7 +25,7 @@ MIN_TEMPERATURE = 1e-4
 
 def check_sampling(temperature: float = 0.0, top_k: int | None = None,
                    top_p: float | None = None) -> None:
-    """ValueError naming the option unless temperature is 0 or >= MIN_TEMPERATURE, top_k is
+    """UserError naming the option unless temperature is 0 or >= MIN_TEMPERATURE, top_k is
     a positive int or None and 0 < top_p <= 1 or None."""
     require_float_in("temperature", temperature, 0.0, float("inf"), low_open=False)
     if 0.0 < temperature < MIN_TEMPERATURE:

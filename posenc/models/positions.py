@@ -26,7 +26,7 @@ from ..errors import UserError
 
 
 def check_mask(name: str, mask: Tensor, shape: tuple[int, int]) -> Tensor:
-    """A (B, T) mask of 0/1 or bools as bool; ValueError naming ``name`` otherwise."""
+    """A (B, T) mask of 0/1 or bools as bool; UserError naming ``name`` otherwise."""
     if not isinstance(mask, Tensor) or mask.is_floating_point() or mask.is_complex():
         got = f"dtype {mask.dtype}" if isinstance(mask, Tensor) else type(mask).__name__
         raise UserError(f"{name} must be an integer or bool tensor of 1 (real token) and 0 "

@@ -74,7 +74,7 @@ class Seq2SeqConfig(ModelShape):
             if not isinstance(value, str) and not (name == "decoder_pe" and value is None):
                 raise UserError(f"{name} must be the name of an encoding (posenc list), got "
                                  f"{value!r}")
-        encoding_class(self.encoder_pe)                         # unknown name -> ValueError
+        encoding_class(self.encoder_pe)                         # unknown name -> UserError
         encoding_class(self.decoder_pe_name)
         object.__setattr__(self, "encoder_pe_options",
                            require_options("encoder_pe_options", self.encoder_pe_options))

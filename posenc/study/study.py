@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from .names import API_NAMES
 from .progress import StudyProgress
@@ -164,13 +164,3 @@ def _run(study: Study, out_dir: str | Path, overwrite: bool, progress: bool,
         finally:
             bar.close()
     return StudyOutcome(directory.path, results, tuple(paths), tuple(ran), tuple(returned))
-
-
-def results_value(results: Mapping[str, Any], *keys: str) -> Any:
-    """``results[k1][k2]...`` or None where a key is missing (reading old results)."""
-    value: Any = results
-    for key in keys:
-        if not isinstance(value, Mapping) or key not in value:
-            return None
-        value = value[key]
-    return value

@@ -94,7 +94,7 @@ def write_config(run_dir: Path, cfg: TrainConfig, corpus_info: dict[str, str],
 
 
 def read_config(run_dir: str | Path) -> dict[str, Any]:
-    """The parsed ``config.json`` with ``doc["train"]`` as a TrainConfig; ValueError if bad."""
+    """The parsed ``config.json`` with ``doc["train"]`` as a TrainConfig; UserError if bad."""
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise UserError(f"{run_dir} is not a posenc run: {CONFIG_FILE} is missing")
@@ -112,7 +112,7 @@ def read_config(run_dir: str | Path) -> dict[str, Any]:
 
 
 def read_progress(run_dir: str | Path) -> dict[str, Any] | None:
-    """The parsed ``state.json``, or None before the first checkpoint; ValueError if corrupt."""
+    """The parsed ``state.json``, or None before the first checkpoint; UserError if corrupt."""
     path = Path(run_dir) / PROGRESS_FILE
     if not path.is_file():
         return None
@@ -135,7 +135,7 @@ def remove_run_files(run_dir: Path) -> None:
 
 # ------------------------------------------------------------- checkpoint
 def committed_file(run_dir: str | Path, name: str = MODEL_FILE) -> Path:
-    """The path of file ``name`` of the run's committed checkpoint (ValueError if none)."""
+    """The path of file ``name`` of the run's committed checkpoint (UserError if none)."""
     progress = read_progress(run_dir)
     if progress is None:
         raise UserError(f"run {run_dir} has no checkpoint yet ({PROGRESS_FILE} is missing)")
@@ -251,7 +251,7 @@ def _weights_step(path: Path) -> int:
 
 def load_weights(model: nn.Module, run_dir: Path, device: str | torch.device = "cpu",
                  progress: dict[str, Any] | None = None) -> int:
-    """Load the committed weights into ``model``; returns their step. ValueError if corrupt."""
+    """Load the committed weights into ``model``; returns their step. UserError if corrupt."""
     progress = read_progress(run_dir) if progress is None else progress
     if progress is None:
         raise UserError(f"run {run_dir} has no checkpoint yet ({PROGRESS_FILE} is missing)")
@@ -298,7 +298,7 @@ def load_training_state(run_dir: Path, model: nn.Module, optimizer: torch.optim.
 
 # ------------------------------------------------------------------ load
 def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
-    """Load a trained run for evaluation. Missing or corrupt files raise one-line ValueError.
+    """Load a trained run for evaluation. Missing or corrupt files raise one-line UserError.
 
     A run still training may commit a newer checkpoint (and delete this one) while it is
     read: the newest committed checkpoint is then read again."""

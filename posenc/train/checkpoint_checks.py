@@ -21,7 +21,7 @@ from .run_layout import CHECKPOINTS_DIR, CONFIG_FILE, MANIFEST_FILE, PROGRESS_FI
 def checkpoint_dir(run_dir: str | Path, progress: dict[str, Any]) -> Path:
     """The folder holding the files of the checkpoint ``state.json`` names (the run folder
     itself for runs written before checkpoints had their own folders). A name that is not a
-    folder of ``checkpoints/`` (``../..``, an absolute path) is refused: ValueError."""
+    folder of ``checkpoints/`` (``../..``, an absolute path) is refused: UserError."""
     name = progress.get("checkpoint")
     if not name:
         return Path(run_dir)
@@ -35,7 +35,7 @@ def checkpoint_dir(run_dir: str | Path, progress: dict[str, Any]) -> Path:
 
 
 def verify_file(folder: Path, name: str, progress: dict[str, Any]) -> Path:
-    """``folder/name``, checked against the sha256 recorded for it (ValueError otherwise).
+    """``folder/name``, checked against the sha256 recorded for it (UserError otherwise).
 
     In a ``checkpoints/`` folder the record is the folder's ``manifest.json``, which must
     exist and agree with ``state.json`` (``progress``); the run folder itself (runs written
@@ -63,7 +63,7 @@ def verify_file(folder: Path, name: str, progress: dict[str, Any]) -> Path:
 
 
 def read_manifest(folder: Path, progress: dict[str, Any]) -> dict[str, Any]:
-    """The ``manifest.json`` of checkpoint ``folder``; ValueError if it is missing, corrupt or
+    """The ``manifest.json`` of checkpoint ``folder``; UserError if it is missing, corrupt or
     names another step than ``state.json`` (``progress``)."""
     path = folder / MANIFEST_FILE
     try:

@@ -223,7 +223,7 @@ def parse_value(text: str) -> Any:
 
 
 def parse_options(items: list[str] | None, what: str = "option") -> dict[str, Any]:
-    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}``; ValueError for an item without ``=``."""
+    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}``; UserError for an item without ``=``."""
     out: dict[str, Any] = {}
     for item in items or []:
         key, sep, value = item.partition("=")

@@ -34,7 +34,7 @@ CSV_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "elap
 
 
 def read_log(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The records of ``run_dir/log.jsonl`` ([] if there is none); ValueError if corrupt."""
+    """The records of ``run_dir/log.jsonl`` ([] if there is none); UserError if corrupt."""
     path = Path(run_dir) / LOG_JSONL
     if not path.is_file():
         return []

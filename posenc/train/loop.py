@@ -254,7 +254,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, overwrite: bool = False,
     A folder that holds this run (the same settings, but for
     :data:`RESUMABLE_CHANGES`) continues from its last checkpoint, a missing or empty one
     starts fresh, one that holds another run is refused; ``overwrite`` replaces a run already
-    there. Bad input raises ValueError / FileNotFoundError
+    there. Bad input raises UserError / FileNotFoundError
     before anything in ``run_dir`` is touched. ``on_step(step, record, model)`` is called
     after every step (and its checkpoint), e.g. to stop early. ``data``: the run's data
     already prepared (:func:`~posenc.data.batches.prepare_data` of ``cfg``'s data, tokenizer

@@ -21,7 +21,7 @@ def train_seq2seq(model: nn.Module, task: str, cfg: TaskTrainConfig,
                   on_step: Callable[[int], None] | None = None) -> FitResult:
     """Train ``model`` (a Seq2SeqTransformer) on ``task`` ("reverse" or "sort")."""
     from ..data.synthetic import make_seq2seq_task
-    make_seq2seq_task(task, 1, cfg.min_len, 0)              # unknown task -> ValueError
+    make_seq2seq_task(task, 1, cfg.min_len, 0)              # unknown task -> UserError
     needed = cfg.max_len + 1                                # BOS + answer fed to the decoder
     if getattr(model.config, "max_len", needed) < needed:
         raise UserError(f"model max_len={model.config.max_len} is shorter than the longest "

@@ -2,7 +2,7 @@
 (exact match on top, token accuracy below).
 
 Each line is an encoding's mean over seeds, with error bars of ± the spread
-(:mod:`posenc.lab.task_verdicts`); lines are nudged sideways by a fraction of the gap
+(:mod:`posenc.lab.tasks.verdicts`); lines are nudged sideways by a fraction of the gap
 between the closest two test lengths (at most 4 %) so that encodings with equal values
 (often all at 0 far past the training length) stay distinguishable, and each has its own
 marker; a panel notes the lengths where every encoding has the same value. The training

@@ -65,7 +65,7 @@ def test_corpus_prose_runs_offline_and_corpus_and_data_together_are_refused(
 
 
 def test_a_corpora_preset_runs_one_comparison_per_corpus(tmp_path, capsys, monkeypatch):
-    from posenc.lab import corpora
+    from posenc.lab.compare import corpora
     seen = {}
 
     def fake(cfg, out_dir, which, **kw):

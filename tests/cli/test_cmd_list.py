@@ -93,7 +93,7 @@ def test_list_rejects_unknown_arguments(capsys):
 
 def test_list_ends_with_the_lab_variants(capsys):
     from posenc.cli.cmd_list import VARIANTS_HEADING
-    from posenc.lab.variants import VARIANTS
+    from posenc.lab.runs.variants import VARIANTS
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.rstrip("\n").split("\n")
     table = lines[lines.index(VARIANTS_HEADING) + 1:]

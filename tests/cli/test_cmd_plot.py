@@ -82,7 +82,7 @@ def test_non_numeric_lengths_and_values_name_the_file_and_field(tmp_path, capsys
 def test_notes_and_non_finite_values_are_numbers_plot_can_draw(tmp_path, capsys):
     results = comparison({"64": 5.0, "128": "inf", "256": "n/a (past learned table of 64)"})
     (tmp_path / "results.json").write_text(json.dumps(results))
-    from posenc.lab.redraw import check_comparison_numbers
+    from posenc.lab.report.redraw import check_comparison_numbers
     check_comparison_numbers(results, tmp_path / "results.json")        # no error
 
 

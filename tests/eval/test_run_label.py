@@ -9,7 +9,7 @@ import pytest
 
 import posenc
 from posenc.eval.inference_scaling import InferenceScaling, run_label
-from posenc.lab.evidence import Runs
+from posenc.lab.claims.evidence import Runs
 from posenc.viz.plots import ratio_points
 
 PACKAGE = Path(posenc.__file__).parent

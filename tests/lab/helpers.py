@@ -7,11 +7,11 @@ import math
 
 import numpy as np
 
-from posenc.lab import task_study
-from posenc.lab.presets import CompareConfig
-from posenc.lab.results import aggregate
-from posenc.lab.task_presets import TaskStudyConfig
-from posenc.lab.task_study import run_task_study
+from posenc.lab.compare.presets import CompareConfig
+from posenc.lab.compare.results import aggregate
+from posenc.lab.tasks import study as task_study
+from posenc.lab.tasks.presets import TaskStudyConfig
+from posenc.lab.tasks.study import run_task_study
 
 L = 64
 LENGTHS = (64, 128, 256, 512, 1024)

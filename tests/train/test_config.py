@@ -67,7 +67,7 @@ def test_every_config_takes_the_one_seed_range(config, option):
     from posenc.encodings.checks import MAX_SEED
     from posenc.errors import UserError
     from posenc.hf.study import StudyConfig
-    from posenc.lab.presets import BASE_TRAIN, CompareConfig
+    from posenc.lab.compare.presets import BASE_TRAIN, CompareConfig
     from posenc.train.task_loop import TaskTrainConfig
 
     def make(seed: int):

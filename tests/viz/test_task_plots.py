@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from posenc.lab.task_report import summarize
+from posenc.lab.tasks.report import summarize
 
 from tests.lab.helpers import study_results as _results
 

@@ -1,0 +1,133 @@
+"""A comparison's runs side by side: worker processes that each train and evaluate one
+(encoding, seed) at a time.
+
+The lab's models are small, so one of them keeps a second CPU core only partly busy: two
+processes of one thread each train two runs in less wall time than one process of two
+threads trains them one after another (BENCHMARKS.md, "Lab runs side by side"). On a CPU
+:func:`default_workers` gives one worker per core (at most :data:`MAX_WORKERS`); on any other
+device one, since runs would only queue for the same accelerator.
+
+Workers share nothing but the prepared corpus cache and write only their own run folders;
+the parent process keeps the study's lock, collects each worker's entries in the order the
+plan lists them and saves results.json after each, as a sequential comparison does. A run a
+worker finished training is on disk, so a comparison cut short resumes from it. A worker
+trains with the same data, seed and steps as the parent would; its results equal the
+sequential ones to float rounding (one thread sums in another order than two).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...errors import UserError
+
+#: the most worker processes ``default_workers`` picks (more was not measured)
+MAX_WORKERS = 4
+#: fewer training steps than this in a whole comparison run in one process: starting a
+#: worker (a Python with torch) takes a few seconds, more than side by side saves
+MIN_PARALLEL_STEPS = 2000
+
+
+def default_workers(device: str, runs: int, steps: int) -> int:
+    """Workers for ``runs`` runs of ``steps`` training steps each on ``device`` (a resolved
+    device string): one per CPU core up to :data:`MAX_WORKERS` on a CPU, 1 on any other
+    device (routing by device type) or for a comparison too small to gain."""
+    if device.split(":")[0] != "cpu" or runs * steps < MIN_PARALLEL_STEPS:
+        return 1
+    return max(1, min(cpu_cores(), MAX_WORKERS, runs))
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on (its affinity where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def resolve_workers(value: str | int | None, device: str, runs: int, steps: int) -> int:
+    """``--workers``: a count >= 1, or ``auto`` / None for :func:`default_workers`."""
+    if value is None or value == "auto":
+        return default_workers(device, runs, steps)
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        count = 0
+    if count < 1 or str(value).strip() != str(count):
+        raise UserError(f"--workers must be 'auto' or an integer >= 1, got {value!r}")
+    return count
+
+
+@dataclass
+class GroupResult:
+    """What one worker made of an (encoding, seed): per scaling its (head, entry) for
+    :func:`posenc.lab.compare.study.add_seed`, whether it trained now, or why training failed."""
+
+    entries: dict[str | None, tuple[dict, dict]] = field(default_factory=dict)
+    trained: bool = False
+    failed: str | None = None
+
+
+def run_group(cfg: Any, out_dir: Path, encoding: str, seed: int,
+              scalings: list[str | None], threads: int) -> GroupResult:
+    """In a worker: train (or resume, or reuse) one run and evaluate it under ``scalings``."""
+    import torch
+
+    from ...train.loop import TrainingDiverged
+    from .one_run import ensure_trained, evaluate_run, run_dir_of, run_head
+    from .progress import UnitProgress
+    from .study_data import prepare_study_data
+    torch.set_num_threads(threads)
+    data = prepare_study_data(cfg.train)             # from the corpus cache the parent made
+    quiet = UnitProgress(cfg, lambda n: None)
+    where = run_dir_of(encoding, seed)
+    try:
+        loaded, trained = ensure_trained(cfg, encoding, out_dir / where, data, quiet, seed)
+    except TrainingDiverged as err:
+        return GroupResult(failed=str(err))
+    out = GroupResult(trained=trained)
+    for scaling in scalings:
+        out.entries[scaling] = (run_head(cfg, loaded, encoding, scaling),
+                                evaluate_run(cfg, loaded, data.test, encoding, scaling, quiet,
+                                             run_dir=where))
+    return out
+
+
+class RunPool:
+    """``workers`` processes of ``threads`` threads each (started with ``spawn``, which is
+    safe after torch has started its own threads); :meth:`submit` queues a comparison's
+    (encoding, seed), :meth:`submit_call` any call, and :meth:`result` waits for one."""
+
+    def __init__(self, workers: int, threads: int = 1) -> None:
+        self.threads = threads
+        self.executor = ProcessPoolExecutor(workers,
+                                            mp_context=multiprocessing.get_context("spawn"))
+        self.futures: dict[tuple[str, int], Future] = {}
+
+    def submit(self, cfg: Any, out_dir: Path, encoding: str, seed: int,
+               scalings: list[str | None]) -> None:
+        self.submit_call((encoding, seed), run_group, cfg, out_dir, encoding, seed, scalings,
+                         self.threads)
+
+    def submit_call(self, key: Any, fn: Callable[..., Any], *args: Any) -> None:
+        """Queue ``fn(*args)`` (a module-level function, picklable arguments) as ``key``."""
+        self.futures[key] = self.executor.submit(fn, *args)
+
+    def result(self, key: Any) -> Any:
+        """The result of the call queued as ``key`` (for :meth:`submit`: (encoding, seed));
+        a worker's exception is raised here."""
+        return self.futures[key].result()
+
+    def close(self, abort: bool = False) -> None:
+        """Stop the workers; queued groups that have not started are dropped. ``abort``
+        (the comparison was interrupted): running groups are stopped too, at once; their
+        runs resume from their last checkpoint."""
+        if abort:
+            for process in list((self.executor._processes or {}).values()):
+                process.terminate()
+        self.executor.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,1 @@
+"""A comparison's report.md and index.html, and their redrawing from results.json."""

@@ -1,0 +1,96 @@
+"""Lab runs beyond one encoding with its default options: p-RoPE and the named layer plans.
+
+A comparison's ``encodings`` may name, besides every registered encoding, a *variant*: an
+encoding with fixed options or a per-layer plan (:mod:`posenc.models.plans`), trained and
+evaluated like any run and labelled by its variant name. A named plan's cycle (``every``:
+Gemma 3 has one global layer in six, SmolLM3 and Llama 4 one NoPE layer in four) is
+shortened to the model's depth when the model is shallower, so its last layer is always the
+plan's odd one: with the lab's two layers, a local or chunked RoPE layer, then a global one.
+
+Variants take no inference-time scaling (those are for plain RoPE's trained weights).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...encodings import encoding_class, list_encodings
+from ...errors import UserError
+from ...models.plans import NAMED_PLANS
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A lab run's encoding ``pe`` with fixed ``pe_options`` and/or a named ``plan``;
+    ``family`` is its panel in the figures."""
+
+    pe: str
+    summary: str
+    family: str
+    pe_options: dict[str, Any] = field(default_factory=dict)
+    plan: str | None = None
+
+
+#: the variants a comparison may name, in report order
+VARIANTS: dict[str, Variant] = {
+    "p_rope": Variant("rope", "RoPE keeping the highest 3/4 of its frequencies (p-RoPE, "
+                      "Barbero et al. 2024)", "rotary", {"partial": 0.75}),
+    "smollm3_plan": Variant("rope", "RoPE layers with a NoPE layer closing each cycle "
+                            "(SmolLM3; Yang et al. 2025's RoPE/NoPE hybrid)", "plan",
+                            plan="smollm3"),
+    "llama4_plan": Variant("rope", "chunked-attention RoPE layers and a full NoPE layer with "
+                           "Llama 4's attention temperature", "plan", plan="llama4"),
+    "gemma3_plan": Variant("rope", "sliding-window RoPE layers (theta 10k) and a global RoPE "
+                           "layer (theta 1M), as Gemma 3", "plan", plan="gemma3"),
+}
+#: a plan needs a layer of each of its kinds
+MIN_PLAN_LAYERS = 2
+
+
+def lab_run_names() -> list[str]:
+    """Every name a comparison's ``encodings`` may hold: the encodings, then the variants."""
+    return list_encodings() + list(VARIANTS)
+
+
+def is_variant(name: str) -> bool:
+    return name in VARIANTS
+
+
+def base_encoding(name: str) -> str:
+    """The registered encoding behind a lab run name (itself for an encoding)."""
+    return VARIANTS[name].pe if name in VARIANTS else name
+
+
+def run_family(name: str) -> str:
+    """The figure panel of a lab run: its encoding's family, or the variant's ("plan")."""
+    if name in VARIANTS:
+        return VARIANTS[name].family
+    try:
+        return encoding_class(name).family
+    except (KeyError, ValueError):
+        return "none"
+
+
+def variant_plan(name: str, n_layers: int) -> dict | None:
+    """The plan of variant ``name`` for a model of ``n_layers`` (None: no plan)."""
+    variant = VARIANTS[name]
+    if variant.plan is None:
+        return None
+    if n_layers < MIN_PLAN_LAYERS:
+        raise UserError(f"{name} needs a model of at least {MIN_PLAN_LAYERS} layers "
+                         f"(n_layers={n_layers}): its plan has two kinds of layer")
+    every = inspect.signature(NAMED_PLANS[variant.plan]).parameters["every"].default
+    return {"name": variant.plan, "every": min(every, n_layers)}
+
+
+def takes_scaling(name: str, scaling: str) -> bool:
+    """Whether lab run ``name`` is evaluated with inference scaling ``scaling`` as well."""
+    from ...eval.inference_scaling import accepts_rope_scaling
+    return not is_variant(name) and accepts_rope_scaling(name, scaling)
+
+
+def variant_rows() -> list[dict[str, str]]:
+    """One row per variant (for ``posenc list`` and the README): name, encoding, summary."""
+    return [{"name": name, "pe": v.pe, "summary": v.summary} for name, v in VARIANTS.items()]

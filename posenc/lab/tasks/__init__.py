@@ -1,0 +1,1 @@
+"""The synthetic-task study (``posenc tasks``): exact match against length, with verdicts."""

@@ -1,0 +1,67 @@
+"""Runs side by side: how many workers by device type, and a comparison in two worker
+processes equal to the same comparison in one process, in the same order, resumable."""
+
+import pytest
+
+from posenc.errors import UserError
+from posenc.lab.compare import parallel_runs
+from posenc.lab.compare.parallel_runs import (MAX_WORKERS, MIN_PARALLEL_STEPS, default_workers,
+                                              resolve_workers)
+from posenc.lab.compare.presets import preset
+from posenc.lab.compare.study import run_compare
+
+
+def test_workers_follow_the_device_type_and_the_size_of_the_comparison(monkeypatch):
+    monkeypatch.setattr(parallel_runs, "cpu_cores", lambda: 16)
+    big = MIN_PARALLEL_STEPS
+    assert default_workers("cpu", 29, big) == MAX_WORKERS
+    assert default_workers("cpu", 3, big) == 3                      # no idle worker
+    assert default_workers("cpu", 29, MIN_PARALLEL_STEPS // 29 - 1) == 1   # too small to gain
+    for device in ("cuda", "cuda:1", "mps", "xpu:0"):
+        assert default_workers(device, 29, big) == 1               # one accelerator
+    monkeypatch.setattr(parallel_runs, "cpu_cores", lambda: 2)
+    assert default_workers("cpu", 29, big) == 2
+
+
+def test_the_workers_option_takes_auto_or_a_count():
+    assert resolve_workers("auto", "cuda", 10, 10_000) == 1
+    assert resolve_workers("3", "cpu", 10, 10_000) == 3 and resolve_workers(2, "cpu", 1, 1) == 2
+    for bad in ("0", "-1", "two", "1.5"):
+        with pytest.raises(UserError, match="--workers must be 'auto' or an integer >= 1"):
+            resolve_workers(bad, "cpu", 10, 10_000)
+
+
+def test_two_workers_give_the_sequential_results_in_the_same_order(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = preset("smoke", steps=3, lengths=(16, 32), eval_tokens=64,
+                 scalings=("linear:4", "self_extend:4"), encodings=("rope", "alibi", "nope"),
+                 seeds=2, timing_rounds=0)
+    alone = run_compare(cfg, tmp_path / "one", progress=False, atlas=False, workers=1)
+    side = run_compare(cfg, tmp_path / "two", progress=False, atlas=False, workers=2)
+    assert [r["label"] for r in side.results["runs"]] == \
+        [r["label"] for r in alone.results["runs"]]
+    for a, b in zip(alone.results["runs"], side.results["runs"]):
+        for sa, sb in zip(a["seeds"], b["seeds"]):
+            assert sa["seed"] == sb["seed"]
+            for n, ppl in sa["ppl"].items():
+                assert sb["ppl"][n] == pytest.approx(ppl, rel=1e-4)   # one thread vs two
+    assert sorted(side.trained) == sorted(alone.trained) and len(side.trained) == 6
+    again = run_compare(cfg, tmp_path / "two", progress=False, atlas=False, workers=2)
+    assert again.trained == () and again.results["runs"] == side.results["runs"]
+
+
+def test_an_interrupted_comparison_stops_its_running_workers_at_once(tmp_path, monkeypatch):
+    import time
+
+    from posenc.lab.compare.parallel_runs import RunPool
+    monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = preset("smoke", steps=100_000, lengths=(16,), eval_tokens=64, scalings=(),
+                 encodings=("nope",), timing_rounds=0)
+    pool = RunPool(1)
+    pool.submit(cfg, tmp_path / "out", "nope", 0, [None])
+    worker = next(iter(pool.executor._processes.values()))
+    time.sleep(1.0)                                 # started, far from done
+    start = time.perf_counter()
+    pool.close(abort=True)
+    assert time.perf_counter() - start < 30 and not worker.is_alive()
+    assert pool.futures[("nope", 0)].done()
