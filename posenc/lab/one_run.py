@@ -49,8 +49,10 @@ def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, data: Study
                    progress: UnitProgress, seed: int | None = None) -> tuple[Any, bool]:
     """Train, resume or reuse one encoding's run on the comparison's prepared ``data``;
     return (LoadedRun, trained now)."""
+    from ..runio import announce_output
     from ..train.checkpoint import load_run
     from ..train.loop import train
+    announce_output(run_dir)          # the comparison's own folder, listed before it is made
     steps, device = cfg.train.steps, study_device(cfg.train)
     loaded = _finished(run_dir, steps, device)
     if loaded is not None:

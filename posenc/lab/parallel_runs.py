@@ -111,6 +111,11 @@ class RunPool:
 
     def submit(self, cfg: Any, out_dir: Path, encoding: str, seed: int,
                scalings: list[str | None]) -> None:
+        """Queue one (encoding, seed) of the comparison in ``out_dir`` (its run folder is
+        announced here, in the process that holds the comparison's folder)."""
+        from ..runio import announce_output
+        from .one_run import run_dir_of
+        announce_output(Path(out_dir) / run_dir_of(encoding, seed))
         self.submit_call((encoding, seed), run_group, cfg, out_dir, encoding, seed, scalings,
                          self.threads)
 

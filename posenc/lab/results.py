@@ -32,12 +32,28 @@ from .stats import BOOTSTRAP, SEEDS, Estimate, block_bootstrap_ppl, bootstrap_pp
 RESULTS = "results.json"
 
 
-#: what a comparison writes into its folder (overwrite removes these and nothing else)
-#: (each run folder ``runs/<encoding>/seed<k>`` and the atlas's own files; a user's files
-#: beside them stay)
+#: the files every comparison may write into its folder, by exact name (with
+#: :func:`named_outputs`: what an overwrite removes from a folder written before posenc
+#: listed its outputs; a user's files beside them stay)
 OUTPUTS = (RESULTS, "report.md", "index.html", "ppl_vs_length.png", "ppl_ratio.png",
-           "training_curves.png", "entropy_vs_length.png", "runs/*/seed*", "atlas/*.png",
-           "atlas/atlas.json", "atlas/index.html", "atlas/index.md")
+           "training_curves.png", "entropy_vs_length.png", "atlas/atlas.json",
+           "atlas/index.html", "atlas/index.md")
+
+
+def named_outputs(results: dict) -> list[str]:
+    """The atlas's figures and the run folder ``runs/<encoding>/seed<k>`` of every
+    (encoding, seed) that ``results`` plans or holds, by exact name."""
+    from ..atlas import atlas_files
+    from .one_run import run_dir_of
+    config = results.get("config") or {}
+    first = int((config.get("train") or {}).get("seed", 0))
+    pairs = {(e, s) for e in config.get("encodings") or []
+             for s in range(first, first + int(config.get("seeds", 1)))}
+    pairs |= {(run.get("encoding"), seed.get("seed")) for run in results.get("runs") or []
+              for seed in run.get("seeds") or []}
+    return [*(f"atlas/{name}" for name in atlas_files()),
+            *(run_dir_of(e, s) for e, s in sorted(pairs, key=str)
+              if isinstance(e, str) and isinstance(s, int))]
 
 
 def _is_legacy(data: dict) -> bool:
@@ -58,7 +74,7 @@ def _redraw(results: dict, directory) -> list:
 #: the comparison as the study core knows it (:class:`~posenc.study.StudyKind`)
 COMPARE_KIND = StudyKind(name="compare", schema=1, command="posenc compare", outputs=OUTPUTS,
                          legacy=_is_legacy, migrate=_migrate, description="comparison",
-                         redraw=_redraw)
+                         redraw=_redraw, named_outputs=named_outputs)
 
 
 def _number(value: Any) -> float | None:

@@ -212,6 +212,7 @@ def test_cli_checks_options_before_work_warns_and_force_keeps_the_users_files(
     assert "warning" not in captured.err                     # the passkey goes to 2x
     assert re.search(r"\| none \| \d+\.\d\d ± \d+\.\d\d \| \d+\.\d\d ± ", captured.out)
     (out / "mine.txt").write_text("kept")
+    (out / "passkey_my_slide.png").write_text("a user's figure, not posenc's")
     assert main(argv) == 2                                   # another study, no --force
     assert "settings differ (passkey true there, false now; passkey_depths" in \
         capsys.readouterr().err
@@ -221,8 +222,9 @@ def test_cli_checks_options_before_work_warns_and_force_keeps_the_users_files(
                "nothing is extended here")
     assert warning in captured.err
     assert "no length exceeds the native context" in (out / "report.md").read_text()
-    assert sorted(p.name for p in out.iterdir()) == ["mine.txt", "ppl.png", "report.md",
-                                                     "results.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".posenc-outputs.json", "mine.txt", "passkey_my_slide.png", "ppl.png", "report.md",
+        "results.json"]                                     # passkey_none.png went
     assert (out / "mine.txt").read_text() == "kept"
     (out / "ppl.png").unlink()
     assert main(argv) == 2                                   # neither --resume nor --force
