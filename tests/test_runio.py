@@ -118,6 +118,18 @@ def test_taking_the_lock_removes_posenc_temporaries_only(tmp_path):
         ["atlas", *(p.name for p in mine)])
 
 
+def test_a_run_folders_hidden_look_alike_survives_taking_its_lock(tmp_path):
+    """``.notes.backup01.tmp`` in a run folder matched the old pattern of a temporary and
+    was deleted when a command (here eval) took the run's lock."""
+    run = tmp_path / "run"
+    assert main(["train", "--out", str(run), *TINY]) == 0
+    (run / ".notes.backup01.tmp").write_text("the user's")
+    (run / ".posenc-tmp-state.json.abcd1234.tmp").write_text("half")
+    assert main(["eval", str(run), "--lengths", "16"]) == 0
+    assert (run / ".notes.backup01.tmp").read_text() == "the user's"
+    assert not (run / ".posenc-tmp-state.json.abcd1234.tmp").exists()
+
+
 def test_temporaries_carry_the_posenc_prefix(tmp_path, monkeypatch):
     """Every temporary the atomic writer makes is recognised as posenc's; nothing else is."""
     import tempfile
