@@ -45,15 +45,22 @@ def named_outputs(results: dict) -> list[str]:
     (encoding, seed) that ``results`` plans or holds, by exact name."""
     from ..atlas import atlas_files
     from .one_run import run_dir_of
-    config = results.get("config") or {}
-    first = int((config.get("train") or {}).get("seed", 0))
-    pairs = {(e, s) for e in config.get("encodings") or []
-             for s in range(first, first + int(config.get("seeds", 1)))}
-    pairs |= {(run.get("encoding"), seed.get("seed")) for run in results.get("runs") or []
-              for seed in run.get("seeds") or []}
+
+    def mapping(value: Any) -> dict:
+        return value if isinstance(value, dict) else {}
+
+    def items(value: Any) -> list:
+        return value if isinstance(value, list) else []
+    config = mapping(results.get("config"))
+    first, count = mapping(config.get("train")).get("seed", 0), config.get("seeds", 1)
+    pairs = {(e, s) for e in items(config.get("encodings")) for s in range(first, first + count)
+             } if isinstance(first, int) and isinstance(count, int) else set()
+    pairs |= {(run.get("encoding"), seed.get("seed"))
+              for run in map(mapping, items(results.get("runs")))
+              for seed in map(mapping, items(run.get("seeds"))) if "seed" in seed}
     return [*(f"atlas/{name}" for name in atlas_files()),
             *(run_dir_of(e, s) for e, s in sorted(pairs, key=str)
-              if isinstance(e, str) and isinstance(s, int))]
+              if isinstance(e, str) and isinstance(s, int) and not isinstance(s, bool))]
 
 
 def _is_legacy(data: dict) -> bool:

@@ -185,6 +185,26 @@ def test_an_older_folder_loses_only_the_exact_names_it_knows_and_is_told_the_res
     assert _files(out) == sorted([*LOOK_ALIKES, "runs/alibi/seed0/x"])
 
 
+def test_an_older_comparison_loses_its_run_folders_and_atlas_by_name(tmp_path):
+    from posenc.lab.results import COMPARE_KIND
+    out = tmp_path / "old"
+    out.mkdir()
+    config = {"encodings": ["rope", "alibi"], "seeds": 1, "train": {"seed": 0}}
+    (out / "results.json").write_text(json.dumps({"kind": "compare", "schema": 1,
+                                                  "config": config, "corpus": {},
+                                                  "runs": []}))
+    for rel in ("report.md", "atlas/rope_decay.png", "atlas/index.html",
+                "runs/rope/seed0/config.json", "runs/alibi/seed0/checkpoints/x"):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text("posenc's")
+    _user_files(out)
+    with RunDirectory(out, COMPARE_KIND) as rd:
+        rd.open(_never, overwrite=True)
+        with pytest.warns(UserWarning, match="left 4 file"):
+            rd.claim(overwrite=True)
+    assert _files(out) == sorted(LOOK_ALIKES)
+
+
 def test_a_resumed_older_folder_lists_its_known_outputs_at_once(tmp_path):
     out = tmp_path / "old"
     (out / "runs" / "rope" / "seed0").mkdir(parents=True)
