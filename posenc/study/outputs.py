@@ -120,6 +120,7 @@ class OutputList:
                 if parent.is_dir() and not any(parent.iterdir()):
                     parent.rmdir()
         self.names.clear()
+        self.older = False
         self.save()
         return removed
 

@@ -247,8 +247,9 @@ class RunDirectory:
         that this left empty; nothing else. Returns what was deleted. In a folder written
         before outputs were listed, warns which files it left (not known by name)."""
         outputs = self.outputs()
+        older = outputs.older
         removed = outputs.remove()
-        left = outputs.left() if outputs.older else []
+        left = outputs.left() if older else []
         if left:
             shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8
                                            else "")
@@ -266,7 +267,8 @@ class RunDirectory:
         return path
 
     def write(self, name: str, content: str | bytes) -> Path:
-        """Write one output file (report.md, index.html, ...) atomically; returns its path."""
+        """Write one output file (report.md, index.html, ...) atomically, listed among the
+        study's outputs first (the atomic writer announces it); returns its path."""
         path = self.path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, content.encode("utf-8") if isinstance(content, str) else content)
