@@ -33,6 +33,21 @@ def run_dir_of(encoding: str, seed: int) -> str:
     return f"runs/{encoding}/seed{seed}"
 
 
+def run_files(run_dir: str | Path) -> list[str]:
+    """The files and folders a run writes into ``run_dir``, by exact name (a user's file
+    beside them in the run folder is not among them)."""
+    from ..train.run_layout import RUN_DIRS, RUN_FILES
+    return [f"{Path(run_dir).as_posix()}/{name}" for name in (*RUN_FILES, *RUN_DIRS)]
+
+
+def announce_run(run_dir: Path) -> None:
+    """List a run's files among the outputs of the comparison folder holding ``run_dir``,
+    before it is trained (:func:`posenc.runio.announce_output`; a no-op elsewhere)."""
+    from ..runio import announce_output
+    for name in run_files(run_dir):
+        announce_output(name)
+
+
 def _finished(run_dir: Path, steps: int, device: str):
     """The loaded run if ``run_dir`` holds a complete run of ``steps`` steps, else None."""
     from ..train.checkpoint import load_run
@@ -49,10 +64,9 @@ def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, data: Study
                    progress: UnitProgress, seed: int | None = None) -> tuple[Any, bool]:
     """Train, resume or reuse one encoding's run on the comparison's prepared ``data``;
     return (LoadedRun, trained now)."""
-    from ..runio import announce_output
     from ..train.checkpoint import load_run
     from ..train.loop import train
-    announce_output(run_dir)          # the comparison's own folder, listed before it is made
+    announce_run(run_dir)             # the comparison's own files, listed before they are made
     steps, device = cfg.train.steps, study_device(cfg.train)
     loaded = _finished(run_dir, steps, device)
     if loaded is not None:

@@ -169,11 +169,10 @@ class RunPool:
 
     def submit(self, cfg: Any, out_dir: Path, encoding: str, seed: int,
                scalings: list[str | None]) -> None:
-        """Queue one (encoding, seed) of the comparison in ``out_dir`` (its run folder is
+        """Queue one (encoding, seed) of the comparison in ``out_dir`` (its run's files are
         announced here, in the process that holds the comparison's folder)."""
-        from ..runio import announce_output
-        from .one_run import run_dir_of
-        announce_output(Path(out_dir) / run_dir_of(encoding, seed))
+        from .one_run import announce_run, run_dir_of
+        announce_run(Path(out_dir) / run_dir_of(encoding, seed))
         self.submit_call((encoding, seed), run_group, cfg, out_dir, encoding, seed, scalings,
                          self.threads)
 

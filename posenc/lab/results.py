@@ -41,10 +41,10 @@ OUTPUTS = (RESULTS, "report.md", "index.html", "ppl_vs_length.png", "ppl_ratio.p
 
 
 def named_outputs(results: dict) -> list[str]:
-    """The atlas's figures and the run folder ``runs/<encoding>/seed<k>`` of every
+    """The atlas's figures and the run files in ``runs/<encoding>/seed<k>`` of every
     (encoding, seed) that ``results`` plans or holds, by exact name."""
     from ..atlas import atlas_files
-    from .one_run import run_dir_of
+    from .one_run import run_dir_of, run_files
 
     def mapping(value: Any) -> dict:
         return value if isinstance(value, dict) else {}
@@ -59,8 +59,9 @@ def named_outputs(results: dict) -> list[str]:
               for run in map(mapping, items(results.get("runs")))
               for seed in map(mapping, items(run.get("seeds"))) if "seed" in seed}
     return [*(f"atlas/{name}" for name in atlas_files()),
-            *(run_dir_of(e, s) for e, s in sorted(pairs, key=str)
-              if isinstance(e, str) and isinstance(s, int) and not isinstance(s, bool))]
+            *(name for e, s in sorted(pairs, key=str)
+              if isinstance(e, str) and isinstance(s, int) and not isinstance(s, bool)
+              for name in run_files(run_dir_of(e, s)))]
 
 
 def _is_legacy(data: dict) -> bool:

@@ -7,17 +7,17 @@ import json
 import pytest
 
 from posenc.errors import UserError
-from posenc.runio import LOCK_FILE, OUTPUTS_FILE, DirectoryInUse, announce_output, atomic_write
+from posenc.runio import LOCK_FILE, OUTPUTS_FILE, DirectoryInUse, atomic_write
 from posenc.study import CLI_NAMES, RunDirectory, StudyKind, read_study_results
 
 KIND = StudyKind("toy", 2, "posenc toy", ("results.json", "report.md", "atlas/a.png"),
                  legacy=lambda d: {"config", "runs"} <= set(d),
                  migrate=lambda d, schema: {**d, "migrated_from": schema},
-                 named_outputs=lambda r: [f"runs/{name}/seed0" for name in r["runs"]])
+                 named_outputs=lambda r: [f"runs/{name}/seed0/model.bin" for name in r["runs"]])
 OTHER = StudyKind("other", 1, "posenc other", ("results.json",))
-#: a user's files whose names look like a study's outputs
+#: a user's files whose names look like a study's outputs (or sit in its run folder)
 LOOK_ALIKES = ("runs/mynotes/seedlings.txt", "runs/rope/seed0-backup-of-good-run/model.bin",
-               "atlas/my_figure.png", "passkey_my_slide.png")
+               "atlas/my_figure.png", "passkey_my_slide.png", "runs/rope/seed0/.notes.tmp")
 
 
 def _never(existing):
@@ -101,9 +101,10 @@ def _files(out):
 
 def _write_a_study(out, kind):
     """Write as a comparison and an extension do: results and report through the run
-    directory, figures through the atomic writer, a run folder announced before training."""
+    directory, figures through the atomic writer, a run's files announced before training."""
     from matplotlib.figure import Figure
 
+    from posenc.lab.one_run import announce_run
     from posenc.viz.axes import save_png
     with RunDirectory(out, kind) as rd:
         rd.open(_never)
@@ -114,7 +115,7 @@ def _write_a_study(out, kind):
         save_png(Figure(figsize=(1, 1)), out / "atlas" / "rope_decay.png")
         save_png(Figure(figsize=(1, 1)), out / "passkey_yarn.png")
         run = out / "runs" / "rope" / "seed0"
-        announce_output(run)                       # what ensure_trained does before train()
+        announce_run(run)                          # what ensure_trained does before train()
         (run / "checkpoints").mkdir(parents=True)
         atomic_write(run / "config.json", b"{}")
         (run / "checkpoints" / "model.safetensors").write_bytes(b"w")   # not announced
@@ -131,8 +132,10 @@ def test_overwrite_removes_what_the_study_wrote_and_no_look_alike(tmp_path, kind
     out = tmp_path / "study"
     _write_a_study(out, study)
     listed = json.loads((out / OUTPUTS_FILE).read_text())["outputs"]
-    assert listed == ["atlas/rope_decay.png", "passkey_yarn.png", "report.md", "results.json",
-                      "runs/rope/seed0"]
+    assert listed[:4] == ["atlas/rope_decay.png", "passkey_yarn.png", "report.md",
+                          "results.json"]
+    assert {"runs/rope/seed0/checkpoints", "runs/rope/seed0/config.json"} <= set(listed[4:])
+    assert all(name.startswith("runs/rope/seed0/") for name in listed[4:])
     _user_files(out)
     with RunDirectory(out, study) as rd:
         assert rd.open(_never, overwrite=True) is None
@@ -178,7 +181,7 @@ def test_an_older_folder_loses_only_the_exact_names_it_knows_and_is_told_the_res
     _user_files(out)
     with RunDirectory(out, KIND) as rd:
         rd.open(_never, overwrite=True)
-        with pytest.warns(UserWarning, match="left 5 file") as caught:
+        with pytest.warns(UserWarning, match="left 6 file") as caught:
             rd.claim(overwrite=True)
     message = str(caught[0].message)
     assert all(name in message for name in [*LOOK_ALIKES, "runs/alibi/seed0/x"])
@@ -200,7 +203,7 @@ def test_an_older_comparison_loses_its_run_folders_and_atlas_by_name(tmp_path):
     _user_files(out)
     with RunDirectory(out, COMPARE_KIND) as rd:
         rd.open(_never, overwrite=True)
-        with pytest.warns(UserWarning, match="left 4 file"):
+        with pytest.warns(UserWarning, match="left 5 file"):
             rd.claim(overwrite=True)
     assert _files(out) == sorted(LOOK_ALIKES)
 
@@ -208,13 +211,14 @@ def test_an_older_comparison_loses_its_run_folders_and_atlas_by_name(tmp_path):
 def test_a_resumed_older_folder_lists_its_known_outputs_at_once(tmp_path):
     out = tmp_path / "old"
     (out / "runs" / "rope" / "seed0").mkdir(parents=True)
+    (out / "runs" / "rope" / "seed0" / "model.bin").write_text("posenc's")
     (out / "results.json").write_text(json.dumps({"config": {}, "runs": ["rope"]}))
     _user_files(out)
     with RunDirectory(out, KIND) as rd:
         assert rd.open(_never) is not None
         rd.claim()
     assert json.loads((out / OUTPUTS_FILE).read_text())["outputs"] == [
-        "results.json", "runs/rope/seed0"]
+        "results.json", "runs/rope/seed0/model.bin"]
 
 
 def test_a_damaged_list_is_refused_and_nothing_is_removed(tmp_path):
