@@ -64,8 +64,10 @@ def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, data: Study
                    progress: UnitProgress, seed: int | None = None) -> tuple[Any, bool]:
     """Train, resume or reuse one encoding's run on the comparison's prepared ``data``;
     return (LoadedRun, trained now)."""
+    from ..runio import has_content
     from ..train.checkpoint import load_run
     from ..train.loop import train
+    from ..train.run_layout import CONFIG_FILE
     announce_run(run_dir)             # the comparison's own files, listed before they are made
     steps, device = cfg.train.steps, study_device(cfg.train)
     loaded = _finished(run_dir, steps, device)
@@ -78,8 +80,10 @@ def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, data: Study
         progress.update(step - counted[0])     # the first call also counts resumed steps
         counted[0] = step
 
-    train(cfg.train_config(encoding, data.vocab_size, seed), run_dir, resume=True,
-          progress=False, on_step=on_step, data=data.train)
+    # a folder without a run, holding a user's files (an overwrite kept them): train beside
+    beside = run_dir.is_dir() and has_content(run_dir) and not (run_dir / CONFIG_FILE).exists()
+    train(cfg.train_config(encoding, data.vocab_size, seed), run_dir, resume=not beside,
+          overwrite=beside, progress=False, on_step=on_step, data=data.train)
     progress.update(max(0, steps - counted[0]))
     return load_run(run_dir, device), True
 
