@@ -4,6 +4,8 @@
 - :mod:`.rundir`: one run directory: its lock, the comparable-settings check with a one-line
   refusal, atomic results stamped with their kind and schema version, resume and growth, and
   an overwrite that removes only what the study wrote.
+- :mod:`.outputs`: the list of what a study wrote into its folder (``.posenc-outputs.json``),
+  kept before each file is written; the only thing an overwrite removes.
 - :mod:`.study`: the :class:`Study` protocol (a plan of units of work, one unit run at a
   time, a report rendered from the results) and :func:`run_study`, the loop every study runs.
 - :mod:`.tables`, :mod:`.verdict`: one markdown table helper and one verdict type.
