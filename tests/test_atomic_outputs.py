@@ -62,7 +62,7 @@ def test_reports_and_pages_are_renamed_into_place(tmp_path, monkeypatch):
         return real_replace(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(os, "replace", replace)
-    directory = RunDirectory(tmp_path, StudyKind("toy", 1, "posenc toy", ("*",)))
+    directory = RunDirectory(tmp_path, StudyKind("toy", 1, "posenc toy", ("report.md",)))
     written = [
         directory.write("report.md", "# report\n"),
         directory.write("index.html", "<html></html>"),

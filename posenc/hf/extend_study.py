@@ -33,7 +33,7 @@ from .extend import extend, hf_rope_parameters, make_extension, restore
 from .finetune import FinetuneConfig, finetune
 from .measure import PeakMemory, n_windows, perplexity_vs_length
 from .passkey import PasskeyGrid, passkey_cell
-from .report import check_extension_numbers, report_markdown, write_figures
+from .report import check_extension_numbers, passkey_figure, report_markdown, write_figures
 from .extension_settings import (DEFAULT_DEPTHS, DEFAULT_METHODS, ExtensionSettings,
                                  config_dict, default_lengths, row_names, validate_settings)
 
@@ -65,11 +65,17 @@ def redraw_extension(results: dict, directory: RunDirectory) -> list[Path]:
     return render_extension(decode(results), directory)[1:]
 
 
+def passkey_figures(results: dict) -> list[str]:
+    """The passkey heat map of every method row of ``results``, by exact name."""
+    return [passkey_figure(name) for name in results.get("methods") or {}]
+
+
 EXTEND_KIND = register_kind(StudyKind(
     name="extend", schema=1, command="posenc extend",
-    outputs=(RESULTS, "report.md", "ppl.png", "passkey_*.png", "measurements.json"),
+    outputs=(RESULTS, "report.md", "ppl.png", "measurements.json"),
     legacy=_legacy, migrate=_migrate, description="posenc extend study",
-    redraw=lambda results, directory: redraw_extension(results, directory)))
+    redraw=lambda results, directory: redraw_extension(results, directory),
+    named_outputs=passkey_figures))
 
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +38,8 @@ import torch
 from torch import nn
 
 from ..errors import UserError
-from ..runio import FILE_MODE, TMP_SUFFIX, fsync_dir, fsync_file
 from ..methods import parse_method_spec
+from ..runio import atomic_write_path
 from .extend import Extension, current_extension
 
 #: Hugging Face model type -> GGUF architecture, for writing weights
@@ -115,9 +114,9 @@ def write_gguf(model: nn.Module, path: str | os.PathLike, source: str | os.PathL
     """Write ``model`` (extended or not) to ``path`` as GGUF; ``source``: a GGUF file the model
     was loaded from, whose tensors are copied unchanged (else the model's weights in fp32).
 
-    The file is written aside (``.<name>.<random>.tmp``, a temporary of
-    :mod:`posenc.runio` that a crash may leave and a run folder's lock removes), made durable,
-    then renamed into place."""
+    The file is written aside (``.posenc-tmp-<name>.<random>.tmp``, a temporary of
+    :mod:`posenc.runio` that a crash may leave and a run folder's lock removes), given the
+    umask's mode, made durable, then renamed into place."""
     import gguf
 
     config = model.config
@@ -138,10 +137,8 @@ def write_gguf(model: nn.Module, path: str | os.PathLike, source: str | os.PathL
                             f"(supported: {', '.join(GGUF_ARCH)}); give the source GGUF file "
                             "to copy its tensors")
     meta, extra = rope_metadata(ext, arch), rope_tensors(ext)
-    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=TMP_SUFFIX)
-    os.close(fd)
-    tmp = Path(name)
-    try:
+
+    def write(tmp: Path) -> None:
         writer = gguf.GGUFWriter(str(tmp), arch)
         if source is not None:
             _copy_source(writer, reader, meta, extra)
@@ -151,13 +148,7 @@ def write_gguf(model: nn.Module, path: str | os.PathLike, source: str | os.PathL
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
-        fsync_file(tmp)
-        os.chmod(tmp, FILE_MODE)
-        tmp.replace(out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(out.parent)
-    return out
+    return atomic_write_path(out, write)
 
 
 def _add_meta(writer: Any, meta: dict[str, Any]) -> None:

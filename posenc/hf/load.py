@@ -24,7 +24,8 @@ from torch import nn
 
 from ..errors import UserError
 from .. import paths
-from ..runio import fsync_dir, fsync_file
+from ..runio import (TMP_PREFIX, TMP_SUFFIX, files_written_aside, fsync_dir, fsync_file,
+                     temporary_prefix)
 from .architectures import check_loadable
 from .extend import current_extension, hf_rope_parameters
 
@@ -228,10 +229,11 @@ def _cache_dir(root: str | os.PathLike | None, source: ModelSource) -> Path | No
 
 
 def _write_cache(model: nn.Module, tokenizer: Any, path: Path) -> None:
-    """Save a dequantized GGUF model as fp32 safetensors: written aside (``.<name>.<pid>.tmp``,
-    after removing those of writers that died), made durable, then renamed into place."""
+    """Save a dequantized GGUF model as fp32 safetensors: written aside
+    (``.posenc-tmp-<name>.<pid>.tmp``, after removing those of writers that died), made
+    durable, then renamed into place."""
     _remove_dead_writers(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f"{temporary_prefix(path.name)}{os.getpid()}{TMP_SUFFIX}")
     save_extended(model, tmp, tokenizer, overwrite=True)
     for file in tmp.iterdir():
         fsync_file(file)
@@ -244,9 +246,9 @@ def _write_cache(model: nn.Module, tokenizer: Any, path: Path) -> None:
 
 
 def _remove_dead_writers(folder: Path) -> None:
-    """Delete ``.<name>.<pid>.tmp`` folders whose writing process no longer runs (a crash
-    or a kill during a conversion leaves them, hundreds of MB each)."""
-    for entry in folder.glob(".*.tmp"):
+    """Delete ``.posenc-tmp-<name>.<pid>.tmp`` folders whose writing process no longer runs
+    (a crash or a kill during a conversion leaves them, hundreds of MB each); nothing else."""
+    for entry in folder.glob(f"{TMP_PREFIX}*{TMP_SUFFIX}"):
         pid = entry.name.rsplit(".", 2)[-2]
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
@@ -264,6 +266,8 @@ def save_extended(model: nn.Module, path: str | os.PathLike, tokenizer: Any = No
 
     Refuses extensions Hugging Face's config cannot express (log-n, exact cache) with a
     UserError naming the method, and an existing non-empty directory unless ``overwrite``.
+    Every file is written aside, given the umask's mode and renamed into ``path``
+    (:func:`posenc.runio.files_written_aside`).
     """
     ext = current_extension(model)
     if ext is not None:
@@ -282,11 +286,12 @@ def save_extended(model: nn.Module, path: str | os.PathLike, tokenizer: Any = No
     if gguf:             # transformers dequantizes GGUF weights on load: save them as plain
         del config.quantization_config
         model.hf_quantizer = None
-    try:
-        model.save_pretrained(out)
-    finally:
-        if gguf:
-            config.quantization_config, model.hf_quantizer = quant, quantizer
-    if tokenizer is not None:
-        tokenizer.save_pretrained(out)
+    with files_written_aside(out) as aside:
+        try:
+            model.save_pretrained(aside)
+        finally:
+            if gguf:
+                config.quantization_config, model.hf_quantizer = quant, quantizer
+        if tokenizer is not None:
+            tokenizer.save_pretrained(aside)
     return out

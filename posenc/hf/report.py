@@ -144,13 +144,18 @@ def plot_passkey(name: str, grid: dict[str, Any], path: Path) -> Path:
     return save_png(fig, path, dpi=120)
 
 
+def passkey_figure(method: str) -> str:
+    """The file name of a method's passkey heat map."""
+    return f"passkey_{_safe(method)}.png"
+
+
 def write_figures(results: dict[str, Any], directory: RunDirectory) -> list[Path]:
     """ppl.png and one passkey_<method>.png per row with a passkey grid; returns the paths."""
     paths = [plot_ppl(results, directory.path / "ppl.png")]
     for name, row in results["methods"].items():
         if row.get("passkey") is not None:
             paths.append(plot_passkey(name, row["passkey"],
-                                      directory.path / f"passkey_{_safe(name)}.png"))
+                                      directory.path / passkey_figure(name)))
     return paths
 
 

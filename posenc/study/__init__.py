@@ -6,6 +6,8 @@
   refusal, atomic results stamped with their kind and schema version, resume and growth, and
   an overwrite that removes only what the study wrote.
 - :mod:`.kinds`: the registry of study kinds (each study module registers its own).
+- :mod:`.outputs`: the list of what a study wrote into its folder (``.posenc-outputs.json``),
+  kept before each file is written; the only thing an overwrite removes.
 - :mod:`.study`: the :class:`Study` protocol (a plan of units of work, each unit's result
   returned as a value and committed by the driver, a report rendered from the results) and
   :func:`run_study`, the driver every study runs.

@@ -11,23 +11,28 @@ rules every study follows there:
   rewritten atomically after every unit of work, and is read back with the study's own
   comparable-settings check: a second call resumes or grows the study, or is refused in one
   line naming what differs;
-- overwrite removes only what the study declares it writes (:attr:`StudyKind.outputs`), and
-  only in a folder whose results.json is the study's own: a folder posenc did not write is
-  refused, never emptied.
+- overwrite removes only what the study recorded writing (:mod:`.outputs`: every file posenc
+  writes into the folder while the study holds it is listed before it is written), and only
+  in a folder whose results.json is the study's own: a folder posenc did not write is
+  refused, never emptied. A folder written before the list was kept gets one made of the
+  exact names the study knows (:meth:`StudyKind.known_outputs`, never a pattern), and an
+  overwrite there warns which files it left.
 """
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..runio import DirectoryLock, atomic_write, has_content, remove_stale_temporaries
+from ..runio import (OUTPUTS_FILE, DirectoryLock, atomic_write, has_content, record_outputs,
+                     remove_stale_temporaries)
 from .codec import dumps, read_json
 from .names import API_NAMES
+from .outputs import OutputList, safe_name
 
 RESULTS = "results.json"
 
@@ -38,8 +43,10 @@ class StudyKind:
 
     ``name`` is stamped into results.json as ``kind``; ``schema`` is the version of the
     results layout this code writes; ``command`` names the writer (the lock, messages).
-    ``outputs``: glob patterns, relative to the folder, of everything the study writes
-    (overwrite removes these and nothing else). ``legacy``: recognises a results file
+    ``outputs``: exact names, relative to the folder, of the files every study of this kind
+    may write, and ``named_outputs(results)`` those its results name (run folders, one
+    figure per method): what an overwrite removes from a folder written before posenc
+    listed its outputs (never a pattern). ``legacy``: recognises a results file
     written before kinds were stamped (schema 0). ``migrate(results, schema)``: the results
     of an older schema in the current layout (None: older schemas are refused).
     ``redraw(results, directory)``: the report and figures drawn again from the results
@@ -57,6 +64,17 @@ class StudyKind:
     description: str = ""
     redraw: Callable[[dict, RunDirectory], list[Path]] | None = None
     record: str = RESULTS
+    named_outputs: Callable[[dict], Iterable[str]] | None = None
+
+    def __post_init__(self) -> None:
+        bad = [n for n in self.outputs if safe_name(n) != n or any(c in n for c in "*?[")]
+        if bad:
+            raise ValueError(f"outputs of {self.name} must be exact relative names: {bad}")
+
+    def known_outputs(self, results: dict | None) -> list[str]:
+        """Every exact name a study of this kind with ``results`` may have written."""
+        named = self.named_outputs(results) if self.named_outputs and results else ()
+        return [*self.outputs, *named]
 
     @property
     def what(self) -> str:
@@ -121,15 +139,42 @@ class RunDirectory:
         self.kind = kind
         self.names = dict(names)
         self.lock = DirectoryLock(self.path, kind.command)
+        self._outputs: OutputList | None = None
+        self._stop_recording: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ lock
     def __enter__(self) -> RunDirectory:
         if self.path.is_dir():
             self.lock.acquire()               # before looking: nobody changes it meanwhile
+            self._record()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._stop_recording is not None:
+            self._stop_recording()
+            self._stop_recording = None
         self.lock.release()
+
+    def _record(self) -> None:
+        """From now on, list what posenc writes into the folder before it is written."""
+        if self._stop_recording is None:
+            self._stop_recording = record_outputs(self.path, self._note)
+
+    def _note(self, path: Path) -> None:
+        if path.name != OUTPUTS_FILE:             # the list itself is bookkeeping
+            self.outputs().note(path)
+
+    def outputs(self) -> OutputList:
+        """What the study wrote here: the folder's list, or one made of the exact names the
+        study knows that exist (a folder written before lists were kept; saved at once)."""
+        if self._outputs is None:
+            found = OutputList.read(self.path)
+            if found is None:
+                results = self.read()
+                found = OutputList.adopt(self.path, self.kind.known_outputs(results),
+                                         older=results is not None)
+            self._outputs = found
+        return self._outputs
 
     # ------------------------------------------------------------------ reading
     def read(self) -> dict | None:
@@ -154,17 +199,20 @@ class RunDirectory:
              overwrite: bool = False) -> dict | None:
         """The results to resume or grow, or None for a new study. Reads only.
 
-        Refuses (one line) a path that is a file, a non-empty folder without this study's
-        results (with or without overwrite), and, unless ``overwrite``, results whose
-        settings ``incomparable(results)`` says differ (the reason is quoted).
+        Refuses (one line) a path that is a file and, unless ``overwrite``, a non-empty folder
+        without this study's results and results whose settings ``incomparable(results)``
+        says differ (the reason is quoted). With ``overwrite`` a folder of someone else's
+        files is written into beside them: an overwrite removes only what posenc recorded.
         """
         if self.path.exists() and not self.path.is_dir():
             raise UserError(f"{self.names['out']} {self.path} exists and is not a directory")
         existing = self.read()
         if existing is None:
-            if self.path.is_dir() and has_content(self.path):
+            if self.path.is_dir() and has_content(self.path) and not overwrite:
                 raise UserError(f"{self.path} is not empty and holds no {self.kind.what} "
-                                f"({self.kind.record}); choose a new or empty directory")
+                                f"({self.kind.record}); choose a new or empty directory, or "
+                                f"pass {self.names['overwrite']} to write beside its files "
+                                "(posenc removes only what it wrote)")
             return None
         if overwrite:
             return None
@@ -187,6 +235,8 @@ class RunDirectory:
                 raise UserError(f"{self.path} was written by another process meanwhile")
         for folder in self._folders():
             remove_stale_temporaries(folder)
+        self.outputs()                        # listed before anything more is written
+        self._record()
         if overwrite:
             self.remove_outputs()
 
@@ -196,24 +246,19 @@ class RunDirectory:
         return [self.path] + [self.path / s for s in sorted(subs) if (self.path / s).is_dir()]
 
     def remove_outputs(self) -> list[Path]:
-        """Delete what :attr:`StudyKind.outputs` matches (files and folders), then the
-        folders that this left empty; nothing else. Returns what was deleted."""
-        removed = []
-        for pattern in self.kind.outputs:
-            for p in sorted(self.path.glob(pattern), reverse=True):
-                if p.is_dir() and not p.is_symlink():
-                    shutil.rmtree(p)
-                elif p.exists() or p.is_symlink():
-                    p.unlink()
-                else:
-                    continue
-                removed.append(p)
-        for p in removed:                     # parents emptied by the removal
-            for parent in p.parents:
-                if parent == self.path or not parent.is_relative_to(self.path):
-                    break
-                if parent.is_dir() and not any(parent.iterdir()):
-                    parent.rmdir()
+        """Delete what the study recorded writing (files and folders), then the folders
+        that this left empty; nothing else. Returns what was deleted. In a folder written
+        before outputs were listed, warns which files it left (not known by name)."""
+        outputs = self.outputs()
+        older = outputs.older
+        removed = outputs.remove()
+        left = outputs.left() if older else []
+        if left:
+            shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8
+                                           else "")
+            warnings.warn(f"{self.path} was written by an older posenc that did not list its "
+                          f"outputs: removed the {len(removed)} it knows by name and left "
+                          f"{len(left)} file(s): {shown}", stacklevel=2)
         return removed
 
     def save(self, results: dict) -> Path:
@@ -225,7 +270,8 @@ class RunDirectory:
         return path
 
     def write(self, name: str, content: str | bytes) -> Path:
-        """Write one output file (report.md, index.html, ...) atomically; returns its path."""
+        """Write one output file (report.md, index.html, ...) atomically, listed among the
+        study's outputs first (the atomic writer announces it); returns its path."""
         path = self.path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, content.encode("utf-8") if isinstance(content, str) else content)

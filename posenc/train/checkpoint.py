@@ -47,15 +47,16 @@ from ..errors import UserError
 from ..data.tokenizer import Tokenizer, load_tokenizer
 from ..models.lm import TransformerLM
 from ..runio import (
-    DIR_MODE,
-    FILE_MODE,
     TMP_SUFFIX,
     atomic_write,
     atomic_write_with,
+    dir_mode,
+    file_mode,
     fsync_dir,
     fsync_file,
     remove_stale_temporaries,
     sha256_file,
+    temporary_prefix,
 )
 from .config import TrainConfig
 from .checkpoint_checks import check_model_config, checkpoint_dir, verify_file
@@ -159,9 +160,9 @@ def save_checkpoint(run_dir: Path, model: nn.Module, optimizer: torch.optim.Opti
     final = root / name
     if final.exists():
         raise FileExistsError(f"checkpoint {final} exists already")
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}.", suffix=TMP_SUFFIX))
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=temporary_prefix(name), suffix=TMP_SUFFIX))
     try:
-        os.chmod(tmp, DIR_MODE)                     # mkdtemp makes it 0700: follow the umask
+        os.chmod(tmp, dir_mode())                   # mkdtemp makes it 0700: follow the umask
         _write_file(tmp / STATE_FILE,
                     lambda: atomic_write_with(tmp / STATE_FILE, lambda f: torch.save(state, f)))
         _write_file(tmp / MODEL_FILE, lambda: _save_weights(model, tmp / MODEL_FILE, step))
@@ -183,7 +184,7 @@ def save_checkpoint(run_dir: Path, model: nn.Module, optimizer: torch.optim.Opti
 
 def _save_weights(model: nn.Module, path: Path, step: int) -> None:
     save_model(model, str(path), metadata={"format": FORMAT, "step": str(step)})
-    os.chmod(path, FILE_MODE)                   # safetensors writes 0600: follow the umask
+    os.chmod(path, file_mode())                 # safetensors writes 0600: follow the umask
     fsync_file(path)
 
 

@@ -211,6 +211,7 @@ def test_cli_checks_options_before_work_warns_and_overwrite_keeps_the_users_file
     assert "warning" not in captured.err                     # the passkey goes to 2x
     assert re.search(r"\| none \| \d+\.\d\d ± \d+\.\d\d \| \d+\.\d\d ± ", captured.out)
     (out / "mine.txt").write_text("kept")
+    (out / "passkey_my_slide.png").write_text("a user's figure, not posenc's")
     assert main(argv) == 2                                   # another study, no --overwrite
     assert "settings differ (passkey true there, false now; passkey_depths" in \
         capsys.readouterr().err
@@ -220,8 +221,9 @@ def test_cli_checks_options_before_work_warns_and_overwrite_keeps_the_users_file
                "nothing is extended here")
     assert warning in captured.err
     assert "no length exceeds the native context" in (out / "report.md").read_text()
-    assert sorted(p.name for p in out.iterdir()) == ["mine.txt", "ppl.png", "report.md",
-                                                     "results.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".posenc-outputs.json", "mine.txt", "passkey_my_slide.png", "ppl.png", "report.md",
+        "results.json"]                                     # passkey_none.png went
     assert (out / "mine.txt").read_text() == "kept"
     (out / "ppl.png").unlink()
     assert main(argv) == 0                                   # finished: only redrawn

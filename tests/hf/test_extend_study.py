@@ -93,17 +93,21 @@ def test_overwrite_removes_only_what_the_study_wrote(model_dir, tmp_path):
     old = {"model": "x", "native_context": 128, "n_tokens": 10,
            "config": {"lengths": [128]}, "methods": {"none": {"ppl": []}}}
     (out / "results.json").write_text(json.dumps(old))       # written by an older posenc
-    for name in ("measurements.json", "passkey_gone.png", "ppl.png"):
+    for name in ("measurements.json", "passkey_none.png", "ppl.png"):
         (out / name).write_text("old")
     (out / "mine.txt").write_text("the user's")
+    (out / "passkey_my_slide.png").write_text("the user's, not a method's")
     (out / "sub").mkdir()
     (out / "sub" / "ppl.png").write_text("the user's too")
     with pytest.raises(UserError, match="did not record its settings.*pass overwrite=True"):
         _run(model_dir, out, passkey=False)
     assert json.loads((out / "results.json").read_text()) == old
-    _run(model_dir, out, passkey=False, overwrite=True)
+    with pytest.warns(UserWarning, match="left 3 file.*: mine.txt, passkey_my_slide.png, "
+                      "sub/ppl.png"):                   # only exact names go, never a pattern
+        _run(model_dir, out, passkey=False, overwrite=True)
     assert sorted(p.name for p in out.iterdir()) == [
-        "mine.txt", "ppl.png", "report.md", "results.json", "sub"]
+        ".posenc-outputs.json", "mine.txt", "passkey_my_slide.png", "ppl.png", "report.md",
+        "results.json", "sub"]
     assert (out / "mine.txt").read_text() == "the user's"
     assert (out / "sub" / "ppl.png").read_text() == "the user's too"
     assert list(read_json(out / "results.json")["methods"]) == ["none", "yarn"]

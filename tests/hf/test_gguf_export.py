@@ -154,7 +154,8 @@ def test_written_aside_as_a_run_folder_temporary(tmp_path, monkeypatch):
     monkeypatch.setattr(gguf_export, "_write_weights", interrupted)
     with pytest.raises(KeyboardInterrupt):
         write_gguf(_model(_config()), tmp_path / "m.gguf")
-    assert len(names) == 1 and runio.is_temporary(names[0]) and names[0].startswith(".m.gguf.")
+    assert len(names) == 1 and runio.is_temporary(names[0])
+    assert names[0].startswith(".posenc-tmp-m.gguf.")
     assert list(tmp_path.iterdir()) == []
 
 

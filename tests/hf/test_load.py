@@ -42,6 +42,24 @@ def test_saved_model_loads_in_plain_transformers(method, kind, ids, tmp_path):
         save_extended(model, tmp_path / "m")
 
 
+def test_saved_files_follow_the_umask(tmp_path):
+    """``extend --save`` wrote model.safetensors 0600 beside 0644 files: every file, the
+    weights and the tokenizer's included, takes the umask's mode now."""
+    import os
+
+    from tests.hf.helpers import byte_bpe_tokenizer
+    model = _model(_config())
+    extend(model, "yarn", 2.0)
+    old = os.umask(0o022)
+    try:
+        save_extended(model, tmp_path / "m", byte_bpe_tokenizer())
+    finally:
+        os.umask(old)
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in (tmp_path / "m").iterdir()}
+    assert "model.safetensors" in modes and "tokenizer.json" in modes
+    assert set(modes.values()) == {"0o644"}, modes
+
+
 @pytest.mark.parametrize("kind", ["llama", "phi3"])
 def test_longrope_round_trip(kind, ids, tmp_path):
     model = _model(_config(kind))

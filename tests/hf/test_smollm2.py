@@ -17,6 +17,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
+from posenc import runio  # noqa: E402
 from posenc.hf import extend, load_model, restore, smollm2_gguf_path  # noqa: E402
 from posenc.hf.passkey import build_prompt, passkey_correct  # noqa: E402
 
@@ -85,11 +86,15 @@ def test_smollm2_gguf_cache_reloads_the_same_model(smol, tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True).stdout.strip()
     for pid in (dead, os.getppid()):
-        (tmp_path / f".{target.name}.{pid}.tmp").mkdir()
-        (tmp_path / f".{target.name}.{pid}.tmp" / "model.safetensors").write_bytes(b"x")
+        (tmp_path / f".posenc-tmp-{target.name}.{pid}.tmp").mkdir()
+        (tmp_path / f".posenc-tmp-{target.name}.{pid}.tmp" / "model.safetensors").write_bytes(
+            b"x")
+    (tmp_path / f".{target.name}.{dead}.tmp").mkdir()        # not posenc's name: kept
     _write_cache(smol.model, smol.tokenizer, target)
-    assert not (tmp_path / f".{target.name}.{dead}.tmp").exists()
-    assert (tmp_path / f".{target.name}.{os.getppid()}.tmp").exists()
+    assert not (tmp_path / f".posenc-tmp-{target.name}.{dead}.tmp").exists()
+    assert (tmp_path / f".posenc-tmp-{target.name}.{os.getppid()}.tmp").exists()
+    assert (tmp_path / f".{target.name}.{dead}.tmp").exists()
+    assert all(p.stat().st_mode & 0o777 == runio.file_mode() for p in target.iterdir())
     again = load_model("smollm2", gguf_cache=tmp_path)
     ids = _ids(smol.tokenizer, 32)
     with torch.no_grad():

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from posenc.errors import UserError
-from posenc.runio import DIR_MODE, FILE_MODE
+from posenc.runio import dir_mode, file_mode
 from posenc.train import load_run, train
 from posenc.train.checkpoint import committed_file, read_progress
 
@@ -86,8 +86,8 @@ def test_checkpoint_files_follow_the_umask(run):
     folder = committed_file(run).parent
     modes = {p.name: p.stat().st_mode & 0o777 for p in [*folder.iterdir(), run / "config.json"]}
     assert modes == dict.fromkeys(["model.safetensors", "state.pt", "manifest.json",
-                                   "config.json"], FILE_MODE)
-    assert folder.stat().st_mode & 0o777 == DIR_MODE
+                                   "config.json"], file_mode())
+    assert folder.stat().st_mode & 0o777 == dir_mode()
 
 
 def test_a_failed_checkpoint_write_is_one_oserror_and_keeps_the_last(tmp_path, monkeypatch):

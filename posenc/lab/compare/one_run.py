@@ -33,6 +33,21 @@ def run_dir_of(encoding: str, seed: int) -> str:
     return f"runs/{encoding}/seed{seed}"
 
 
+def run_files(run_dir: str | Path) -> list[str]:
+    """The files and folders a run writes into ``run_dir``, by exact name (a user's file
+    beside them in the run folder is not among them)."""
+    from ..train.run_layout import RUN_DIRS, RUN_FILES
+    return [f"{Path(run_dir).as_posix()}/{name}" for name in (*RUN_FILES, *RUN_DIRS)]
+
+
+def announce_run(run_dir: Path) -> None:
+    """List a run's files among the outputs of the comparison folder holding ``run_dir``,
+    before it is trained (:func:`posenc.runio.announce_output`; a no-op elsewhere)."""
+    from ..runio import announce_output
+    for name in run_files(run_dir):
+        announce_output(name)
+
+
 def _finished(run_dir: Path, steps: int, device: str):
     """The loaded run if ``run_dir`` holds a complete run of ``steps`` steps, else None."""
     from ...train.checkpoint import load_run
@@ -49,8 +64,11 @@ def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, data: Study
                    progress: UnitProgress, seed: int | None = None) -> tuple[Any, bool]:
     """Train, resume or reuse one encoding's run on the comparison's prepared ``data``;
     return (LoadedRun, trained now)."""
+    from ...runio import has_content
     from ...train.checkpoint import load_run
     from ...train.loop import train
+    from ...train.run_layout import CONFIG_FILE
+    announce_run(run_dir)             # the comparison's own files, listed before they are made
     steps, device = cfg.train.steps, study_device(cfg.train)
     loaded = _finished(run_dir, steps, device)
     if loaded is not None:
@@ -62,7 +80,9 @@ def ensure_trained(cfg: CompareConfig, encoding: str, run_dir: Path, data: Study
         progress.update(step - counted[0])     # the first call also counts resumed steps
         counted[0] = step
 
-    train(cfg.train_config(encoding, data.vocab_size, seed), run_dir,
+    # a folder without a run, holding a user's files (an overwrite kept them): train beside
+    beside = run_dir.is_dir() and has_content(run_dir) and not (run_dir / CONFIG_FILE).exists()
+    train(cfg.train_config(encoding, data.vocab_size, seed), run_dir, overwrite=beside,
           progress=False, on_step=on_step, data=data.train)
     progress.update(max(0, steps - counted[0]))
     return load_run(run_dir, device), True

@@ -13,12 +13,24 @@ plan lists them and saves results.json after each, as a sequential comparison do
 worker finished training is on disk, so a comparison cut short resumes from it. A worker
 trains with the same data, seed and steps as the parent would; its results equal the
 sequential ones to float rounding (one thread sums in another order than two).
+
+Workers die with the parent, however it ends: on Linux the kernel kills them when it exits
+(``PR_SET_PDEATHSIG``), and everywhere a thread in each worker watches the parent's pid, so a
+``SIGKILL``-ed comparison leaves no worker training on and holding a run's lock (an
+immediate resume is not refused). Ctrl-C is the parent's to handle; a worker told to stop
+(SIGTERM, as :meth:`RunPool.close` does) unwinds first, so the run folder's lock is
+released and its lock file removed.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -32,6 +44,10 @@ MAX_WORKERS = 4
 #: fewer training steps than this in a whole comparison run in one process: starting a
 #: worker (a Python with torch) takes a few seconds, more than side by side saves
 MIN_PARALLEL_STEPS = 2000
+#: how often a worker looks whether its parent still runs (seconds)
+PARENT_POLL_S = 0.5
+#: ``prctl`` option: the signal the kernel sends a process when its parent exits (Linux)
+PR_SET_PDEATHSIG = 1
 
 
 def default_workers(device: str, runs: int, steps: int) -> int:
@@ -98,25 +114,71 @@ def run_group(cfg: Any, out_dir: Path, encoding: str, seed: int,
     return out
 
 
+class WorkerStopped(SystemExit):
+    """SIGTERM reached a worker: unwinds its call (locks released) before it exits."""
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise WorkerStopped(128 + signum)
+
+
+def start_worker(parent: int) -> None:
+    """First thing in every worker: die with process ``parent`` (module docstring), leave
+    Ctrl-C to it, and stop on SIGTERM by unwinding."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL),
+                                                    0, 0, 0)
+        except (OSError, AttributeError):
+            pass                                      # the watching thread still acts
+    if os.getppid() != parent:                        # it died before we asked
+        os.kill(os.getpid(), signal.SIGKILL)
+    threading.Thread(target=_watch_parent, args=(parent,), name="posenc-parent-watch",
+                     daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def call_in_worker(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``; stopped by SIGTERM, the worker exits once the call has unwound (the
+    pool would otherwise hand it the next call)."""
+    try:
+        return fn(*args)
+    except WorkerStopped as stop:
+        os._exit(int(stop.code))
+
+
 class RunPool:
     """``workers`` processes of ``threads`` threads each (started with ``spawn``, which is
-    safe after torch has started its own threads); :meth:`submit` queues a comparison's
-    (encoding, seed), :meth:`submit_call` any call, and :meth:`result` waits for one."""
+    safe after torch has started its own threads, and dying with this process:
+    :func:`start_worker`); :meth:`submit` queues a comparison's (encoding, seed),
+    :meth:`submit_call` any call, and :meth:`result` waits for one."""
 
     def __init__(self, workers: int, threads: int = 1) -> None:
         self.threads = threads
         self.executor = ProcessPoolExecutor(workers,
-                                            mp_context=multiprocessing.get_context("spawn"))
+                                            mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=start_worker, initargs=(os.getpid(),))
         self.futures: dict[tuple[str, int], Future] = {}
 
     def submit(self, cfg: Any, out_dir: Path, encoding: str, seed: int,
                scalings: list[str | None]) -> None:
+        """Queue one (encoding, seed) of the comparison in ``out_dir`` (its run's files are
+        announced here, in the process that holds the comparison's folder)."""
+        from .one_run import announce_run, run_dir_of
+        announce_run(Path(out_dir) / run_dir_of(encoding, seed))
         self.submit_call((encoding, seed), run_group, cfg, out_dir, encoding, seed, scalings,
                          self.threads)
 
     def submit_call(self, key: Any, fn: Callable[..., Any], *args: Any) -> None:
         """Queue ``fn(*args)`` (a module-level function, picklable arguments) as ``key``."""
-        self.futures[key] = self.executor.submit(fn, *args)
+        self.futures[key] = self.executor.submit(call_in_worker, fn, *args)
 
     def result(self, key: Any) -> Any:
         """The result of the call queued as ``key`` (for :meth:`submit`: (encoding, seed));

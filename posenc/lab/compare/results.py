@@ -33,12 +33,36 @@ from .base_train import migrate_config
 RESULTS = "results.json"
 
 
-#: what a comparison writes into its folder (overwrite removes these and nothing else)
-#: (each run folder ``runs/<encoding>/seed<k>`` and the atlas's own files; a user's files
-#: beside them stay)
+#: the files every comparison may write into its folder, by exact name (with
+#: :func:`named_outputs`: what an overwrite removes from a folder written before posenc
+#: listed its outputs; a user's files beside them stay)
 OUTPUTS = (RESULTS, "report.md", "index.html", "ppl_vs_length.png", "ppl_ratio.png",
-           "training_curves.png", "entropy_vs_length.png", "runs/*/seed*", "atlas/*.png",
-           "atlas/atlas.json", "atlas/index.html", "atlas/index.md")
+           "training_curves.png", "entropy_vs_length.png", "atlas/atlas.json",
+           "atlas/index.html", "atlas/index.md")
+
+
+def named_outputs(results: dict) -> list[str]:
+    """The atlas's figures and the run files in ``runs/<encoding>/seed<k>`` of every
+    (encoding, seed) that ``results`` plans or holds, by exact name."""
+    from ..atlas import atlas_files
+    from .one_run import run_dir_of, run_files
+
+    def mapping(value: Any) -> dict:
+        return value if isinstance(value, dict) else {}
+
+    def items(value: Any) -> list:
+        return value if isinstance(value, list) else []
+    config = mapping(results.get("config"))
+    first, count = mapping(config.get("train")).get("seed", 0), config.get("seeds", 1)
+    pairs = {(e, s) for e in items(config.get("encodings")) for s in range(first, first + count)
+             } if isinstance(first, int) and isinstance(count, int) else set()
+    pairs |= {(run.get("encoding"), seed.get("seed"))
+              for run in map(mapping, items(results.get("runs")))
+              for seed in map(mapping, items(run.get("seeds"))) if "seed" in seed}
+    return [*(f"atlas/{name}" for name in atlas_files()),
+            *(name for e, s in sorted(pairs, key=str)
+              if isinstance(e, str) and isinstance(s, int) and not isinstance(s, bool)
+              for name in run_files(run_dir_of(e, s)))]
 
 
 def _is_legacy(data: dict) -> bool:
@@ -58,7 +82,8 @@ def _redraw(results: dict, directory) -> list:
 #: the comparison as the study core knows it (:class:`~posenc.study.StudyKind`)
 COMPARE_KIND = register_kind(StudyKind(
     name="compare", schema=1, command="posenc compare", outputs=OUTPUTS, legacy=_is_legacy,
-    migrate=_migrate, description="comparison", redraw=_redraw))
+    migrate=_migrate, description="comparison", redraw=_redraw,
+    named_outputs=named_outputs))
 
 
 def _number(value: Any) -> float | None:

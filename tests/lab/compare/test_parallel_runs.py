@@ -1,5 +1,14 @@
 """Runs side by side: how many workers by device type, and a comparison in two worker
-processes equal to the same comparison in one process, in the same order, resumable."""
+processes equal to the same comparison in one process, in the same order, resumable; the
+workers stop with their parent, however it ends, and leave no lock behind."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +18,9 @@ from posenc.lab.compare.parallel_runs import (MAX_WORKERS, MIN_PARALLEL_STEPS, d
                                               resolve_workers)
 from posenc.lab.compare.presets import preset
 from posenc.lab.compare.study import run_compare
+from posenc.runio import LOCK_FILE
+
+from tests.helpers import make_corpus
 
 
 def test_workers_follow_the_device_type_and_the_size_of_the_comparison(monkeypatch):
@@ -50,9 +62,16 @@ def test_two_workers_give_the_sequential_results_in_the_same_order(tmp_path, mon
     assert again.trained == () and again.results["runs"] == side.results["runs"]
 
 
-def test_an_interrupted_comparison_stops_its_running_workers_at_once(tmp_path, monkeypatch):
-    import time
+def _wait_for(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
+        time.sleep(0.05)
 
+
+def test_an_interrupted_comparison_stops_its_running_workers_at_once(tmp_path, monkeypatch):
+    """Stopping a running worker (SIGTERM, as an interrupted comparison does) unwinds it:
+    its run's lock is released and the lock file removed."""
     from posenc.lab.compare.parallel_runs import RunPool
     monkeypatch.setenv("POSENC_CACHE_DIR", str(tmp_path / "cache"))
     cfg = preset("smoke", steps=100_000, lengths=(16,), eval_tokens=64, scalings=(),
@@ -60,8 +79,72 @@ def test_an_interrupted_comparison_stops_its_running_workers_at_once(tmp_path, m
     pool = RunPool(1)
     pool.submit(cfg, tmp_path / "out", "nope", 0, [None])
     worker = next(iter(pool.executor._processes.values()))
-    time.sleep(1.0)                                 # started, far from done
+    lock = tmp_path / "out" / "runs" / "nope" / "seed0" / LOCK_FILE
+    _wait_for(lock.exists, 120, "the worker to start training")      # far from done
     start = time.perf_counter()
     pool.close(abort=True)
     assert time.perf_counter() - start < 30 and not worker.is_alive()
     assert pool.futures[("nope", 0)].done()
+    assert not lock.exists()
+
+
+def _process_tree(root: int) -> set[int]:
+    """The pids of every descendant of ``root`` (read from /proc)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    tree, grew = set(), True
+    while grew:
+        new = {pid for pid, ppid in parents.items() if ppid in tree | {root}} - tree
+        tree |= new
+        grew = bool(new)
+    return tree
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_killed_comparison_leaves_no_worker_and_resumes_at_once(tmp_path):
+    """SIGKILL to ``posenc compare --workers 2`` while its workers train: within seconds no
+    process it started runs on (workers, resource tracker), no run's lock is held, and the
+    same command run again at once resumes and finishes."""
+    out = tmp_path / "cmp"
+    argv = [sys.executable, "-m", "posenc", "compare", "--out", str(out), "--preset", "smoke",
+            "--encodings", "nope,alibi", "--steps", "200", "--lengths", "16,32",
+            "--eval-tokens", "64", "--data", str(make_corpus(tmp_path / "data")),
+            "--workers", "2", "--threads", "1", "--no-atlas", "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+           "POSENC_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    parent = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
+    try:
+        _wait_for(lambda: any((out / "runs").glob(f"*/seed0/{LOCK_FILE}")) or
+                  parent.poll() is not None, 120, "a worker to start training")
+        assert parent.poll() is None, parent.stderr.read().decode()
+        started = _process_tree(parent.pid)
+        assert len(started) >= 2                          # the workers (and the tracker)
+    finally:
+        parent.kill()
+        parent.wait()
+    try:
+        _wait_for(lambda: not any(map(_running, started)), 10, "the workers to exit")
+    finally:
+        for pid in filter(_running, started):            # none, unless the test failed
+            os.kill(pid, signal.SIGKILL)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert sorted(r["encoding"] for r in results["runs"]) == ["alibi", "nope"]
+    assert not list(out.rglob(LOCK_FILE))

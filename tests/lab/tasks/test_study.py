@@ -97,7 +97,7 @@ def test_a_study_written_before_schemas_grows_and_overwrite_keeps_foreign_files(
     run_task_study(tmp_path, "tasks-smoke", seeds=1, progress=False, overwrite=True)
     assert len(calls) == before + 3
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "notes.txt", "report.md", "results.json", "task_accuracy.png"]
+        ".posenc-outputs.json", "notes.txt", "report.md", "results.json", "task_accuracy.png"]
 
 
 def test_the_report_explains_a_failure_by_construction(tmp_path, monkeypatch):
