@@ -199,20 +199,19 @@ class RunDirectory:
              overwrite: bool = False) -> dict | None:
         """The results to resume or grow, or None for a new study. Reads only.
 
-        Refuses (one line) a path that is a file and, unless ``overwrite``, a non-empty folder
-        without this study's results and results whose settings ``incomparable(results)``
-        says differ (the reason is quoted). With ``overwrite`` a folder of someone else's
-        files is written into beside them: an overwrite removes only what posenc recorded.
+        Refuses (one line) a path that is a file, a non-empty folder without this study's
+        results (with or without overwrite, unless posenc listed outputs there before: an
+        overwrite then writes beside the files it did not write), and, unless ``overwrite``,
+        results whose settings ``incomparable(results)`` says differ (the reason is quoted).
         """
         if self.path.exists() and not self.path.is_dir():
             raise UserError(f"{self.names['out']} {self.path} exists and is not a directory")
         existing = self.read()
         if existing is None:
-            if self.path.is_dir() and has_content(self.path) and not overwrite:
+            ours = overwrite and (self.path / OUTPUTS_FILE).is_file()
+            if self.path.is_dir() and has_content(self.path) and not ours:
                 raise UserError(f"{self.path} is not empty and holds no {self.kind.what} "
-                                f"({self.kind.record}); choose a new or empty directory, or "
-                                f"pass {self.names['overwrite']} to write beside its files "
-                                "(posenc removes only what it wrote)")
+                                f"({self.kind.record}); choose a new or empty directory")
             return None
         if overwrite:
             return None
@@ -251,6 +250,9 @@ class RunDirectory:
         before outputs were listed, warns which files it left (not known by name)."""
         outputs = self.outputs()
         older = outputs.older
+        # the exact names the kind declares are its own, listed or not (a writer that made
+        # a folder whole, such as a checkpoint, may not have announced each file)
+        outputs.names.update(n for n in self.kind.outputs if (self.path / n).exists())
         removed = outputs.remove()
         left = outputs.left() if older else []
         if left:

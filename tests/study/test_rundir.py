@@ -104,7 +104,7 @@ def _write_a_study(out, kind):
     directory, figures through the atomic writer, a run's files announced before training."""
     from matplotlib.figure import Figure
 
-    from posenc.lab.one_run import announce_run
+    from posenc.lab.compare.one_run import announce_run
     from posenc.viz.axes import save_png
     with RunDirectory(out, kind) as rd:
         rd.open(_never)
@@ -127,7 +127,7 @@ def test_overwrite_removes_what_the_study_wrote_and_no_look_alike(tmp_path, kind
     runs/mynotes/seedlings.txt, runs/rope/seed0-backup-of-good-run/, atlas/my_figure.png and
     passkey_my_slide.png: their patterns matched. Only what was written goes now."""
     from posenc.hf.extend_study import EXTEND_KIND
-    from posenc.lab.results import COMPARE_KIND
+    from posenc.lab.compare.results import COMPARE_KIND
     study = {"compare": COMPARE_KIND, "extend": EXTEND_KIND}[kind]
     out = tmp_path / "study"
     _write_a_study(out, study)
@@ -189,7 +189,7 @@ def test_an_older_folder_loses_only_the_exact_names_it_knows_and_is_told_the_res
 
 
 def test_an_older_comparison_loses_its_run_folders_and_atlas_by_name(tmp_path):
-    from posenc.lab.results import COMPARE_KIND
+    from posenc.lab.compare.results import COMPARE_KIND
     out = tmp_path / "old"
     out.mkdir()
     config = {"encodings": ["rope", "alibi"], "seeds": 1, "train": {"seed": 0}}

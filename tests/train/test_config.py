@@ -66,7 +66,7 @@ def test_every_config_takes_the_one_seed_range(config, option):
     option, in every config that holds a seed."""
     from posenc.encodings.checks import MAX_SEED
     from posenc.errors import UserError
-    from posenc.hf.study import StudyConfig
+    from posenc.hf.extension_settings import ExtensionSettings as StudyConfig
     from posenc.lab.compare.presets import BASE_TRAIN, CompareConfig
     from posenc.train.task_loop import TaskTrainConfig
 

@@ -36,14 +36,14 @@ def run_dir_of(encoding: str, seed: int) -> str:
 def run_files(run_dir: str | Path) -> list[str]:
     """The files and folders a run writes into ``run_dir``, by exact name (a user's file
     beside them in the run folder is not among them)."""
-    from ..train.run_layout import RUN_DIRS, RUN_FILES
+    from ...train.run_layout import RUN_DIRS, RUN_FILES
     return [f"{Path(run_dir).as_posix()}/{name}" for name in (*RUN_FILES, *RUN_DIRS)]
 
 
 def announce_run(run_dir: Path) -> None:
     """List a run's files among the outputs of the comparison folder holding ``run_dir``,
     before it is trained (:func:`posenc.runio.announce_output`; a no-op elsewhere)."""
-    from ..runio import announce_output
+    from ...runio import announce_output
     for name in run_files(run_dir):
         announce_output(name)
 

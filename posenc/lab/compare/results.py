@@ -44,7 +44,7 @@ OUTPUTS = (RESULTS, "report.md", "index.html", "ppl_vs_length.png", "ppl_ratio.p
 def named_outputs(results: dict) -> list[str]:
     """The atlas's figures and the run files in ``runs/<encoding>/seed<k>`` of every
     (encoding, seed) that ``results`` plans or holds, by exact name."""
-    from ..atlas import atlas_files
+    from ...atlas import atlas_files
     from .one_run import run_dir_of, run_files
 
     def mapping(value: Any) -> dict:
