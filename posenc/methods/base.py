@@ -215,7 +215,7 @@ def describe_methods() -> list[dict[str, Any]]:
     whether a Hugging Face config and a GGUF file can hold it."""
     return [{"name": name, "kind": cls.kind, "summary": cls.summary,
              "factor": cls.factor_rule.replace("_", " "),
-             "options": list(cls.option_names()),
+             "options": list(cls.option_names()), "needs": cls.needs,
              "source": str(cls.citation) if cls.citation else "",
              "cite": cls.citation.short() if cls.citation else "",
              "hf_config": cls.hf_config_loss is None,

@@ -17,5 +17,6 @@ class LogN(ExtensionMethod):
                         "Self-Attention", "ACL 2022")
     factor_rule = "none"
     reads_factor = False
+    needs = "any encoding (a factor on the logits)"
     hf_config_loss = "log-n query scaling"
     gguf_refusal = "llama.cpp has no log-n scaling"

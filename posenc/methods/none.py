@@ -12,3 +12,4 @@ class NoExtension(ExtensionMethod):
     summary = "the model as pretrained"
     factor_rule = "none"
     reads_factor = False
+    needs = "nothing"

@@ -51,6 +51,7 @@ class RegionMethod(ExtensionMethod):
 
     kind = "region"
     factor_rule = "at_least_one"
+    needs = "RoPE itself, frequencies fixed whatever the length, no logits factor"
     gguf_refusal: ClassVar[str | None] = (
         "its positions per region of (query, key) need patched attention, which GGUF "
         "metadata cannot express")
