@@ -169,20 +169,22 @@ def _masked_part(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float,
 
 # ---------------------------------------------------------------- narrowing on a CPU
 
-#: (first row, end row, first key, end key, "full" | "causal" | "masked" | mask (n, m))
-Rect = tuple[int, int, int, int, "str | Tensor"]
+#: (first row, end row, first key, end key, kind, mask (rows, keys) or None): kind "full"
+#: (every pair), "causal" (key c - first key <= row r - first row), "runs" (the mask's
+#: pairs, at least one per row) or "whole" (the mask's pairs, rows may have none)
+Rect = tuple[int, int, int, int, str, "Tensor | None"]
 
 
 def _rect_parts(q: Tensor, k: Tensor, v: Tensor, rects: list[Rect], scale: float,
                 attend: Pass) -> list[Part]:
     parts = []
-    for r0, r1, c0, c1, kind in rects:
+    for r0, r1, c0, c1, kind, mask in rects:
         rows, cols = slice(r0, r1), slice(c0, c1)
-        if isinstance(kind, Tensor):                  # the pairs under this mask
-            _, out, lse = _masked_part(q[:, :, rows], k[:, :, cols], v[:, :, cols], kind,
+        if kind == "whole":
+            _, out, lse = _masked_part(q[:, :, rows], k[:, :, cols], v[:, :, cols], mask,
                                        scale, attend)
         else:
-            out, lse = attend(q[:, :, rows], k[:, :, cols], v[:, :, cols], None,
+            out, lse = attend(q[:, :, rows], k[:, :, cols], v[:, :, cols], mask,
                               kind == "causal", scale)
         parts.append((r0, out, lse))
     return parts
@@ -238,7 +240,7 @@ def _block_cover(regions_of: Callable[[Tensor, Tensor], list[Region]], q_pos: Te
         # not one run per query with rising ends (or empty at both ends): read it whole
         whole = {r.name: r for r in regions_of(q_pos, k_pos)}[name]
         if bool(whole.mask.any()):
-            out.append((whole, [(0, n, 0, k_pos.numel(), whole.mask)]))
+            out.append((whole, [(0, n, 0, k_pos.numel(), "whole", whole.mask)]))
     return out
 
 
@@ -310,7 +312,7 @@ def interval_cover(f: list[int], l: list[int], row: int = 0) -> list[Rect]:
             return interval_cover(f[:half], l[:half], row) + \
                 interval_cover(f[half:], l[half:], row + half)
         return _ragged(f, l, row)
-    rects: list[Rect] = [(row, row + n, whole_lo, whole_hi + 1, "full")]
+    rects: list[Rect] = [(row, row + n, whole_lo, whole_hi + 1, "full", None)]
     left = sum(1 for x in f if x < whole_lo)                  # queries starting earlier
     if left:
         rects += _ragged(f[:left], [whole_lo - 1] * left, row)
@@ -324,9 +326,9 @@ def _ragged(f: list[int], l: list[int], row: int) -> list[Rect]:
     n, c0, c1 = len(f), f[0], l[-1] + 1
     if f == [c0] * n:
         if l == [c1 - 1] * n:
-            return [(row, row + n, c0, c1, "full")]
+            return [(row, row + n, c0, c1, "full", None)]
         if l == list(range(c0, c0 + n)):
-            return [(row, row + n, c0, c1, "causal")]
+            return [(row, row + n, c0, c1, "causal", None)]
     pairs = sum(l) - sum(f) + n
     if n >= 2 * MIN_ROWS and pairs < SPLIT_DENSITY * n * (c1 - c0):
         half = n // 2
@@ -334,7 +336,7 @@ def _ragged(f: list[int], l: list[int], row: int) -> list[Rect]:
             interval_cover(f[half:], l[half:], row + half)
     keys = torch.arange(c0, c1)
     mask = (keys >= torch.tensor(f)[:, None]) & (keys <= torch.tensor(l)[:, None])
-    return [(row, row + n, c0, c1, mask)]
+    return [(row, row + n, c0, c1, "runs", mask)]
 
 
 def _merge(parts: list[Part], q: Tensor) -> Tensor:
