@@ -13,12 +13,15 @@ kernel: on a CPU ``aten::_scaled_dot_product_flash_attention_for_cpu``, on CUDA
 ``aten::_scaled_dot_product_efficient_attention``, elsewhere (and for a dtype or head size
 those refuse) :func:`reference_pass`, plain PyTorch.
 
-On a CPU (:func:`~.extension_methods.reads_spans`) each region's mask of a block of queries
-is read on the host and covered by rectangles of (queries, keys): a span of keys every query
-sees (no mask), a causal triangle (the kernel's ``is_causal``, which skips the hidden tiles),
-or a small masked rest; a block's work is therefore about its region's pairs, not its region's
-span times its queries. On an accelerator nothing is read back: each region attends to all
-keys of the block under its mask, to the same result.
+On a CPU (:func:`~.extension_methods.reads_spans`) regions are read on the host, a block of
+queries at a time, and narrowed. In every method here a region gives each query one run of
+keys [f_i, l_i] whose ends do not decrease from one query to the next (a band, a shifted
+causal, chunk steps, sinks), so the first and last queries' runs and the mask between their
+starts and between their ends (a few blocks of keys, not the block times all its keys) give
+every run; the runs are covered by rectangles: the keys every query sees (no mask), a causal
+triangle (the kernel's ``is_causal``, which skips the hidden tiles), and small masked rests.
+A region without that shape there is read whole, to the same result. On an accelerator
+nothing is read back: each region attends to all keys of the block under its mask.
 
 Shapes: B batch, H query heads, Hkv key heads (H a multiple of Hkv), Tq queries (the last Tq
 of the Tk keys), D head size.
@@ -26,7 +29,7 @@ of the Tk keys), D head size.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor

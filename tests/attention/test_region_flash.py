@@ -23,7 +23,7 @@ from posenc.kernels.rotary import frequency_turns
 
 D = 16
 INV_FREQ = 1.0 / (100.0 ** (torch.arange(0, D, 2).float() / D))
-TOL = dict(atol=1e-5, rtol=1e-5)
+TOL = {"atol": 1e-5, "rtol": 1e-5}
 NAMES = ["self_extend", "rerope", "leaky_rerope", "dual_chunk", "streaming"]
 #: (original, factor, options): defaults at several sizes, and explicit options
 BUILDS = [(16, 4.0, {}), (32, 2.5, {}), (64, 3.0, {})]
