@@ -30,6 +30,7 @@ of the Tk keys), D head size.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 from torch import Tensor
@@ -129,6 +130,19 @@ def merged_region_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_po
     tk = k.shape[2]
     attend = attention_pass(q.device, q.dtype, dim) if attend is None else attend
     block = QUERY_BLOCK if block is None else block
+    narrow = reads_spans(q.device)
+    if narrow and tq <= block:
+        # one block (decoding, a short prefill): rotate only the keys it reads, and read
+        # them as they are, the query heads of a key head passed as its rows
+        parts = []
+        ends = {r.name: r for r in regions_of(q_pos[[0, -1]], k_pos)}  # all keys' maps
+        for region, rects in _block_cover(regions_of, q_pos, k_pos, ends):
+            lo, hi = min(r[2] for r in rects), max(r[3] for r in rects)
+            k_map = ends[region.name]
+            keys = rotate(k[:, :, lo:hi], k_map.k_pos[lo:hi], k_map.scale)  # (B, Hkv, n, D)
+            q_rot = rotate(q, region.q_pos, region.scale)               # (B, H, Tq, D)
+            parts += _rect_parts(q_rot, keys, v[:, :, lo:hi], rects, scale, attend, lo, group)
+        return _merge(parts, q)
     by_map: dict[tuple[int, float], Tensor] = {}
     keys: dict[str, Tensor] = {}                       # region name -> (B, H, Tk, D) rotated
     for region in regions_of(q_pos[-1:], k_pos):       # the last query's maps: all keys
@@ -143,7 +157,7 @@ def merged_region_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_po
         seen = tk - tq + end                           # keys up to the block's last query
         q_block, k_seen = q[:, :, start:end], k_pos[:seen]
         parts: list[Part] = []
-        if reads_spans(q.device):
+        if narrow:
             for region, rects in _block_cover(regions_of, q_pos[start:end], k_seen):
                 q_rot = rotate(q_block, region.q_pos, region.scale)    # (B, H, n, D)
                 parts += _rect_parts(q_rot, keys[region.name], values, rects, scale, attend)
@@ -158,7 +172,11 @@ def merged_region_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_po
 
 def _expand_heads(x: Tensor, group: int) -> Tensor:
     """(B, Hkv, T, D) -> (B, Hkv * group, T, D): query head h reads key head h // group."""
-    return x if group == 1 else x.repeat_interleave(group, 1)
+    if group == 1:
+        return x
+    batch, kv_heads, length, dim = x.shape
+    return x[:, :, None].expand(batch, kv_heads, group, length, dim).reshape(
+        batch, kv_heads * group, length, dim)
 
 
 def _masked_part(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float,
@@ -179,16 +197,28 @@ Rect = tuple[int, int, int, int, str, "Tensor | None"]
 
 
 def _rect_parts(q: Tensor, k: Tensor, v: Tensor, rects: list[Rect], scale: float,
-                attend: Pass) -> list[Part]:
+                attend: Pass, first_key: int = 0, group: int = 1) -> list[Part]:
+    """One pass per rectangle; k and v (B, H / group, m, D) hold the keys from
+    ``first_key`` on. With ``group`` > 1 the query heads of a key head go as its rows
+    (B, H / group, group * rows, D), their mask repeated; a causal rectangle copies its keys
+    to the query heads instead (its rows must stay the query's)."""
     parts = []
     for r0, r1, c0, c1, kind, mask in rects:
-        rows, cols = slice(r0, r1), slice(c0, c1)
-        if kind == "whole":
-            _, out, lse = _masked_part(q[:, :, rows], k[:, :, cols], v[:, :, cols], mask,
-                                       scale, attend)
+        qr, cols = q[:, :, r0:r1], slice(c0 - first_key, c1 - first_key)
+        kr, vr = k[:, :, cols], v[:, :, cols]
+        batch, heads, rows, dim = qr.shape
+        if kind == "causal" or group == 1:
+            kr, vr = _expand_heads(kr, group), _expand_heads(vr, group)
+            out, lse = attend(qr, kr, vr, mask, kind == "causal", scale)
         else:
-            out, lse = attend(q[:, :, rows], k[:, :, cols], v[:, :, cols], mask,
+            folded = qr.reshape(batch, heads // group, group * rows, dim)
+            out, lse = attend(folded, kr, vr, None if mask is None else mask.repeat(group, 1),
                               kind == "causal", scale)
+            out, lse = out.reshape(batch, heads, rows, dim), lse.reshape(batch, heads, rows)
+        if kind == "whole":
+            empty = ~mask.any(1)                                        # (rows,)
+            out = out.masked_fill(empty[:, None], 0)
+            lse = lse.masked_fill(empty, float("-inf"))
         parts.append((r0, out, lse))
     return parts
 
@@ -204,7 +234,8 @@ def _run(row: Tensor) -> tuple[int, int] | None:
 
 
 def _block_cover(regions_of: Callable[[Tensor, Tensor], list[Region]], q_pos: Tensor,
-                 k_pos: Tensor) -> list[tuple[Region, list[Rect]]]:
+                 k_pos: Tensor, ends: dict[str, Region] | None = None
+                 ) -> list[tuple[Region, list[Rect]]]:
     """Each region of the queries ``q_pos`` (n,) against the keys ``k_pos`` with rectangles
     covering exactly its pairs, without building its (n, keys) mask.
 
@@ -213,9 +244,11 @@ def _block_cover(regions_of: Callable[[Tensor, Tensor], list[Region]], q_pos: Te
     sinks), is known from its first and last such queries and the keys between their f and
     between their l: only those (queries x a few blocks of keys) are evaluated. A region
     that does not have that shape there is evaluated whole and passed with its mask.
+    ``ends``: the regions of the first and last queries against all keys, if known.
     """
     n = q_pos.numel()
-    ends = {r.name: r for r in regions_of(q_pos[[0, n - 1]], k_pos)}
+    if ends is None:
+        ends = {r.name: r for r in regions_of(q_pos[[0, n - 1]], k_pos)}
     #: name -> first and end query with a run, the first one's run, the last one's run
     runs: dict[str, tuple[int, int, tuple[int, int] | None, tuple[int, int] | None]] = {}
     for name, region in ends.items():
@@ -232,7 +265,11 @@ def _block_cover(regions_of: Callable[[Tensor, Tensor], list[Region]], q_pos: Te
              if _monotone(first, last)
              for lo, hi in ((first[0], last[0]), (first[1] + 1, last[1] + 1))]
     cols = torch.unique(torch.cat(spans)) if spans else k_pos.new_zeros(0)
-    zone = {r.name: r for r in regions_of(q_pos, k_pos[cols])}
+    if n == 1 and cols.numel() == 0:                  # decoding: its one query's regions
+        zone = {name: replace(r, mask=r.mask[:1], q_pos=r.q_pos[:1]) for name, r in
+                ends.items()}
+    else:
+        zone = {r.name: r for r in regions_of(q_pos, k_pos[cols])}
     out = []
     for name, (a, b, first, last) in runs.items():
         bounds = _row_runs(zone[name].mask, cols, a, b, first, last) \
