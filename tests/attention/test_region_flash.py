@@ -57,17 +57,19 @@ def table():
 @pytest.mark.parametrize("name,method", METHODS, ids=lambda x: x if isinstance(x, str) else "")
 @pytest.mark.parametrize("kv_heads", [2, 4], ids=["gqa", "mha"])
 def test_merged_equals_explicit_scores(name, method, kv_heads, table):
-    """Prefill of 203 tokens in blocks of 64, 72 queries after a cache of 131, and one query
-    after 202 (decoding): the merged passes equal the explicit scores."""
+    """Prefill of 203 tokens, 72 queries after a cache of 131, and one query after 202
+    (decoding), in blocks of 64 and in one block: the merged passes equal the explicit
+    scores."""
     t = 203
     q, k, v = _qkv(t, kv_heads=kv_heads)
     pos = torch.arange(t)
     for first in (0, 131, t - 1):
         qq = q[:, :, first:]
         want = region_attention(qq, k, v, method.regions(pos[first:], pos), table, 0.3)
-        got = merged_region_attention(qq, k, v, pos[first:], pos, method.regions, table, 0.3,
-                                      block=64)
-        torch.testing.assert_close(got, want, **TOL)
+        for block in (64, 256):
+            got = merged_region_attention(qq, k, v, pos[first:], pos, method.regions, table,
+                                          0.3, block)
+            torch.testing.assert_close(got, want, **TOL)
 
 
 @pytest.mark.parametrize("name", NAMES)
