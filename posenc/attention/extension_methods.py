@@ -126,12 +126,21 @@ def blockwise_region_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k
 
     q (B, H, Tq, D) at ``q_pos`` (Tq,), the last Tq of the keys k, v (B, Hkv, Tk, D) at
     ``k_pos`` (Tk,); ``regions_of(q_pos, k_pos)`` gives a block's regions. A block sees the
-    keys up to its last query, so a long prefill holds (block, Tk) scores, never (Tq, Tk);
-    by default blocks hold about :data:`SCORE_BUDGET` scores (at least 16 queries).
+    keys up to its last query.
 
     Every method here maps each key on its own (a region's key positions are a function of
     that key's position alone), so the keys are rotated once per region for all blocks.
+
+    Computed by :func:`~.region_flash.merged_region_attention` (fused passes per region,
+    merged by log-sum-exp: no score matrix; ``block`` queries, default
+    ``region_flash.QUERY_BLOCK``). ``region_flash.MERGED = False`` selects the explicit
+    scores of :func:`region_attention` below, for benchmarks: (block, Tk) scores, never
+    (Tq, Tk), blocks of about :data:`SCORE_BUDGET` scores by default (at least 16 queries).
     """
+    from . import region_flash     # imports this module
+    if region_flash.MERGED:
+        return region_flash.merged_region_attention(q, k, v, q_pos, k_pos, regions_of, rotate,
+                                                    scale, block)
     tq, tk = q.shape[2], k.shape[2]
     if block is None:
         block = max(16, SCORE_BUDGET // (q.shape[0] * q.shape[1] * tk))

@@ -130,8 +130,11 @@ def test_blockwise_prefill_equals_one_block(method):
 
 
 def test_blocks_bound_the_scores_of_a_long_prefill(monkeypatch):
-    """By default a block holds at most SCORE_BUDGET scores (batch x heads x queries x keys)."""
+    """By default a block holds at most SCORE_BUDGET scores (batch x heads x queries x keys)
+    on the explicit-scores path."""
     import posenc.attention.extension_methods as em
+    import posenc.attention.region_flash as region_flash
+    monkeypatch.setattr(region_flash, "MERGED", False)
     seen = []
     inner = em.region_attention
 
