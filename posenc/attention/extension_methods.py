@@ -16,19 +16,8 @@ import torch
 from torch import Tensor
 
 from ..methods.regions import Region
-
-#: rotate(x (B, H, T, D), positions (T,), scale) -> x rotated by positions * scale
-Rotate = Callable[[Tensor, Tensor, float], Tensor]
-
-
-def reads_spans(device: torch.device) -> bool:
-    """Whether region attention on ``device`` reads values back to the host to narrow its
-    work: each region's span of keys, a decoding step's full region, a rotary table's size.
-    On a CPU such a read costs nothing and saves work; on an accelerator it would wait for the
-    device at every layer and step, so there every region scores all keys under its mask and
-    rotary angles are computed, not looked up (routed by device type)."""
-    return device.type == "cpu"
-
+from . import region_flash
+from .region_flash import Rotate, reads_spans  # noqa: F401  (re-exported)
 
 class RotaryTable:
     """rotate(x, pos) for RoPE with ``inv_freq`` (R/2,) in ``layout`` ("half" or
@@ -121,7 +110,7 @@ SCORE_BUDGET = 1 << 21
 def blockwise_region_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor,
                                regions_of: Callable[[Tensor, Tensor], list[Region]],
                                rotate: Rotate, scale: float,
-                               block: int | None = None) -> Tensor:
+                               block: int | None = None, rising_runs: bool = True) -> Tensor:
     """:func:`region_attention` of causal self-attention, ``block`` queries at a time.
 
     q (B, H, Tq, D) at ``q_pos`` (Tq,), the last Tq of the keys k, v (B, Hkv, Tk, D) at
@@ -133,14 +122,15 @@ def blockwise_region_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k
 
     Computed by :func:`~.region_flash.merged_region_attention` (fused passes per region,
     merged by log-sum-exp: no score matrix; ``block`` queries, default
-    ``region_flash.QUERY_BLOCK``). ``region_flash.MERGED = False`` selects the explicit
-    scores of :func:`region_attention` below, for benchmarks: (block, Tk) scores, never
-    (Tq, Tk), blocks of about :data:`SCORE_BUDGET` scores by default (at least 16 queries).
+    ``region_flash.QUERY_BLOCK``; ``rising_runs``: the method's
+    :attr:`~posenc.methods.regions.RegionMethod.rising_runs`). ``region_flash.MERGED =
+    False`` selects the explicit scores of :func:`region_attention` below, for benchmarks:
+    (block, Tk) scores, never (Tq, Tk), blocks of about :data:`SCORE_BUDGET` scores by
+    default (at least 16 queries).
     """
-    from . import region_flash     # imports this module
     if region_flash.MERGED:
         return region_flash.merged_region_attention(q, k, v, q_pos, k_pos, regions_of, rotate,
-                                                    scale, block)
+                                                    scale, block, rising_runs=rising_runs)
     tq, tk = q.shape[2], k.shape[2]
     if block is None:
         block = max(16, SCORE_BUDGET // (q.shape[0] * q.shape[1] * tk))

@@ -13,7 +13,7 @@ kernel: on a CPU ``aten::_scaled_dot_product_flash_attention_for_cpu``, on CUDA
 ``aten::_scaled_dot_product_efficient_attention``, elsewhere (and for a dtype or head size
 those refuse) :func:`reference_pass`, plain PyTorch.
 
-On a CPU (:func:`~.extension_methods.reads_spans`) regions are read on the host, a block of
+On a CPU (:func:`reads_spans`) regions are read on the host, a block of
 queries at a time, and narrowed. In every method here a region gives each query one run of
 keys [f_i, l_i] whose ends do not decrease from one query to the next (a band, a shifted
 causal, chunk steps, sinks), so the first and last queries' runs and the mask between their
@@ -35,7 +35,20 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from .extension_methods import Region, Rotate, reads_spans
+from ..methods.regions import Region
+
+#: rotate(x (B, H, T, D), positions (T,), scale) -> x rotated by positions * scale
+Rotate = Callable[[Tensor, Tensor, float], Tensor]
+
+
+def reads_spans(device: torch.device) -> bool:
+    """Whether region attention on ``device`` reads values back to the host to narrow its
+    work: each region's span of keys, a decoding step's full region, a rotary table's size.
+    On a CPU such a read costs nothing and saves work; on an accelerator it would wait for the
+    device at every layer and step, so there every region scores all keys under its mask and
+    rotary angles are computed, not looked up (routed by device type)."""
+    return device.type == "cpu"
+
 
 #: False: ``blockwise_region_attention`` takes the explicit-scores path of
 #: ``region_attention`` instead (for benchmarks that compare the two)
@@ -114,7 +127,7 @@ def attention_pass(device: torch.device, dtype: torch.dtype, head_dim: int) -> P
 def merged_region_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor,
                             regions_of: Callable[[Tensor, Tensor], list[Region]],
                             rotate: Rotate, scale: float, block: int | None = None, *,
-                            attend: Pass | None = None) -> Tensor:
+                            attend: Pass | None = None, rising_runs: bool = True) -> Tensor:
     """Causal region attention: q (B, H, Tq, D) at ``q_pos`` (Tq,), the last Tq of the raw
     keys k, v (B, Hkv, Tk, D) at ``k_pos`` (Tk,) -> (B, H, Tq, D).
 
@@ -123,14 +136,17 @@ def merged_region_attention(q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_po
     (default :data:`QUERY_BLOCK`), each against the keys up to its last query. ``attend``:
     the pass (default :func:`attention_pass` of q's device and dtype). Every method maps each
     key on its own, so keys are rotated once per distinct key map (and copied to the H query
-    heads once) for all blocks.
+    heads once) for all blocks. ``rising_runs``: the regions give each query one run of keys
+    whose ends rise with the query (the method declares it:
+    :attr:`posenc.methods.regions.RegionMethod.rising_runs`); only then is a region narrowed
+    on a CPU from its ends (module docstring), else every region is read whole.
     """
     heads, tq, dim = q.shape[1:]
     group = heads // k.shape[1]
     tk = k.shape[2]
     attend = attention_pass(q.device, q.dtype, dim) if attend is None else attend
     block = QUERY_BLOCK if block is None else block
-    narrow = reads_spans(q.device)
+    narrow = reads_spans(q.device) and rising_runs
     if narrow and tq <= block:
         # one block (decoding, a short prefill): rotate only the keys it reads, and read
         # them as they are, the query heads of a key head passed as its rows

@@ -75,5 +75,6 @@ def region_self_attention(layer: nn.Module, x: Tensor, ctx: AttentionContext,
     if cache is not None:
         k, v, k_pos = cache.append(k, v, ctx.pos)
     out = blockwise_region_attention(q, k, v, ctx.pos, k_pos, layer.method.regions, rotate,
-                                     layer.head_dim ** -0.5)
+                                     layer.head_dim ** -0.5,
+                                     rising_runs=layer.method.rising_runs)
     return layer.out_proj(out.transpose(1, 2).reshape(b, t, c))

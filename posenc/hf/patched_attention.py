@@ -184,8 +184,8 @@ def _region_forward(self: nn.Module, patch: AttentionAdapter, hidden_states: Ten
     else:
         regions_of = method.regions
     rotate = _table(patch, q.device) if patch.rotary else (lambda x, pos, scale: x)
-    out = blockwise_region_attention(q, k, v, q_abs, k_abs, regions_of, rotate,
-                                     self.scaling)                     # (B, H, T, D)
+    out = blockwise_region_attention(q, k, v, q_abs, k_abs, regions_of, rotate, self.scaling,
+                                     rising_runs=method.rising_runs)     # (B, H, T, D)
     if layer is not None and method.evicts:
         keep = method.kept(k.shape[2]).to(k.device)
         patch.evicted[layer] = evicted + k.shape[2] - keep.numel()

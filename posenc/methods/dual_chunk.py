@@ -31,6 +31,7 @@ class DualChunk(RegionMethod):
                Option("local_window", "the local window w; default original / 16",
                       lambda original, factor, _: max(1, original // 16)))
     reads_factor = False
+    rising_runs = True
     chunk_size: int
     local_window: int
 

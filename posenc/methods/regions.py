@@ -57,6 +57,12 @@ class RegionMethod(ExtensionMethod):
         "metadata cannot express")
     #: whether the method drops keys from a cache (it then names those it :meth:`kept`)
     evicts: ClassVar[bool] = False
+    #: whether every region gives each query one run of keys [f_i, l_i] whose ends never
+    #: decrease from one query to the next (a band, a shifted causal, chunk steps, sinks):
+    #: attention on a CPU then reads a block's region from its ends alone
+    #: (:mod:`posenc.attention.region_flash`). A method that does not declare it is read
+    #: whole, to the same result, more slowly.
+    rising_runs: ClassVar[bool] = False
 
     @classmethod
     def create(cls, original: int, factor: float, options: dict[str, Any]) -> RegionMethod:

@@ -30,6 +30,7 @@ class ReRoPE(RegionMethod):
     hf_config_loss = "relative positions clipped at the window"
     options = (WINDOW,)
     reads_factor = False
+    rising_runs = True
     window: int
 
     def __post_init__(self) -> None:

@@ -31,6 +31,7 @@ class SelfExtend(RegionMethod):
     summary = "exact positions in a neighbour window, grouped positions floor(p / G) beyond"
     citation = Citation("Jin et al.", 2024, "LLM Maybe LongLM: Self-Extend LLM Context Window "
                         "Without Tuning", "ICML 2024", "Sec. 3")
+    rising_runs = True
     hf_config_loss = "grouped positions floor(p / group) beyond the neighbour window"
     gguf_refusal = ("llama.cpp applies Self-Extend at run time (--grp-attn-n G --grp-attn-w W), "
                     "not from GGUF metadata")

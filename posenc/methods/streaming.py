@@ -32,6 +32,7 @@ class StreamingLLM(RegionMethod):
                       "original - sinks", lambda original, factor, earlier:
                       max(1, original - earlier["sinks"])))
     reads_factor = False
+    rising_runs = True
     evicts = True
     sinks: int
     window: int

@@ -14,8 +14,10 @@ import pytest
 import torch
 
 from posenc.attention import region_flash
-from posenc.attention.extension_methods import (Region, RotaryTable, SelfExtend, StreamingLLM,
-                                                build_method, region_attention)
+from posenc.attention.extension_methods import RotaryTable, region_attention
+from posenc.methods import Region, build_method
+from posenc.methods.self_extend import SelfExtend
+from posenc.methods.streaming import StreamingLLM
 from posenc.attention.region_flash import (attention_pass, cpu_flash_pass, cuda_efficient_pass,
                                            interval_cover, merged_region_attention,
                                            reference_pass)
@@ -287,3 +289,21 @@ def test_the_narrowing_reads_blocks_not_the_whole_mask(monkeypatch, table):
     blocks = sum(100 * end for end in range(100, 1201, 100))   # each block x its keys
     assert sum(evaluated) < 0.25 * blocks
     assert max(evaluated) <= 100 * 2 * 100 + 2 * 1200
+
+
+def test_a_method_that_declares_no_rising_runs_is_read_whole_to_the_same_result():
+    """A method that does not declare rising runs (a plug-in whose regions may have holes) is
+    attended with every region read whole, to the explicit scores' result."""
+    torch.manual_seed(3)
+    q, k, v = torch.randn(1, 2, 40, D), torch.randn(1, 2, 40, D), torch.randn(1, 2, 40, D)
+    pos = torch.arange(40)
+    rotate = RotaryTable(INV_FREQ)
+
+    def holes(qp, kp):
+        d = qp[:, None] - kp[None, :]
+        hole = (d >= 0) & (d != 7) & (d != 8)                  # every query skips two keys
+        return [Region("holes", hole, qp, kp)]
+    want = region_attention(q, k, v, holes(pos, pos), rotate, D ** -0.5)
+    got = merged_region_attention(q, k, v, pos, pos, holes, rotate, D ** -0.5, block=16,
+                                  rising_runs=False)
+    torch.testing.assert_close(got, want, **TOL)
