@@ -11,7 +11,7 @@ import torch
 
 from posenc.attention.extension_methods import (RotaryTable, blockwise_region_attention,
                                                 reads_spans, region_attention)
-from posenc.methods import build_method, relative_positions
+from posenc.methods import relative_positions
 from posenc.methods.dual_chunk import DualChunk
 from posenc.methods.leaky_rerope import LeakyReRoPE
 from posenc.methods.rerope import ReRoPE
