@@ -189,8 +189,18 @@ def load_model(name: str, dtype: torch.dtype = torch.float32,
     else:
         what = {"gguf": "GGUF file", "dir": "model directory", "hub": "hub model"}[source.kind]
         first = torch.float32 if cached is not None else dtype   # the cache keeps fp32
-        model, tokenizer = _from_pretrained(name, what, source.location, source.gguf_file,
-                                            first, attn_implementation, **placement)
+        down = _hub_unreachable() if source.kind == "hub" and not _hub_offline() else None
+        if down:                                       # no minute of retries: the cache only
+            placement["local_files_only"] = True
+        try:
+            model, tokenizer = _from_pretrained(name, what, source.location,
+                                                source.gguf_file, first, attn_implementation,
+                                                **placement)
+        except UserError:
+            if not down:
+                raise
+            raise UserError(f"could not load hub model {name}: {down}, and the model is not "
+                            "in the local Hugging Face cache") from None
         if cached is not None:
             _write_cache(model, tokenizer, cached)
             model.to(dtype)
@@ -198,6 +208,33 @@ def load_model(name: str, dtype: torch.dtype = torch.float32,
         model.to(device)
     model.eval()
     return LoadedModel(model, tokenizer, source)
+
+
+#: seconds to wait for the hub's endpoint to accept a connection before loading offline
+HUB_TIMEOUT = 3.0
+
+
+def _hub_offline() -> bool:
+    from huggingface_hub import constants
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def _hub_unreachable(timeout: float = HUB_TIMEOUT) -> str | None:
+    """Why the hub cannot be reached (one connection to its endpoint, ``timeout`` seconds),
+    or None when it can. Without this check an unreachable hub costs about a minute of
+    retries before the error."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from huggingface_hub import constants
+    url = urlsplit(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname, port), timeout=timeout):
+            return None
+    except OSError as err:
+        return f"the hub at {constants.ENDPOINT} cannot be reached: " + \
+            (str(err) or type(err).__name__)
 
 
 def _from_pretrained(name: str, what: str, location: str, gguf_file: str | None,
@@ -208,6 +245,8 @@ def _from_pretrained(name: str, what: str, location: str, gguf_file: str | None,
     except ImportError:
         raise UserError("posenc.hf needs transformers: pip install 'posenc[hf]'") from None
     extra = {"gguf_file": gguf_file} if gguf_file else {}
+    if placement.get("local_files_only"):
+        extra["local_files_only"] = placement.pop("local_files_only")
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, **extra)
         model = AutoModelForCausalLM.from_pretrained(

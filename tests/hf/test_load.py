@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 from posenc.hf import extend, save_extended  # noqa: E402
 from posenc.hf.architectures import extended_rope  # noqa: E402
+from posenc.errors import UserError  # noqa: E402
 from posenc.hf.load import load_model, resolve_model  # noqa: E402
 
 
@@ -129,3 +130,31 @@ def test_a_model_directory_needs_only_transformers(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match=r"needs transformers, not installed: install with "
                                          r"`pip install 'posenc\[hf\]'`$"):
         resolve_model(str(tmp_path))
+
+
+def test_an_unreachable_hub_fails_at_once_without_retries(monkeypatch):
+    """A hub name while the hub's endpoint refuses connections: one connection attempt,
+    then an offline load that finds nothing in the local cache, one line naming why."""
+    import socket
+
+    import huggingface_hub.constants
+    import transformers
+    with socket.socket() as closed:                         # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    asked = []
+    real = transformers.AutoTokenizer.from_pretrained
+
+    def tokenizer(location, **kwargs):
+        asked.append(kwargs)
+        return real(location, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", tokenizer)
+    with pytest.raises(UserError, match=rf"^could not load hub model some-org/some-model: "
+                       rf"the hub at http://127.0.0.1:{port} cannot be reached: .*, and the "
+                       "model is not in the local Hugging Face cache$"):
+        load_model("some-org/some-model")
+    assert asked == [{"local_files_only": True}]
