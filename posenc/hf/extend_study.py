@@ -249,6 +249,13 @@ class ExtendStudy(Study):
         if max(config.lengths + config.passkey_lengths) <= base:
             notes.append(f"no length exceeds {what} ({base} tokens): nothing is "
                          f"extended here; give lengths above {base} to measure extension")
+        elif config.original and config.original < native \
+                and max(config.lengths + config.passkey_lengths) <= native:
+            notes.append(f"every length is inside the model's native context ({native} "
+                         "tokens): 'none' is never past what the model was trained on, so "
+                         f"this measures what each method costs when asked to extend from "
+                         f"{config.original} tokens, not whether it rescues the model beyond "
+                         "its real context")
         if config.eval_windows == 1:
             notes.append("one window per length: perplexity has no spread; use 5 or more "
                          "windows for a ± that means something")
