@@ -20,8 +20,8 @@ export TMPDIR := $(SCRATCH)/tmp
 .PHONY: test demo install clean
 
 $(STAMP): pyproject.toml Makefile
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	mkdir -p $(TMPDIR)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.13.0
 	# dev: pytest and the transformers oracles; peer: x-transformers, the anchor implementation
