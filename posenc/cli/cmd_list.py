@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 
 from ..encodings import describe_encodings
 from ..models.plans import describe_plans
@@ -23,25 +24,64 @@ VARIANTS_HEADING = "lab variants (posenc compare --encodings NAME; in the defaul
 DERIVED = "auto"
 
 
+#: the width the tables fit unless ``--wide`` (long cells wrap inside their column)
+WIDTH = 100
+#: the narrowest a column is wrapped to
+MIN_COLUMN = 12
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true",
                    help="print the encodings as JSON instead of the tables")
+    p.add_argument("--wide", action="store_true", help=f"one line per row, however long "
+                   f"(default: fit {WIDTH} columns, long cells wrapped in their column)")
 
 
-def _table(cols: list[tuple[str, str]], rows: list[dict]) -> str:
+def _fit(widths: list[int], floors: list[int], width: int) -> list[int]:
+    """Column widths whose lines (two spaces between columns) fit ``width``: the widest
+    column above its floor gives a character at a time."""
+    widths = list(widths)
+    while sum(widths) + 2 * (len(widths) - 1) > width:
+        shrinkable = [i for i in range(len(widths)) if widths[i] > floors[i]]
+        if not shrinkable:
+            break
+        widths[max(shrinkable, key=lambda i: widths[i])] -= 1
+    return widths
+
+
+def _table(cols: list[tuple[str, str]], rows: list[dict], width: int | None = WIDTH) -> str:
+    """A fixed-width table; ``width=None``: one line per row."""
     cells = [[", ".join(r[k]) if isinstance(r[k], list) else str(r[k]) for k, _ in cols]
              for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (_, h) in enumerate(cols)]
+    if width is not None:       # a column keeps its longest word whole (up to MIN_COLUMN)
+        floors = [min(w, max(len(h), *(min(MIN_COLUMN, len(word)) for c in cells
+                                       for word in c[i].split() or [""])))
+                  for i, ((_, h), w) in enumerate(zip(cols, widths))]
+        widths = _fit(widths, floors, width)
     line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()
-    return "\n".join([line([h for _, h in cols]), line(["-" * w for w in widths])]
-                     + [line(c) for c in cells])
+    lines = [line([h for _, h in cols]), line(["-" * w for w in widths])]
+    for row in cells:
+        wrapped = [textwrap.wrap(c, w, break_on_hyphens=False) or [""]
+                   for c, w in zip(row, widths)]
+        lines += [line([c[i] if i < len(c) else "" for c in wrapped])
+                  for i in range(max(map(len, wrapped)))]
+    return "\n".join(lines)
 
 
-def format_table(rows: list[dict]) -> str:
+def _wrap(text: str, width: int | None, indent: str = "    ") -> str:
+    """``text`` as it is (``width=None``) or wrapped to ``width``, later lines indented."""
+    if width is None:
+        return text
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent=indent,
+                                   break_on_hyphens=False))
+
+
+def format_table(rows: list[dict], width: int | None = WIDTH) -> str:
     """Fixed-width table of describe_encodings() rows."""
     return _table([("name", "encoding"), ("family", "family"), ("hooks", "hooks"),
                    ("extrapolates", "extrapolates"), ("kv_cache", "kv cache"),
-                   ("backends", "backends")], rows)
+                   ("backends", "backends")], rows, width)
 
 
 def format_options(options: dict) -> str:
@@ -54,21 +94,23 @@ def format_options(options: dict) -> str:
     return ", ".join(f"{k}={shown(k, v)}" for k, v in options.items())
 
 
-def format_plans(rows: list[dict]) -> str:
+def format_plans(rows: list[dict], width: int | None = WIDTH) -> str:
     """Fixed-width table of describe_plans() rows under :data:`PLANS_HEADING`."""
     shown = [{**r, "options": format_options(r["options"])} for r in rows]
-    table = _table([("name", "plan"), ("summary", "summary"), ("options", "options")], shown)
-    return (f"{PLANS_HEADING}\n{table}\n"
+    table = _table([("name", "plan"), ("summary", "summary"), ("options", "options")], shown,
+                   width)
+    return (f"{_wrap(PLANS_HEADING, width)}\n{table}\n"
             f"({DERIVED}: derived from the model's max_len, see posenc.models.plans)")
 
 
-def format_variants(rows: list[dict]) -> str:
+def format_variants(rows: list[dict], width: int | None = WIDTH) -> str:
     """Fixed-width table of the lab's variant_rows() under :data:`VARIANTS_HEADING`."""
-    table = _table([("name", "variant"), ("pe", "encoding"), ("summary", "summary")], rows)
-    return f"{VARIANTS_HEADING}\n{table}"
+    table = _table([("name", "variant"), ("pe", "encoding"), ("summary", "summary")], rows,
+                   width)
+    return f"{_wrap(VARIANTS_HEADING, width)}\n{table}"
 
 
-def format_methods(rows: list[dict]) -> str:
+def format_methods(rows: list[dict], width: int | None = WIDTH) -> str:
     """Fixed-width table of describe_methods() rows under :data:`METHODS_HEADING` (name, kind,
     whether a Hugging Face config and a GGUF file can hold it, the source), then each
     method's options."""
@@ -76,10 +118,11 @@ def format_methods(rows: list[dict]) -> str:
     shown = [{**r, "hf": yes[r["hf_config"]], "gguf": yes[r["gguf"]], "cite": r["cite"] or "-"}
              for r in rows]
     table = _table([("name", "method"), ("kind", "kind"), ("hf", "hf config"),
-                    ("gguf", "gguf"), ("cite", "source")], shown)
-    options = [f"  {r['name']}: {', '.join(r['options'])}" for r in rows if r["options"]]
-    return f"{METHODS_HEADING}\n{table}\noptions (posenc extend --option KEY=VALUE):\n" + \
-        "\n".join(options)
+                    ("gguf", "gguf"), ("cite", "source")], shown, width)
+    options = [_wrap(f"  {r['name']}: {', '.join(r['options'])}", width)
+               for r in rows if r["options"]]
+    return f"{_wrap(METHODS_HEADING, width)}\n{table}\n" \
+        "options (posenc extend --option KEY=VALUE):\n" + "\n".join(options)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
     else:
-        print(format_table(rows) + "\n\n" + format_plans(describe_plans()) + "\n\n"
-              + format_methods(describe_methods()) + "\n\n" + format_variants(variant_rows()))
+        width = None if args.wide else WIDTH
+        print(format_table(rows, width) + "\n\n" + format_plans(describe_plans(), width)
+              + "\n\n" + format_methods(describe_methods(), width) + "\n\n"
+              + format_variants(variant_rows(), width))
     return 0

@@ -30,6 +30,7 @@ from ..study import (INCONCLUSIVE, NOT_SUPPORTED, NOT_TESTED, SUPPORTED, RunDire
                      markdown_table)
 from ..viz.axes import save_png
 from ..viz.heatmaps import accuracy_heatmaps
+from .load import model_title
 
 REPLICATES, SEED = 400, 0
 SOLVED_AT = 0.5
@@ -216,8 +217,8 @@ def report_markdown(results: dict[str, Any]) -> str:
     o, native = results["original"], results["native_context"]
     text = results["text"]
     depths = ", ".join(f"{d:g}" for d in s["depths"])
-    lines = [f"# Extension arena: {results['model']}", "",
-             f"- model: {results['model']}, trained context {native} tokens",
+    lines = [f"# Extension arena: {model_title(results['model'])}", "",
+             f"- model: {model_title(results['model'])}, trained context {native} tokens",
              f"- methods extend from an original context of {o} tokens by a factor of "
              f"{s['factor']:g}: {', '.join(results['methods'])}",
              f"- lengths: {', '.join(_length_head(results))}; depths {depths}",

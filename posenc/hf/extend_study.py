@@ -86,7 +86,7 @@ SETTING_KEYS = {"eval_windows": "windows"}
 @dataclass(frozen=True)
 class ExtendRequest:
     """What to measure, as asked (the settings a resume must repeat). ``lengths=None``: 1x,
-    1.5x and 2x the native context; ``passkey_lengths=None``: ``lengths``;
+    1.5x and 2x the original length (``original=None``: the native context); ``passkey_lengths=None``: ``lengths``;
     ``finetune_len=None``: the longest length."""
 
     model: str
@@ -251,9 +251,17 @@ class ExtendStudy(Study):
         """What the report must say about the settings (also told to ``warn``)."""
         notes = []
         base = config.original or native
+        what = "the original length you set" if config.original else "the native context"
         if max(config.lengths + config.passkey_lengths) <= base:
-            notes.append(f"no length exceeds the native context ({base} tokens): nothing is "
+            notes.append(f"no length exceeds {what} ({base} tokens): nothing is "
                          f"extended here; give lengths above {base} to measure extension")
+        elif config.original and config.original < native \
+                and max(config.lengths + config.passkey_lengths) <= native:
+            notes.append(f"every length is inside the model's native context ({native} "
+                         "tokens): 'none' is never past what the model was trained on, so "
+                         f"this measures what each method costs when asked to extend from "
+                         f"{config.original} tokens, not whether it rescues the model beyond "
+                         "its real context")
         if config.eval_windows == 1:
             notes.append("one window per length: perplexity has no spread; use 5 or more "
                          "windows for a ± that means something")

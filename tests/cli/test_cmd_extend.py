@@ -66,7 +66,7 @@ def test_cli_extend_end_to_end(tiny_dir, tmp_path, capsys):
                "128,192", "--windows", "1", "--data", str(data), "--passkey",
                "--passkey-lengths", "256", "--passkey-depths", "0,1", "--passkey-trials", "1",
                "--finetune-steps", "2", "--finetune-len", "128", "--out", str(out),
-               "--no-progress"])
+               "--no-progress", "--preset", "gpu"])
     assert rc == 0
     results = json.loads((out / "results.json").read_text())
     assert list(results["methods"]) == ["none", "yarn", "yarn+ft", "ntk+logn", "ntk+logn+ft"]
@@ -82,7 +82,7 @@ def test_cli_extend_end_to_end(tiny_dir, tmp_path, capsys):
     assert main(["plot", str(out)]) == 0 and (out / "ppl.png").stat().st_size > 0
     rc = main(["extend", str(tiny_dir), "--method", "linear", "--lengths", "128", "--windows",
                "1", "--data", str(data), "--out", str(tmp_path / "run2"), "--save", str(saved),
-               "--gguf", str(tmp_path / "m.gguf"), "--no-progress"])
+               "--gguf", str(tmp_path / "m.gguf"), "--no-progress", "--preset", "gpu"])
     assert rc == 0
     loaded = transformers.AutoModelForCausalLM.from_pretrained(saved)
     assert loaded.config.rope_parameters["rope_type"] == "linear"
@@ -92,7 +92,7 @@ def test_cli_extend_end_to_end(tiny_dir, tmp_path, capsys):
     assert fields["llama.rope.scaling.factor"].contents() == 2.0
     rc = main(["extend", str(tiny_dir), "--methods", "none,self_extend,streaming", "--lengths",
                "192", "--windows", "1", "--data", str(data), "--out", str(tmp_path / "run3"),
-               "--no-progress"])
+               "--no-progress", "--preset", "gpu"])
     assert rc == 0
     results = json.loads((tmp_path / "run3" / "results.json").read_text())
     assert results["methods"]["self_extend"]["extension"]["attention"]["group"] >= 2
@@ -108,7 +108,7 @@ def test_cli_extend_interrupted_then_resumed_reuses_finished_measurements(
     argv = ["extend", str(tiny_dir), "--methods", "none,yarn", "--lengths", "128,192",
             "--windows", "1", "--data", str(data), "--out", str(out), "--no-progress",
             "--device", "cpu", "--dtype", "float32", "--passkey", "--passkey-lengths", "256",
-            "--passkey-depths", "0", "--passkey-trials", "1"]
+            "--passkey-depths", "0", "--passkey-trials", "1", "--preset", "gpu"]
     killer = textwrap.dedent("""
         import os, signal, sys
         from posenc.cli import main
@@ -201,7 +201,7 @@ def test_cli_checks_options_before_work_warns_and_overwrite_keeps_the_users_file
     wrote."""
     out, data = tmp_path / "run", tiny_dir.parent / "data.txt"
     argv = ["extend", str(tiny_dir), "--method", "none", "--lengths", "64,128", "--data",
-            str(data), "--out", str(out), "--no-progress"]
+            str(data), "--out", str(out), "--no-progress", "--preset", "gpu"]
     passkey = ["--passkey", "--passkey-lengths", "256", "--passkey-depths", "0"]
     capsys.readouterr()
     assert main([*argv, *passkey, "--passkey-trials", "0"]) == 2
@@ -228,3 +228,33 @@ def test_cli_checks_options_before_work_warns_and_overwrite_keeps_the_users_file
     (out / "ppl.png").unlink()
     assert main(argv) == 0                                   # finished: only redrawn
     assert (out / "ppl.png").is_file()
+
+
+def test_the_readme_example_on_a_cpu_shows_progress_in_its_first_unit_and_relative_labels(
+        tmp_path, capsys):
+    """The README's ``posenc extend smollm2 --methods none,linear,ntk,dynamic,yarn --factor
+    2``, a tiny model of native context 8192 standing in for SmolLM2: on a CPU the cpu preset
+    measures at 512, 1024 and 2048 tokens, a progress line names the first unit as it starts,
+    and the labels count from the original length (512), not from the native 8192."""
+    from tests.hf.helpers import save_tiny_model
+    model = save_tiny_model(tmp_path / "tiny", native=8192)
+    out, data = tmp_path / "run", tmp_path / "data.txt"
+    capsys.readouterr()
+    assert main(["extend", str(model), "--methods", "none,linear,ntk,dynamic,yarn",
+                 "--factor", "2", "--device", "cpu", "--data", str(data), "--out",
+                 str(out)]) == 0
+    captured = capsys.readouterr()
+    progress = [line for line in captured.err.splitlines() if line.startswith("extend: ")]
+    assert progress[0] == ("extend:   0% none perplexity at 512 (00:00 so far, time left "
+                           "after the first step)")
+    assert any("left" in line and "about" in line for line in progress[1:])
+    report = (out / "report.md").read_text()
+    assert "| method | 512 (1x) | 1024 (2x) | 2048 (4x) |" in report
+    assert "native context of the model: 8192" in report and "original length you set" in \
+        report
+    assert main(["extend", str(model), "--method", "none", "--original-length", "512",
+                 "--lengths", "256,512", "--data", str(data), "--out", str(tmp_path / "in"),
+                 "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "no length exceeds the original length you set (512 tokens)" in err
+    assert "native context (" not in err

@@ -44,7 +44,7 @@ def test_list_json_has_every_encoding(capsys):
 
 
 def test_list_table_has_a_row_per_encoding(capsys):
-    assert main(["list"]) == 0
+    assert main(["list", "--wide"]) == 0
     lines = capsys.readouterr().out.rstrip("\n").split("\n")
     end = lines.index("")                                   # the plans follow a blank line
     header, rule, body = lines[0], lines[1], lines[2:end]
@@ -60,7 +60,7 @@ def test_list_table_has_a_row_per_encoding(capsys):
 
 
 def test_list_table_then_shows_every_named_plan(capsys):
-    assert main(["list"]) == 0
+    assert main(["list", "--wide"]) == 0
     lines = capsys.readouterr().out.rstrip("\n").split("\n")
     first = lines.index("")
     plans = lines[first + 1:lines.index("", first + 1)]
@@ -94,7 +94,7 @@ def test_list_rejects_unknown_arguments(capsys):
 def test_list_ends_with_the_lab_variants(capsys):
     from posenc.cli.cmd_list import VARIANTS_HEADING
     from posenc.lab.runs.variants import VARIANTS
-    assert main(["list"]) == 0
+    assert main(["list", "--wide"]) == 0
     lines = capsys.readouterr().out.rstrip("\n").split("\n")
     table = lines[lines.index(VARIANTS_HEADING) + 1:]
     assert table[0].split() == ["variant", "encoding", "summary"]
@@ -104,7 +104,7 @@ def test_list_ends_with_the_lab_variants(capsys):
 def test_list_prints_every_registered_method_with_its_source(capsys):
     from posenc.cli.cmd_list import METHODS_HEADING
     from posenc.methods import list_methods, method_class
-    assert main(["list"]) == 0
+    assert main(["list", "--wide"]) == 0
     lines = capsys.readouterr().out.split("\n")
     start = lines.index(METHODS_HEADING) + 1
     assert lines[start].split()[:2] == ["method", "kind"]
@@ -113,3 +113,25 @@ def test_list_prints_every_registered_method_with_its_source(capsys):
     for row in rows[1:]:
         assert method_class(row.split()[0]).citation.short() in row
     assert "  self_extend: window, group" in lines
+
+
+def test_list_fits_100_columns_by_default_and_wide_keeps_one_line_per_row(capsys):
+    """Every line of the default output fits 100 characters; a long cell wraps inside its
+    column and holds the same text as in ``--wide``, where each encoding is one line."""
+    assert main(["list"]) == 0
+    narrow = capsys.readouterr().out.rstrip("\n").split("\n")
+    assert max(len(line) for line in narrow) <= 100
+    assert main(["list", "--wide"]) == 0
+    wide = capsys.readouterr().out.rstrip("\n").split("\n")
+    assert max(len(line) for line in wide) > 100            # the full table does not fit
+    body = wide[2:wide.index("")]
+    assert len(body) == len(list_encodings())
+    rows, end = [], narrow.index("")
+    for line in narrow[2:end]:                              # a row starts with its name
+        if line[:1] != " ":
+            rows.append([])
+        rows[-1].append(line)
+    assert [r[0].split()[0] for r in rows] == list_encodings()
+    squeeze = lambda text: "".join(text.split())
+    for row, line in zip(rows, body):                       # the same characters, wrapped
+        assert sorted(squeeze(" ".join(row))) == sorted(squeeze(line))

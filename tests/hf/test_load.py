@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 from posenc.hf import extend, save_extended  # noqa: E402
 from posenc.hf.architectures import extended_rope  # noqa: E402
+from posenc.errors import UserError  # noqa: E402
 from posenc.hf.load import load_model, resolve_model  # noqa: E402
 
 
@@ -147,3 +148,45 @@ def test_a_model_directory_needs_only_transformers(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match=r"needs transformers, not installed: install with "
                                          r"`pip install 'posenc\[hf\]'`$"):
         resolve_model(str(tmp_path))
+
+
+def test_an_unreachable_hub_fails_at_once_without_retries(monkeypatch):
+    """A hub name while the hub's endpoint refuses connections: one connection attempt,
+    then an offline load that finds nothing in the local cache, one line naming why."""
+    import socket
+
+    import huggingface_hub.constants
+    import transformers
+    with socket.socket() as closed:                         # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    asked = []
+    real = transformers.AutoTokenizer.from_pretrained
+
+    def tokenizer(location, **kwargs):
+        asked.append(kwargs)
+        return real(location, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", tokenizer)
+    with pytest.raises(UserError, match=rf"^could not load hub model some-org/some-model: "
+                       rf"the hub at http://127.0.0.1:{port} cannot be reached: .*, and the "
+                       "model is not in the local Hugging Face cache$"):
+        load_model("some-org/some-model")
+    assert asked == [{"local_files_only": True}]
+
+
+@pytest.mark.parametrize("command", ["extend", "arena"])
+def test_smollm2_is_named_as_what_it_is(command, capsys):
+    """``smollm2`` is the instruction-tuned SmolLM2-135M, dequantized from a Q4_1 GGUF file:
+    reports and help texts say so, not "SmolLM2-135M" (the base model's name)."""
+    from posenc.cli import main
+    from posenc.hf.load import model_title
+    assert model_title("smollm2") == "SmolLM2-135M-Instruct (dequantized from Q4_1 GGUF)"
+    assert model_title("some-org/some-model") == "some-org/some-model"
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "SmolLM2-135M-Instruct, dequantized from its Q4_1 GGUF file" in help_text

@@ -4,14 +4,13 @@ markdown; checked as text and, where Chromium is installed, as a browser parses 
 from __future__ import annotations
 
 import re
-import subprocess
 from html.parser import HTMLParser
 
 
 from posenc.lab.report.markdown_html import markdown_to_html
 from posenc.lab.report.report import render_index, render_report
 
-from tests.helpers import chromium_or_skip
+from tests.helpers import chromium_or_skip, run_headless
 from tests.lab.helpers import results
 
 
@@ -70,9 +69,8 @@ def test_index_html_renders_its_tables_in_chromium(tmp_path):
     r = results()
     page = tmp_path / "index.html"
     page.write_text(render_index(r, []))
-    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
-                          "--dump-dom", page.as_uri()], check=True, capture_output=True,
-                         text=True, timeout=120).stdout
+    dom = run_headless(browser, tmp_path, "--dump-dom", page.as_uri(), text=True,
+                       timeout=120).stdout
     parsed = _parse(dom)
     assert parsed.tags.count("table") == _tables(render_report(r)) >= 5
     assert parsed.tags.count("td") > 100 and "supported" in "".join(parsed.text)
