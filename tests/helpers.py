@@ -10,6 +10,7 @@ rescales every parameter so that attention is peaked and position terms matter.
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
