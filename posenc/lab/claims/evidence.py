@@ -207,6 +207,21 @@ def _missing(*pairs: tuple[str, object]) -> str | None:
     return f"missing or n/a: {', '.join(gone)}" if gone else None
 
 
+def runs_not_run(r: Runs, evidence: str) -> list[str]:
+    """What a "not tested" verdict's ``evidence`` (:func:`_missing`, or ``missing: ...``)
+    says is missing because this comparison did not run it: labels without a run, or the
+    described run; empty when the runs exist and only a value is n/a."""
+    if evidence.startswith("missing or n/a: "):
+        names = evidence.removeprefix("missing or n/a: ").split(" (")[0].split(", ")
+        return [name for name in (n.split("@")[0] for n in names) if r.get(name) is None]
+    if evidence.startswith("missing: entropy of "):       # the runs, or only their entropy
+        labels = evidence.removeprefix("missing: entropy of ").split(" past")[0].split(" and ")
+        return [label for label in labels if r.get(label) is None]
+    if evidence.startswith("missing: "):
+        return [evidence.removeprefix("missing: ")]
+    return []
+
+
 def _not_learned(r: Runs, *labels: str) -> str | None:
     bad = [lab for lab in labels if r.learned(lab) is False]
     if not bad:
