@@ -122,10 +122,10 @@ def sample_notes(setting: dict) -> list[str]:
                      f"verdicts abstain (too few samples; use {MIN_SAMPLES} or more windows "
                      "for a ± that means something)")
     for key, unit in (("needles", "needle"), ("passkey_trials", "passkey")):
-        if 0 < setting[key] < MIN_SAMPLES:
-            notes.append(f"{setting[key]} {unit}(s) per cell: each heat-map cell is a rate of "
-                         f"{setting[key]} trial(s); a {unit} verdict pools the cells beyond the "
-                         f"original and abstains below {MIN_SAMPLES} {unit}s in all")
+        if setting[key] == 1:
+            notes.append(f"one {unit} per cell: each heat-map cell is 0 % or 100 %; a {unit} "
+                         "verdict pools the cells beyond the original and abstains below "
+                         f"{MIN_SAMPLES} {unit}s in all")
     return notes
 
 

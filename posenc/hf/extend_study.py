@@ -25,8 +25,8 @@ from typing import Any
 from ..encodings.checks import require_choice
 from ..errors import UserError
 from ..methods import parse_method_spec
-from ..study import (API_NAMES, MIN_SAMPLES, RESULTS, RunDirectory, Study, StudyKind, Unit,
-                     decode, encode, register_kind)
+from ..study import (API_NAMES, RESULTS, RunDirectory, Study, StudyKind, Unit, decode,
+                     encode, register_kind)
 from ..study.settings import settings_difference, short
 from .load import MODEL_DTYPES
 from .extend import extend, hf_rope_parameters, make_extension, restore
@@ -248,10 +248,9 @@ class ExtendStudy(Study):
         if max(config.lengths + config.passkey_lengths) <= base:
             notes.append(f"no length exceeds the native context ({base} tokens): nothing is "
                          f"extended here; give lengths above {base} to measure extension")
-        if 0 < config.eval_windows < MIN_SAMPLES:
-            count = "one window" if config.eval_windows == 1 else f"{config.eval_windows} windows"
-            notes.append(f"{count} per length: too few samples for a perplexity spread that "
-                         f"means something; use {MIN_SAMPLES} or more windows")
+        if config.eval_windows == 1:
+            notes.append("one window per length: perplexity has no spread; use 5 or more "
+                         "windows for a ± that means something")
         return notes
 
     # ------------------------------------------------------------ plan
