@@ -44,7 +44,7 @@ def accuracy_heatmaps(grids: Mapping[str, Sequence[Sequence[float]]], lengths: S
     be 0 % or 100 %). Returns the figure (save it with :func:`posenc.viz.axes.save_png`).
     """
     if per_cell is not None:
-        title += f" ({per_cell} {trial}{'' if per_cell == 1 else 's'} per cell)"
+        title += f"; {per_cell} {trial}{'' if per_cell == 1 else 's'} per cell"
     names = list(grids)
     n_cols = max(1, min(MAX_COLUMNS, len(names)))
     n_rows = max(1, math.ceil(len(names) / n_cols))
