@@ -185,9 +185,9 @@ def verdicts(results: dict) -> list[Verdict]:
             if a is None or b is None:
                 out.append(Verdict(claim, source, NOT_TESTED, "not measured yet"))
                 continue
-            evidence = _evidence(task, method, a, b, beyond)
             few = too_few_samples(*min(sample_count(results, task, m, beyond)
                                        for m in (method, "none")))
+            evidence = _evidence(task, method, a, b, beyond, spreads=not few)
             if few:
                 out.append(Verdict(claim, source, TOO_FEW, f"{few}; {evidence}", RULE))
                 continue
@@ -215,13 +215,15 @@ def _decide(a: tuple[float, float], b: tuple[float, float], lower_better: bool) 
     return INCONCLUSIVE
 
 
-def _evidence(task: str, method: str, a, b, lengths: list[int]) -> str:
+def _evidence(task: str, method: str, a, b, lengths: list[int], spreads: bool = True) -> str:
+    """The numbers a verdict rests on; ``spreads`` False (too few samples): the means alone,
+    as a spread from so few samples would claim a noise that was not measured."""
     at = ", ".join(str(n) for n in lengths)
+    pm = (lambda e, f: f"{e[0]:{f}} ± {e[1]:{f}}") if spreads else (lambda e, f: f"{e[0]:{f}}")
     if task == "ppl":
         return (f"perplexity {_ppl(a[0])} ({method}) vs {_ppl(b[0])} (none) at {at}; "
-                f"mean NLL {a[0]:.3f} ± {a[1]:.3f} vs {b[0]:.3f} ± {b[1]:.3f}")
-    return (f"accuracy {a[0]:.2f} ± {a[1]:.2f} ({method}) vs {b[0]:.2f} ± {b[1]:.2f} (none) "
-            f"at {at}")
+                f"mean NLL {pm(a, '.3f')} vs {pm(b, '.3f')}")
+    return f"accuracy {pm(a, '.2f')} ({method}) vs {pm(b, '.2f')} (none) at {at}"
 
 
 # ------------------------------------------------------------------ report

@@ -184,6 +184,8 @@ def test_a_one_window_arena_decides_no_verdict_and_says_why(model_dir, tmp_path)
     ppl = next(row for row in rows if "on perplexity" in row)   # the tiny model's ppl counts
     assert "| too few samples |" in ppl
     assert "1 perplexity window per length (a verdict needs at least 5)" in ppl
+    table = report.split("## Perplexity")[1].split("## ")[0].splitlines()
+    assert "±" not in ppl and not any("±" in row for row in table if row.startswith("| yarn"))
     assert any("1 perplexity window(s) per length" in note for note in told)
 
 
