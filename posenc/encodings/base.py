@@ -133,6 +133,10 @@ class PositionalEncoding(nn.Module):
     #: no term reads a position at all: the order of the keys is the context (CoPE, the
     #: forget gate), so any positions give the same result
     position_free: ClassVar[bool] = False
+    #: the registered encoding this one equals exactly on text (one position axis), and why
+    #: ("" where none): the lab's report explains identical numbers with it
+    equals_on_text: ClassVar[str] = ""
+    equals_on_text_because: ClassVar[str] = ""
 
     def __init__(self, *, n_heads: int, head_dim: int, max_len: int | None = None,
                  logn_base_len: int | None = None, temperature_floor: int | None = None,

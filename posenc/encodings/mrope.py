@@ -75,6 +75,12 @@ class MultimodalRotaryEncoding(RotaryEncoding):
     cache_note = "exact (the positions per axis are given for each new token)"
     position_axes = 3
     length_dependent_scalings = False
+    equals_on_text = "rope"
+    equals_on_text_because = (
+        "on text a token's three position axes are equal, so every section of the rotary "
+        "pairs turns by the same position and M-RoPE is RoPE exactly (Wang et al. 2024, "
+        "Qwen2-VL, Sec. 2.1: text tokens share one id on all three axes); from the same seed "
+        "the two train and score identically")
 
     def __init__(self, *, mrope_section: Sequence[int] | None = None, **kw) -> None:
         super().__init__(**kw)

@@ -32,7 +32,7 @@ from ..errors import UserError
 from ..study import (API_NAMES, RESULTS, RunDirectory, Study, StudyKind, Unit, decode,
                      encode, register_kind)
 from ..study.settings import settings_difference, short
-from .arena_report import report_markdown, write_figures
+from .arena_report import report_markdown, sample_notes, write_figures
 from .arena_tasks import Haystack, min_needle_length, needle_hits, passkey_hits
 from .load import MODEL_DTYPES
 from ..methods import list_methods, method_class, parse_method_spec
@@ -178,7 +178,7 @@ class ArenaStudy(Study):
             raise UserError(f"the text holds {haystack.tokens.numel()} tokens, fewer than the "
                             f"{need} that {req.eval_windows} perplexity windows of {max(lengths)} "
                             "need; give more text, fewer windows or shorter lengths")
-        notes = _notes(original, native, lengths, skipped)
+        notes = _notes(original, native, lengths, skipped) + sample_notes(req.setting())
         derived = {"model": req.model, "native_context": native, "original": original,
                    "lengths": list(lengths), "methods": list(methods),
                    "text": texts.info(), "n_tokens": int(haystack.tokens.numel()),

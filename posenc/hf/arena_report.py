@@ -10,6 +10,9 @@ smoothed as (k + 1) / (n + 2) (as the lab's task verdicts do), so one needle per
 perfect score never claims zero noise. A method beats
 'none' on a task beyond noise when the intervals mean ± spread of the two do not overlap;
 overlapping intervals are inconclusive (the lab's rule, :mod:`posenc.lab.claims.stats`).
+A verdict abstains ("too few samples", :func:`posenc.study.too_few_samples`) when either
+method rests on fewer than :data:`~posenc.study.MIN_SAMPLES` perplexity windows at a length,
+or needles (keys) over the cells beyond the original.
 
 Only tasks the unextended model solves at the original length count toward verdicts: a
 retrieval task counts when 'none' finds at least :data:`SOLVED_AT` of the needles (keys) at
@@ -26,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from ..methods import spec_citation
-from ..study import (INCONCLUSIVE, NOT_SUPPORTED, NOT_TESTED, SUPPORTED, RunDirectory, Verdict,
-                     markdown_table)
+from ..study import (INCONCLUSIVE, MIN_SAMPLES, NOT_SUPPORTED, NOT_TESTED, SUPPORTED, TOO_FEW,
+                     RunDirectory, Verdict, markdown_table, too_few_samples)
 from ..viz.axes import save_png
 from ..viz.heatmaps import accuracy_heatmaps
 from .load import model_title
@@ -96,6 +99,37 @@ def _estimate(results: dict, task: str, method: str, lengths: list[int]):
     return hit_estimate(results[task].get(method, {}), _cells(results, lengths))
 
 
+def sample_count(results: dict, task: str, method: str, lengths: list[int]) -> tuple[int, str]:
+    """(count, unit) of the independent samples ``method``'s estimate over ``lengths`` rests
+    on: the fewest perplexity windows at any one length (each length is resampled on its
+    own), or the needles (keys) over all the cells."""
+    if task == "ppl":
+        points = results["ppl"].get(method, {})
+        count = min((len(points.get(str(n), {}).get("window_nll") or ()) for n in lengths),
+                    default=0)
+        return count, "perplexity window per length" if count == 1 else \
+            "perplexity windows per length"
+    cells = results[task].get(method, {})
+    count = sum(len(cells.get(k) or ()) for k in _cells(results, lengths))
+    unit = "needle" if task == "needle" else "passkey"
+    return count, f"{unit}{'' if count == 1 else 's'} over the cells"
+
+
+def sample_notes(setting: dict) -> list[str]:
+    """What the report says when a setting leaves too few samples for a verdict."""
+    notes = []
+    if 0 < setting["windows"] < MIN_SAMPLES:
+        notes.append(f"{setting['windows']} perplexity window(s) per length: perplexity "
+                     f"verdicts abstain (too few samples; use {MIN_SAMPLES} or more windows "
+                     "for a ± that means something)")
+    for key, unit in (("needles", "needle"), ("passkey_trials", "passkey")):
+        if setting[key] == 1:
+            notes.append(f"one {unit} per cell: each heat-map cell is 0 % or 100 %; a {unit} "
+                         "verdict pools the cells beyond the original and abstains below "
+                         f"{MIN_SAMPLES} {unit}s in all")
+    return notes
+
+
 def _measured(results: dict, task: str) -> bool:
     setting = results["setting"]
     return {"needle": True, "passkey": setting["passkey_trials"] > 0,
@@ -152,13 +186,21 @@ def verdicts(results: dict) -> list[Verdict]:
             if a is None or b is None:
                 out.append(Verdict(claim, source, NOT_TESTED, "not measured yet"))
                 continue
+            few = too_few_samples(*min(sample_count(results, task, m, beyond)
+                                       for m in (method, "none")))
+            evidence = _evidence(task, method, a, b, beyond, spreads=not few)
+            if few:
+                out.append(Verdict(claim, source, TOO_FEW, f"{few}; {evidence}", RULE))
+                continue
             out.append(Verdict(claim, source, _decide(a, b, lower_better=task == "ppl"),
-                               _evidence(task, method, a, b, beyond), RULE))
+                               evidence, RULE))
     return out
 
 
 RULE = ("mean ± spread (bootstrap std; for accuracies at least the binomial standard error) "
-        "over the lengths beyond the original; overlapping intervals are inconclusive")
+        "over the lengths beyond the original; overlapping intervals are inconclusive; "
+        f"fewer than {MIN_SAMPLES} windows per length, or needles (keys) over the cells, "
+        "abstain: too few samples")
 
 
 def _decide(a: tuple[float, float], b: tuple[float, float], lower_better: bool) -> str:
@@ -174,13 +216,15 @@ def _decide(a: tuple[float, float], b: tuple[float, float], lower_better: bool) 
     return INCONCLUSIVE
 
 
-def _evidence(task: str, method: str, a, b, lengths: list[int]) -> str:
+def _evidence(task: str, method: str, a, b, lengths: list[int], spreads: bool = True) -> str:
+    """The numbers a verdict rests on; ``spreads`` False (too few samples): the means alone,
+    as a spread from so few samples would claim a noise that was not measured."""
     at = ", ".join(str(n) for n in lengths)
+    pm = (lambda e, f: f"{e[0]:{f}} ± {e[1]:{f}}") if spreads else (lambda e, f: f"{e[0]:{f}}")
     if task == "ppl":
         return (f"perplexity {_ppl(a[0])} ({method}) vs {_ppl(b[0])} (none) at {at}; "
-                f"mean NLL {a[0]:.3f} ± {a[1]:.3f} vs {b[0]:.3f} ± {b[1]:.3f}")
-    return (f"accuracy {a[0]:.2f} ± {a[1]:.2f} ({method}) vs {b[0]:.2f} ± {b[1]:.2f} (none) "
-            f"at {at}")
+                f"mean NLL {pm(a, '.3f')} vs {pm(b, '.3f')}")
+    return f"accuracy {pm(a, '.2f')} ({method}) vs {pm(b, '.2f')} (none) at {at}"
 
 
 # ------------------------------------------------------------------ report
@@ -204,8 +248,8 @@ def _table(results: dict, task: str) -> list[str]:
             elif task == "ppl":
                 p = results["ppl"][method][str(n)]
                 std = p.get("ppl_std")
-                cells.append(_ppl(est[0]) + (f" ± {std:.2f}" if std is not None
-                                             and math.isfinite(std) else ""))
+                shown = std is not None and math.isfinite(std) and p.get("n_windows", 2) > 1
+                cells.append(_ppl(est[0]) + (f" ± {std:.2f}" if shown else ""))
             else:
                 cells.append(f"{est[0]:.2f} ± {est[1]:.2f}")
         rows.append([method] + cells)
@@ -275,6 +319,9 @@ def write_figures(results: dict, directory: RunDirectory) -> list[Path]:
                                 f"from {results['original']} tokens (outlined: the original "
                                 "context)",
                                 results["original"],
-                                "needle depth" if task == "needle" else "key depth")
+                                "needle depth" if task == "needle" else "key depth",
+                                per_cell=results["setting"]["needles" if task == "needle"
+                                                            else "passkey_trials"],
+                                trial="needle" if task == "needle" else "key")
         paths.append(save_png(fig, directory.path / f"{task}.png", dpi=110))
     return paths

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..methods import sources_lines
-from ..study import RunDirectory, markdown_table
+from ..study import MIN_SAMPLES, TOO_FEW, RunDirectory, markdown_table
 from ..viz.axes import new_figure, save_png
 from .load import model_title
 
@@ -61,6 +61,9 @@ def report_markdown(results: dict[str, Any]) -> str:
         depths = ", ".join(f"{d:g}" for d in cfg["passkey_depths"])
         note = (f"Mean over depths {depths}, {cfg['passkey_trials']} keys per "
                 "cell; heat maps in passkey_<method>.png.")
+        if cfg["passkey_trials"] < MIN_SAMPLES:
+            note += (f" **{TOO_FEW}**: fewer than {MIN_SAMPLES} keys per cell, so each cell "
+                     "is a coarse rate (one key: 0 % or 100 %).")
         lines += ["## Passkey retrieval accuracy", "", note, ""]
         lines += markdown_table(["method"] + [str(n) for n in pl] + ["mean"], rows) + [""]
     note = "Peak resident memory of the process while measuring each method (GiB):"
@@ -80,9 +83,10 @@ def report_markdown(results: dict[str, Any]) -> str:
 
 
 def _ppl_cell(point: dict[str, Any]) -> str:
-    """``12.34 ± 0.56`` (the bootstrap spread over windows), or the perplexity alone."""
+    """``12.34 ± 0.56`` (the bootstrap spread over windows), or the perplexity alone (no
+    spread, or one window, whose spread would be zero)."""
     std = point.get("ppl_std")
-    if std is None or not math.isfinite(point["ppl"]):
+    if std is None or not math.isfinite(point["ppl"]) or point.get("n_windows", 2) < 2:
         return _fmt(point["ppl"])
     return f"{_fmt(point['ppl'])} ± {_fmt(std)}"
 
@@ -91,8 +95,11 @@ def _spread_note(methods: dict[str, Any]) -> str:
     counts = sorted({(p["length"], p["n_windows"]) for row in methods.values()
                      for p in row["ppl"]})
     per_length = ", ".join(f"{n}: {w}" for n, w in counts) or "none yet"
+    few = sorted({n for n, w in counts if w < MIN_SAMPLES})
+    caveat = (f" **{TOO_FEW}** at {', '.join(map(str, few))}: fewer than {MIN_SAMPLES} "
+              "windows, so no difference there is decided by these numbers." if few else "")
     return ("Perplexity ± its standard deviation over bootstrap resamples of the windows "
-            "(a single window has no spread); windows per length: " + per_length + ".")
+            "(a single window has no spread); windows per length: " + per_length + "." + caveat)
 
 
 def _mean(acc: list[list[float]]) -> float:
@@ -130,8 +137,10 @@ def plot_ppl(results: dict[str, Any], path: Path) -> Path:
     return save_png(fig, path, dpi=120)
 
 
-def plot_passkey(name: str, grid: dict[str, Any], path: Path) -> Path:
-    """Heat map of accuracy: depth (rows) against context length (columns)."""
+def plot_passkey(name: str, grid: dict[str, Any], path: Path, per_cell: int | None = None
+                 ) -> Path:
+    """Heat map of accuracy: depth (rows) against context length (columns); ``per_cell``:
+    the keys each cell's rate is taken over (said in the title)."""
     fig = new_figure(figsize=(1.2 + 0.9 * len(grid["lengths"]),
                           1.2 + 0.5 * len(grid["depths"])))
     ax = fig.subplots()
@@ -143,7 +152,8 @@ def plot_passkey(name: str, grid: dict[str, Any], path: Path) -> Path:
             ax.text(j, i, f"{a:.0%}", ha="center", va="center", fontsize=7)
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("key depth")
-    ax.set_title(f"passkey retrieval: {name}", fontsize=9)
+    keys = "" if per_cell is None else f" ({per_cell} key{'' if per_cell == 1 else 's'} per cell)"
+    ax.set_title(f"passkey retrieval: {name}{keys}", fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.05)
     fig.tight_layout()
     return save_png(fig, path, dpi=120)
@@ -160,7 +170,8 @@ def write_figures(results: dict[str, Any], directory: RunDirectory) -> list[Path
     for name, row in results["methods"].items():
         if row.get("passkey") is not None:
             paths.append(plot_passkey(name, row["passkey"],
-                                      directory.path / passkey_figure(name)))
+                                      directory.path / passkey_figure(name),
+                                      results["config"].get("passkey_trials")))
     return paths
 
 

@@ -11,7 +11,8 @@
 - :mod:`.study`: the :class:`Study` protocol (a plan of units of work, each unit's result
   returned as a value and committed by the driver, a report rendered from the results) and
   :func:`run_study`, the driver every study runs.
-- :mod:`.tables`, :mod:`.verdict`: one markdown table helper and one verdict type.
+- :mod:`.tables`, :mod:`.verdict`: one markdown table helper, one verdict type and the one
+  minimum of samples below which every verdict abstains.
 """
 
 from .codec import decode, dumps, encode, read_json
@@ -20,9 +21,11 @@ from .names import API_NAMES, CLI_NAMES
 from .rundir import RESULTS, RunDirectory, StudyKind, read_study_results
 from .study import Study, StudyOutcome, Unit, run_study
 from .tables import markdown_table
-from .verdict import INCONCLUSIVE, NOT_SUPPORTED, NOT_TESTED, STATUSES, SUPPORTED, Verdict
+from .verdict import (INCONCLUSIVE, MIN_SAMPLES, NOT_SUPPORTED, NOT_TESTED, STATUSES, SUPPORTED,
+                      TOO_FEW, Verdict, too_few_samples)
 
-__all__ = ["API_NAMES", "CLI_NAMES", "INCONCLUSIVE", "NOT_SUPPORTED", "NOT_TESTED", "RESULTS",
-           "STATUSES", "SUPPORTED", "RunDirectory", "Study", "StudyKind", "StudyOutcome", "Unit",
-           "Verdict", "decode", "dumps", "encode", "markdown_table", "read_json",
-           "read_study_results", "register_kind", "registered_kinds", "run_study"]
+__all__ = ["API_NAMES", "CLI_NAMES", "INCONCLUSIVE", "MIN_SAMPLES", "NOT_SUPPORTED", "NOT_TESTED",
+           "RESULTS", "STATUSES", "SUPPORTED", "TOO_FEW", "RunDirectory", "Study", "StudyKind",
+           "StudyOutcome", "Unit", "Verdict", "decode", "dumps", "encode", "markdown_table",
+           "read_json", "read_study_results", "register_kind", "registered_kinds", "run_study",
+           "too_few_samples"]

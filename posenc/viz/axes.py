@@ -61,6 +61,16 @@ def tick_label(value: float) -> str:
     return f"{value:.3g}"
 
 
+def format_ppl(value: float) -> str:
+    """A perplexity in every posenc plot label: 3 significant digits, trailing zeros kept
+    (``5.94``, ``6.00``, ``10.4``), whole numbers from 100 (``123``), ``inf``, ``nan``."""
+    if not math.isfinite(value):
+        return "inf" if value > 0 else "nan"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:#.3g}"
+
+
 def log_axis(ax, which: str, low: float, high: float) -> None:
     """Log ``which`` ("x" or "y") axis over [low, high] with several labelled ticks and no
     minor tick labels."""

@@ -2,8 +2,8 @@
 needle-in-a-haystack test: Kamradt 2023).
 
 :func:`accuracy_heatmaps` draws each method's grid (depth down, length across) on one shared
-colour scale from 0 to 1 with one colour bar, every cell labelled with its accuracy, and the
-original context marked. Panels wrap into rows of at most :data:`MAX_COLUMNS`; the figure
+colour scale from 0 to 1 with one colour bar, every cell labelled with its accuracy, the title
+saying how many trials each cell's rate is taken over, and the original context marked. Panels wrap into rows of at most :data:`MAX_COLUMNS`; the figure
 grows with the grid so that labels stay readable from a 2 x 2 grid of one method to a dozen
 methods on a 6 x 11 grid.
 """
@@ -33,13 +33,18 @@ def _length_label(n: int, original: int | None) -> str:
 
 def accuracy_heatmaps(grids: Mapping[str, Sequence[Sequence[float]]], lengths: Sequence[int],
                       depths: Sequence[float], title: str, original: int | None = None,
-                      depth_label: str = "needle depth"):
+                      depth_label: str = "needle depth", per_cell: int | None = None,
+                      trial: str = "needle"):
     """A Figure with one panel per method.
 
     ``grids[name][i][j]`` is the accuracy in [0, 1] at ``depths[i]`` and ``lengths[j]`` (NaN:
     not measured yet, drawn blank). ``original``: the context the methods extend from; its
-    column is outlined. ``depth_label`` names the rows' axis. Returns the figure (save it with :func:`posenc.viz.axes.save_png`).
+    column is outlined. ``depth_label`` names the rows' axis. ``per_cell``: the trials (each a
+    ``trial``) each cell's rate is taken over, said in the title (a cell of one trial can only
+    be 0 % or 100 %). Returns the figure (save it with :func:`posenc.viz.axes.save_png`).
     """
+    if per_cell is not None:
+        title += f"; {per_cell} {trial}{'' if per_cell == 1 else 's'} per cell"
     names = list(grids)
     n_cols = max(1, min(MAX_COLUMNS, len(names)))
     n_rows = max(1, math.ceil(len(names) / n_cols))

@@ -10,7 +10,7 @@ bootstrap over evaluation windows).
 
 - ``ppl_vs_length.png``: perplexity against evaluation length;
 - ``ppl_ratio.png``: ppl(P)/ppl(L) at the probe length for every run, sorted, with error bars
-  and each run's perplexity at L and P beside it;
+  beside a panel of each run's in-length perplexity (runs poor at L drawn hollow);
 - ``training_curves.png``: training loss against step;
 - ``entropy_vs_length.png``: attention entropy against length, with uniform attention.
 
@@ -47,8 +47,9 @@ CAPTIONS = {
     "which every run shares, so the report compares runs by paired differences); x: the "
     "last length a learned table serves; arrows: values above the axis.",
     "ppl_ratio.png": "How much each run degrades at the probe length: ppl(P)/ppl(L), error "
-    "bars mean ± spread; 1 = no loss, dotted line = 10 % worse; right: the run's perplexity "
-    "at L and at P (a small ratio from a model poor at L is no win).",
+    "bars mean ± spread; 1 = no loss, dotted line = 10 % worse; right panel: each run's "
+    "in-length perplexity ppl(L), hollow in both panels when more than 10 % above the best "
+    "run's (a small ratio from a model poor at L is no win), and its perplexity at L and P.",
     "training_curves.png": "Training loss against step per encoding family; bold: moving "
     "average of the mean over seeds, shaded: range over seeds.",
     "entropy_vs_length.png": "Attention entropy of the last quarter of queries against "

@@ -143,8 +143,8 @@ def test_bad_options_are_refused_before_anything_is_written(model_dir, tmp_path)
         assert not (tmp_path / "bad").exists()
 
 
-def _made_up(none_hits, yarn_hits, none_at_native=(1, 1, 1, 1)):
-    """Results of a 1-depth arena at 100 (original) and 200 tokens, 4 needles each."""
+def _made_up(none_hits, yarn_hits, none_at_native=(1, 1, 1, 1, 1)):
+    """Results of a 1-depth arena at 100 (original) and 200 tokens, a needle per hit given."""
     cells = lambda native, beyond: {"100:0": list(native), "200:0": list(beyond)}  # noqa: E731
     return {"original": 100, "lengths": [100, 200], "methods": ["none", "yarn"],
             "setting": {"depths": [0.5], "passkey_trials": 0, "windows": 0},
@@ -156,16 +156,37 @@ def _made_up(none_hits, yarn_hits, none_at_native=(1, 1, 1, 1)):
 def test_verdicts_follow_the_noise_rule():
     by = lambda res: {v.claim.split(" on ")[1].split(" beyond")[0]: v  # noqa: E731
                       for v in verdicts(res)}
-    clear = by(_made_up((0, 0, 0, 0), (1, 1, 1, 1)))["needle in a haystack"]
-    assert clear.verdict == "supported" and "1.00 ± 0.19 (yarn) vs 0.00 ± 0.19" in clear.evidence
-    worse = by(_made_up((1, 1, 1, 1), (0, 0, 0, 0)))["needle in a haystack"]
+    clear = by(_made_up((0, 0, 0, 0, 0), (1, 1, 1, 1, 1)))["needle in a haystack"]
+    assert clear.verdict == "supported" and "1.00 ± 0.16 (yarn) vs 0.00 ± 0.16" in clear.evidence
+    worse = by(_made_up((1, 1, 1, 1, 1), (0, 0, 0, 0, 0)))["needle in a haystack"]
     assert worse.verdict == "not supported"
-    close = by(_made_up((0, 1, 0, 1), (1, 1, 0, 1)))["needle in a haystack"]
+    close = by(_made_up((0, 1, 0, 1, 0), (1, 1, 0, 1, 1)))["needle in a haystack"]
     assert close.verdict == "inconclusive"
-    unsolved = _made_up((0, 0, 0, 0), (1, 1, 1, 1), none_at_native=(0, 0, 0, 1))
+    few = by(_made_up((0, 0, 0, 0), (1, 1, 1, 1)))["needle in a haystack"]   # 4 needles
+    assert few.verdict == "too few samples"
+    assert few.evidence.startswith("too few samples: 4 needles over the cells (a verdict "
+                                   "needs at least 5)")
+    unsolved = _made_up((0, 0, 0, 0, 0), (1, 1, 1, 1, 1), none_at_native=(0, 0, 0, 0, 1))
     assert counted_tasks(unsolved)["needle"][0] is False
     assert by(unsolved)["needle in a haystack"].verdict == "not tested"
     assert by(unsolved)["passkey retrieval"].evidence == "does not count: not measured"
+
+
+def test_a_one_window_arena_decides_no_verdict_and_says_why(model_dir, tmp_path):
+    told = []
+    study = ArenaStudy(_request(model_dir, eval_windows=1), ArenaRuntime(), warn=told.append)
+    done = run_study(study, tmp_path / "one", progress=False)
+    report = (done.out_dir / "report.md").read_text()
+    rows = [line for line in report.split("## Verdicts")[1].splitlines()
+            if line.startswith("| yarn beats")]
+    assert len(rows) == 3
+    assert not any("| supported |" in row or "| not supported |" in row for row in rows)
+    ppl = next(row for row in rows if "on perplexity" in row)   # the tiny model's ppl counts
+    assert "| too few samples |" in ppl
+    assert "1 perplexity window per length (a verdict needs at least 5)" in ppl
+    table = report.split("## Perplexity")[1].split("## ")[0].splitlines()
+    assert "±" not in ppl and not any("±" in row for row in table if row.startswith("| yarn"))
+    assert any("1 perplexity window(s) per length" in note for note in told)
 
 
 def test_the_needle_spread_resamples_needles_and_never_claims_zero_noise():

@@ -139,6 +139,7 @@ def test_lengths_inside_the_native_context_are_noted(model_dir, tmp_path):
     assert "one window per length" in told[1]
     report = (tmp_path / "run" / "report.md").read_text()
     assert all(note in report for note in told)
+    assert "**too few samples** at 64, 128: fewer than 5 windows" in report
     assert "windows per length: 64: 1, 128: 1" in report and "±" not in report.split(
         "## Perplexity")[1].split("## Memory")[0].replace("Perplexity ±", "")
 

@@ -49,3 +49,12 @@ def test_a_long_title_wraps_on_a_small_figure_and_the_rows_can_be_named():
     shown = fig._suptitle.get_text()
     assert shown.replace("\n", " ") == title and shown.count("\n") >= 1
     assert fig.axes[0].get_ylabel() == "key depth"
+
+
+def test_the_title_says_how_many_trials_each_cell_holds():
+    one = accuracy_heatmaps({"none": [[1.0, 0.0]]}, [64, 128], [0.5], "needle", 64,
+                            per_cell=1)
+    assert one._suptitle.get_text().replace("\n", " ") == "needle; 1 needle per cell"
+    keys = accuracy_heatmaps({"none": [[1.0]]}, [64], [0.5], "passkey", 64, "key depth",
+                             per_cell=8, trial="key")
+    assert keys._suptitle.get_text().replace("\n", " ").endswith("; 8 keys per cell")

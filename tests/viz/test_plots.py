@@ -5,7 +5,8 @@ import math
 import matplotlib.pyplot as plt
 import pytest
 
-from posenc.viz.axes import coinciding
+from posenc.viz.axes import coinciding, format_ppl
+from posenc.viz.ratio_plot import ppl_at_lengths
 from posenc.viz.plots import (PPL_AXIS_CAP, draw_entropy_vs_length, draw_ppl_ratio,
                               draw_ppl_vs_length, draw_training_curves, plot_all, ratio_points)
 
@@ -192,10 +193,26 @@ def test_entropy_legends_sit_beside_the_panels():
 
 
 def test_the_ratio_plot_shows_perplexity_at_l_beside_each_ratio():
-    fig = draw_ppl_ratio(results())
-    texts = [t.get_text() for t in fig.axes[0].texts]
-    assert "5.2 -> 14" in texts and "7 -> 15" in texts           # rope, rope + linear:4
+    res = results()
+    fig = draw_ppl_ratio(res)
+    ratio_ax, at_ax = fig.axes[:2]
+    texts = [t.get_text() for t in at_ax.texts]
+    assert "5.20 -> 14.0" in texts and "7.00 -> 15.0" in texts   # rope, rope + linear:4
     assert any(t.startswith("ppl@64 -> ppl@512") for t in texts)
+    label_at = {tick.get_position()[1]: tick.get_text() for tick in ratio_ax.get_yticklabels()}
+    at_l = {label_at[line.get_ydata()[0]]: line.get_xdata()[0] for line in at_ax.get_lines()
+            if line.get_marker() == "o"}
+    assert at_l["rope"] == 5.2 and at_l["rope + linear:4"] == 7.0   # in-length quality shown
+    hollow = {line.get_xdata()[0] for ax in (ratio_ax, at_ax) for line in ax.get_lines()
+              if line.get_marker() == "o" and line.get_markerfacecolor() == "white"}
+    assert 7.0 in hollow and 5.2 not in hollow      # poor at L: hollow beside its good ratio
+    assert any(x == pytest.approx(15 / 7) for x in hollow)      # in the ratio panel too
+    assert "7.00 -> 15.0" in ppl_at_lengths(res, 64, 512).values()
+
+
+def test_perplexities_are_printed_by_one_rule():
+    assert [format_ppl(x) for x in (5.94, 6.0, 10.4, 10.0, 123.4, 1234.0, math.inf)] == \
+        ["5.94", "6.00", "10.4", "10.0", "123", "1,234", "inf"]
 
 
 def test_plans_get_their_own_panel_beside_all_rope():

@@ -2,7 +2,7 @@
 
 Each claim names its published source (authors, year, title), the rule that decides it from
 ``results.json``, and a verdict decided against noise by :mod:`posenc.lab.claims.evidence`
-(``supported``, ``not supported``, ``inconclusive``, ``not tested``). Ratios are
+(``supported``, ``not supported``, ``inconclusive``, ``too few samples``, ``not tested``). Ratios are
 ``ppl(n) / ppl(L)`` for a run's own training length L; "near" means within ``TOLERANCE``
 (10 %, :mod:`.rules`). Timing claims use the interleaved step timing of
 :mod:`posenc.lab.compare.timing`, never one training run's tokens/s.
@@ -11,8 +11,9 @@ Each claim names its published source (authors, year, title), the rule that deci
 from __future__ import annotations
 
 from ...study import Verdict
-from .evidence import (INCONCLUSIVE, NOT_SUPPORTED, NOT_TESTED, SUPPORTED, Runs, _all, _flip,
-                       _missing, above, difference_text, factor_of, fmt, fmt_est, less)
+from .evidence import (INCONCLUSIVE, NOT_SUPPORTED, NOT_TESTED, SUPPORTED, TOO_FEW, TOO_FEW_TEXT,
+                       Runs, _all, _flip, _missing, above, difference_text, factor_of, fmt,
+                       fmt_est, less)
 from .recent_claims import RECENT_CLAIMS
 from .rules import TOLERANCE, ClaimFn, _better_ratio, _guard, _lower_ppl, _with
 from .stats import Estimate
@@ -230,6 +231,8 @@ def check_claims(results: dict) -> list[Verdict]:
     out = []
     for claim, source, rule, fn in CLAIMS + RECENT_CLAIMS:
         verdict, evidence = fn(runs)
+        if verdict == TOO_FEW and not evidence.startswith(TOO_FEW):
+            evidence = f"{TOO_FEW_TEXT}; {evidence}"
         rule_text = rule.replace("ppl(P)", f"ppl({runs.probe})").replace(
             "ppl(L)", f"ppl({runs.train_len})")
         out.append(Verdict(claim, source, verdict, evidence, rule_text))

@@ -5,7 +5,9 @@ Verdicts: ``supported`` / ``not supported`` when the numbers differ beyond noise
 seed-to-seed standard deviation with two or more seeds, else the bootstrap standard deviation
 over evaluation windows); ``inconclusive`` when the difference is within noise, there is no
 noise estimate, or a run the claim needs has not clearly beaten the unigram baseline;
-``not tested`` when a run it needs is missing or n/a.
+``too few samples`` when a bootstrap spread a verdict needs rests on fewer than
+:data:`~posenc.study.MIN_SAMPLES` windows (blocks of text) at a length (one window resamples to
+itself and has no spread); ``not tested`` when a run it needs is missing or n/a.
 
 The claims are about named encodings (ALiBi, RoPE, ...), so this module looks runs up by
 encoding name; model and attention code never do.
@@ -19,11 +21,10 @@ import numpy as np
 
 from ...eval.inference_scaling import run_label
 from ..runs.baseline import has_learned
-from .stats import (BOOTSTRAP, SEEDS, Estimate, beyond, bootstrap_query_mean, bootstrap_samples,
-                    paired_spread, separated)
-
-SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, NOT_TESTED = (
-    "supported", "not supported", "inconclusive", "not tested")
+from ...study.verdict import (INCONCLUSIVE, MIN_SAMPLES, NOT_SUPPORTED, NOT_TESTED,  # noqa: F401
+                              SUPPORTED, TOO_FEW)
+from .stats import (BOOTSTRAP, QUERY_BLOCKS, SEEDS, Estimate, beyond, bootstrap_query_mean,
+                    bootstrap_samples, bootstrap_units, paired_spread, separated)
 
 
 class Runs:
@@ -80,16 +81,28 @@ class Runs:
                 return boot, BOOTSTRAP
         return np.asarray([self.ppl(label, length)]), "none"
 
+    def units(self, label: str, length: int) -> int | None:
+        """The windows (blocks of text) a one-seed bootstrap at ``length`` resamples; None
+        with seeds or without window losses."""
+        seeds = (self.get(label) or {}).get("seeds") or []
+        if len(seeds) != 1:
+            return None
+        return bootstrap_units(seeds[0], str(length), blocked=not self.config.get("stride"))
+
     def ppl_est(self, label: str, length: int) -> Estimate | None:
         """Mean ± spread; with the bootstrap, the mean is the measured perplexity itself."""
         found = self.samples(label, length)
-        return None if found is None else _estimate(*found, point=self.ppl(label, length))
+        return None if found is None else _estimate(*found, point=self.ppl(label, length),
+                                                    units=self.units(label, length))
 
     def ratio_est(self, label: str, length: int) -> Estimate | None:
         a, b = self.samples(label, length), self.samples(label, self.train_len)
         if a is None or b is None or a[1] != b[1] or a[0].shape != b[0].shape:
             return None
-        return _estimate(a[0] / b[0], a[1], point=self.ratio(label, length))
+        units = [u for u in (self.units(label, length), self.units(label, self.train_len))
+                 if u is not None]
+        return _estimate(a[0] / b[0], a[1], point=self.ratio(label, length),
+                         units=min(units) if units else None)
 
     def entropy_est(self, label: str, length: int) -> Estimate | None:
         """Tail attention entropy: mean ± spread over seeds; with one seed a bootstrap over
@@ -107,7 +120,8 @@ class Runs:
             return _estimate(np.asarray(tails, dtype=float), SEEDS)
         queries = entries[0].get("tail_queries")
         if queries:
-            return _estimate(bootstrap_query_mean(queries), BOOTSTRAP, point=float(tails[0]))
+            return _estimate(bootstrap_query_mean(queries), BOOTSTRAP, point=float(tails[0]),
+                             units=min(QUERY_BLOCKS, len(queries)))
         return _estimate(np.asarray(tails, dtype=float), "none")
 
     def learned(self, label: str) -> bool | None:
@@ -131,15 +145,17 @@ class Runs:
         return _estimate(np.asarray(rel, dtype=float), "rounds") if rel else None
 
 
-def _estimate(samples: np.ndarray, kind: str, point: float | None = None) -> Estimate:
+def _estimate(samples: np.ndarray, kind: str, point: float | None = None,
+              units: int | None = None) -> Estimate:
     """Estimate of samples; bootstrap replicates keep the measured ``point`` as their mean
-    (their own mean carries the bootstrap's bias), "none" has an unknown (NaN) spread."""
+    (their own mean carries the bootstrap's bias) and the ``units`` they resampled, "none"
+    has an unknown (NaN) spread."""
     est = Estimate.of(samples, kind)
     if kind == "none":
         return Estimate(est.mean, math.nan, kind, est.n)
     if kind == BOOTSTRAP:
         return Estimate(est.mean if point is None else point, est.spread, kind, est.n,
-                        np.asarray(samples, dtype=float))
+                        np.asarray(samples, dtype=float), units)
     return est
 
 
@@ -168,9 +184,16 @@ def fmt(x: float | None) -> str:
 
 
 def fmt_est(est: Estimate | None) -> str:
-    """``5.23 ± 0.04`` (``± ?`` without a noise estimate)."""
+    """``5.23 ± 0.04`` (``± ?`` without a noise estimate; ``[2 windows]`` after it when a
+    bootstrap rests on too few, :func:`too_few`)."""
     if est is None:
         return "n/a"
+    if too_few(est):
+        return _fmt_est(est) + f" [{est.units} window{'' if est.units == 1 else 's'}]"
+    return _fmt_est(est)
+
+
+def _fmt_est(est: Estimate) -> str:
     if not math.isfinite(est.spread):
         return f"{fmt(est.mean)} ± ?"
     if not math.isfinite(est.mean) or abs(est.mean) >= 1e6:
@@ -182,6 +205,21 @@ def fmt_est(est: Estimate | None) -> str:
 def _missing(*pairs: tuple[str, object]) -> str | None:
     gone = [name for name, value in pairs if value is None]
     return f"missing or n/a: {', '.join(gone)}" if gone else None
+
+
+def runs_not_run(r: Runs, evidence: str) -> list[str]:
+    """What a "not tested" verdict's ``evidence`` (:func:`_missing`, or ``missing: ...``)
+    says is missing because this comparison did not run it: labels without a run, or the
+    described run; empty when the runs exist and only a value is n/a."""
+    if evidence.startswith("missing or n/a: "):
+        names = evidence.removeprefix("missing or n/a: ").split(" (")[0].split(", ")
+        return [name for name in (n.split("@")[0] for n in names) if r.get(name) is None]
+    if evidence.startswith("missing: entropy of "):       # the runs, or only their entropy
+        labels = evidence.removeprefix("missing: entropy of ").split(" past")[0].split(" and ")
+        return [label for label in labels if r.get(label) is None]
+    if evidence.startswith("missing: "):
+        return [evidence.removeprefix("missing: ")]
+    return []
 
 
 def _not_learned(r: Runs, *labels: str) -> str | None:
@@ -204,15 +242,32 @@ def difference_text(a: Estimate | None, b: Estimate | None) -> str:
     return f"difference {fmt(a.mean - b.mean)} vs paired spread {fmt(spread)}"
 
 
+def too_few(*estimates: Estimate) -> bool:
+    """Whether a bootstrap among ``estimates`` resampled fewer than MIN_SAMPLES units."""
+    return any(e.units is not None and e.units < MIN_SAMPLES for e in estimates)
+
+
+#: what a "too few samples" verdict's evidence starts with
+TOO_FEW_TEXT = (f"{TOO_FEW}: a bootstrap spread here rests on fewer than {MIN_SAMPLES} "
+                "evaluation windows (blocks of text) at a length, counted in brackets below "
+                f"(a verdict needs at least {MIN_SAMPLES}: score more tokens, or run seeds)")
+
+
 def less(a: Estimate, b: Estimate) -> str:
-    """Verdict on "a < b": decided only when the two differ beyond noise."""
+    """Verdict on "a < b": decided only when the two differ beyond noise, on enough
+    samples."""
+    if too_few(a, b):
+        return TOO_FEW
     if not separated(a, b):
         return INCONCLUSIVE
     return SUPPORTED if a.mean < b.mean else NOT_SUPPORTED
 
 
 def above(a: Estimate, threshold: float) -> str:
-    """Verdict on "a > threshold": decided only when the threshold is outside a's noise."""
+    """Verdict on "a > threshold": decided only when the threshold is outside a's noise, on
+    enough samples."""
+    if too_few(a):
+        return TOO_FEW
     if not beyond(a, threshold):
         return INCONCLUSIVE
     return SUPPORTED if a.mean > threshold else NOT_SUPPORTED
@@ -223,8 +278,11 @@ def _flip(verdict: str) -> str:
 
 
 def _all(verdicts: list[str]) -> str:
-    """Combined verdict of a conjunction of decided parts."""
+    """Combined verdict of a conjunction of decided parts (a part on too few samples leaves
+    the whole undecided unless another part already refutes it)."""
     if NOT_SUPPORTED in verdicts:
         return NOT_SUPPORTED
+    if TOO_FEW in verdicts:
+        return TOO_FEW
     return SUPPORTED if verdicts and all(v == SUPPORTED for v in verdicts) else INCONCLUSIVE
 

@@ -1,8 +1,11 @@
 """Pairs of trained runs whose numbers coincide, and the pairs for which that is expected by
-construction (said in the report instead of "worth a look")."""
+construction (said in the report instead of "worth a look"): the lab's own pairs below, and
+every encoding that declares which encoding it equals on text
+(:attr:`~posenc.encodings.base.PositionalEncoding.equals_on_text`, e.g. M-RoPE and RoPE)."""
 
 from __future__ import annotations
 
+from ...encodings.registry import encoding_class, list_encodings
 from ...eval.inference_scaling import run_label
 from .evidence import Runs
 
@@ -21,6 +24,15 @@ IDENTICAL_BY_CONSTRUCTION = {
         "dropped pair k), so from the same seed the two train and score almost alike up to "
         "L; they part only far past L, where those frequencies turn further"
 }
+
+
+def by_construction(a: str, b: str) -> str | None:
+    """Why encodings (or lab runs) ``a`` and ``b`` give identical numbers by construction, or
+    None: a declared :attr:`equals_on_text` of either encoding, else the lab's own pairs."""
+    for x, y in ((a, b), (b, a)):
+        if x in list_encodings() and encoding_class(x).equals_on_text == y:
+            return encoding_class(x).equals_on_text_because
+    return IDENTICAL_BY_CONSTRUCTION.get(frozenset((a, b)))
 
 
 #: numbers equal to this relative precision are "identical" (float rounding differs when the
@@ -44,7 +56,7 @@ def identical_runs_note(r: Runs, runs: list[dict]) -> list[str]:
             if pa is None or pb is None or not ca or len(ca) != len(cb) or not all(
                     _same(x, y) for x, y in zip([pa, *ca], [pb, *cb])):
                 continue
-            why = IDENTICAL_BY_CONSTRUCTION.get(frozenset((a["encoding"], b["encoding"])))
+            why = by_construction(a["encoding"], b["encoding"])
             out.append(f"{b['encoding']} and {a['encoding']} have identical numbers at L = "
                        f"{r.train_len} and identical training curves"
                        + (f" by construction: {why}." if why else

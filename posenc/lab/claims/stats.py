@@ -38,6 +38,8 @@ class Estimate:
     n: int = 1                 # seeds, or bootstrap replicates
     #: bootstrap replicates, kept so two estimates drawn on the same blocks can be paired
     samples: np.ndarray | None = field(default=None, compare=False, repr=False)
+    #: the independent units a bootstrap resampled (windows or blocks of text); None for seeds
+    units: int | None = None
 
     @classmethod
     def of(cls, samples: Sequence[float] | np.ndarray, kind: str = SEEDS) -> Estimate:
@@ -115,12 +117,26 @@ def bootstrap_samples(seed: dict, length: str, blocked: bool = True):
         return None
     if not blocked:
         return bootstrap_ppl(nll, tokens)
-    counts = {int(n): len(w) for n, w in (seed.get("window_nll") or {}).items() if w}
     longest = max(int(n) for n in seed.get("ppl", {}))
-    n_blocks = max(-(-c * n // longest) for n, c in counts.items())
     n = int(length)
     return block_bootstrap_ppl(nll, tokens, [(i * n) // longest for i in range(len(nll))],
-                               n_blocks)
+                               _n_blocks(seed))
+
+
+def bootstrap_units(seed: dict, length: str, blocked: bool = True) -> int | None:
+    """How many independent units :func:`bootstrap_samples` resamples at ``length``: blocks of
+    text (``blocked``) or windows; None without window losses."""
+    nll = (seed.get("window_nll") or {}).get(length)
+    if not nll:
+        return None
+    return _n_blocks(seed) if blocked else len(nll)
+
+
+def _n_blocks(seed: dict) -> int:
+    """Blocks of text the size of the longest window that the windows of every length span."""
+    counts = {int(n): len(w) for n, w in (seed.get("window_nll") or {}).items() if w}
+    longest = max(int(n) for n in seed.get("ppl", {}))
+    return max(-(-c * n // longest) for n, c in counts.items())
 
 
 #: blocks of consecutive queries a bootstrap over queries resamples (neighbouring queries of

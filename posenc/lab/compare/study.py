@@ -210,7 +210,10 @@ class CompareStudy(Study):
                             f"({existing['corpus'].get('name')}, sha256 "
                             f"{str(existing['corpus'].get('sha256'))[:12]}); pass "
                             f"{self.names['overwrite']} to replace it")
-        results = existing or {"config": None, "corpus": data.corpus_info, "runs": []}
+        sizes = {"train": len(data.train.train), "validation": len(data.train.validation),
+                 "test": len(data.test)}                    # tokens, for the report
+        results = existing or {"config": None, "corpus": {**data.corpus_info, "tokens": sizes},
+                               "runs": []}
         results["config"] = cfg.to_dict()
         if "baseline" not in results:
             results["baseline"] = baseline_entry(data.train.train, data.test,

@@ -17,7 +17,8 @@ from ...eval.lengths import note_reason
 from ...methods import sources_lines
 from ...study import markdown_table
 from ..claims.claims import PRESS, TOLERANCE, check_claims
-from ..claims.evidence import NOT_SUPPORTED, SUPPORTED, Runs, fmt, fmt_est
+from ..claims.evidence import (NOT_SUPPORTED, NOT_TESTED, SUPPORTED, Runs, fmt, fmt_est,
+                               runs_not_run)
 from ..claims.handicaps import (handicap_lines, handicap_preamble, handicap_tag, shape_handicaps,
                                 verdict_handicaps)
 from ..claims.identical import identical_runs_note
@@ -25,6 +26,7 @@ from ..claims.papers import ALIBI_PAPER_NAMES, papers_section
 from ..claims.stats import BOOTSTRAP_REPLICATES, tie_groups
 from ..runs.baseline import LEARNED_FRACTION
 from ..runs.variants import takes_scaling
+from .header import data_line, settings_line, used_scalings
 from .markdown_html import html_page, markdown_to_html
 
 #: best-extrapolating first, as in the ALiBi paper (Press et al., 2022), Fig. 1 / Table 2
@@ -170,7 +172,16 @@ def claims_section(results: dict, r: Runs) -> list[str]:
            "interleaved step timing. Small "
            "models: a verdict says what THIS comparison shows, not what is true in general.",
            ""]
-    verdicts = check_claims(results)
+    checked, verdicts, needs = check_claims(results), [], []
+    for v in checked:
+        missing = runs_not_run(r, v.evidence) if v.verdict == NOT_TESTED else []
+        needs += [m for m in missing if m not in needs]
+        if not missing:
+            verdicts.append(v)
+    untested = len(checked) - len(verdicts)
+    if untested:
+        out += [f"**Not tested:** {untested} claim{'s' if untested > 1 else ''} need "
+                f"encodings this comparison did not run: {', '.join(needs)}.", ""]
     one_seed = int(results.get("config", {}).get("seeds", 1)) < 2
     if one_seed:
         out += [f"**One seed: every decided verdict is {PROVISIONAL}.** It rests on "
@@ -292,21 +303,11 @@ def render_report(results: dict, plots: list[str] | None = None,
     href) name other pages of the comparison, e.g. its atlas."""
     r = Runs(results)
     runs = results.get("runs", [])
-    c, corpus = results.get("config", {}), results.get("corpus", {})
-    t = c.get("train") or {}
-    m = t.get("model") or {}
+    c = results.get("config", {})
     seeds = int(c.get("seeds", 1))
-    first = int(t.get("seed", 0))
     out = ["# Train short, test long: positional encodings compared", "",
-           f"Preset `{c.get('preset')}`: encodings {', '.join(c.get('encodings', []))}; "
-           f"trained at L = {r.train_len} for {t.get('steps')} steps of {t.get('batch_size')} "
-           f"sequences; model d_model={m.get('d_model')}, n_layers={m.get('n_layers')}, "
-           f"n_heads={m.get('n_heads')}; tokenizer `{t.get('tokenizer')}`; "
-           + (f"seeds {first}..{first + seeds - 1}." if seeds > 1 else f"seed {first}."),
-           f"Corpus `{corpus.get('name')}` (Python {corpus.get('python_version')}, sha256 "
-           f"{str(corpus.get('sha256', ''))[:16]}...). RoPE inference-time scalings: "
-           f"{', '.join(c.get('scalings', [])) or 'none'}."]
-    cited = sources_lines(list(c.get("scalings", [])))
+           settings_line(results, r.train_len), data_line(results)]
+    cited = sources_lines(used_scalings(c))
     if cited:
         out += ["", "Sources of the inference-time methods:", *cited, ""]
     options = {r["encoding"]: {k: v for k, v in (r.get("options") or {}).items()

@@ -80,6 +80,32 @@ def test_a_verdict_becomes_inconclusive_when_window_noise_grows():
     assert verdicts(_renoised(0.4, shared_text=False))[claim].verdict == "inconclusive"
 
 
+def _few_windows(blocks):
+    """results() whose one seed kept only the windows of its first ``blocks`` blocks of text
+    (blocks the size of the longest window)."""
+    res = results()
+    for r in res["runs"]:
+        seed = r["seeds"][0]
+        for n, nll in seed["window_nll"].items():
+            keep = blocks * LENGTHS[-1] // int(n)
+            seed["window_nll"][n] = nll[:keep]
+            seed["window_tokens"][n] = seed["window_tokens"][n][:keep]
+    return res
+
+
+def test_a_one_seed_verdict_on_too_few_windows_abstains():
+    claim = "log n scaling helps"                 # 13.0 vs 14.0 at 8L: supported on 8 blocks
+    assert verdicts(_few_windows(5))[claim].verdict == "supported"
+    v = verdicts(_few_windows(2))
+    for name in (claim, "ALiBi extrapolates better than RoPE",
+                 "Direct extrapolation (plain RoPE past its training length) is poor"):
+        assert v[name].verdict == "too few samples", name
+        assert v[name].evidence.startswith("too few samples") and "at least 5" in \
+            v[name].evidence and "[2 windows]" in v[name].evidence
+    text = render_report(_few_windows(2))
+    assert "**too few samples**" in text
+
+
 def test_noise_of_the_shared_text_cancels_in_paired_comparisons():
     claim = "log n scaling helps"
     v = verdicts(_renoised(0.4, shared_text=True))[claim]

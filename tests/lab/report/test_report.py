@@ -112,3 +112,42 @@ def test_identical_up_to_float_rounding_is_identical():
     res = results()
     res["runs"].append(run("hierarchical", [5.5 * (1 + 1e-7), 6.6, 8.0, 10.0, 12.0]))
     assert "learned and hierarchical have identical numbers" in render_report(res)
+
+
+def _users_three(res=None):
+    """results() as a user's own text with three encodings: rope (+ linear:4), alibi, t5."""
+    res = res or results()
+    res["config"]["encodings"] = ["rope", "alibi", "t5"]
+    res["config"]["scalings"] = ["linear:4"]
+    res["config"]["train"]["data"] = "/home/me/notes.txt"
+    res["corpus"] = {"name": "/home/me/notes.txt", "python_version": "3.11.7",
+                     "sha256": "cd" * 32, "tokens": {"train": 90000, "validation": 5000,
+                                                     "test": 5000}}
+    res["runs"] = [r for r in res["runs"] if r["encoding"] in ("rope", "alibi", "t5")
+                   and r["inference_scaling"] in (None, "linear:4")]
+    return res
+
+
+def test_claims_a_comparison_cannot_test_are_counted_in_one_line():
+    text = render_report(_users_three())
+    claims = text.split("## Published claims")[1].split("\n## ")[0]
+    rows = [line for line in claims.splitlines() if re.match(r"\| \d+ \|", line)]
+    assert not any("**not tested**" in row for row in rows)
+    line = next(li for li in claims.splitlines() if li.startswith("**Not tested:**"))
+    assert re.search(r"\d+ claims need encodings this comparison did not run: ", line)
+    untested = int(re.search(r"(\d+) claims", line).group(1))
+    assert untested + len(rows) == 20 and untested >= 10 and "learned and sinusoidal" in line
+
+
+def test_the_header_names_the_users_data_and_only_settings_used():
+    head = render_report(_users_three()).split("## ")[0]
+    assert "Data `/home/me/notes.txt` (100,000 tokens: train 90,000, validation 5,000, " \
+           "test 5,000; sha256 cdcdcdcdcdcdcdcd...)" in head
+    assert "Python" not in head and "Preset `default`" not in head
+    assert "Encodings rope, alibi, t5;" in head and "changed: encodings" in head
+    assert "Inference-time scalings: linear:4." in head
+    stdlib = render_report(results()).split("## ")[0]
+    assert "Corpus `stdlib`: the Python 3.11 standard library" in stdlib
+    no_rope = results()
+    no_rope["config"]["encodings"] = ["alibi", "t5"]
+    assert "Inference-time scalings: none." in render_report(no_rope)
