@@ -44,7 +44,8 @@ def changed_from_preset(config: dict[str, Any]) -> list[str] | None:
 
 
 def data_line(results: dict[str, Any]) -> str:
-    """``Data `notes.txt` (123,456 tokens: train ..., test ...; sha256 ...).``, or, for the
+    """``Data `notes.txt` (123,456 tokens: train ..., test ...; sha256 ...).`` (a name given
+    for a corpus, such as ``prose``, is followed by the corpus it named), or, for the
     standard library, ``Corpus `stdlib`: the Python 3.11.7 standard library (sha256 ...).``"""
     corpus = results.get("corpus", {})
     given = ((results.get("config") or {}).get("train") or {}).get("data")
@@ -58,7 +59,9 @@ def data_line(results: dict[str, Any]) -> str:
     if tokens:
         size = (f"{sum(tokens.values()):,} tokens: "
                 + ", ".join(f"{split} {n:,}" for split, n in tokens.items()) + "; ")
-    return f"Data `{given or name}` ({size}{digest})."
+    shown = f"`{given}` (corpus `{name}`)" if given and name and given != name else \
+        f"`{given or name}`"
+    return f"Data {shown} ({size}{digest})."
 
 
 def settings_line(results: dict[str, Any], train_len: int) -> str:
