@@ -122,7 +122,7 @@ def plot_ppl(results: dict[str, Any], path: Path) -> Path:
             ax.plot(*zip(*pts), marker="o", label=name, color=colors[base],
                     linestyle="--" if name.endswith("+ft") else "-")
             values += [v for _, v in pts]
-    original = results["config"].get("original")
+    original = (results.get("config") or {}).get("original")
     base = original or results.get("native_context")
     if base:
         ax.axvline(base, color="grey", linestyle=":", linewidth=1,

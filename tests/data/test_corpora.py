@@ -200,7 +200,7 @@ def test_a_name_is_a_name_and_a_folder_called_like_one_is_dot_slash(tmp_path, mo
     write_files(tmp_path / "prose", 3)
     monkeypatch.chdir(tmp_path)
     essays = [("essay.txt", "an essay\n" * 50)]
-    monkeypatch.setattr(corpora, "_essay_texts", lambda: essays)
+    monkeypatch.setattr(corpora, "essay_documents", lambda: essays)
     for name in (None, "stdlib", "code", "prose", "shakespeare"):
         assert corpora.resolve_corpus(name) == ("name", name)
     assert corpora.resolve_corpus("hf:someone/data") == ("hf", "hf:someone/data")

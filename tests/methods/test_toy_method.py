@@ -83,7 +83,8 @@ def test_a_comparison_evaluates_and_cites_the_toy(tmp_path, monkeypatch, capsys)
 def test_extend_and_arena_run_and_cite_the_toy(tiny_dir, tmp_path, capsys):
     data = tiny_dir.parent / "data.txt"
     out = tmp_path / "extend"
-    assert main(["extend", str(tiny_dir), "--methods", "none,toy_clip", "--lengths", "192",
+    assert main(["extend", str(tiny_dir), "--preset", "gpu", "--methods", "none,toy_clip",
+                 "--lengths", "192",
                  "--eval-windows", "1", "--data", str(data), "--out", str(out),
                  "--no-progress"]) == 0, capsys.readouterr().err
     results = json.loads((out / "results.json").read_text())

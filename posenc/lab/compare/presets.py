@@ -347,3 +347,35 @@ def preset(name: str, **overrides: Any) -> CompareConfig:
     if name in CATALOGUE_PRESETS and overrides.get("encodings") is None:
         overrides["encodings"] = tuple(lab_run_names())
     return PRESETS[name].with_options(**overrides)
+
+
+#: settings that say where or how fast a comparison ran, not what it measured
+NOT_SETTINGS = ("device", "cache_dir", "preset")
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict) and key in ("train", "model"):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def changed_from_preset(config: dict[str, Any]) -> list[str] | None:
+    """Short names of the settings that differ from the preset the config names (``data``,
+    ``steps``, ``encodings``), in order; None when the preset is unknown."""
+    try:
+        base = _flat(preset(config.get("preset") or "default").to_dict())
+    except UserError:
+        return None
+    ran = _flat(config)
+    names = []
+    for key, value in ran.items():
+        short = key.rsplit(".", 1)[-1]
+        if short in NOT_SETTINGS or key not in base:
+            continue
+        if base[key] != value and short not in names:
+            names.append(short)
+    return names

@@ -29,6 +29,7 @@ from ...study import StudyKind, register_kind
 from ..claims.stats import BOOTSTRAP, SEEDS, Estimate, bootstrap_samples
 from ..report.redraw import redraw_comparison
 from .base_train import migrate_config
+from .presets import changed_from_preset
 
 RESULTS = "results.json"
 
@@ -76,7 +77,7 @@ def _migrate(data: dict, schema: int) -> dict:
 
 
 def _redraw(results: dict, directory) -> list:
-    return redraw_comparison(results, directory)
+    return redraw_comparison(results, directory, changed_from_preset(results.get("config", {})))
 
 
 #: the comparison as the study core knows it (:class:`~posenc.study.StudyKind`)

@@ -47,7 +47,7 @@ from ..runs.baseline import baseline_entry
 from .growth import incomparable_reason, merged
 from .one_run import ensure_trained, evaluate_run, run_dir_of, run_head
 from .parallel_runs import GroupResult, run_group
-from .presets import CompareConfig
+from .presets import CompareConfig, changed_from_preset
 from .progress import UnitProgress, unit_weight
 from .results import COMPARE_KIND, aggregate
 from .study_data import StudyData, prepare_study_data
@@ -86,7 +86,7 @@ def render_outputs(directory: RunDirectory, results: dict, plots: bool = True,
     if atlas:
         write_comparison_atlas(out_dir, results)
     names, links = [p.name for p in paths], existing_links(out_dir)
-    text = render_report(results, names, links)
+    text = render_report(results, names, links, changed_from_preset(results.get("config", {})))
     report = directory.write("report.md", text)
     directory.write("index.html", render_index(results, names, links, report=text))
     return report, paths

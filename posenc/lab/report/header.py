@@ -7,40 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import UserError
-from ..compare.presets import preset
+from ...data.corpora import SPEC_NAMES
 from ..runs.variants import takes_scaling
-
-#: settings that say where or how fast a comparison ran, not what it measured
-NOT_SETTINGS = ("device", "cache_dir", "preset")
-
-
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for key, value in d.items():
-        if isinstance(value, dict) and key in ("train", "model"):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def changed_from_preset(config: dict[str, Any]) -> list[str] | None:
-    """Short names of the settings that differ from the preset the config names (``data``,
-    ``steps``, ``encodings``), in order; None when the preset is unknown."""
-    try:
-        base = _flat(preset(config.get("preset") or "default").to_dict())
-    except UserError:
-        return None
-    ran = _flat(config)
-    names = []
-    for key, value in ran.items():
-        short = key.rsplit(".", 1)[-1]
-        if short in NOT_SETTINGS or key not in base:
-            continue
-        if base[key] != value and short not in names:
-            names.append(short)
-    return names
 
 
 def data_line(results: dict[str, Any]) -> str:
@@ -59,18 +27,19 @@ def data_line(results: dict[str, Any]) -> str:
     if tokens:
         size = (f"{sum(tokens.values()):,} tokens: "
                 + ", ".join(f"{split} {n:,}" for split, n in tokens.items()) + "; ")
-    shown = f"`{given}` (corpus `{name}`)" if given and name and given != name else \
-        f"`{given or name}`"
+    named = given in SPEC_NAMES and name and name != given      # e.g. prose: the essays
+    shown = f"`{given}` (corpus `{name}`)" if named else f"`{given or name}`"
     return f"Data {shown} ({size}{digest})."
 
 
-def settings_line(results: dict[str, Any], train_len: int) -> str:
-    """What was trained and how, and the preset it came from with what was changed."""
+def settings_line(results: dict[str, Any], train_len: int,
+                  changed: list[str] | None = None) -> str:
+    """What was trained and how, and the preset it came from with what was ``changed``
+    (:func:`posenc.lab.compare.presets.changed_from_preset`, given by the comparison)."""
     c = results.get("config", {})
     t = c.get("train") or {}
     m = t.get("model") or {}
     seeds, first = int(c.get("seeds", 1)), int(t.get("seed", 0))
-    changed = changed_from_preset(c)
     origin = f"preset `{c.get('preset')}`"
     if changed:
         origin += ", changed: " + ", ".join(changed)

@@ -47,14 +47,16 @@ def check_comparison_numbers(results: dict, path: Path) -> None:
                       seed.get("ppl") if isinstance(seed, dict) else seed)
 
 
-def redraw_comparison(results: dict, directory: RunDirectory) -> list[Path]:
-    """The PNGs, report.md and index.html of a ``posenc compare`` directory; returns paths."""
+def redraw_comparison(results: dict, directory: RunDirectory,
+                      changed: list[str] | None = None) -> list[Path]:
+    """The PNGs, report.md and index.html of a ``posenc compare`` directory; returns paths.
+    ``changed``: the settings that differ from the comparison's preset."""
     check_comparison_numbers(results, directory.path / RESULTS)
     if not results.get("runs"):
         raise UserError(f"{directory.path / RESULTS} holds no finished run to draw")
     plots = plot_all(results, directory.path)
     names = [p.name for p in plots]
     links = existing_links(directory.path)
-    text = render_report(results, names, links)
+    text = render_report(results, names, links, changed)
     return [*plots, directory.write("report.md", text),
             directory.write("index.html", render_index(results, names, links, report=text))]

@@ -298,15 +298,17 @@ def failed_section(results: dict) -> list[str]:
 
 
 def render_report(results: dict, plots: list[str] | None = None,
-                  links: tuple[tuple[str, str], ...] = ()) -> str:
+                  links: tuple[tuple[str, str], ...] = (),
+                  changed: list[str] | None = None) -> str:
     """The markdown text of report.md for a results.json dict; ``links`` (title, relative
-    href) name other pages of the comparison, e.g. its atlas."""
+    href) name other pages of the comparison, e.g. its atlas; ``changed``: the settings that
+    differ from the preset (named in the header)."""
     r = Runs(results)
     runs = results.get("runs", [])
     c = results.get("config", {})
     seeds = int(c.get("seeds", 1))
     out = ["# Train short, test long: positional encodings compared", "",
-           settings_line(results, r.train_len), data_line(results)]
+           settings_line(results, r.train_len, changed), data_line(results)]
     cited = sources_lines(used_scalings(c))
     if cited:
         out += ["", "Sources of the inference-time methods:", *cited, ""]

@@ -86,7 +86,7 @@ def test_compare_corpus_prose_reads_the_essays_beside_a_folder_called_prose(tmp_
     from tests.data.helpers import write_files
     write_files(tmp_path / "prose", 3)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(corpora, "_essay_texts", lambda: [("essay.txt", "an essay\n" * 50)])
+    monkeypatch.setattr(corpora, "essay_documents", lambda: [("essay.txt", "an essay\n" * 50)])
     named = CompareStudy(preset("smoke", data=corpus_data("prose")), tmp_path / "a").cfg.train
     assert named.data == "prose"
     assert corpora.load_corpus(named.data).name == corpora.PROSE_NAME

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from posenc.lab.compare.presets import preset
 from posenc.lab.compare.progress import UnitProgress, eval_unit
-from posenc.lab.compare.study import CompareStudy
+from posenc.lab.compare.study import CompareStudy, PreparedComparison
 
 
 def test_the_units_weigh_every_step_and_evaluation_length():
     cfg = preset("smoke", seeds=2, timing_rounds=0)
     runs = 1 + len(cfg.scalings) + 1                 # rope, its scalings, alibi
-    units = CompareStudy(cfg, "unused").plan({"runs": [], "timing": None})
+    study = CompareStudy(cfg, "unused")
+    study.prepared = PreparedComparison(cfg, data=None)     # plan reads the grown config only
+    units = study.plan({"runs": [], "timing": None})
     assert [u.key for u in units] == [
         ("run", e, scaling, s) for s in (0, 1) for e in ("rope", "alibi")
         for scaling in ((None, *cfg.scalings) if e == "rope" else (None,))]

@@ -140,7 +140,9 @@ def test_claims_a_comparison_cannot_test_are_counted_in_one_line():
 
 
 def test_the_header_names_the_users_data_and_only_settings_used():
-    head = render_report(_users_three()).split("## ")[0]
+    from posenc.lab.compare.presets import changed_from_preset
+    res = _users_three()
+    head = render_report(res, changed=changed_from_preset(res["config"])).split("## ")[0]
     assert "Data `/home/me/notes.txt` (100,000 tokens: train 90,000, validation 5,000, " \
            "test 5,000; sha256 cdcdcdcdcdcdcdcd...)" in head
     assert "Python" not in head and "Preset `default`" not in head
