@@ -35,6 +35,16 @@ from ..models.lm import LMConfig
 from ..train.config import TrainConfig
 from .variants import VARIANTS, base_encoding, is_variant, lab_run_names, variant_plan
 
+#: the most seeds one study runs per setting: a larger count is a typo, not a study
+MAX_SEEDS = 1000
+
+
+def require_seed_count(option: str, count: Any) -> None:
+    """UserError unless ``count`` is an integer in [1, MAX_SEEDS]."""
+    require_positive_int(option, count)
+    if count > MAX_SEEDS:
+        raise UserError(f"{option} must be at most {MAX_SEEDS} (MAX_SEEDS), got {count}")
+
 #: RoPE inference-time scalings evaluated by default (each on the trained RoPE weights): the
 #: frequency scalings and log-n, then the region methods that remap positions in attention
 DEFAULT_SCALINGS = ("linear:4", "ntk:4", "dynamic", "yarn:4", "logn", "self_extend:4",
@@ -107,8 +117,9 @@ class CompareConfig:
         for name in self.encodings:
             if is_variant(name):
                 variant_plan(name, self.model.n_layers)          # raises if too shallow
-        for name in ("eval_tokens", "entropy_windows", "seeds"):
+        for name in ("eval_tokens", "entropy_windows"):
             require_positive_int(name, getattr(self, name))
+        require_seed_count("seeds", self.seeds)
         require_int_at_least("timing_rounds", self.timing_rounds, 0)
         if not self.length_multipliers or any(
                 isinstance(m, bool) or not isinstance(m, int) or m < 1

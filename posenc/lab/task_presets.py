@@ -33,6 +33,7 @@ from ..encodings.checks import require_int_at_least, require_positive_int
 from ..errors import UserError
 from ..models.lm import LMConfig
 from ..train.task_loop import TaskTrainConfig
+from .presets import require_seed_count
 
 #: encodings of the decoder-only part: those Kazemnejad et al. (2023) compare (NoPE, T5's
 #: bias, ALiBi, RoPE and an absolute encoding: sinusoidal, which runs past its training
@@ -92,6 +93,7 @@ class TaskStudyConfig:
                                  f"{', '.join(list_encodings())}")
             if len(set(names)) != len(names):
                 raise UserError(f"{name} lists an encoding twice: {', '.join(names)}")
+        require_seed_count("the number of seeds", len(self.seeds) or 1)
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise UserError(f"seeds must be distinct integers >= 0, got {list(self.seeds)}")
         for seed in self.seeds:

@@ -41,6 +41,7 @@ from ..errors import UserError
 from ..eval.lengths import eval_device
 from ..study import API_NAMES, RunDirectory, Study, StudyKind, Unit, register_kind, run_study
 from ..study.study import InOrder, UnitExecutor
+from .presets import require_seed_count
 from .task_presets import TASK_PRESETS, TaskStudyConfig, task_preset
 from .unit_pool import PooledUnits
 
@@ -252,6 +253,8 @@ def resolve_config(preset: str | TaskStudyConfig, seeds: int | list[int] | None,
     if seeds is not None:
         if isinstance(seeds, bool) or (isinstance(seeds, int) and seeds < 1):
             raise UserError(f"seeds must be a count >= 1 or a list of seeds, got {seeds!r}")
+        if isinstance(seeds, int):
+            require_seed_count("seeds", seeds)
         changes["seeds"] = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     if encodings is not None:
         changes["encodings"] = changes["seq2seq_encodings"] = list(encodings)

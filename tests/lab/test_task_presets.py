@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from posenc.errors import UserError
+
 from posenc.lab import task_study
 from posenc.lab.task_presets import TASK_PRESETS, TaskStudyConfig, task_preset
 
@@ -75,3 +77,11 @@ def test_the_paper_task_preset_runs_at_a_smoke_size_on_the_cpu(tmp_path):
     scored = {(r["task"], r["encoding"]) for r in results["runs"] if r["part"] == "lm"}
     assert scored == {(t, e) for t in ("copy", "reverse", "addition") for e in ("nope", "alibi")}
     assert (tmp_path / "report.md").exists()
+
+
+def test_a_seed_count_above_the_bound_is_refused_before_any_list_is_built():
+    with pytest.raises(UserError, match="seeds must be at most 1000"):
+        task_study.resolve_config("tasks", 100_000_000_000, None)
+    with pytest.raises(UserError, match="number of seeds must be at most 1000"):
+        TaskStudyConfig(seeds=tuple(range(1001)))
+    assert len(task_study.resolve_config("tasks", 1000, None).seeds) == 1000
