@@ -32,6 +32,7 @@ from ..errors import UserError
 from ..study import (API_NAMES, RESULTS, RunDirectory, Study, StudyKind, Unit, decode,
                      encode, register_kind)
 from ..study.settings import settings_difference, short
+from .arena_fields import check_arena_results
 from .arena_report import report_markdown, write_figures
 from .arena_tasks import Haystack, min_needle_length, needle_hits, passkey_hits
 from .load import MODEL_DTYPES
@@ -52,7 +53,13 @@ ARENA_KIND = register_kind(StudyKind(
     name="arena", schema=1, command="posenc arena",
     outputs=(RESULTS, "report.md", "needle.png", "passkey.png"),
     description="posenc arena study",
-    redraw=lambda results, directory: render_arena(decode(results), directory)[1:]))
+    redraw=lambda results, directory: redraw_arena(results, directory)))
+
+
+def redraw_arena(results: dict, directory: RunDirectory) -> list[Path]:
+    """``posenc plot``: report.md and the heat maps again from a results.json (checked)."""
+    check_arena_results(results, directory.path / RESULTS)
+    return render_arena(decode(results), directory)[1:]
 
 #: methods of the CPU preset (a subset: every method costs the whole grid again): no
 #: extension, the three RoPE rescalings people ship most, and four region methods (Leaky
@@ -132,6 +139,11 @@ class ArenaStudy(Study):
         self.methods: tuple[str, ...] = ()
         self.lengths: tuple[int, ...] = ()
         self.original = 0
+
+    def check_existing(self, existing: dict, path: Path) -> None:
+        for field in check_arena_results(existing, path, repair=True):
+            if self.warn is not None:
+                self.warn(f"{path}: {field} is broken and is measured again")
 
     def incomparable(self, existing: dict) -> str | None:
         return settings_difference(existing.get("setting"), self.request.setting())

@@ -42,6 +42,7 @@ from ..eval.lengths import eval_device
 from ..study import API_NAMES, RunDirectory, Study, StudyKind, Unit, register_kind, run_study
 from ..study.study import InOrder, UnitExecutor
 from .presets import require_seed_count
+from .task_fields import check_task_results
 from .task_presets import TASK_PRESETS, TaskStudyConfig, task_preset
 from .unit_pool import PooledUnits
 
@@ -167,7 +168,16 @@ def render_task_study(results: dict, directory: RunDirectory, final: bool = True
 KIND = register_kind(StudyKind(
     name="tasks", schema=1, command="posenc tasks", outputs=OUTPUTS, legacy=_is_legacy,
     migrate=_migrate, description="posenc task study",
-    redraw=lambda results, directory: render_task_study(results, directory)[1:]))
+    redraw=lambda results, directory: redraw_task_study(results, directory)))
+
+
+def redraw_task_study(results: dict, directory: RunDirectory) -> list[Path]:
+    """``posenc plot``: the figure and report.md again from a results.json (checked; the
+    summary is recomputed from the runs)."""
+    from .task_report import summarize
+    check_task_results(results, directory.path / RESULTS)
+    results["summary"] = summarize(results)
+    return render_task_study(results, directory)[1:]
 
 
 def _merged_config(cfg: TaskStudyConfig, existing: dict | None) -> TaskStudyConfig:
@@ -197,6 +207,11 @@ class TaskStudy(Study):
         self.cfg = cfg
         self.workers = workers
         self._clock = time.perf_counter()     # when the last unit was filed (wall time)
+
+    def check_existing(self, existing: dict, path: Path) -> None:
+        if check_task_results(existing, path, repair=True):
+            from .task_report import summarize
+            existing["summary"] = summarize(existing)
 
     def incomparable(self, existing: dict) -> str | None:
         old = TaskStudyConfig.from_dict(existing["config"]).setting()
