@@ -263,3 +263,36 @@ def test_a_user_error_from_deep_inside_is_one_line_with_exit_2(monkeypatch, caps
     monkeypatch.setattr(cmd_list, "run", refused)
     err = one_line(capsys, main(["list"]))
     assert err == "posenc list: error: n_heads=3 must divide d_model=8\n"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["extend", "smollm2", "--memory-limit-gb", "0"],
+     "posenc extend: error: argument --memory-limit-gb: must be a finite number > 0, got '0' "
+     "(see posenc extend --help)"),
+    (["compare", "--out", "x", "--encodings", ""], "posenc compare: error: argument "
+                                                  "--encodings: "),
+    (["tasks"], "posenc tasks: error: the following arguments are required: --out"),
+    (["nosuch"], "posenc: error: argument COMMAND: invalid choice: 'nosuch'"),
+])
+def test_a_usage_error_is_one_line_without_the_usage_block(argv, message, capsys, tmp_path,
+                                                             monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(message) and "usage:" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("target", ["loop", "missing"])
+def test_a_symbolic_link_to_nothing_as_out_is_named(target, capsys, tmp_path):
+    link = tmp_path / "out"
+    link.symlink_to(link if target == "loop" else tmp_path / "gone")
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--out", str(link), *TINY])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"argument --out: {link} is a symbolic link that leads nowhere (a loop or a " \
+           "missing target)" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
