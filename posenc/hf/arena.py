@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..encodings.checks import require_choice
+from ..encodings.checks import require_choice, require_distinct
 from ..errors import UserError
 from ..study import (API_NAMES, RESULTS, RunDirectory, Study, StudyKind, Unit, decode,
                      encode, register_kind)
@@ -299,8 +299,7 @@ def _check_request(req: ArenaRequest) -> None:
     if not req.methods:
         raise UserError("give at least one method")
     if tuple(req.methods) != ("all",):
-        if len(set(req.methods)) != len(req.methods):
-            raise UserError(f"methods repeat: {', '.join(req.methods)}")
+        require_distinct("methods", req.methods)
         for m in req.methods:
             parse_method_spec(m)
     require_choice("dtype", req.dtype, MODEL_DTYPES)
@@ -313,13 +312,14 @@ def _check_request(req: ArenaRequest) -> None:
     if req.lengths is not None and (not req.lengths or any(
             isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in req.lengths)):
         raise UserError(f"lengths must be integers >= 2, got {req.lengths!r}")
-    if req.lengths is not None and len(set(req.lengths)) != len(req.lengths):
-        raise UserError(f"lengths repeat: {list(req.lengths)}")
+    if req.lengths is not None:
+        require_distinct("lengths", req.lengths)
     if not req.multiples or any(isinstance(m, bool) or not isinstance(m, (int, float))
                                 or not m > 0 for m in req.multiples):
         raise UserError(f"length multiples must be numbers > 0, got {list(req.multiples)}")
     if not req.depths or any(not 0 <= d <= 1 for d in req.depths):
         raise UserError(f"depths must be numbers in [0, 1], got {list(req.depths)}")
+    require_distinct("depths", req.depths)
     for name, value, low in (("needles", req.needles, 1), ("passkey trials",
                                                            req.passkey_trials, 0),
                              ("windows", req.windows, 0)):

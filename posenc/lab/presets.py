@@ -28,7 +28,7 @@ from typing import Any
 
 from ..data.shakespeare import SHAKESPEARE
 from ..encodings import encoding_options, list_encodings
-from ..encodings.checks import require_int_at_least, require_positive_int
+from ..encodings.checks import require_distinct, require_int_at_least, require_positive_int
 from ..errors import UserError
 from ..eval.inference_scaling import InferenceScaling
 from ..models.lm import LMConfig
@@ -104,8 +104,7 @@ class CompareConfig:
             raise UserError(f"unknown encoding(s) {', '.join(unknown)}; valid encodings: "
                              f"{', '.join(list_encodings())}; lab variants: "
                              f"{', '.join(VARIANTS)}")
-        if len(set(self.encodings)) != len(self.encodings):
-            raise UserError(f"encodings are listed twice: {', '.join(self.encodings)}")
+        require_distinct("encodings", self.encodings)
         if not isinstance(self.train, TrainConfig):
             raise UserError(f"train must be a TrainConfig, got {type(self.train).__name__}")
         if self.train.task is not None or self.train.pack:
@@ -129,8 +128,7 @@ class CompareConfig:
         require_int_at_least("entropy_max_len", self.entropy_max_len, 0)
         for length in self.lengths:
             require_int_at_least("lengths", length, 2)
-        if self.lengths and len(set(self.lengths)) != len(self.lengths):
-            raise UserError(f"lengths are listed twice: {list(self.lengths)}")
+        require_distinct("lengths", self.lengths)
         if self.stride is not None:
             require_positive_int("stride", self.stride)
             if self.stride >= min(self.eval_lengths):
@@ -145,9 +143,9 @@ class CompareConfig:
             raise UserError(f"pe_options for unknown encoding(s) {', '.join(unknown)}; "
                              f"valid encodings: {', '.join(list_encodings())}")
         labels = [InferenceScaling.parse(s).label for s in self.scalings]   # raises if bad
-        if None in labels or len(set(labels)) != len(labels):
-            raise UserError(f"scalings must be distinct non-empty specs, got "
-                             f"{list(self.scalings)}")
+        if None in labels:
+            raise UserError(f"scalings must be non-empty specs, got {list(self.scalings)}")
+        require_distinct("scalings", labels)
 
     @property
     def model(self) -> LMConfig:

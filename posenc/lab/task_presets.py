@@ -29,7 +29,7 @@ from typing import Any
 
 from ..data.synthetic import SEQ2SEQ_TASKS, TASKS, min_length
 from ..encodings import list_encodings
-from ..encodings.checks import require_int_at_least, require_positive_int
+from ..encodings.checks import require_distinct, require_int_at_least, require_positive_int
 from ..errors import UserError
 from ..models.lm import LMConfig
 from ..train.task_loop import TaskTrainConfig
@@ -91,11 +91,11 @@ class TaskStudyConfig:
             if unknown:
                 raise UserError(f"unknown encoding(s) {', '.join(unknown)}; valid encodings: "
                                  f"{', '.join(list_encodings())}")
-            if len(set(names)) != len(names):
-                raise UserError(f"{name} lists an encoding twice: {', '.join(names)}")
+            require_distinct(name, names)
         require_seed_count("the number of seeds", len(self.seeds) or 1)
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise UserError(f"seeds must be distinct integers >= 0, got {list(self.seeds)}")
+        if not self.seeds:
+            raise UserError("seeds must list at least one integer >= 0")
+        require_distinct("seeds", self.seeds)
         for seed in self.seeds:
             require_int_at_least("seeds", seed, 0)
         unknown = [t for t in self.lm_tasks if t not in TASKS]

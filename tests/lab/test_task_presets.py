@@ -24,7 +24,7 @@ def test_presets_and_config_validation():
         TaskStudyConfig(encodings=("nope", "bogus"))
     with pytest.raises(ValueError, match="length_multipliers must start at 1"):
         TaskStudyConfig(length_multipliers=(2, 4))
-    with pytest.raises(ValueError, match="seeds must be distinct"):
+    with pytest.raises(ValueError, match="seeds lists 1 more than once"):
         TaskStudyConfig(seeds=(1, 1))
     with pytest.raises(ValueError, match="valid: reverse, sort"):
         TaskStudyConfig(seq2seq_task="copy")
