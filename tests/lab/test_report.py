@@ -112,3 +112,14 @@ def test_identical_up_to_float_rounding_is_identical():
     res = results()
     res["runs"].append(run("hierarchical", [5.5 * (1 + 1e-7), 6.6, 8.0, 10.0, 12.0]))
     assert "learned and hierarchical have identical numbers" in render_report(res)
+
+
+def test_a_comparison_computed_in_two_ways_says_so():
+    res = results()
+    res["execution"] = {"rope-s0": {"workers": 1, "threads": 2},
+                        "nope-s0": {"workers": 1, "threads": 2}}
+    assert "computed in different ways" not in render_report(res)
+    res["execution"]["alibi-s0"] = {"workers": 2, "threads": 1}
+    assert ("**Note:** the runs were computed in different ways (1 worker x 2 threads, 2 "
+            "workers x 1 thread); floating-point sums split differently differ at about "
+            "1e-7") in render_report(res)
