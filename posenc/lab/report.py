@@ -293,9 +293,10 @@ def execution_note(results: dict) -> list[str]:
     if len(seen) < 2:
         return []
     ways = ", ".join(f"{w} worker{'s' * (w > 1)} x {t} thread{'s' * (t > 1)}" for w, t in seen)
-    return [f"**Note:** the runs were computed in different ways ({ways}); floating-point "
+    note = (f"**Note:** the runs were computed in different ways ({ways}); floating-point "
             "sums split differently differ at about 1e-7, so runs compare exactly only "
-            "within one way (see `execution` in results.json).", ""]
+            "within one way (see `execution` in results.json).")
+    return [note, ""]
 
 
 def render_report(results: dict, plots: list[str] | None = None,

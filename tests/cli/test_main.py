@@ -267,10 +267,10 @@ def test_a_user_error_from_deep_inside_is_one_line_with_exit_2(monkeypatch, caps
 
 @pytest.mark.parametrize("argv,message", [
     (["extend", "smollm2", "--memory-limit-gb", "0"],
-     "posenc extend: error: argument --memory-limit-gb: must be a finite number > 0, got '0' "
-     "(see posenc extend --help)"),
-    (["compare", "--out", "x", "--encodings", ""], "posenc compare: error: argument "
-                                                  "--encodings: "),
+     ("posenc extend: error: argument --memory-limit-gb: must be a finite number > 0, got "
+      "'0' (see posenc extend --help)")),
+    (["compare", "--out", "x", "--encodings", ""],
+     "posenc compare: error: argument --encodings: "),
     (["tasks"], "posenc tasks: error: the following arguments are required: --out"),
     (["nosuch"], "posenc: error: argument COMMAND: invalid choice: 'nosuch'"),
 ])

@@ -36,8 +36,8 @@ def test_more_workers_than_cores_are_capped_at_the_cores_with_a_warning(monkeypa
     monkeypatch.setattr(parallel_runs, "cpu_cores", lambda: 2)
     said = []
     assert resolve_workers("1000", "cpu", 10, 10_000, said.append) == 2
-    assert said == ["--workers 1000 is more than the 2 cores this process may use; running 2 "
-                    "workers"]
+    assert said == [("--workers 1000 is more than the 2 cores this process may use; running 2 "
+                     "workers")]
     assert resolve_workers("2", "cpu", 10, 10_000, said.append) == 2 and len(said) == 1
 
 
