@@ -22,6 +22,7 @@ import pkgutil
 import signal
 import sys
 from contextlib import contextmanager
+from typing import NoReturn
 
 from ..errors import UserError
 
@@ -44,6 +45,12 @@ class Parser(argparse.ArgumentParser):
     def _print_message(self, message: str, file=None) -> None:
         if message:
             (file or sys.stderr).write(message)
+
+    def error(self, message: str) -> NoReturn:
+        """A usage error as every other refusal: "posenc CMD: error: ..." on one line, exit
+        2 (``--help`` still prints the usage)."""
+        text = " ".join(str(message).split())
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

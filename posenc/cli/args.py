@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 
 from ..encodings.checks import require_seed
 
@@ -49,12 +50,16 @@ def name_list(text: str) -> tuple[str, ...]:
 
 
 def path_arg(text: str) -> str:
-    """A path option's value, unchanged; ArgumentTypeError if it is empty or holds a NUL."""
+    """A path option's value, unchanged; ArgumentTypeError if it is empty, holds a NUL or is
+    a symbolic link to nothing (a loop, a missing target)."""
     if text == "":
         raise argparse.ArgumentTypeError("an empty path is not allowed (for the current "
                                          "directory write '.')")
     if "\0" in text:
         raise argparse.ArgumentTypeError("a path cannot hold a NUL character")
+    if os.path.lexists(text) and not os.path.exists(text):
+        raise argparse.ArgumentTypeError(f"{text} is a symbolic link that leads nowhere (a "
+                                         "loop or a missing target)")
     return text
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from ..errors import UserError
@@ -84,6 +85,10 @@ def _pe_options(name: str, items: list[str] | None) -> dict | None:
     return options
 
 
+def _warn(text: str) -> None:
+    print(f"posenc {NAME}: warning: {text}", file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..lab.compare.study import run_compare
     from ..lab.compare.presets import preset
@@ -114,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     from ..lab.compare.parallel_runs import resolve_workers
     from ..lab.compare.study_data import study_device
     args.workers = resolve_workers(args.workers, study_device(cfg.train),
-                                   len(cfg.encodings) * cfg.seeds, cfg.train.steps)
+                                   len(cfg.encodings) * cfg.seeds, cfg.train.steps, _warn)
     start = time.perf_counter()
     if args.preset in CORPUS_STUDIES and args.data is None:
         return _run_corpora(cfg, args, (corpus,) if corpus else CORPUS_STUDIES[args.preset],

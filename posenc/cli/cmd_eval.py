@@ -107,7 +107,9 @@ def _fmt(x) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..encodings.checks import require_distinct
     from ..runio import DirectoryLock
+    require_distinct("lengths", args.lengths or ())
     run_dir = Path(args.run)
     if not run_dir.is_dir():
         return _evaluate(args)                       # reports the missing folder

@@ -176,6 +176,19 @@ def _check_gguf(path: str, request) -> None:
         check_gguf_method(method)
     if Path(path).exists():
         raise UserError(f"--gguf file {path} exists; choose another file")
+    folder = Path(path).expanduser().parent
+    if not folder.is_dir():
+        raise UserError(f"--gguf file {path}: its folder {folder} does not exist; create it "
+                        "or choose another file")
+
+
+def _check_save(save: str, out: Path) -> None:
+    """Refuse --save before any compute where the model would go into the study's folder
+    (or the study into the model's): each needs a folder of its own."""
+    model, study = Path(save).expanduser().resolve(), out.expanduser().resolve()
+    if model == study or study in model.parents or model in study.parents:
+        raise UserError(f"--save {save} and --out {out} overlap: the extended model and the "
+                        "study's results each need a folder of their own")
 
 
 def _warn(text: str) -> None:
@@ -197,6 +210,8 @@ def run(args: argparse.Namespace) -> int:
         _check_gguf(args.gguf, request)
     out = Path(args.out) if args.out is not None \
         else Path(f"runs/extend-{Path(resolve_model(args.model).name).stem}")
+    if args.save:
+        _check_save(args.save, out)
     study = ExtendStudy(request, runtime, CLI_NAMES, warn=_warn)
     outcome = run_study(study, out, overwrite=args.overwrite, progress=not args.no_progress,
                         names=CLI_NAMES)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from ..errors import UserError
@@ -36,6 +37,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def _warn(text: str) -> None:
+    print(f"posenc {NAME}: warning: {text}", file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..lab.tasks.study import FIGURE, REPORT, RESULTS, run_task_study
     from ..study import CLI_NAMES
@@ -47,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     encodings = list(args.encodings) if args.encodings else None
     cfg = resolve_config(args.preset, args.seeds, encodings)
     workers = resolve_workers(args.workers, eval_device(), len(planned_runs(cfg)),
-                              max(cfg.train.steps, cfg.seq2seq_train.steps))
+                              max(cfg.train.steps, cfg.seq2seq_train.steps), _warn)
     start = time.perf_counter()
     results = run_task_study(args.out, preset=cfg, progress=not args.no_progress,
                              overwrite=args.overwrite, names=CLI_NAMES, workers=workers)

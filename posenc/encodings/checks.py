@@ -37,6 +37,19 @@ def require_divides(n_heads: int, d_model: int) -> None:
                         f"its divisors")
 
 
+def require_distinct(option: str, values: Any) -> None:
+    """UserError naming what ``option`` (a list option: lengths, depths, methods, encodings,
+    scalings, seeds) lists more than once; every list option refuses duplicates alike."""
+    values = list(values)
+    repeated = []
+    for i, value in enumerate(values):
+        if value in values[:i] and value not in repeated:
+            repeated.append(value)
+    if repeated:
+        raise UserError(f"{option} lists {', '.join(map(str, repeated))} more than once; give "
+                        f"each once, got {', '.join(map(str, values))}")
+
+
 def require_positive_int(option: str, value: Any) -> None:
     require_int_at_least(option, value, 1)
 

@@ -41,6 +41,11 @@ from .checks import check_direction, check_qk, require_int_at_least
 from .context import HookContext
 
 
+#: the longest embedding table ``max_pos`` declares (a position counts at most one gate per
+#: key, so this is also the longest sequence whose positions all have their own embedding)
+MAX_POS = 1 << 16
+
+
 @register("cope")
 class CoPEEncoding(PositionalEncoding):
     """Content-gated positions p_ij (running sums of sigmoid(q.k)), interpolated learned
@@ -57,6 +62,10 @@ class CoPEEncoding(PositionalEncoding):
     def __init__(self, *, max_pos: int = 16, bidirectional: bool = False, **kw) -> None:
         super().__init__(**kw)
         require_int_at_least("max_pos", max_pos, 2)
+        if max_pos > MAX_POS:
+            raise UserError(f"max_pos must be at most {MAX_POS}, got {max_pos}: CoPE's "
+                            "positions count gates, at most one per key, so a longer table "
+                            "is never read (and costs max_pos x head_dim parameters a layer)")
         if not isinstance(bidirectional, bool):
             raise UserError(f"bidirectional must be True or False, got {bidirectional!r}")
         self.max_pos, self.bidirectional = max_pos, bidirectional

@@ -27,11 +27,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..encodings.checks import require_choice, require_seed
+from ..encodings.checks import require_choice, require_distinct, require_seed
 from ..errors import UserError
 from ..study import (API_NAMES, RESULTS, RunDirectory, Study, StudyKind, Unit, decode,
                      encode, register_kind)
 from ..study.settings import settings_difference, short
+from .arena_fields import check_arena_results
 from .arena_report import report_markdown, sample_notes, write_figures
 from .arena_tasks import Haystack, min_needle_length, needle_hits, passkey_hits
 from .load import MODEL_DTYPES
@@ -52,7 +53,13 @@ ARENA_KIND = register_kind(StudyKind(
     name="arena", schema=1, command="posenc arena",
     outputs=(RESULTS, "report.md", "needle.png", "passkey.png"),
     description="posenc arena study",
-    redraw=lambda results, directory: render_arena(decode(results), directory)[1:]))
+    redraw=lambda results, directory: redraw_arena(results, directory)))
+
+
+def redraw_arena(results: dict, directory: RunDirectory) -> list[Path]:
+    """``posenc plot``: report.md and the heat maps again from a results.json (checked)."""
+    check_arena_results(results, directory.path / RESULTS)
+    return render_arena(decode(results), directory)[1:]
 
 #: methods of the CPU preset (a subset: every method costs the whole grid again): no
 #: extension, the three RoPE rescalings people ship most, and four region methods (Leaky
@@ -138,6 +145,11 @@ class ArenaStudy(Study):
         self.methods: tuple[str, ...] = ()
         self.lengths: tuple[int, ...] = ()
         self.original = 0
+
+    def check_existing(self, existing: dict, path: Path) -> None:
+        for field in check_arena_results(existing, path, repair=True):
+            if self.warn is not None:
+                self.warn(f"{path}: {field} is broken and is measured again")
 
     def incomparable(self, existing: dict) -> str | None:
         return settings_difference(existing.get("setting"), self.request.setting())
@@ -293,8 +305,7 @@ def _check_request(req: ArenaRequest) -> None:
     if not req.methods:
         raise UserError("give at least one method")
     if tuple(req.methods) != ("all",):
-        if len(set(req.methods)) != len(req.methods):
-            raise UserError(f"methods repeat: {', '.join(req.methods)}")
+        require_distinct("methods", req.methods)
         for m in req.methods:
             parse_method_spec(m)
     require_choice("dtype", req.dtype, MODEL_DTYPES)
@@ -307,13 +318,14 @@ def _check_request(req: ArenaRequest) -> None:
     if req.lengths is not None and (not req.lengths or any(
             isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in req.lengths)):
         raise UserError(f"lengths must be integers >= 2, got {req.lengths!r}")
-    if req.lengths is not None and len(set(req.lengths)) != len(req.lengths):
-        raise UserError(f"lengths repeat: {list(req.lengths)}")
+    if req.lengths is not None:
+        require_distinct("lengths", req.lengths)
     if not req.multiples or any(isinstance(m, bool) or not isinstance(m, (int, float))
                                 or not m > 0 for m in req.multiples):
         raise UserError(f"length multiples must be numbers > 0, got {list(req.multiples)}")
     if not req.depths or any(not 0 <= d <= 1 for d in req.depths):
         raise UserError(f"depths must be numbers in [0, 1], got {list(req.depths)}")
+    require_distinct("depths", req.depths)
     for name, value, low in (("needles", req.needles, 1), ("passkey trials",
                                                            req.passkey_trials, 0),
                              ("eval_windows", req.eval_windows, 0)):

@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import nn
 
-from ..encodings.checks import require_seed
+from ..encodings.checks import require_distinct, require_seed
 from ..errors import UserError
 from ..methods import parse_method_spec
 from .extend import make_extension
@@ -44,8 +44,7 @@ class ExtensionSettings:
     def __post_init__(self) -> None:
         if not self.methods:
             raise UserError("give at least one method")
-        if len(set(self.methods)) != len(self.methods):
-            raise UserError(f"methods repeat: {', '.join(self.methods)}")
+        require_distinct("methods", self.methods)
         for name, values in (("lengths", self.lengths), ("passkey lengths",
                                                          self.passkey_lengths)):
             if any(isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in values):
@@ -60,6 +59,10 @@ class ExtensionSettings:
                              f"{self.stride}")
         if any(not 0 <= d <= 1 for d in self.passkey_depths):
             raise UserError(f"passkey depths must be in [0, 1], got {list(self.passkey_depths)}")
+        for name, values in (("lengths", self.lengths), ("passkey lengths",
+                                                         self.passkey_lengths),
+                             ("passkey depths", self.passkey_depths)):
+            require_distinct(name, values)
         if self.passkey:
             if isinstance(self.passkey_trials, bool) or not isinstance(self.passkey_trials, int) \
                     or self.passkey_trials < 1:

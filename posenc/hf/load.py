@@ -164,6 +164,25 @@ def _check_gguf_magic(path: Path) -> None:
                          "number)")
 
 
+def check_gguf_complete(path: Path) -> None:
+    """One line naming ``path`` if its header cannot be read or its tensors' data reaches
+    past the end of the file (a truncated or damaged download), before any conversion."""
+    import struct
+
+    from gguf import GGUFReader
+    try:
+        reader = GGUFReader(str(path))
+        size = path.stat().st_size
+        short = [t.name for t in reader.tensors if t.data_offset + int(t.n_bytes) > size]
+    except (struct.error, ValueError, IndexError, EOFError, KeyError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"GGUF file {path} is truncated or damaged ({first}); download or "
+                        "write it again") from None
+    if short:
+        raise UserError(f"GGUF file {path} is truncated: the data of tensor {short[0]} ends "
+                        f"past the end of the file ({size} bytes); download or write it again")
+
+
 def default_gguf_cache() -> Path:
     """``gguf/`` in posenc's cache folder (:func:`posenc.paths.cache_dir`), created if
     missing."""
@@ -192,10 +211,14 @@ def load_model(name: str, dtype: torch.dtype = torch.float32,
         raise UserError(f"device_map={device_map!r} needs accelerate: pip install accelerate")
     cached = _cache_dir(gguf_cache, source)
     placement = {"device_map": device_map} if device_map is not None else {}
-    if cached is not None and (cached / "config.json").is_file():
+    if cached is not None and cached.exists() and not _cache_is_sound(cached):
+        _drop_broken_cache(cached)
+    if cached is not None and cached.exists():
         model, tokenizer = _from_pretrained(name, "cached GGUF conversion", str(cached),
                                             None, dtype, attn_implementation, **placement)
     else:
+        if source.kind == "gguf":
+            check_gguf_complete(Path(source.location) / str(source.gguf_file))
         what = {"gguf": "GGUF file", "dir": "model directory", "hub": "hub model"}[source.kind]
         first = torch.float32 if cached is not None else dtype   # the cache keeps fp32
         down = _hub_unreachable() if source.kind == "hub" and not _hub_offline() else None
@@ -265,6 +288,34 @@ def _from_pretrained(name: str, what: str, location: str, gguf_file: str | None,
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"could not load {what} {name}: {first}") from None
     return model, tokenizer
+
+
+def _cache_is_sound(cached: Path) -> bool:
+    """Whether ``cached`` holds a readable config.json and weights files whose headers match
+    their sizes (a crash, a full disk or a hand edit can leave it otherwise)."""
+    from safetensors import SafetensorError, safe_open
+    try:
+        if not isinstance(json.loads((cached / "config.json").read_text()), dict):
+            return False
+        weights = sorted(cached.glob("*.safetensors"))
+        for file in weights:
+            with safe_open(str(file), framework="pt"):
+                pass
+    except (OSError, ValueError, SafetensorError):
+        return False
+    return bool(weights)
+
+
+def _drop_broken_cache(cached: Path) -> None:
+    """Move a damaged cache entry out of the way and delete it, so that the GGUF file is
+    converted again; one line naming the folder to delete if it cannot be moved."""
+    aside = cached.with_name(f".{cached.name}.{os.getpid()}.tmp")
+    try:
+        cached.rename(aside)
+    except OSError as err:
+        raise UserError(f"the cached GGUF conversion {cached} is damaged and cannot be "
+                        f"replaced ({err.strerror}): delete that folder and run again") from None
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _cache_dir(root: str | os.PathLike | None, source: ModelSource) -> Path | None:

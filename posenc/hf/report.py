@@ -179,8 +179,10 @@ def check_extension_numbers(results: dict[str, Any], path: Path) -> None:
     """UserError naming ``path`` and the field if a perplexity point of a (hand-edited or
     damaged) results.json is not a length and a number."""
     from ..study.fields import field_error, is_length, is_number
-    methods = results.get("methods")
-    for name, row in (methods.items() if isinstance(methods, dict) else ()):
+    config, methods = results.get("config"), results.get("methods")
+    if not isinstance(methods, dict):
+        raise field_error(path, "methods", "must map methods to their results", methods)
+    for name, row in methods.items():
         for k, point in enumerate((row or {}).get("ppl") or []):
             field = f"methods[{name!r}].ppl[{k}]"
             if not isinstance(point, dict):
@@ -190,3 +192,10 @@ def check_extension_numbers(results: dict[str, Any], path: Path) -> None:
                                   point.get("length"))
             if not is_number(point.get("ppl")):
                 raise field_error(path, f"{field}.ppl", "is not a number", point.get("ppl"))
+    if not isinstance(config, dict):
+        raise field_error(path, "config", "must be an object (the study's settings)", config)
+    lengths = config.get("lengths")
+    if not isinstance(lengths, list) or not all(is_length(n) for n in lengths):
+        raise field_error(path, "config.lengths", "must be a list of positive integers",
+                          lengths)
+

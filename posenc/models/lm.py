@@ -157,6 +157,9 @@ class TransformerLM(nn.Module):
         :mod:`posenc.models.positions`.
         """
         self._check_ids(ids)
+        if ids.shape[0] == 0:
+            raise UserError(f"ids must hold at least one sequence (batch >= 1), got shape "
+                            f"{tuple(ids.shape)}")
         b, t = ids.shape
         if caches is not None:
             check_caches(caches, b, self.config.n_heads, self.config.head_dim,

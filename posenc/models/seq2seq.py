@@ -126,9 +126,10 @@ class Seq2SeqTransformer(nn.Module):
     # -------------------------------------------------------------- running
     @staticmethod
     def _check_ids(name: str, ids: Tensor, vocab_size: int) -> None:
-        if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.shape[1] == 0:
+        if not isinstance(ids, Tensor) or ids.dim() != 2 or 0 in ids.shape:
             got = f"shape {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
-            raise UserError(f"{name} must be (batch, length) with length >= 1, got {got}")
+            raise UserError(f"{name} must be (batch, length) with batch >= 1 and length >= 1, "
+                            f"got {got}")
         check_token_ids(name, ids, vocab_size)
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:

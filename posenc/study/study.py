@@ -71,6 +71,11 @@ class Study(Protocol):
     #: a report redrawn after a unit at most this often (seconds; the last is always drawn)
     render_every: float = 0.0
 
+    def check_existing(self, existing: dict, path: Path) -> None:
+        """Before :meth:`incomparable`: refuse, in one line naming ``path`` and the field,
+        results this study cannot read (a hand edit, a damaged file), and delete from them
+        the units whose values are broken, so that :meth:`plan` runs them again."""
+
     def incomparable(self, existing: dict) -> str | None:
         """Why the results already in the folder cannot be grown by this study (None: they
         can)."""
@@ -130,7 +135,12 @@ def run_study(study: Study, out_dir: str | Path, *, overwrite: bool = False,
 def _run(study: Study, out_dir: str | Path, overwrite: bool, progress: bool,
          names: Mapping[str, str]) -> StudyOutcome:
     with RunDirectory(out_dir, study.kind, names) as directory:
-        existing = directory.open(study.incomparable, overwrite)
+        record = directory.path / study.kind.record
+
+        def incomparable(existing: dict) -> str | None:
+            study.check_existing(existing, record)
+            return study.incomparable(existing)
+        existing = directory.open(incomparable, overwrite)
         results = study.prepare(existing)
         directory.claim(overwrite)
         directory.save(results)

@@ -154,7 +154,13 @@ def test_cli_extend_interrupted_then_resumed_reuses_finished_measurements(
 
 @pytest.mark.parametrize("make_args,message", [
     (lambda d, t: [str(t / "bad.gguf")], "is not a GGUF file"),
-    (lambda d, t: [str(t / "trunc.gguf")], "could not load GGUF file"),
+    (lambda d, t: [str(t / "trunc.gguf")], "GGUF file .*trunc.gguf is truncated or damaged"),
+    (lambda d, t: [str(d), "--method", "yarn", "--out", str(t / "s"), "--save", str(t / "s")],
+     "--save .* and --out .* overlap"),
+    (lambda d, t: [str(d), "--method", "yarn", "--out", str(t / "s"), "--save",
+                   str(t / "s" / "model")], "--save .* and --out .* overlap"),
+    (lambda d, t: [str(d), "--method", "yarn", "--gguf", str(t / "s" / "dir" / "x.gguf")],
+     r"--gguf file .*x.gguf: its folder .*s/dir does not exist"),
     (lambda d, t: [str(t / "nope")], "not found"),
     (lambda d, t: [str(t / "gpt2")], "has no rotary position embedding"),
     (lambda d, t: [str(d), "--method", "linear", "--factor", "1"], "needs factor > 1"),

@@ -263,3 +263,62 @@ def test_a_user_error_from_deep_inside_is_one_line_with_exit_2(monkeypatch, caps
     monkeypatch.setattr(cmd_list, "run", refused)
     err = one_line(capsys, main(["list"]))
     assert err == "posenc list: error: n_heads=3 must divide d_model=8\n"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["extend", "smollm2", "--memory-limit-gb", "0"],
+     ("posenc extend: error: argument --memory-limit-gb: must be a finite number > 0, got "
+      "'0' (see posenc extend --help)")),
+    (["compare", "--out", "x", "--encodings", ""],
+     "posenc compare: error: argument --encodings: "),
+    (["tasks"], "posenc tasks: error: the following arguments are required: --out"),
+    (["nosuch"], "posenc: error: argument COMMAND: invalid choice: 'nosuch'"),
+])
+def test_a_usage_error_is_one_line_without_the_usage_block(argv, message, capsys, tmp_path,
+                                                             monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(message) and "usage:" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("target", ["loop", "missing"])
+def test_a_symbolic_link_to_nothing_as_out_is_named(target, capsys, tmp_path):
+    link = tmp_path / "out"
+    link.symlink_to(link if target == "loop" else tmp_path / "gone")
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--out", str(link), *TINY])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"argument --out: {link} is a symbolic link that leads nowhere (a loop or a " \
+           "missing target)" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.parametrize("argv,shown", [
+    (["arena", "--depths", "0.5,0.5"], "depths lists 0.5"),
+    (["arena", "--lengths", "600,600"], "lengths lists 600"),
+    (["arena", "--methods", "none,none"], "methods lists none"),
+    (["extend", "smollm2", "--methods", "yarn,yarn"], "methods lists yarn"),
+    (["extend", "smollm2", "--lengths", "600,600"], "lengths lists 600"),
+    (["extend", "smollm2", "--passkey", "--passkey-depths", "0.5,0.5"],
+     "passkey depths lists 0.5"),
+    (["compare", "--encodings", "rope,rope"], "encodings lists rope"),
+    (["compare", "--lengths", "64,64"], "lengths lists 64"),
+    (["compare", "--scalings", "linear:2,linear:2"], "scalings lists linear:2"),
+    (["tasks", "--encodings", "rope,alibi,rope"], "encodings lists rope"),
+    (["eval", "run", "--lengths", "64,64"], "lengths lists 64"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_every_list_option_refuses_duplicates_alike(argv, shown, tmp_path, capsys,
+                                                    monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    if argv[0] != "eval":
+        argv = [*argv, "--out", "out"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"error: {shown} more than once; give each once, got " in err
+    assert list(tmp_path.iterdir()) == []

@@ -52,3 +52,10 @@ def test_a_damaged_or_foreign_archive_is_refused_in_one_line(tmp_path, monkeypat
     monkeypatch.setenv(ARCHIVE_ENV, str(other))
     with pytest.raises(UserError, match="holds no texts"):
         shakespeare_texts()
+
+
+def test_a_folder_given_as_the_archive_is_called_a_folder_not_missing(tmp_path, monkeypatch):
+    monkeypatch.setenv(ARCHIVE_ENV, str(tmp_path))
+    with pytest.raises(UserError, match=rf"^\${ARCHIVE_ENV} = {tmp_path} is a directory; it "
+                       r"must name the archive file itself \(shakespeare-.*\.tar\.gz\)$"):
+        archive_path()

@@ -98,3 +98,11 @@ def test_positions_of_the_wrong_shape_or_dtype_are_refused(pe):
     model, ids = _lm(pe), torch.randint(0, VOCAB, (2, 5))
     for pos, message in BAD_POSITIONS:
         _raises(message, model, ids, positions=pos)
+
+
+def test_require_distinct_names_each_repeated_value_once():
+    from posenc.encodings.checks import require_distinct
+    require_distinct("depths", [0.0, 0.5, 1.0])
+    require_distinct("seeds", [])
+    _raises(r"^seeds lists 1, 3 more than once; give each once, got 1, 3, 1, 3, 1$",
+            require_distinct, "seeds", [1, 3, 1, 3, 1])

@@ -139,3 +139,9 @@ def test_training_gradients_agree_across_backends():
     """The input, the projections and the encoding's parameters get the same gradients
     through the fused CPU attention (backend "sdpa" in training) as through eager."""
     assert_backend_grads_agree(_pe())
+
+
+def test_a_table_longer_than_any_gate_count_is_refused_before_it_is_allocated():
+    raises_one_line(r"max_pos must be at most 65536, got 1000000000: CoPE's positions count "
+                    "gates", build_encoding, "cope", n_heads=H, head_dim=D, max_pos=10 ** 9)
+    assert build_encoding("cope", n_heads=H, head_dim=D, max_pos=65536).max_pos == 65536

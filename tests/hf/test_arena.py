@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -234,3 +235,51 @@ def test_every_method_cites_its_published_source():
             assert re.search(r"\b20\d\d\b", method_source(method)), method
             assert "posenc" not in method_source(method)
     assert method_source("yarn+logn") == method_source("yarn")
+
+
+#: hand edits of an arena's results.json: (the edit, the field the refusal names)
+EDITS = {
+    "kind": (lambda d: d.update(kind="extend"), "methods must map methods to their results"),
+    "needle_range": (lambda d: d["needle"]["none"].update({"256:0": [5, -1]}),
+                     r"needle\['none'\]\['256:0'\] must be a list of 2 hits"),
+    "needle_text": (lambda d: d["needle"]["none"].update({"256:0": "x"}),
+                    r"needle\['none'\]\['256:0'\] must be a list of 2 hits"),
+    "needle_short": (lambda d: d["needle"]["yarn"].update({"512:1": [1]}),
+                     r"needle\['yarn'\]\['512:1'\] must be a list of 2 hits"),
+    "windows": (lambda d: d["ppl"]["none"]["256"].update(window_nll=[]),
+                r"ppl\['none'\]\['256'\].window_nll must be a non-empty list"),
+    "ppl": (lambda d: d["ppl"]["yarn"]["512"].pop("ppl"),
+            r"ppl\['yarn'\]\['512'\].ppl must be a number"),
+}
+
+
+def _edited(whole, tmp_path, name):
+    import shutil
+    out = tmp_path / name
+    shutil.copytree(whole.out_dir, out)
+    data = read_json(out / "results.json")
+    EDITS[name][0](data)
+    (out / "results.json").write_text(json.dumps(data))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(EDITS))
+def test_plot_of_a_hand_edited_arena_is_one_line_naming_the_field(whole, tmp_path, capsys,
+                                                                  name):
+    from posenc.cli import main
+    out = _edited(whole, tmp_path, name)
+    code = main(["plot", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert str(out / "results.json") in err
+    assert re.search(EDITS[name][1], err), err
+
+
+@pytest.mark.parametrize("name", ["needle_range", "needle_text", "needle_short", "windows",
+                                  "ppl"])
+def test_a_rerun_measures_a_broken_cell_again(model_dir, whole, tmp_path, name):
+    out = _edited(whole, tmp_path, name)
+    again = _run(model_dir, out)
+    assert len(again.ran) == 1
+    assert _stable(read_json(out / "results.json")) == \
+        _stable(read_json(whole.out_dir / "results.json"))

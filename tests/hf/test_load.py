@@ -190,3 +190,70 @@ def test_smollm2_is_named_as_what_it_is(command, capsys):
         main([command, "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "SmolLM2-135M-Instruct, dequantized from its Q4_1 GGUF file" in help_text
+
+
+@pytest.mark.parametrize("keep", [10, 30, 2000, -10])
+def test_a_truncated_gguf_file_is_one_line_naming_it(keep, tmp_path):
+    pytest.importorskip("gguf")
+    from posenc.hf.gguf_export import write_gguf
+    path = write_gguf(_model(_config()), tmp_path / "m.gguf")
+    data = path.read_bytes()
+    path.write_bytes(data[:keep])
+    with pytest.raises(UserError, match=f"GGUF file {re.escape(str(path))} is truncated") \
+            as caught:
+        load_model(str(path), gguf_cache=tmp_path / "cache")
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("damage", ["weights", "config", "empty"])
+def test_a_damaged_cache_entry_is_converted_again(damage, tmp_path, monkeypatch):
+    """A truncated model.safetensors, an unreadable config.json or an empty folder in the
+    GGUF cache is replaced by a fresh conversion of the (sound) GGUF file."""
+    pytest.importorskip("gguf")
+    from posenc.hf import load
+    from posenc.hf.gguf_export import write_gguf
+    from tests.hf.helpers import save_tiny_model
+    source = save_tiny_model(tmp_path / "hf")
+    write_gguf(_model(_config()), tmp_path / "m.gguf")
+    real, conversions = load._from_pretrained, []
+
+    def convert(name, what, location, gguf_file, *args, **kw):
+        if gguf_file is None:
+            return real(name, what, location, gguf_file, *args, **kw)
+        conversions.append(gguf_file)   # the tiny GGUF has no tokenizer: stand in for it
+        return real(name, what, str(source), None, *args, **kw)
+
+    monkeypatch.setattr(load, "_from_pretrained", convert)
+    cache = tmp_path / "cache"
+    first = load_model(str(tmp_path / "m.gguf"), gguf_cache=cache)
+    (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    if damage == "weights":
+        weights = entry / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:1000])
+    elif damage == "config":
+        (entry / "config.json").write_text('{"model_type": "lla')
+    else:
+        for file in entry.iterdir():
+            file.unlink()
+    again = load_model(str(tmp_path / "m.gguf"), gguf_cache=cache)
+    assert conversions == ["m.gguf", "m.gguf"]
+    ids = torch.arange(10)[None]
+    torch.testing.assert_close(_logits(again.model, ids), _logits(first.model, ids))
+    assert load._cache_is_sound(entry) and sorted(p.name for p in cache.iterdir()) == [entry.name]
+    load_model(str(tmp_path / "m.gguf"), gguf_cache=cache)
+    assert len(conversions) == 2                    # the rebuilt entry is used as it is
+
+
+def test_a_damaged_cache_entry_that_cannot_be_moved_names_the_folder(tmp_path, monkeypatch):
+    from posenc.hf import load
+    entry = tmp_path / "cache" / "m-1-2"
+    entry.mkdir(parents=True)
+    (entry / "config.json").write_text("{")
+
+    def refuse(self, target):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(load.Path, "rename", refuse)
+    with pytest.raises(UserError, match=f"{re.escape(str(entry))} is damaged .*: delete that "
+                       "folder and run again"):
+        load._drop_broken_cache(entry)

@@ -441,3 +441,11 @@ def test_caches_made_by_another_model_are_refused_naming_the_layer():
                 caches={})
         _raises(r"caches\[0\] holds 1 sequences of 4 heads of dim 4, but layer 0 needs 1 "
                 r"of 2 of dim 8", plain, ids, caches=wide.make_caches(1, 8))
+
+
+@pytest.mark.parametrize("name", list_encodings())
+@pytest.mark.parametrize("train", [False, True])
+def test_an_empty_batch_is_refused_in_one_line_by_every_encodings_model(name, train, tiny_lm):
+    model = tiny_lm(name, max_len=T).train(train)
+    _raises(r"ids must hold at least one sequence \(batch >= 1\), got shape \(0, 8\)",
+            model, torch.zeros(0, 8, dtype=torch.long))

@@ -339,3 +339,11 @@ def test_padded_targets_are_hidden_from_the_decoder():
                       F.cross_entropy(model(src[1:], right[1:, :-1])[0], right[1, 1:],
                                       reduction="none")]).mean()
     assert_close(loss, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["sinusoidal", "rope", "t5", "alibi"])
+def test_an_empty_batch_is_refused_in_one_line_whatever_the_encoder(name):
+    model = tiny_seq2seq(name)
+    with pytest.raises(UserError, match=r"src must be \(batch, length\) with batch >= 1 and "
+                       r"length >= 1, got shape \(0, 5\)"):
+        model(torch.zeros(0, 5, dtype=torch.long), torch.zeros(0, 4, dtype=torch.long))

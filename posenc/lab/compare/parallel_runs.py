@@ -66,8 +66,11 @@ def cpu_cores() -> int:
     return os.cpu_count() or 1
 
 
-def resolve_workers(value: str | int | None, device: str, runs: int, steps: int) -> int:
-    """``--workers``: a count >= 1, or ``auto`` / None for :func:`default_workers`."""
+def resolve_workers(value: str | int | None, device: str, runs: int, steps: int,
+                    warn: Callable[[str], None] | None = None) -> int:
+    """``--workers``: a count >= 1, or ``auto`` / None for :func:`default_workers`. A count
+    above the cores this process may use is capped there (``warn`` is told): more worker
+    processes than cores only share them, each run slower than alone."""
     if value is None or value == "auto":
         return default_workers(device, runs, steps)
     try:
@@ -76,6 +79,12 @@ def resolve_workers(value: str | int | None, device: str, runs: int, steps: int)
         count = 0
     if count < 1 or str(value).strip() != str(count):
         raise UserError(f"--workers must be 'auto' or an integer >= 1, got {value!r}")
+    cores = cpu_cores()
+    if count > cores:
+        if warn is not None:
+            warn(f"--workers {count} is more than the {cores} cores this process may use; "
+                 f"running {cores} workers")
+        count = cores
     return count
 
 

@@ -28,13 +28,24 @@ from typing import Any
 
 from ...data.shakespeare import SHAKESPEARE
 from ...encodings import encoding_options, list_encodings
-from ...encodings.checks import require_int_at_least, require_positive_int, require_seed
+from ...encodings.checks import (require_distinct, require_int_at_least,
+                                  require_positive_int, require_seed)
 from ...errors import UserError
 from ...eval.inference_scaling import InferenceScaling
 from ...models.lm import LMConfig
 from ...train.config import TrainConfig
 from ..runs.variants import VARIANTS, base_encoding, is_variant, lab_run_names, variant_plan
 from .base_train import BASE_TRAIN, migrate_config
+
+#: the most seeds one study runs per setting: a larger count is a typo, not a study
+MAX_SEEDS = 1000
+
+
+def require_seed_count(option: str, count: Any) -> None:
+    """UserError unless ``count`` is an integer in [1, MAX_SEEDS]."""
+    require_positive_int(option, count)
+    if count > MAX_SEEDS:
+        raise UserError(f"{option} must be at most {MAX_SEEDS} (MAX_SEEDS), got {count}")
 
 #: RoPE inference-time scalings evaluated by default (each on the trained RoPE weights): the
 #: frequency scalings and log-n, then the region methods that remap positions in attention
@@ -90,8 +101,7 @@ class CompareConfig:
             raise UserError(f"unknown encoding(s) {', '.join(unknown)}; valid encodings: "
                              f"{', '.join(list_encodings())}; lab variants: "
                              f"{', '.join(VARIANTS)}")
-        if len(set(self.encodings)) != len(self.encodings):
-            raise UserError(f"encodings are listed twice: {', '.join(self.encodings)}")
+        require_distinct("encodings", self.encodings)
         if not isinstance(self.train, TrainConfig):
             raise UserError(f"train must be a TrainConfig, got {type(self.train).__name__}")
         if self.train.task is not None or self.train.pack:
@@ -103,9 +113,10 @@ class CompareConfig:
         for name in self.encodings:
             if is_variant(name):
                 variant_plan(name, self.model.n_layers)          # raises if too shallow
-        for name in ("eval_tokens", "entropy_windows", "seeds"):
+        for name in ("eval_tokens", "entropy_windows"):
             require_positive_int(name, getattr(self, name))
         require_seed("the last seed (seed + seeds - 1)", self.train.seed + self.seeds - 1)
+        require_seed_count("seeds", self.seeds)
         require_int_at_least("timing_rounds", self.timing_rounds, 0)
         if not self.length_multipliers or any(
                 isinstance(m, bool) or not isinstance(m, int) or m < 1
@@ -115,8 +126,7 @@ class CompareConfig:
         require_int_at_least("entropy_max_len", self.entropy_max_len, 0)
         for length in self.lengths:
             require_int_at_least("lengths", length, 2)
-        if self.lengths and len(set(self.lengths)) != len(self.lengths):
-            raise UserError(f"lengths are listed twice: {list(self.lengths)}")
+        require_distinct("lengths", self.lengths)
         if self.stride is not None:
             require_positive_int("stride", self.stride)
             if self.stride >= min(self.eval_lengths):
@@ -131,9 +141,9 @@ class CompareConfig:
             raise UserError(f"pe_options for unknown encoding(s) {', '.join(unknown)}; "
                              f"valid encodings: {', '.join(list_encodings())}")
         labels = [InferenceScaling.parse(s).label for s in self.scalings]   # raises if bad
-        if None in labels or len(set(labels)) != len(labels):
-            raise UserError(f"scalings must be distinct non-empty specs, got "
-                             f"{list(self.scalings)}")
+        if None in labels:
+            raise UserError(f"scalings must be non-empty specs, got {list(self.scalings)}")
+        require_distinct("scalings", labels)
 
     @property
     def model(self) -> LMConfig:

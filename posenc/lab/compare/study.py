@@ -191,6 +191,7 @@ class CompareStudy(Study):
         self.out_dir, self.atlas, self.workers, self.names = Path(out_dir), atlas, workers, names
         self.prepared: PreparedComparison | None = None
         self._run: tuple[tuple[str, int], Any] | None = None    # the one run loaded now
+        self._pooled = False                  # whether runs go to worker processes now
 
     def incomparable(self, existing: dict) -> str | None:
         return incomparable_reason(existing["config"], self.cfg)
@@ -247,7 +248,8 @@ class CompareStudy(Study):
         for unit in units:
             if unit.key[0] == "run":
                 groups.setdefault((unit.key[1], unit.key[3]), []).append(unit.key[2])
-        if self.workers < 2 or len(groups) < 2:
+        self._pooled = not (self.workers < 2 or len(groups) < 2)
+        if not self._pooled:
             return InOrder(self)
         cfg, out_dir = self.prepared.cfg, self.out_dir
 
@@ -292,6 +294,15 @@ class CompareStudy(Study):
             return
         (results.get("failed") or {}).pop(name, None)
         add_seed(results, self.prepared.cfg, result["head"], result["entry"])
+        results.setdefault("execution", {})[name] = self._execution()
+
+    def _execution(self) -> dict[str, int]:
+        """How the run just filed was computed: worker processes and intra-op threads (a
+        sum over another split of the work differs in its last bits, about 1e-7)."""
+        import torch
+        if self._pooled:
+            return {"workers": self.workers, "threads": 1}
+        return {"workers": 1, "threads": torch.get_num_threads()}
 
     def close(self, abort: bool = False) -> None:
         """Let go of the run loaded for evaluation."""

@@ -297,6 +297,20 @@ def failed_section(results: dict) -> list[str]:
             + [f"- `{name}`: {message}" for name, message in sorted(failed.items())] + [""])
 
 
+def execution_note(results: dict) -> list[str]:
+    """A note when the runs of a grown comparison were computed with different worker and
+    thread counts (results.json ``execution``): their sums differ in the last bits."""
+    seen = sorted({(int(e.get("workers", 1)), int(e.get("threads", 1)))
+                   for e in (results.get("execution") or {}).values() if isinstance(e, dict)})
+    if len(seen) < 2:
+        return []
+    ways = ", ".join(f"{w} worker{'s' * (w > 1)} x {t} thread{'s' * (t > 1)}" for w, t in seen)
+    note = (f"**Note:** the runs were computed in different ways ({ways}); floating-point "
+            "sums split differently differ at about 1e-7, so runs compare exactly only "
+            "within one way (see `execution` in results.json).")
+    return [note, ""]
+
+
 def render_report(results: dict, plots: list[str] | None = None,
                   links: tuple[tuple[str, str], ...] = (),
                   changed: list[str] | None = None) -> str:
@@ -328,7 +342,7 @@ def render_report(results: dict, plots: list[str] | None = None,
     finished = sum(len(run.get("seeds") or [run]) for run in runs)
     if finished < expected:
         out += [f"**Partial report: {finished} of {expected} runs finished.**", ""]
-    out += failed_section(results)
+    out += failed_section(results) + execution_note(results)
     if not runs:
         return "\n".join(out) + "\n"
     out += learned_section(r, runs) + [""]

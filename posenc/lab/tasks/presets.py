@@ -29,11 +29,11 @@ from typing import Any
 
 from ...data.synthetic import SEQ2SEQ_TASKS, TASKS, min_length
 from ...encodings import list_encodings
-from ...encodings.checks import require_positive_int, require_seed
+from ...encodings.checks import (require_distinct, require_positive_int, require_seed)
 from ...errors import UserError
 from ...models.lm import LMConfig
 from ...train.task_loop import TaskTrainConfig
-from ..compare.presets import took_phrase
+from ..compare.presets import require_seed_count, took_phrase
 
 #: encodings of the decoder-only part: those Kazemnejad et al. (2023) compare (NoPE, T5's
 #: bias, ALiBi, RoPE and an absolute encoding: sinusoidal, which runs past its training
@@ -91,10 +91,11 @@ class TaskStudyConfig:
             if unknown:
                 raise UserError(f"unknown encoding(s) {', '.join(unknown)}; valid encodings: "
                                  f"{', '.join(list_encodings())}")
-            if len(set(names)) != len(names):
-                raise UserError(f"{name} lists an encoding twice: {', '.join(names)}")
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise UserError(f"seeds must be distinct integers >= 0, got {list(self.seeds)}")
+            require_distinct(name, names)
+        require_seed_count("the number of seeds", len(self.seeds) or 1)
+        if not self.seeds:
+            raise UserError("seeds must list at least one integer >= 0")
+        require_distinct("seeds", self.seeds)
         for seed in self.seeds:
             require_seed("seeds", seed)
         unknown = [t for t in self.lm_tasks if t not in TASKS]

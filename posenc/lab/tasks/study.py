@@ -42,6 +42,8 @@ from ...eval.lengths import eval_device
 from ...study import API_NAMES, RunDirectory, Study, StudyKind, Unit, register_kind, run_study
 from ...study.study import InOrder, UnitExecutor
 from ..compare.unit_pool import PooledUnits
+from ..compare.presets import require_seed_count
+from .fields import check_task_results
 from .presets import TASK_PRESETS, TaskStudyConfig, task_preset
 
 __all__ = ["KIND", "OUTPUTS", "TASK_PRESETS", "TaskStudy", "TaskStudyConfig",
@@ -166,7 +168,16 @@ def render_task_study(results: dict, directory: RunDirectory, final: bool = True
 KIND = register_kind(StudyKind(
     name="tasks", schema=1, command="posenc tasks", outputs=OUTPUTS, legacy=_is_legacy,
     migrate=_migrate, description="posenc task study",
-    redraw=lambda results, directory: render_task_study(results, directory)[1:]))
+    redraw=lambda results, directory: redraw_task_study(results, directory)))
+
+
+def redraw_task_study(results: dict, directory: RunDirectory) -> list[Path]:
+    """``posenc plot``: the figure and report.md again from a results.json (checked; the
+    summary is recomputed from the runs)."""
+    from .report import summarize
+    check_task_results(results, directory.path / RESULTS)
+    results["summary"] = summarize(results)
+    return render_task_study(results, directory)[1:]
 
 
 def _merged_config(cfg: TaskStudyConfig, existing: dict | None) -> TaskStudyConfig:
@@ -196,6 +207,11 @@ class TaskStudy(Study):
         self.cfg = cfg
         self.workers = workers
         self._clock = time.perf_counter()     # when the last unit was filed (wall time)
+
+    def check_existing(self, existing: dict, path: Path) -> None:
+        if check_task_results(existing, path, repair=True):
+            from .report import summarize
+            existing["summary"] = summarize(existing)
 
     def incomparable(self, existing: dict) -> str | None:
         old = TaskStudyConfig.from_dict(existing["config"]).setting()
@@ -252,6 +268,8 @@ def resolve_config(preset: str | TaskStudyConfig, seeds: int | list[int] | None,
     if seeds is not None:
         if isinstance(seeds, bool) or (isinstance(seeds, int) and seeds < 1):
             raise UserError(f"seeds must be a count >= 1 or a list of seeds, got {seeds!r}")
+        if isinstance(seeds, int):
+            require_seed_count("seeds", seeds)
         changes["seeds"] = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     if encodings is not None:
         changes["encodings"] = changes["seq2seq_encodings"] = list(encodings)

@@ -35,12 +35,22 @@ def test_workers_follow_the_device_type_and_the_size_of_the_comparison(monkeypat
     assert default_workers("cpu", 29, big) == 2
 
 
-def test_the_workers_option_takes_auto_or_a_count():
+def test_the_workers_option_takes_auto_or_a_count(monkeypatch):
+    monkeypatch.setattr(parallel_runs, "cpu_cores", lambda: 16)
     assert resolve_workers("auto", "cuda", 10, 10_000) == 1
     assert resolve_workers("3", "cpu", 10, 10_000) == 3 and resolve_workers(2, "cpu", 1, 1) == 2
     for bad in ("0", "-1", "two", "1.5"):
         with pytest.raises(UserError, match="--workers must be 'auto' or an integer >= 1"):
             resolve_workers(bad, "cpu", 10, 10_000)
+
+
+def test_more_workers_than_cores_are_capped_at_the_cores_with_a_warning(monkeypatch):
+    monkeypatch.setattr(parallel_runs, "cpu_cores", lambda: 2)
+    said = []
+    assert resolve_workers("1000", "cpu", 10, 10_000, said.append) == 2
+    assert said == [("--workers 1000 is more than the 2 cores this process may use; running 2 "
+                     "workers")]
+    assert resolve_workers("2", "cpu", 10, 10_000, said.append) == 2 and len(said) == 1
 
 
 def test_two_workers_give_the_sequential_results_in_the_same_order(tmp_path, monkeypatch):
@@ -58,6 +68,8 @@ def test_two_workers_give_the_sequential_results_in_the_same_order(tmp_path, mon
             for n, ppl in sa["ppl"].items():
                 assert sb["ppl"][n] == pytest.approx(ppl, rel=1e-4)   # one thread vs two
     assert sorted(side.trained) == sorted(alone.trained) and len(side.trained) == 6
+    assert {tuple(e.values()) for e in side.results["execution"].values()} == {(2, 1)}
+    assert {e["workers"] for e in alone.results["execution"].values()} == {1}
     again = run_compare(cfg, tmp_path / "two", progress=False, atlas=False, workers=2)
     assert again.trained == () and again.results["runs"] == side.results["runs"]
 

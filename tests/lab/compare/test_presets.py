@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from posenc.errors import UserError
 from posenc.lab.compare.presets import PRESETS, CompareConfig
 
 
@@ -73,3 +74,9 @@ def test_the_paper_preset_runs_at_a_smoke_size_on_the_cpu(tmp_path, monkeypatch)
     assert outcome.results["corpus"]["name"].startswith("shakespeare")
     assert {r["label"] for r in outcome.results["runs"]} == set(cfg.encodings)
     assert "## Compared with the ALiBi paper" in outcome.report.read_text()
+
+
+def test_a_seed_count_above_the_bound_is_refused():
+    with pytest.raises(UserError, match="seeds must be at most 1000"):
+        CompareConfig().with_options(seeds=100_000_000_000)
+    assert CompareConfig().with_options(seeds=1000).seeds == 1000

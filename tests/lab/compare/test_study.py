@@ -58,7 +58,10 @@ def finished(corpus_dir, tmp_path_factory):
 def test_results_json_has_the_exact_layout(finished):
     out, outcome = finished
     res = json.loads((out / "results.json").read_text())
-    assert set(res) == {"kind", "schema", "config", "corpus", "runs", "baseline", "timing"}
+    assert set(res) == {"kind", "schema", "config", "corpus", "runs", "baseline", "timing",
+                        "execution"}
+    assert sorted(res["execution"]) == ["learned/seed0", "rope/seed0"]
+    assert all(e["workers"] == 1 and e["threads"] >= 1 for e in res["execution"].values())
     assert (res["kind"], res["schema"]) == ("compare", 1)
     assert set(res["corpus"]) == {"name", "python_version", "sha256", "tokens"}
     assert res["baseline"]["unigram_ppl"] > 1 and res["baseline"]["tokens"] == 256

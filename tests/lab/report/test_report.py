@@ -153,3 +153,14 @@ def test_the_header_names_the_users_data_and_only_settings_used():
     no_rope = results()
     no_rope["config"]["encodings"] = ["alibi", "t5"]
     assert "Inference-time scalings: none." in render_report(no_rope)
+
+
+def test_a_comparison_computed_in_two_ways_says_so():
+    res = results()
+    res["execution"] = {"rope-s0": {"workers": 1, "threads": 2},
+                        "nope-s0": {"workers": 1, "threads": 2}}
+    assert "computed in different ways" not in render_report(res)
+    res["execution"]["alibi-s0"] = {"workers": 2, "threads": 1}
+    assert ("**Note:** the runs were computed in different ways (1 worker x 2 threads, 2 "
+            "workers x 1 thread); floating-point sums split differently differ at about "
+            "1e-7") in render_report(res)

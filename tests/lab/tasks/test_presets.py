@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from posenc.errors import UserError
 from posenc.lab.tasks import study as task_study
 from posenc.lab.tasks.presets import TASK_PRESETS, TaskStudyConfig, task_preset
 
@@ -22,7 +23,7 @@ def test_presets_and_config_validation():
         TaskStudyConfig(encodings=("nope", "bogus"))
     with pytest.raises(ValueError, match="length_multipliers must start at 1"):
         TaskStudyConfig(length_multipliers=(2, 4))
-    with pytest.raises(ValueError, match="seeds must be distinct"):
+    with pytest.raises(ValueError, match="seeds lists 1 more than once"):
         TaskStudyConfig(seeds=(1, 1))
     with pytest.raises(ValueError, match="valid: reverse, sort"):
         TaskStudyConfig(seq2seq_task="copy")
@@ -75,3 +76,11 @@ def test_the_paper_task_preset_runs_at_a_smoke_size_on_the_cpu(tmp_path):
     scored = {(r["task"], r["encoding"]) for r in results["runs"] if r["part"] == "lm"}
     assert scored == {(t, e) for t in ("copy", "reverse", "addition") for e in ("nope", "alibi")}
     assert (tmp_path / "report.md").exists()
+
+
+def test_a_seed_count_above_the_bound_is_refused_before_any_list_is_built():
+    with pytest.raises(UserError, match="seeds must be at most 1000"):
+        task_study.resolve_config("tasks", 100_000_000_000, None)
+    with pytest.raises(UserError, match="number of seeds must be at most 1000"):
+        TaskStudyConfig(seeds=tuple(range(1001)))
+    assert len(task_study.resolve_config("tasks", 1000, None).seeds) == 1000

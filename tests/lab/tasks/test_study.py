@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
+from posenc.errors import UserError
 from posenc.lab.tasks import study as task_study
 from posenc.lab.tasks.study import run_task_study
 
@@ -126,3 +128,37 @@ def test_runs_side_by_side_equal_the_runs_of_one_process(tmp_path):
 def test_workers_must_be_a_positive_count(tmp_path):
     with pytest.raises(ValueError, match="workers"):
         run_task_study(tmp_path, "tasks-smoke", progress=False, workers=0)
+
+
+#: hand edits of a task study's results.json: (the edit, the field named, broken run or not)
+EDITS = {
+    "no_part": (lambda d: d["runs"][1].pop("part"), r"runs\[1\].part must be one of", True),
+    "text_accuracy": (lambda d: d["runs"][4]["lengths"]["6"].update(exact_match="0.9"),
+                      r"runs\[4\].lengths\['6'\].exact_match must be a number", True),
+    "no_config": (lambda d: d.pop("config"), "config must be an object", False),
+    "runs_object": (lambda d: d.update(runs={}), "runs must be a list of runs", False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDITS))
+def test_a_hand_edited_study_is_refused_in_one_line_or_its_broken_run_trained_again(
+        tmp_path, monkeypatch, capsys, name):
+    from posenc.cli import main
+    calls = fake_runs(monkeypatch)
+    run_task_study(tmp_path, TINY, progress=False)
+    path = tmp_path / "results.json"
+    data = json.loads(path.read_text())
+    edit, field, a_run = EDITS[name]
+    broken = dict(data["runs"][1 if name == "no_part" else 4]) if a_run else None
+    edit(data)
+    path.write_text(json.dumps(data))
+    assert main(["plot", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and str(path) in err and re.search(field, err)
+    if not a_run:
+        with pytest.raises(UserError, match=field):
+            run_task_study(tmp_path, TINY, progress=False)
+        return
+    again = run_task_study(tmp_path, TINY, progress=False)
+    assert calls[6:] == [task_study.run_key(broken)] and len(again["runs"]) == 6
+    assert main(["plot", str(tmp_path)]) == 0
