@@ -42,6 +42,8 @@ install: $(STAMP)
 
 test: $(STAMP)
 	mkdir -p $(TMPDIR)
+	# pyflakes and import order (pyproject.toml [tool.ruff]); a finding fails the run
+	$(VENV)/bin/ruff check posenc tests benchmarks examples
 	$(PY) -m pytest
 
 demo: $(STAMP)

@@ -29,8 +29,7 @@ from posenc.attention import AttentionCall
 from posenc.attention.backends import attend
 from posenc.encodings import build_encoding
 
-from .common import (compare, machine_line, peak_rss_delta_mib, run_child,
-                     steady_allocator)
+from .common import compare, machine_line, peak_rss_delta_mib, run_child, steady_allocator
 
 ENCODINGS = ("alibi", "t5")
 BACKENDS = ("sdpa", "flex")

@@ -27,8 +27,7 @@ import sys
 
 import torch
 
-from posenc.attention import (AttentionContext, MultiHeadAttention, RoutingFacts,
-                              choose_backend)
+from posenc.attention import AttentionContext, MultiHeadAttention, RoutingFacts, choose_backend
 from posenc.encodings import build_encoding, encoding_options, list_encodings
 
 from .common import compare, machine_line

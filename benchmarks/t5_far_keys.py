@@ -31,8 +31,15 @@ from posenc.data.cache import default_cache_dir, token_stream
 from posenc.data.corpora import load_corpus
 from posenc.train.optim import param_groups
 
-from .bench_differential import (Setup, build_peer, build_posenc, evaluate, peer_param_groups,
-                                 require_peer, train)
+from .bench_differential import (
+    Setup,
+    build_peer,
+    build_posenc,
+    evaluate,
+    peer_param_groups,
+    require_peer,
+    train,
+)
 
 
 def far_mask(n: int, train_len: int) -> torch.Tensor:

@@ -1,7 +1,12 @@
 """posenc: positional encodings for Transformers behind one interface."""
 
-from .encodings import (HookContext, PositionalEncoding, build_encoding, describe_encodings,
-                        list_encodings)
+from .encodings import (
+                        HookContext,
+                        PositionalEncoding,
+                        build_encoding,
+                        describe_encodings,
+                        list_encodings,
+)
 from .models import LMConfig, Seq2SeqConfig, Seq2SeqTransformer, TransformerLM
 
 __version__ = "0.1.0"

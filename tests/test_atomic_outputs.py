@@ -12,8 +12,8 @@ from matplotlib.figure import Figure
 
 import posenc
 from posenc.atlas.pages import write_html, write_markdown
-from posenc.study import RunDirectory, StudyKind
 from posenc.runio import TMP_SUFFIX
+from posenc.study import RunDirectory, StudyKind
 from posenc.viz.axes import save_png
 
 PACKAGE = Path(posenc.__file__).parent

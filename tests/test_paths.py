@@ -13,8 +13,8 @@ import posenc.paths as paths
 from posenc.data import cache as token_cache
 from posenc.data.corpora import load_corpus
 from posenc.data.tokenizer import ByteTokenizer
-from posenc.kernels import build as native_build
 from posenc.hf.load import default_gguf_cache
+from posenc.kernels import build as native_build
 
 ENV = ("POSENC_CACHE_DIR", "POSENC_CACHE", "POSENC_GGUF_CACHE", "XDG_CACHE_HOME")
 

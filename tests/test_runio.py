@@ -15,8 +15,15 @@ from pathlib import Path
 import pytest
 
 from posenc.cli import main
-from posenc.runio import (LOCK_FILE, DirectoryInUse, DirectoryLock, atomic_write,
-                         atomic_write_path, files_written_aside, is_temporary)
+from posenc.runio import (
+    LOCK_FILE,
+    DirectoryInUse,
+    DirectoryLock,
+    atomic_write,
+    atomic_write_path,
+    files_written_aside,
+    is_temporary,
+)
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -15,8 +15,8 @@ from torch import Tensor
 
 from ..encodings.alibi import alibi_slopes
 from ..encodings.base import PositionalEncoding
-from ..encodings.registry import build_encoding
 from ..encodings.context import HookContext
+from ..encodings.registry import build_encoding
 from ..encodings.relative_bias import DistanceBiasEncoding
 from ..encodings.t5 import relative_position_bucket
 from ..encodings.xpos import xpos_zeta

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from ..encodings.registry import build_encoding
 from ..encodings.context import HookContext
+from ..encodings.registry import build_encoding
 from .figure import Panel, dress, log2_axis, new_figure, save
 
 SHAW_CLIP = 16

@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..encodings.registry import build_encoding
 from ..encodings.context import HookContext
+from ..encodings.registry import build_encoding
 from ..encodings.rope_scaling import compute_inv_freq
 from .figure import Panel, log2_axis, new_figure, save
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..encodings.registry import build_encoding
 from ..encodings.mrope import default_sections
+from ..encodings.registry import build_encoding
 from .figure import Panel, colormap, new_figure, save
 
 HEAD_DIM = 64

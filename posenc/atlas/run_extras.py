@@ -16,9 +16,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..errors import UserError
 from ..data.batches import prepare_data
 from ..encodings.base import PositionalEncoding
+from ..errors import UserError
 from ..eval.lengths import NotEvaluated, encodings_of, not_served
 from ..train.checkpoint import LoadedRun, load_run
 from .absolute import draw_trajectories, pca_2d, position_vectors

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..errors import UserError
 from ..encodings.base import PositionalEncoding
 from ..encodings.checks import require_divides
 from ..encodings.context import HookContext
+from ..errors import UserError
 from .backends import attend, route
 from .cache import KVCache
 from .context import AttentionCall, AttentionContext

@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..errors import UserError
 from ..encodings.base import PositionalEncoding
+from ..errors import UserError
 from .biased import BiasedSpec, biased_attention
 from .context import AttentionCall
 from .masks import Masks, Window, additive, causal_additive, causal_visible

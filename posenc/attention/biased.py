@@ -40,8 +40,8 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from ..errors import UserError
 from ..encodings.base import FusedBias
+from ..errors import UserError
 from .masks import causal_additive
 
 #: fewest query rows for which hidden blocks are skipped; most row blocks, fewest rows in one

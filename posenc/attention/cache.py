@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..errors import UserError
 from ..encodings.base import PositionalEncoding
+from ..errors import UserError
 from .masks import Window
 
 

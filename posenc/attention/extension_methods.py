@@ -19,6 +19,7 @@ from ..methods.regions import Region
 from . import region_flash
 from .region_flash import Rotate, reads_spans  # noqa: F401  (re-exported)
 
+
 class RotaryTable:
     """rotate(x, pos) for RoPE with ``inv_freq`` (R/2,) in ``layout`` ("half" or
     "interleaved", as :func:`posenc.kernels.rotary.apply_rotary`): on a CPU integer

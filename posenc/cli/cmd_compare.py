@@ -19,8 +19,8 @@ HELP = ("train every encoding with the same data, budget and seeds, evaluate at 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..lab.compare.parallel_runs import MAX_WORKERS, MIN_PARALLEL_STEPS
     from ..eval.inference_scaling import spec_help
+    from ..lab.compare.parallel_runs import MAX_WORKERS, MIN_PARALLEL_STEPS
     from ..lab.compare.presets import DEFAULT_SCALINGS, PRESETS, length_help, preset_help
     p.add_argument("--out", required=True, help="output directory (resumed if it holds the "
                    "same comparison)", type=path_arg)
@@ -90,8 +90,8 @@ def _warn(text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..lab.compare.study import run_compare
     from ..lab.compare.presets import preset
+    from ..lab.compare.study import run_compare
     from ..study import CLI_NAMES
     check_seed("--seed", args.seed)
     if args.threads is not None:

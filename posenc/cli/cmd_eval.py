@@ -15,8 +15,8 @@ from pathlib import Path
 
 from ..errors import UserError
 from .args import int_list as _int_list
-from .devices import add_device_arguments, resolve_device
 from .args import path_arg
+from .devices import add_device_arguments, resolve_device
 
 NAME = "eval"
 HELP = ("evaluate a trained run at several lengths on held-out data (optionally with RoPE "

@@ -51,8 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..eval.generation import (check_new_tokens, encode_prompt, generate_text,
-                                   new_token_limit)
+    from ..eval.generation import check_new_tokens, encode_prompt, generate_text, new_token_limit
     from ..models.generate import check_sampling
     from ..train.memory import check_generation_memory
     from .cmd_eval import load_checked_run

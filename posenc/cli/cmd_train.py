@@ -8,11 +8,11 @@ from dataclasses import fields
 
 import torch
 
-from ..errors import UserError
 from ..data.synthetic import TASKS
+from ..errors import UserError
 from ..models.lm import LMConfig
-from ..train.config import TrainConfig, parse_options
 from ..study import CLI_NAMES
+from ..train.config import TrainConfig, parse_options
 from ..train.loop import resolve_vocab, train
 from .args import check_seed, path_arg
 from .devices import resolve_device

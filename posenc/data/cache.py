@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import UserError
 from .. import paths
+from ..errors import UserError
 from ..runio import atomic_write, atomic_write_with, sha256_file
 from .documents import check_starts, starts_from_lengths, starts_from_separators
 

@@ -9,8 +9,13 @@ import pkgutil
 
 from .base import PositionalEncoding, register
 from .context import HookContext
-from .registry import (build_encoding, describe_encodings, encoding_class, encoding_options,
-                       list_encodings)
+from .registry import (
+    build_encoding,
+    describe_encodings,
+    encoding_class,
+    encoding_options,
+    list_encodings,
+)
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")

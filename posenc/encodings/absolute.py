@@ -7,8 +7,8 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from .base import PositionalEncoding, register
-from .limits import PositionLimit, learned_table
 from .checks import check_in_range, require_positive_int
+from .limits import PositionLimit, learned_table
 
 
 @register("nope")

@@ -40,7 +40,6 @@ from .base import PositionalEncoding, register
 from .checks import check_direction, check_qk, require_int_at_least
 from .context import HookContext
 
-
 #: the longest embedding table ``max_pos`` declares (a position counts at most one gate per
 #: key, so this is also the longest sequence whose positions all have their own embedding)
 MAX_POS = 1 << 16

@@ -50,8 +50,7 @@ from .base import PositionalEncoding, ScoreMod, heads_first, register
 from .checks import require_float_in, require_int_at_least
 from .context import HookContext
 from .limits import PositionLimit, learned_table
-from .relative_term import (RelativeTerm, fused_relative_bias, relative_bias,
-                            relative_score_mod)
+from .relative_term import RelativeTerm, fused_relative_bias, relative_bias, relative_score_mod
 
 TERMS = ("c2p", "p2c")
 LAYER_NORM_EPS = 1e-7           # DeBERTa-v2's layer_norm_eps

@@ -100,7 +100,7 @@ class FloaterEncoding(TrajectoryEncoding):
 
     def trajectory(self, n: int) -> Tensor:
         """p at positions 0..n-1: (n, C), fp32 (integer times stay exact in bf16 models)."""
-        from torchdiffeq import odeint        # imported on use: it loads scipy (~0.5 s)
+        from torchdiffeq import odeint  # imported on use: it loads scipy (~0.5 s)
         p0 = self.p0.float()
         if n == 1:
             return p0[None, :]

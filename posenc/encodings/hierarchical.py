@@ -26,9 +26,9 @@ from torch import Tensor, nn
 from ..errors import UserError
 from .absolute import LearnedEncoding
 from .base import PositionalEncoding, register
-from .registry import build_encoding
 from .checks import check_in_range, require_float_in, require_int_at_least, require_positive_int
 from .limits import PositionLimit
+from .registry import build_encoding
 
 
 def hierarchical_positions(table: Tensor, pos: Tensor, alpha: float) -> Tensor:

@@ -23,8 +23,8 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from .base import PositionalEncoding, register
-from .limits import PositionLimit
 from .checks import require_float_in
+from .limits import PositionLimit
 
 
 class TrajectoryEncoding(PositionalEncoding):

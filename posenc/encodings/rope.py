@@ -34,8 +34,14 @@ from .base import PositionalEncoding, register
 from .checks import check_qk, require_choice, require_float_in
 from .context import HookContext
 from .fp32_buffers import KeepsFp32Buffers
-from .rope_scaling import (LENGTH_DEPENDENT, REQUIRED, compute_inv_freq, frequency_key,
-                           scaling_type, validate_scaling)
+from .rope_scaling import (
+    LENGTH_DEPENDENT,
+    REQUIRED,
+    compute_inv_freq,
+    frequency_key,
+    scaling_type,
+    validate_scaling,
+)
 
 
 @register("rope")

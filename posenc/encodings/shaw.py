@@ -32,8 +32,14 @@ from ..kernels.layouts.clipped_pairs import ClippedPairBias
 from .base import PositionalEncoding, ScoreMod, register
 from .checks import require_choice, require_float_in, require_positive_int
 from .context import HookContext
-from .relative_term import (RelativeTerm, clipped_rows, fused_relative_bias, relative_bias,
-                            relative_score_mod, relative_value_sum)
+from .relative_term import (
+    RelativeTerm,
+    clipped_rows,
+    fused_relative_bias,
+    relative_bias,
+    relative_score_mod,
+    relative_value_sum,
+)
 from .sinusoidal import sinusoidal_at
 
 #: backends that compute the key term alone exactly

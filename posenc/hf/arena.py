@@ -29,17 +29,27 @@ from typing import Any
 
 from ..encodings.checks import require_choice, require_distinct, require_seed
 from ..errors import UserError
-from ..study import (API_NAMES, RESULTS, RunDirectory, Study, StudyKind, Unit, decode,
-                     encode, register_kind)
+from ..methods import list_methods, method_class, parse_method_spec
+from ..study import (
+    API_NAMES,
+    RESULTS,
+    RunDirectory,
+    Study,
+    StudyKind,
+    Unit,
+    decode,
+    encode,
+    register_kind,
+)
 from ..study.settings import settings_difference, short
 from .arena_fields import check_arena_results
 from .arena_report import report_markdown, sample_notes, write_figures
 from .arena_tasks import Haystack, min_needle_length, needle_hits, passkey_hits
-from .load import MODEL_DTYPES
-from ..methods import list_methods, method_class, parse_method_spec
 from .extend import extend, make_extension, restore
+from .load import MODEL_DTYPES
 from .measure import PeakMemory, check_memory, n_windows, perplexity_vs_length, tokens_needed
 from .passkey import min_length
+
 
 def render_arena(results: dict, directory: RunDirectory, final: bool = True) -> list[Path]:
     """report.md, and when ``final`` the needle and passkey heat maps."""

@@ -29,8 +29,18 @@ from typing import Any
 import numpy as np
 
 from ..methods import spec_citation
-from ..study import (INCONCLUSIVE, MIN_SAMPLES, NOT_SUPPORTED, NOT_TESTED, SUPPORTED, TOO_FEW,
-                     RunDirectory, Verdict, markdown_table, too_few_samples)
+from ..study import (
+    INCONCLUSIVE,
+    MIN_SAMPLES,
+    NOT_SUPPORTED,
+    NOT_TESTED,
+    SUPPORTED,
+    TOO_FEW,
+    RunDirectory,
+    Verdict,
+    markdown_table,
+    too_few_samples,
+)
 from ..viz.axes import save_png
 from ..viz.heatmaps import accuracy_heatmaps
 from .load import model_title

@@ -46,11 +46,20 @@ from torch import nn
 from ..encodings import build_encoding
 from ..errors import UserError
 from ..methods import build_method, method_class, parse_method_spec
-from .architectures import SUPPORTED_MODEL_TYPES  # noqa: F401  (re-exported)
-from .architectures import (LOCAL, NOPE, ROPE, check_supported, extended_rope, layer_kinds,
-                            local_theta, with_extended_rope)
+from .architectures import (
+    LOCAL,
+    NOPE,
+    ROPE,
+    SUPPORTED_MODEL_TYPES,  # noqa: F401  (re-exported)
+    check_supported,
+    extended_rope,
+    layer_kinds,
+    local_theta,
+    with_extended_rope,
+)
 from .patched_attention import patch_attention, unpatch_attention
 from .rotary import ExtendedRotary
+
 
 @dataclass(frozen=True)
 class Extension:

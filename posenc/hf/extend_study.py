@@ -25,17 +25,33 @@ from typing import Any
 from ..encodings.checks import require_choice
 from ..errors import UserError
 from ..methods import parse_method_spec
-from ..study import (API_NAMES, RESULTS, RunDirectory, Study, StudyKind, Unit, decode,
-                     encode, register_kind)
+from ..study import (
+    API_NAMES,
+    RESULTS,
+    RunDirectory,
+    Study,
+    StudyKind,
+    Unit,
+    decode,
+    encode,
+    register_kind,
+)
 from ..study.settings import settings_difference, short
-from .load import MODEL_DTYPES
 from .extend import extend, hf_rope_parameters, make_extension, restore
+from .extension_settings import (
+    DEFAULT_DEPTHS,
+    DEFAULT_METHODS,
+    ExtensionSettings,
+    config_dict,
+    default_lengths,
+    row_names,
+    validate_settings,
+)
 from .finetune import FinetuneConfig, finetune
+from .load import MODEL_DTYPES
 from .measure import PeakMemory, n_windows, perplexity_vs_length
 from .passkey import PasskeyGrid, passkey_cell
 from .report import check_extension_numbers, passkey_figure, report_markdown, write_figures
-from .extension_settings import (DEFAULT_DEPTHS, DEFAULT_METHODS, ExtensionSettings,
-                                 config_dict, default_lengths, row_names, validate_settings)
 
 
 def _legacy(data: dict) -> bool:

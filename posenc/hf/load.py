@@ -10,8 +10,8 @@ transformers' GGUF support (``gguf`` and ``accelerate``), dequantized to the req
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -22,10 +22,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import UserError
 from .. import paths
-from ..runio import (TMP_PREFIX, TMP_SUFFIX, files_written_aside, fsync_dir, fsync_file,
-                     temporary_prefix)
+from ..errors import UserError
+from ..runio import (
+    TMP_PREFIX,
+    TMP_SUFFIX,
+    files_written_aside,
+    fsync_dir,
+    fsync_file,
+    temporary_prefix,
+)
 from .architectures import check_loadable
 from .extend import current_extension, hf_rope_parameters
 

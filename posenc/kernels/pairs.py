@@ -55,7 +55,6 @@ from ..errors import UserError
 from . import build as native_build
 
 
-
 def native_pair_status() -> str:
     """"ready", "disabled" (POSENC_NATIVE_KERNELS=0) or why the kernel is unavailable.
     Builds the kernel on first use."""

@@ -41,8 +41,13 @@ from torch import Tensor
 
 from ..errors import UserError
 from . import build as native_build
-from .rotary_native import native_rotary_status  # noqa: F401  (re-exported)
-from .rotary_native import fits_kernel, load, output_like, rotate_native
+from .rotary_native import (
+    fits_kernel,
+    load,
+    native_rotary_status,  # noqa: F401  (re-exported)
+    output_like,
+    rotate_native,
+)
 
 LAYOUTS = ("half", "interleaved")
 #: under torch.compile, outputs at least this large go through the op (the kernel); smaller

@@ -8,12 +8,28 @@ registers its class with ``@register_method``; a new method needs no edit here.
 import importlib
 import pkgutil
 
-from .base import (Citation, ExtensionMethod, Option, build_method, describe_methods,
-                   list_methods, method_class, register_method, unregister_method)
+from .base import (
+    Citation,
+    ExtensionMethod,
+    Option,
+    build_method,
+    describe_methods,
+    list_methods,
+    method_class,
+    register_method,
+    unregister_method,
+)
 from .frequency import FrequencyMethod
 from .regions import Region, RegionMethod, relative_positions
-from .spec import (ADDONS, MAX_FACTOR, MethodSpec, format_factor, parse_method_spec,
-                   sources_lines, spec_citation)
+from .spec import (
+    ADDONS,
+    MAX_FACTOR,
+    MethodSpec,
+    format_factor,
+    parse_method_spec,
+    sources_lines,
+    spec_citation,
+)
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")

@@ -9,8 +9,13 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
 from ..attention import BACKENDS
-from ..encodings.checks import (require_choice, require_divides, require_float_in,
-                                require_known_keys, require_positive_int)
+from ..encodings.checks import (
+    require_choice,
+    require_divides,
+    require_float_in,
+    require_known_keys,
+    require_positive_int,
+)
 from ..errors import UserError
 from .blocks import ACTIVATIONS, NORMS
 

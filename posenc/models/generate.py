@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..errors import UserError
 from ..encodings.checks import require_float_in
+from ..errors import UserError
 
 #: the smallest temperature that samples; below it sampling is greedy in effect and dividing
 #: the logits by it overflows (use 0)

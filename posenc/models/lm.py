@@ -13,21 +13,30 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from ..errors import UserError
 from ..attention import AttentionContext, KVCache, make_caches
-from ..attention.cache import check_caches
-from ..attention.cache import replay_if_stale
+from ..attention.cache import check_caches, replay_if_stale
 from ..encodings import build_encoding
+from ..encodings.checks import (
+    check_positions,
+    check_token_ids,
+    require_int_at_least,
+    require_options,
+    require_positive_int,
+)
 from ..encodings.registry import with_model_facts
-from ..encodings.checks import (check_positions, check_token_ids, require_int_at_least,
-                                require_options, require_positive_int)
+from ..errors import UserError
 from .blocks import Block, init_weights, make_norm
 from .config import ModelShape
-from .generate import (checks_each_token, logits_broken, raise_broken_logits,
-                       select_next)
+from .generate import checks_each_token, logits_broken, raise_broken_logits, select_next
 from .plans import LayerSpec, distinct, plan_encodings, require_plan_fits, resolve_plan
-from .positions import (axis_positions, check_documents, check_mask, distances_match_indices,
-                        positions_from_documents, positions_from_mask)
+from .positions import (
+    axis_positions,
+    check_documents,
+    check_mask,
+    distances_match_indices,
+    positions_from_documents,
+    positions_from_mask,
+)
 
 
 @dataclass(frozen=True)

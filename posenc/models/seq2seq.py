@@ -18,15 +18,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..errors import UserError
 from ..attention import AttentionContext, KVCache, make_caches
 from ..attention.cache import replay_if_stale
 from ..encodings import PositionalEncoding, build_encoding
-from ..encodings.registry import with_model_facts
 from ..encodings.checks import check_token_ids
+from ..encodings.registry import with_model_facts
+from ..errors import UserError
 from .blocks import Block, init_weights, make_norm
-from .generate import (checks_each_token, logits_broken, raise_broken_logits,
-                       select_next)
+from .generate import checks_each_token, logits_broken, raise_broken_logits, select_next
 from .plans import distinct, plan_encodings
 from .positions import check_mask, positions_from_mask
 from .seq2seq_config import Seq2SeqConfig

@@ -21,8 +21,17 @@ from .names import API_NAMES, CLI_NAMES
 from .rundir import RESULTS, RunDirectory, StudyKind, read_study_results
 from .study import Study, StudyOutcome, Unit, run_study
 from .tables import markdown_table
-from .verdict import (INCONCLUSIVE, MIN_SAMPLES, NOT_SUPPORTED, NOT_TESTED, STATUSES, SUPPORTED,
-                      TOO_FEW, Verdict, too_few_samples)
+from .verdict import (
+                      INCONCLUSIVE,
+                      MIN_SAMPLES,
+                      NOT_SUPPORTED,
+                      NOT_TESTED,
+                      STATUSES,
+                      SUPPORTED,
+                      TOO_FEW,
+                      Verdict,
+                      too_few_samples,
+)
 
 __all__ = ["API_NAMES", "CLI_NAMES", "INCONCLUSIVE", "MIN_SAMPLES", "NOT_SUPPORTED", "NOT_TESTED",
            "RESULTS", "STATUSES", "SUPPORTED", "TOO_FEW", "RunDirectory", "Study", "StudyKind",

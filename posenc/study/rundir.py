@@ -28,8 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..runio import (OUTPUTS_FILE, DirectoryLock, atomic_write, has_content, record_outputs,
-                     remove_stale_temporaries)
+from ..runio import (
+    OUTPUTS_FILE,
+    DirectoryLock,
+    atomic_write,
+    has_content,
+    record_outputs,
+    remove_stale_temporaries,
+)
 from .codec import dumps, read_json
 from .names import API_NAMES
 from .outputs import OutputList, safe_name

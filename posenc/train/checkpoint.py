@@ -43,8 +43,8 @@ from safetensors import safe_open
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from ..errors import UserError
 from ..data.tokenizer import Tokenizer, load_tokenizer
+from ..errors import UserError
 from ..models.lm import TransformerLM
 from ..runio import (
     TMP_SUFFIX,
@@ -58,12 +58,23 @@ from ..runio import (
     sha256_file,
     temporary_prefix,
 )
-from .config import TrainConfig
 from .checkpoint_checks import check_model_config, checkpoint_dir, verify_file
+from .config import TrainConfig
 from .logging import read_log
-from .run_layout import (CHECKPOINTS_DIR, CONFIG_FILE, FORMAT, FORMAT_VERSION, MANIFEST_FILE,
-                         MODEL_FILE, PROGRESS_FILE, RUN_DIRS, RUN_FILES, STATE_FILE,
-                         TOKENIZER_DIR, one_line)
+from .run_layout import (
+    CHECKPOINTS_DIR,
+    CONFIG_FILE,
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST_FILE,
+    MODEL_FILE,
+    PROGRESS_FILE,
+    RUN_DIRS,
+    RUN_FILES,
+    STATE_FILE,
+    TOKENIZER_DIR,
+    one_line,
+)
 
 
 @dataclass(frozen=True)

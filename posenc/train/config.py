@@ -10,12 +10,17 @@ from typing import Any
 
 import torch
 
-from ..errors import UserError
 from ..data.corpora import resolve_corpus
 from ..data.synthetic import TASKS
 from ..data.tokenizer import parse_spec
-from ..encodings.checks import (require_float_in, require_int_at_least, require_known_keys,
-                                require_positive_int, require_seed)
+from ..encodings.checks import (
+    require_float_in,
+    require_int_at_least,
+    require_known_keys,
+    require_positive_int,
+    require_seed,
+)
+from ..errors import UserError
 from ..models.lm import LMConfig
 
 #: the device strings every machine understands; any string torch parses is accepted too

@@ -34,11 +34,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import UserError
 from ..data.batches import TrainData, prepare_data
 from ..data.cache import default_cache_dir
 from ..data.synthetic import IGNORE
 from ..data.tokenizer import load_tokenizer
+from ..errors import UserError
 from ..models.lm import TransformerLM
 from ..study import API_NAMES, RunDirectory, StudyKind
 from . import checkpoint as ckpt

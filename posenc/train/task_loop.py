@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 from torch import Tensor, nn
 
-from ..errors import UserError
 from ..encodings.checks import require_known_keys, require_positive_int
+from ..errors import UserError
 from .config import OptimizerSettings, check_optimizer
 from .loop import lm_loss, make_optimizer, make_scheduler
 

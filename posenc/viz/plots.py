@@ -23,10 +23,8 @@ import math
 from pathlib import Path
 
 from ..eval.inference_scaling import run_label
-from .axes import (coinciding, integer_x, length_axis, log_axis, new_figure, panel_styles,
-                   save_png)
-from .ratio_plot import _number, config_train_len  # noqa: F401
-from .ratio_plot import draw_ppl_ratio, plot_ppl_ratio, ratio_points  # noqa: F401
+from .axes import coinciding, integer_x, length_axis, log_axis, new_figure, panel_styles, save_png
+from .ratio_plot import _number, config_train_len, draw_ppl_ratio, plot_ppl_ratio, ratio_points  # noqa: F401  # noqa: F401
 
 FAMILY_TITLES = {"absolute": "absolute positions", "rotary": "rotary", "bias": "distance biases",
                  "relative": "relative (content-position)", "none": "no positions",

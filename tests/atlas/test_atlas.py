@@ -13,7 +13,6 @@ from posenc.atlas import PANELS, atlas_files, write_atlas
 from posenc.cli import main
 from posenc.encodings.alibi import alibi_slopes
 from posenc.encodings.t5 import relative_position_bucket
-
 from tests.helpers import chromium_or_skip, run_headless
 
 ISSUE_PANELS = {"sinusoidal", "rope_decay", "rope_scaling_wavelengths", "rope_scaling_scores",

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from posenc.atlas.cope import counted_positions, cope_panel, words
+from posenc.atlas.cope import cope_panel, counted_positions, words
 from posenc.atlas.figure import as_json
 
 pytestmark = pytest.mark.usefixtures("single_thread")

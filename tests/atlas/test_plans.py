@@ -9,8 +9,14 @@ import pytest
 import torch
 
 from posenc.atlas.figure import as_json
-from posenc.atlas.plans import (MASK_LEN, WINDOW, layer_plan_panel, plan_layers,
-                                window_mask_panel, window_visibility)
+from posenc.atlas.plans import (
+    MASK_LEN,
+    WINDOW,
+    layer_plan_panel,
+    plan_layers,
+    window_mask_panel,
+    window_visibility,
+)
 from posenc.models.plans import NAMED_PLANS
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -9,8 +9,15 @@ import math
 import pytest
 import torch
 
-from posenc.atlas.rope_scalings import (FACTOR, HEAD_DIM, THETA, TRAIN_LEN, identical_pair_scores,
-                                        scaled_frequencies, wavelengths)
+from posenc.atlas.rope_scalings import (
+    FACTOR,
+    HEAD_DIM,
+    THETA,
+    TRAIN_LEN,
+    identical_pair_scores,
+    scaled_frequencies,
+    wavelengths,
+)
 from posenc.encodings.rope_scaling import compute_inv_freq
 
 

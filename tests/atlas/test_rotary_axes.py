@@ -9,8 +9,12 @@ import pytest
 import torch
 
 from posenc.atlas.figure import as_json
-from posenc.atlas.rotary_axes import (kept_frequencies, mrope_panel, multimodal_positions,
-                                       p_rope_panel)
+from posenc.atlas.rotary_axes import (
+    kept_frequencies,
+    mrope_panel,
+    multimodal_positions,
+    p_rope_panel,
+)
 from posenc.encodings.rope_scaling import compute_inv_freq
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -10,8 +10,7 @@ import torch
 
 from posenc import LMConfig, TransformerLM, list_encodings
 from posenc.atlas.atlas import RUN_IMAGES
-from posenc.atlas.run_extras import (attention_maps, learned_terms_panel, load_atlas_run,
-                                     run_panels)
+from posenc.atlas.run_extras import attention_maps, learned_terms_panel, load_atlas_run, run_panels
 from posenc.cli import main
 from posenc.encodings import encoding_class, encoding_options
 from posenc.train import TrainConfig, train

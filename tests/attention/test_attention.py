@@ -7,7 +7,6 @@ import torch
 
 from posenc import build_encoding
 from posenc.attention import AttentionContext, MultiHeadAttention
-
 from tests.helpers import raises_one_line as _raises
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -17,12 +17,11 @@ from torch.nn.attention import flex_attention
 from torch.testing import assert_close
 
 from posenc import LMConfig, TransformerLM, build_encoding, list_encodings
-from posenc.encodings import encoding_options
 from posenc.attention import attend, route
 from posenc.attention.backends import _causal_block_mask
 from posenc.attention.context import AttentionCall
+from posenc.encodings import encoding_options
 from posenc.encodings.context import HookContext
-
 from tests.helpers import context_options, hook_context
 
 pytestmark = pytest.mark.usefixtures("single_thread")

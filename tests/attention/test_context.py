@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from posenc.attention import AttentionCall, AttentionContext, Masks
-
 from tests.helpers import raises_one_line as _raises
 
 pytestmark = pytest.mark.usefixtures("single_thread")

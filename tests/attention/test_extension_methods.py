@@ -9,15 +9,19 @@ import math
 import pytest
 import torch
 
-from posenc.attention.extension_methods import (RotaryTable, blockwise_region_attention,
-                                                reads_spans, region_attention)
+from posenc.attention.extension_methods import (
+    RotaryTable,
+    blockwise_region_attention,
+    reads_spans,
+    region_attention,
+)
+from posenc.kernels.rotary import apply_rotary, frequency_turns, rotary_angles
 from posenc.methods import relative_positions
 from posenc.methods.dual_chunk import DualChunk
 from posenc.methods.leaky_rerope import LeakyReRoPE
 from posenc.methods.rerope import ReRoPE
 from posenc.methods.self_extend import SelfExtend
 from posenc.methods.streaming import StreamingLLM
-from posenc.kernels.rotary import apply_rotary, frequency_turns, rotary_angles
 
 NAN = float("nan")
 D = 8

@@ -15,13 +15,18 @@ import torch
 
 from posenc.attention import region_flash
 from posenc.attention.extension_methods import RotaryTable, region_attention
+from posenc.attention.region_flash import (
+    attention_pass,
+    cpu_flash_pass,
+    cuda_efficient_pass,
+    interval_cover,
+    merged_region_attention,
+    reference_pass,
+)
+from posenc.kernels.rotary import frequency_turns
 from posenc.methods import Region, build_method
 from posenc.methods.self_extend import SelfExtend
 from posenc.methods.streaming import StreamingLLM
-from posenc.attention.region_flash import (attention_pass, cpu_flash_pass, cuda_efficient_pass,
-                                           interval_cover, merged_region_attention,
-                                           reference_pass)
-from posenc.kernels.rotary import frequency_turns
 
 D = 16
 INV_FREQ = 1.0 / (100.0 ** (torch.arange(0, D, 2).float() / D))

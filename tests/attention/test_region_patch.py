@@ -8,15 +8,13 @@ import pytest
 import torch
 
 from posenc import LMConfig, TransformerLM
+from posenc.attention.region_patch import apply_region_method, region_ready, remove_region_method
+from posenc.encodings.rope import RotaryEncoding
 from posenc.methods.dual_chunk import DualChunk
 from posenc.methods.leaky_rerope import LeakyReRoPE
 from posenc.methods.rerope import ReRoPE
 from posenc.methods.self_extend import SelfExtend
 from posenc.methods.streaming import StreamingLLM
-from posenc.attention.region_patch import (apply_region_method, region_ready,
-                                          remove_region_method)
-from posenc.encodings.rope import RotaryEncoding
-
 from tests.helpers import decode_in_steps
 
 T = 40

@@ -11,7 +11,6 @@ from posenc.data.cache import token_stream
 from posenc.data.corpora import load_corpus
 from posenc.errors import UserError
 from posenc.train import train
-
 from tests.train.helpers import tiny
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 from posenc.cli import main
-
 from tests.helpers import make_corpus
 
 #: a comparison of one encoding in seconds

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from posenc import list_encodings
-from posenc.cli import main
-from posenc.cli import cmd_demo_generate
+from posenc.cli import cmd_demo_generate, main
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

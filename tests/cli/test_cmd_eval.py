@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from posenc.cli import main
-
 from tests.helpers import make_corpus
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -49,6 +48,7 @@ def test_a_run_whose_config_holds_a_bad_window_is_refused_in_the_window_line(tmp
     """A config.json edited by hand to a bad attention window: the command prints the
     window's own line (as the library raises it), exit 2."""
     import json
+
     from posenc.train import TrainConfig
     from posenc.train.checkpoint import CONFIG_FILE, FORMAT, FORMAT_VERSION
     train = TrainConfig().to_dict()

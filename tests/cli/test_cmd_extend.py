@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.hf.helpers import (byte_bpe_tokenizer as _tokenizer, peaked_model as _model,
-                              tiny_config as _config)
+from tests.hf.helpers import byte_bpe_tokenizer as _tokenizer
+from tests.hf.helpers import peaked_model as _model
+from tests.hf.helpers import tiny_config as _config
 
 transformers = pytest.importorskip("transformers")
 
 from posenc.cli import main  # noqa: E402
-
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

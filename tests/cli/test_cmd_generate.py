@@ -12,7 +12,6 @@ import torch
 from posenc.cli import main
 from posenc.models.lm import TransformerLM
 from posenc.train import load_run
-
 from tests.helpers import make_corpus
 
 pytestmark = pytest.mark.usefixtures("single_thread")

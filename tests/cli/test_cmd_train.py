@@ -12,7 +12,6 @@ import torch
 
 from posenc.cli import build_parser, cmd_train, main
 from posenc.train import load_run
-
 from tests.data.helpers import write_short_files
 from tests.helpers import make_corpus
 

@@ -12,7 +12,6 @@ import pytest
 from posenc.cli import cmd_train, main
 from posenc.runio import LOCK_FILE
 from posenc.train import load_run
-
 from tests.helpers import make_corpus
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -12,7 +12,6 @@ from posenc.data import batches, corpora
 from posenc.data.batches import prepare_data, sample_windows, task_batch
 from posenc.data.synthetic import IGNORE
 from posenc.data.tokenizer import build_tokenizer
-
 from tests.data.helpers import write_files, write_short_files
 from tests.helpers import raises_one_line
 

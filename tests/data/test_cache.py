@@ -11,7 +11,6 @@ from posenc.data import cache, corpora
 from posenc.data.batches import prepare_data
 from posenc.data.corpora import load_corpus
 from posenc.data.tokenizer import ByteTokenizer, build_tokenizer
-
 from tests.data.helpers import write_files, write_short_files
 from tests.helpers import raises_one_line
 

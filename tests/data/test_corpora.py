@@ -7,7 +7,6 @@ import pytest
 
 from posenc.data import corpora
 from posenc.data.corpora import SPLITS, load_corpus, split_of, stdlib_files, stdlib_root
-
 from tests.data.helpers import write_files
 
 

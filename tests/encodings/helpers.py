@@ -4,8 +4,8 @@
 import torch
 
 from posenc.attention import attend
-from posenc.encodings import build_encoding
 from posenc.attention.context import AttentionCall
+from posenc.encodings import build_encoding
 from posenc.encodings.context import HookContext
 
 H, D = 2, 8

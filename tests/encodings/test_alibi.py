@@ -10,8 +10,8 @@ from torch.testing import assert_close
 from posenc import build_encoding
 from posenc.encodings.alibi import alibi_slopes
 from posenc.encodings.context import HookContext
-
-from tests.helpers import needs_transformers, raises_one_line as _raises
+from tests.helpers import needs_transformers
+from tests.helpers import raises_one_line as _raises
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -12,9 +12,8 @@ from torch.testing import assert_close
 
 from posenc import list_encodings
 from posenc.encodings import build_encoding
-from posenc.models.lm import LMConfig, TransformerLM
 from posenc.encodings.context import HookContext
-
+from posenc.models.lm import LMConfig, TransformerLM
 from tests.helpers import context_options, hook_context, sharpen
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -11,8 +11,8 @@ from posenc.encodings.checks import check_token_ids
 from posenc.models.lm import LMConfig, TransformerLM
 from posenc.models.seq2seq import Seq2SeqTransformer
 from posenc.models.seq2seq_config import Seq2SeqConfig
-
-from tests.helpers import context_options, raises_one_line as _raises
+from tests.helpers import context_options
+from tests.helpers import raises_one_line as _raises
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from posenc import HookContext, build_encoding
-
 from tests.helpers import raises_one_line as _raises
 
 pytestmark = pytest.mark.usefixtures("single_thread")

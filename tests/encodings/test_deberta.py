@@ -8,11 +8,10 @@ import pytest
 import torch
 
 from posenc.attention import AttentionContext, MultiHeadAttention, attend
-from posenc.encodings import build_encoding
-from posenc.encodings.deberta import log_bucket_position
 from posenc.attention.context import AttentionCall
+from posenc.encodings import build_encoding
 from posenc.encodings.context import HookContext
-
+from posenc.encodings.deberta import log_bucket_position
 from tests.encodings.helpers import K_POS, Q_POS, D, H, make, qkv
 from tests.helpers import needs_transformers
 

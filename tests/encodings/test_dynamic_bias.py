@@ -14,7 +14,6 @@ from posenc.attention import attend
 from posenc.attention.context import AttentionCall
 from posenc.encodings import build_encoding
 from posenc.encodings.context import HookContext
-
 from tests.encodings.helpers import assert_backend_grads_agree
 from tests.helpers import raises_one_line
 

@@ -6,8 +6,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from tests.encodings.helpers import build as _pe, randomize as _randomize
 from posenc.encodings.context import HookContext
+from tests.encodings.helpers import build as _pe
+from tests.encodings.helpers import randomize as _randomize
 
 
 def _fire_reference(pe, q_pos, k_pos):

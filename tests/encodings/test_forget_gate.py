@@ -13,7 +13,6 @@ from torch.testing import assert_close
 from posenc.attention import AttentionContext, MultiHeadAttention
 from posenc.encodings import build_encoding
 from posenc.encodings.context import HookContext
-
 from tests.encodings.helpers import assert_backend_grads_agree
 from tests.helpers import raises_one_line
 

@@ -8,8 +8,11 @@ import torch
 from torch.testing import assert_close
 
 from posenc import LMConfig, TransformerLM, build_encoding
-from posenc.encodings.hierarchical import (HierarchicalEncoding, extend_learned_model,
-                                           hierarchical_positions)
+from posenc.encodings.hierarchical import (
+    HierarchicalEncoding,
+    extend_learned_model,
+    hierarchical_positions,
+)
 
 H, D = 2, 4
 C = H * D

@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from tests.encodings.helpers import build as _pe, randomize as _randomize
 from posenc.encodings.context import HookContext
+from tests.encodings.helpers import build as _pe
+from tests.encodings.helpers import randomize as _randomize
 
 
 @pytest.mark.parametrize("variant", ["log", "power"])

@@ -8,7 +8,6 @@ import torch
 from posenc import LMConfig, TransformerLM
 from posenc.encodings import build_encoding, list_encodings
 from posenc.encodings.limits import PositionLimit, tightest_limit
-
 from tests.helpers import context_options
 
 #: a position far past max_len below, for encodings that declare no limit

@@ -10,7 +10,6 @@ from torch.testing import assert_close
 
 from posenc import LMConfig, build_encoding
 from posenc.encodings.context import HookContext
-
 from tests.encodings.test_rope import HEAD_DIM, N_HEADS, _copy_llama, _llama_config
 from tests.helpers import decode_in_steps, needs_transformers
 

@@ -12,8 +12,9 @@ from posenc import build_encoding
 from posenc.attention import attend
 from posenc.attention.context import AttentionCall
 from posenc.encodings.context import HookContext
-
-from tests.encodings.helpers import D, H, build as _pe, randomize as _randomize
+from tests.encodings.helpers import D, H
+from tests.encodings.helpers import build as _pe
+from tests.encodings.helpers import randomize as _randomize
 from tests.helpers import raises_one_line as _raises
 
 pytestmark = pytest.mark.usefixtures("single_thread")

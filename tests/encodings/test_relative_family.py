@@ -11,12 +11,11 @@ import torch
 from torch.nn.attention.flex_attention import flex_attention
 
 from posenc.attention import attend, backends, choose_backend
+from posenc.attention.context import AttentionCall
 from posenc.attention.routing import RoutingFacts
 from posenc.encodings import build_encoding, describe_encodings
-from posenc.models.lm import LMConfig, TransformerLM
-from posenc.attention.context import AttentionCall
 from posenc.encodings.context import HookContext
-
+from posenc.models.lm import LMConfig, TransformerLM
 from tests.encodings.helpers import K_POS, Q_POS, D, H, boost, make, qkv, weights
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -8,15 +8,20 @@ import pytest
 import torch
 
 from posenc.encodings.context import HookContext
-from posenc.encodings.relative_term import (RelativeTerm, fused_relative_bias, gathered_bias,
-                                            relative_bias, relative_score_mod,
-                                            relative_value_sum, strided_bias)
+from posenc.encodings.relative_term import (
+    RelativeTerm,
+    fused_relative_bias,
+    gathered_bias,
+    relative_bias,
+    relative_score_mod,
+    relative_value_sum,
+    strided_bias,
+)
 from posenc.errors import UserError
 from posenc.kernels import build as native_build
 from posenc.kernels.layouts.causal_pairs import CausalPairBias
 from posenc.kernels.layouts.clipped_pairs import ClippedPairBias
 from posenc.kernels.pairs import native_pair_status
-
 from tests.kernels.native import require_native
 
 B, H, D, ROWS, CLIP = 2, 3, 4, 12, 3

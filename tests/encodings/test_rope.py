@@ -12,10 +12,10 @@ import torch
 from torch.testing import assert_close
 
 from posenc import LMConfig, TransformerLM, build_encoding
-from posenc.encodings.rope_scaling import compute_inv_freq
 from posenc.encodings.context import HookContext
-
-from tests.helpers import needs_transformers, raises_one_line as _raises
+from posenc.encodings.rope_scaling import compute_inv_freq
+from tests.helpers import needs_transformers
+from tests.helpers import raises_one_line as _raises
 
 try:
     from transformers import LlamaConfig, LlamaForCausalLM

@@ -11,10 +11,15 @@ import torch
 from torch.testing import assert_close
 
 from posenc import LMConfig, TransformerLM, build_encoding
-from posenc.encodings.rope_scaling import (base_inv_freq, compute_inv_freq, dynamic_length,
-                                           scaling_types, validate_scaling)
-from posenc.kernels.rotary import apply_rotary
 from posenc.encodings.context import HookContext
+from posenc.encodings.rope_scaling import (
+    base_inv_freq,
+    compute_inv_freq,
+    dynamic_length,
+    scaling_types,
+    validate_scaling,
+)
+from posenc.kernels.rotary import apply_rotary
 from tests.helpers import sharpen
 
 pytestmark = pytest.mark.usefixtures("single_thread")

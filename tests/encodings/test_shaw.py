@@ -10,11 +10,10 @@ import torch
 from torch.testing import assert_close
 
 from posenc.attention import attend
-from posenc.encodings import build_encoding
-from posenc.encodings.sinusoidal import sinusoidal_at
 from posenc.attention.context import AttentionCall
+from posenc.encodings import build_encoding
 from posenc.encodings.context import HookContext
-
+from posenc.encodings.sinusoidal import sinusoidal_at
 from tests.encodings.helpers import K_POS, Q_POS, D, H, make, qkv
 from tests.helpers import sharpen
 

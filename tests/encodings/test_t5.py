@@ -8,9 +8,8 @@ import torch
 from torch.testing import assert_close
 
 from posenc import build_encoding
-from posenc.encodings.t5 import relative_position_bucket
 from posenc.encodings.context import HookContext
-
+from posenc.encodings.t5 import relative_position_bucket
 from tests.helpers import needs_transformers
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -14,7 +14,6 @@ from posenc.attention import attend
 from posenc.attention.context import AttentionCall
 from posenc.encodings import build_encoding
 from posenc.encodings.context import HookContext
-
 from tests.helpers import decode_in_steps
 
 pytestmark = pytest.mark.usefixtures("single_thread")

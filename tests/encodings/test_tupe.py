@@ -5,13 +5,11 @@ import math
 
 import pytest
 import torch
-
 from torch.testing import assert_close
 
 from posenc.encodings import build_encoding
-from posenc.encodings.t5 import relative_position_bucket
 from posenc.encodings.context import HookContext
-
+from posenc.encodings.t5 import relative_position_bucket
 from tests.encodings.helpers import K_POS, Q_POS, D, H, make, qkv, weights
 from tests.helpers import sharpen
 

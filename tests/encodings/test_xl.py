@@ -7,10 +7,9 @@ import pytest
 import torch
 
 from posenc.attention import attend
-from posenc.encodings.sinusoidal import sinusoidal_at
 from posenc.attention.context import AttentionCall
 from posenc.encodings.context import HookContext
-
+from posenc.encodings.sinusoidal import sinusoidal_at
 from tests.encodings.helpers import D, H, make, qkv, weights
 
 

@@ -9,8 +9,8 @@ import torch
 from torch.testing import assert_close
 
 from posenc import build_encoding
-from posenc.encodings.xpos import xpos_zeta
 from posenc.encodings.context import HookContext
+from posenc.encodings.xpos import xpos_zeta
 
 H, D = 2, 8
 V = 48

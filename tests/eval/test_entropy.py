@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from posenc.eval.entropy import attention_entropy, entropy_at_lengths, uniform_tail_entropy
-
 from tests.eval.helpers import stream, tiny
 
 

@@ -8,9 +8,13 @@ import pytest
 import torch
 
 from posenc.data.tokenizer import BPETokenizer, ByteTokenizer, _train_bpe
-from posenc.eval.generation import (check_new_tokens, encode_prompt, generate_text,
-                                    new_token_limit, servable_length)
-
+from posenc.eval.generation import (
+    check_new_tokens,
+    encode_prompt,
+    generate_text,
+    new_token_limit,
+    servable_length,
+)
 from tests.helpers import raises_one_line, tiny_lm_factory
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from posenc.eval.inference_scaling import InferenceScaling, apply_inference_scaling
-
 from tests.eval.helpers import stream, tiny
 
 
@@ -120,6 +119,7 @@ def test_region_methods_refuse_a_rope_run_with_a_query_position_factor():
             apply_inference_scaling(tiny("rope", **options), InferenceScaling.parse("rerope"),
                                     16)
     from dataclasses import replace
+
     from posenc import TransformerLM
     mixed = TransformerLM(replace(tiny("rope").config, plan={"layers": ["rope", "nope"],
                                                             "types": {}}))

@@ -7,11 +7,15 @@ import pytest
 import torch
 
 from posenc.encodings import list_encodings
-from posenc.eval.entropy import entropy_at_lengths
 from posenc.encodings.limits import PositionLimit
-from posenc.eval.lengths import (NotEvaluated, note_reason, not_served, perplexity_at_lengths,
-                                 position_limit)
-
+from posenc.eval.entropy import entropy_at_lengths
+from posenc.eval.lengths import (
+    NotEvaluated,
+    not_served,
+    note_reason,
+    perplexity_at_lengths,
+    position_limit,
+)
 from tests.eval.helpers import stream, tiny
 from tests.helpers import context_options
 

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from posenc.eval.perplexity import perplexity, windows
-
 from tests.eval.helpers import stream, tiny
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tests.hf.helpers import T, VOCAB
+from tests.hf.helpers import VOCAB, T
 
 
 @pytest.fixture(autouse=True, scope="module")

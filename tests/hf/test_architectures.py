@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import pytest
 
-from tests.hf.helpers import VOCAB, tiny_config as _config
+from tests.hf.helpers import VOCAB
+from tests.hf.helpers import tiny_config as _config
 
 transformers = pytest.importorskip("transformers")
 
 from posenc.hf import extend  # noqa: E402
-from posenc.hf.architectures import (LOCAL, NOPE, ROPE, extended_rope, layer_kinds,  # noqa: E402
-                                     local_theta, with_extended_rope)
+from posenc.hf.architectures import (  # noqa: E402
+    LOCAL,
+    NOPE,
+    ROPE,
+    extended_rope,
+    layer_kinds,
+    local_theta,
+    with_extended_rope,
+)
 
 
 def test_layer_kinds_and_rope_parameters():

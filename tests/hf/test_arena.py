@@ -19,7 +19,7 @@ transformers = pytest.importorskip("transformers")
 from posenc.errors import UserError  # noqa: E402
 from posenc.hf import arena  # noqa: E402
 from posenc.hf.arena import ArenaRequest, ArenaRuntime, ArenaStudy  # noqa: E402
-from posenc.hf.arena_report import (counted_tasks, hit_estimate, verdicts)  # noqa: E402
+from posenc.hf.arena_report import counted_tasks, hit_estimate, verdicts  # noqa: E402
 from posenc.study import read_json, run_study  # noqa: E402
 
 VOLATILE = {"seconds", "peak_rss_bytes"}
@@ -83,7 +83,7 @@ def test_a_two_by_two_by_two_arena_writes_results_report_and_heat_maps(whole):
 def test_the_heat_map_draws_the_measured_accuracy(whole):
     import numpy as np
 
-    from posenc.hf.arena_report import accuracy_grid, TASKS
+    from posenc.hf.arena_report import TASKS, accuracy_grid
     from posenc.viz.heatmaps import accuracy_heatmaps, panel_data
     res = read_json(whole.out_dir / "results.json")
     grids = {m: accuracy_grid(res, "needle", m) for m in res["methods"]}
@@ -227,6 +227,7 @@ def test_default_lengths_are_the_multiples_and_the_factor_of_the_original(model_
 def test_every_method_cites_its_published_source():
     """A verdict names the paper of its method (authors and year), never posenc itself."""
     import re
+
     from posenc.hf.arena_report import method_source
     from posenc.methods import list_methods
     assert method_source("none") == ""

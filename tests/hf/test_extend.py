@@ -9,8 +9,10 @@ import types
 import pytest
 import torch
 
-from tests.hf.helpers import (ORIG, T, logits_of as _logits, peaked_model as _model,
-                              tiny_config as _config)
+from tests.hf.helpers import ORIG, T
+from tests.hf.helpers import logits_of as _logits
+from tests.hf.helpers import peaked_model as _model
+from tests.hf.helpers import tiny_config as _config
 
 transformers = pytest.importorskip("transformers")
 

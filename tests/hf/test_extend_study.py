@@ -148,7 +148,8 @@ def test_eval_windows_keep_the_keys_results_have_always_had():
     """The request's and the config's ``eval_windows`` are stored as ``windows`` and
     ``max_windows``, so a results.json written before reads and resumes the same."""
     from posenc.hf.arena import ArenaRequest
-    from posenc.hf.extension_settings import ExtensionSettings as StudyConfig, config_dict
+    from posenc.hf.extension_settings import ExtensionSettings as StudyConfig
+    from posenc.hf.extension_settings import config_dict
     setting = ExtendRequest(model="m", eval_windows=3).setting()
     assert setting["windows"] == 3 and "eval_windows" not in setting
     assert list(setting).index("windows") == list(setting).index("stride") + 1

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.hf.helpers import peaked_model as _model, tiny_config as _config
+from tests.hf.helpers import peaked_model as _model
+from tests.hf.helpers import tiny_config as _config
 
 transformers = pytest.importorskip("transformers")
 

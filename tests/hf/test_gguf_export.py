@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from tests.hf.helpers import (ORIG, logits_of as _logits, peaked_model as _model,
-                              tiny_config as _config)
+from tests.hf.helpers import ORIG
+from tests.hf.helpers import logits_of as _logits
+from tests.hf.helpers import peaked_model as _model
+from tests.hf.helpers import tiny_config as _config
 
 transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")

@@ -9,14 +9,16 @@ import re
 import pytest
 import torch
 
-from tests.hf.helpers import (ORIG, logits_of as _logits, peaked_model as _model,
-                              tiny_config as _config)
+from tests.hf.helpers import ORIG
+from tests.hf.helpers import logits_of as _logits
+from tests.hf.helpers import peaked_model as _model
+from tests.hf.helpers import tiny_config as _config
 
 transformers = pytest.importorskip("transformers")
 
+from posenc.errors import UserError  # noqa: E402
 from posenc.hf import extend, save_extended  # noqa: E402
 from posenc.hf.architectures import extended_rope  # noqa: E402
-from posenc.errors import UserError  # noqa: E402
 from posenc.hf.load import load_model, resolve_model  # noqa: E402
 
 

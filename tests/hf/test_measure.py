@@ -6,13 +6,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.hf.helpers import VOCAB, peaked_model as _model, tiny_config as _config
+from tests.hf.helpers import VOCAB
+from tests.hf.helpers import peaked_model as _model
+from tests.hf.helpers import tiny_config as _config
 
 transformers = pytest.importorskip("transformers")
 
 from posenc.eval.perplexity import perplexity  # noqa: E402
-from posenc.hf.measure import (PeakMemory, bootstrap_ppl_std, check_memory,  # noqa: E402
-                               forward_bytes, logits_fn, perplexity_vs_length)
+from posenc.hf.measure import (  # noqa: E402
+    PeakMemory,
+    bootstrap_ppl_std,
+    check_memory,
+    forward_bytes,
+    logits_fn,
+    perplexity_vs_length,
+)
 
 
 def test_perplexity_vs_length_uses_the_shared_windows(ids):

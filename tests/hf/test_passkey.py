@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.hf.helpers import (byte_bpe_tokenizer as _tokenizer, peaked_model as _model,
-                              tiny_config as _config)
+from tests.hf.helpers import byte_bpe_tokenizer as _tokenizer
+from tests.hf.helpers import peaked_model as _model
+from tests.hf.helpers import tiny_config as _config
 
 transformers = pytest.importorskip("transformers")
 
-from posenc.hf.passkey import (build_prompt, min_length, passkey_cell,  # noqa: E402
-                               passkey_correct, passkey_grid)
+from posenc.hf.passkey import build_prompt, min_length, passkey_cell, passkey_correct, passkey_grid  # noqa: E402
 
 
 def test_passkey_prompt_and_retrieval():

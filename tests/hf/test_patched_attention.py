@@ -9,7 +9,9 @@ import math
 import pytest
 import torch
 
-from tests.hf.helpers import ORIG, T, peaked_model as _model, tiny_config as _config
+from tests.hf.helpers import ORIG, T
+from tests.hf.helpers import peaked_model as _model
+from tests.hf.helpers import tiny_config as _config
 
 transformers = pytest.importorskip("transformers")
 

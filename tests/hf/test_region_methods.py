@@ -10,15 +10,17 @@ import math
 import pytest
 import torch
 
-from tests.hf.helpers import (ORIG, T, logits_of as _logits, peaked_model as _model,
-                              tiny_config as _config)
+from tests.hf.helpers import ORIG, T
+from tests.hf.helpers import logits_of as _logits
+from tests.hf.helpers import peaked_model as _model
+from tests.hf.helpers import tiny_config as _config
 
 transformers = pytest.importorskip("transformers")
 
-from posenc.hf.patched_attention import adapter_of  # noqa: E402
-from posenc.methods import build_method, relative_positions  # noqa: E402
 from posenc.hf import extend, hf_rope_parameters, restore  # noqa: E402
 from posenc.hf.extend import make_extension  # noqa: E402
+from posenc.hf.patched_attention import adapter_of  # noqa: E402
+from posenc.methods import build_method, relative_positions  # noqa: E402
 
 REGION = ["self_extend", "rerope", "leaky_rerope", "dual_chunk", "streaming"]
 #: small windows so that every region occurs within T = 80 tokens

@@ -9,7 +9,6 @@ import pytest
 from posenc.kernels import build as native_build
 from posenc.kernels.pairs import native_pair_status
 from posenc.kernels.rotary import native_rotary_status
-
 from tests.kernels.native import require_native
 
 

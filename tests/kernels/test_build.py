@@ -16,7 +16,6 @@ import torch
 import posenc
 from posenc.kernels import build as native_build
 from posenc.kernels import pairs, rotary_native
-
 from tests.kernels.native import require_native
 
 ROOT = Path(posenc.__file__).resolve().parent.parent

@@ -11,10 +11,9 @@ from torch.testing import assert_close
 
 from posenc.attention.biased import BiasedSpec, biased_attention
 from posenc.encodings import build_encoding
+from posenc.encodings.context import HookContext
 from posenc.kernels.layouts.causal_pairs import CausalPairBias, causal_pair_bias
 from posenc.kernels.layouts.relative_shift import head_table, pair_layout
-from posenc.encodings.context import HookContext
-
 from tests.helpers import causal_layer_grads
 from tests.kernels.helpers import pair_leaves as _leaves
 

@@ -17,10 +17,10 @@ import torch
 from torch.testing import assert_close
 
 from posenc import build_encoding
+from posenc.encodings.context import HookContext
 from posenc.kernels import rotary as rk
 from posenc.kernels import rotary_native as rn
 from posenc.kernels.rotary import apply_rotary
-from posenc.encodings.context import HookContext
 
 EXACT = dict(rtol=0.0, atol=0.0)
 

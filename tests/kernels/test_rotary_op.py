@@ -10,9 +10,9 @@ from torch.testing import assert_close
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from posenc import build_encoding
+from posenc.encodings.context import HookContext
 from posenc.kernels import rotary as rk
 from posenc.kernels import rotary_native as rn
-from posenc.encodings.context import HookContext
 
 EXACT = dict(rtol=0.0, atol=0.0)
 OP = torch.ops.posenc.rotary.default

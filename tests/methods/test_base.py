@@ -7,8 +7,15 @@ import re
 import pytest
 
 from posenc.errors import UserError
-from posenc.methods import (ExtensionMethod, build_method, describe_methods, list_methods,
-                            method_class, register_method, unregister_method)
+from posenc.methods import (
+    ExtensionMethod,
+    build_method,
+    describe_methods,
+    list_methods,
+    method_class,
+    register_method,
+    unregister_method,
+)
 from posenc.methods.base import FACTOR_RULES, KINDS
 
 

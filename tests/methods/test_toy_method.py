@@ -13,10 +13,8 @@ import torch
 pytest.importorskip("transformers")
 
 from posenc.cli import main  # noqa: E402
-from posenc.methods import (Citation, Option, list_methods, register_method,  # noqa: E402
-                            unregister_method)
+from posenc.methods import Citation, Option, list_methods, register_method, unregister_method  # noqa: E402
 from posenc.methods.regions import Region, RegionMethod, distance  # noqa: E402
-
 from tests.helpers import make_corpus  # noqa: E402
 from tests.hf.helpers import save_tiny_model  # noqa: E402
 

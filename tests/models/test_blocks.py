@@ -14,7 +14,6 @@ from posenc.encodings import list_encodings
 from posenc.models.blocks import embedding_init_std, linear_init_std
 from posenc.models.seq2seq import Seq2SeqTransformer
 from posenc.models.seq2seq_config import Seq2SeqConfig
-
 from tests.helpers import model_for
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -11,7 +11,6 @@ import pytest
 from posenc.errors import UserError
 from posenc.models import LMConfig, Seq2SeqConfig
 from posenc.models.config import ModelShape
-
 from tests.helpers import raises_one_line
 
 #: ``LMConfig(pe="alibi", pe_options={"bidirectional": False}, d_ff=64,

@@ -7,9 +7,13 @@ import pytest
 import torch
 
 from posenc import LMConfig, TransformerLM
-from posenc.models.generate import (checks_each_token, logits_broken, select_next,
-                                    top_k_filter, top_p_filter)
-
+from posenc.models.generate import (
+    checks_each_token,
+    logits_broken,
+    select_next,
+    top_k_filter,
+    top_p_filter,
+)
 from tests.helpers import raises_one_line as _raises
 
 pytestmark = pytest.mark.usefixtures("single_thread")

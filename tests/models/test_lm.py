@@ -18,8 +18,8 @@ from torch.testing import assert_close
 from posenc import LMConfig, TransformerLM, list_encodings
 from posenc.attention import MultiHeadAttention
 from posenc.models.positions import positions_from_documents, positions_from_mask
-
-from tests.helpers import context_options, raises_one_line as _raises
+from tests.helpers import context_options
+from tests.helpers import raises_one_line as _raises
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -242,8 +242,8 @@ def test_ids_must_be_two_dimensional():
 def test_every_encoding_runs_with_bfloat16_weights(pe):
     """A model cast to bfloat16 (weights and activations) runs forward and stays close to
     its float32 self: no dtype mismatch inside an encoding's own computation."""
-    from tests.helpers import context_options
     from posenc import LMConfig, TransformerLM
+    from tests.helpers import context_options
     torch.manual_seed(0)
     model = TransformerLM(LMConfig(vocab_size=32, d_model=32, n_layers=1, n_heads=2,
                                    max_len=16, pe=pe,

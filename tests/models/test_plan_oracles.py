@@ -77,8 +77,11 @@ def test_gemma3_sliding_layer_attention_equals_transformers():
     eager attention) on random q, k, v equals posenc's rope layer with the window."""
     from transformers import Gemma3TextConfig
     from transformers.masking_utils import sliding_window_causal_mask_function
-    from transformers.models.gemma3.modeling_gemma3 import (Gemma3RotaryEmbedding,
-                                                            apply_rotary_pos_emb)
+    from transformers.models.gemma3.modeling_gemma3 import (
+        Gemma3RotaryEmbedding,
+        apply_rotary_pos_emb,
+    )
+
     from posenc.attention import AttentionCall, Masks, attend
     n, window, heads, dim = 12, 4, 2, 16
     hf = Gemma3TextConfig(num_hidden_layers=6, sliding_window=window, head_dim=dim,
@@ -112,8 +115,11 @@ def test_llama4_chunked_layer_attention_equals_transformers():
     llama4 plan on the real tokens of a left-padded batch."""
     from transformers import Llama4TextConfig
     from transformers.masking_utils import chunked_causal_mask_function
-    from transformers.models.llama4.modeling_llama4 import (Llama4TextRotaryEmbedding,
-                                                            apply_rotary_emb)
+    from transformers.models.llama4.modeling_llama4 import (
+        Llama4TextRotaryEmbedding,
+        apply_rotary_emb,
+    )
+
     from posenc.attention import AttentionCall, Masks, attend
     from posenc.models.positions import positions_from_mask
     n, chunk, heads, dim, theta = 11, 4, 2, 16, 500_000.0

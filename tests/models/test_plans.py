@@ -9,7 +9,6 @@ from posenc.attention.cache import WindowedKVCache
 from posenc.attention.masks import Window
 from posenc.errors import UserError
 from posenc.models.lm import LMConfig, TransformerLM
-
 from tests.helpers import decode_in_steps
 
 TINY = dict(vocab_size=40, d_model=32, n_heads=2, max_len=32)

@@ -6,8 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posenc.models.positions import (check_documents, check_mask, distances_match_indices,
-                                     positions_from_documents, positions_from_mask)
+from posenc.models.positions import (
+    check_documents,
+    check_mask,
+    distances_match_indices,
+    positions_from_documents,
+    positions_from_mask,
+)
 
 
 def test_positions_count_real_tokens_from_where_each_sequence_stands():

@@ -13,7 +13,6 @@ from torch.testing import assert_close
 from posenc import Seq2SeqConfig, Seq2SeqTransformer, list_encodings
 from posenc.encodings import encoding_class
 from posenc.errors import UserError
-
 from tests.encodings.helpers import D, H
 from tests.helpers import context_options, sharpen
 

@@ -8,7 +8,6 @@ import pytest
 from posenc import Seq2SeqTransformer, list_encodings
 from posenc.encodings import encoding_options
 from posenc.models.seq2seq_config import Seq2SeqConfig
-
 from tests.helpers import raises_one_line as _raises
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -9,8 +9,8 @@ import pytest
 
 from posenc.errors import UserError
 from posenc.study import RunDirectory, Study, StudyKind, Unit, run_study
-from posenc.study.study import InOrder
 from posenc.study.progress import StudyProgress
+from posenc.study.study import InOrder
 
 KIND = StudyKind("squares", 1, "posenc squares", ("results.json", "report.md"))
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from posenc.models import LMConfig
 from posenc.train import TrainConfig
-
 from tests.helpers import make_corpus
 
 

@@ -16,7 +16,6 @@ from posenc.cli import main
 from posenc.models import LMConfig
 from posenc.train import TrainConfig, load_run, train
 from posenc.train.checkpoint import committed_file, read_progress
-
 from tests.helpers import make_corpus
 
 STEPS = 8

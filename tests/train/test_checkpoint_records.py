@@ -15,7 +15,6 @@ from posenc.errors import UserError
 from posenc.runio import dir_mode, file_mode
 from posenc.train import load_run, train
 from posenc.train.checkpoint import committed_file, read_progress
-
 from tests.train.helpers import tiny
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch
 
 from posenc.train import load_run, train
-
 from tests.train.helpers import tiny
 
 

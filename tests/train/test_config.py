@@ -10,7 +10,6 @@ import pytest
 
 from posenc.train import TrainConfig
 from posenc.train.config import parse_options, parse_value
-
 from tests.train.helpers import tiny
 
 

@@ -15,7 +15,6 @@ import torch.multiprocessing as mp
 
 from posenc.models import LMConfig
 from posenc.train import TrainConfig, load_run, train
-
 from tests.data.helpers import write_short_files
 
 STEPS = 4

@@ -17,13 +17,11 @@ from posenc.data.batches import prepare_data
 from posenc.data.corpora import load_corpus
 from posenc.data.synthetic import IGNORE
 from posenc.models import TransformerLM
+from posenc.runio import OUTPUTS_FILE
 from posenc.train import load_run, train
 from posenc.train.checkpoint import committed_file
 from posenc.train.loop import lm_loss, lr_factor
-
 from tests.data.helpers import write_short_files
-from posenc.runio import OUTPUTS_FILE
-
 from tests.train.helpers import tiny
 
 

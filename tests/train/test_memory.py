@@ -9,8 +9,14 @@ import torch
 from posenc.errors import UserError
 from posenc.models import LMConfig
 from posenc.train.config import TrainConfig
-from posenc.train.memory import (GIB, check_generation_memory, check_train_memory,
-                                 generation_bytes, largest_cost, train_step_bytes)
+from posenc.train.memory import (
+    GIB,
+    check_generation_memory,
+    check_train_memory,
+    generation_bytes,
+    largest_cost,
+    train_step_bytes,
+)
 
 
 def config(batch_size=16, train_len=128, **model):

@@ -11,7 +11,6 @@ import torch
 from posenc.encodings import list_encodings
 from posenc.encodings.base import PositionalEncoding
 from posenc.train.optim import param_groups
-
 from tests.helpers import model_for
 
 pytestmark = pytest.mark.usefixtures("single_thread")

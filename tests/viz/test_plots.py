@@ -6,10 +6,16 @@ import matplotlib.pyplot as plt
 import pytest
 
 from posenc.viz.axes import coinciding, format_ppl
+from posenc.viz.plots import (
+    PPL_AXIS_CAP,
+    draw_entropy_vs_length,
+    draw_ppl_ratio,
+    draw_ppl_vs_length,
+    draw_training_curves,
+    plot_all,
+    ratio_points,
+)
 from posenc.viz.ratio_plot import ppl_at_lengths
-from posenc.viz.plots import (PPL_AXIS_CAP, draw_entropy_vs_length, draw_ppl_ratio,
-                              draw_ppl_vs_length, draw_training_curves, plot_all, ratio_points)
-
 from tests.lab.helpers import LENGTHS, results
 
 

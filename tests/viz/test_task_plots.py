@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from posenc.lab.tasks.report import summarize
-
 from tests.lab.helpers import study_results as _results
 
 pytestmark = pytest.mark.usefixtures("single_thread")

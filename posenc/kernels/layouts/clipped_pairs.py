@@ -24,7 +24,6 @@ from torch import Tensor
 from ...errors import UserError
 
 
-
 @functools.lru_cache(maxsize=32)
 def _pair_masks(n: int, clip: int, device: torch.device, dtype: torch.dtype
                 ) -> tuple[Tensor, Tensor]:

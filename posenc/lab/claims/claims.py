@@ -11,9 +11,24 @@ Each claim names its published source (authors, year, title), the rule that deci
 from __future__ import annotations
 
 from ...study import Verdict
-from .evidence import (INCONCLUSIVE, NOT_SUPPORTED, NOT_TESTED, SUPPORTED, TOO_FEW, TOO_FEW_TEXT,
-                       Runs, _all, _flip, _missing, above, difference_text, factor_of, fmt,
-                       fmt_est, less)
+from .evidence import (
+    INCONCLUSIVE,
+    NOT_SUPPORTED,
+    NOT_TESTED,
+    SUPPORTED,
+    TOO_FEW,
+    TOO_FEW_TEXT,
+    Runs,
+    _all,
+    _flip,
+    _missing,
+    above,
+    difference_text,
+    factor_of,
+    fmt,
+    fmt_est,
+    less,
+)
 from .recent_claims import RECENT_CLAIMS
 from .rules import TOLERANCE, ClaimFn, _better_ratio, _guard, _lower_ppl, _with
 from .stats import Estimate

@@ -20,11 +20,27 @@ import math
 import numpy as np
 
 from ...eval.inference_scaling import run_label
+from ...study.verdict import (  # noqa: F401
+    INCONCLUSIVE,
+    MIN_SAMPLES,
+    NOT_SUPPORTED,
+    NOT_TESTED,
+    SUPPORTED,
+    TOO_FEW,
+)
 from ..runs.baseline import has_learned
-from ...study.verdict import (INCONCLUSIVE, MIN_SAMPLES, NOT_SUPPORTED, NOT_TESTED,  # noqa: F401
-                              SUPPORTED, TOO_FEW)
-from .stats import (BOOTSTRAP, QUERY_BLOCKS, SEEDS, Estimate, beyond, bootstrap_query_mean,
-                    bootstrap_samples, bootstrap_units, paired_spread, separated)
+from .stats import (
+    BOOTSTRAP,
+    QUERY_BLOCKS,
+    SEEDS,
+    Estimate,
+    beyond,
+    bootstrap_query_mean,
+    bootstrap_samples,
+    bootstrap_units,
+    paired_spread,
+    separated,
+)
 
 
 class Runs:

@@ -8,8 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .evidence import (INCONCLUSIVE, NOT_TESTED, Runs, _missing, _not_learned, difference_text, fmt,
-                       fmt_est, less)
+from .evidence import (
+    INCONCLUSIVE,
+    NOT_TESTED,
+    Runs,
+    _missing,
+    _not_learned,
+    difference_text,
+    fmt,
+    fmt_est,
+    less,
+)
 
 #: a run "stays near" its training-length perplexity if ppl(n) <= TOLERANCE * ppl(L)
 TOLERANCE = 1.10

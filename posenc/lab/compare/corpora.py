@@ -25,8 +25,13 @@ from ...runio import atomic_write
 from ...study import API_NAMES, NOT_SUPPORTED, SUPPORTED, Verdict, markdown_table
 from ..claims.claims import check_claims
 from ..claims.evidence import Runs
-from ..claims.handicaps import (handicap_lines, handicap_preamble, handicap_tag, shape_handicaps,
-                                verdict_handicaps)
+from ..claims.handicaps import (
+    handicap_lines,
+    handicap_preamble,
+    handicap_tag,
+    shape_handicaps,
+    verdict_handicaps,
+)
 from ..claims.papers import papers_section
 from ..report.markdown_html import html_page, markdown_to_html
 from ..report.report import verdict_text

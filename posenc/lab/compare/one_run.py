@@ -16,8 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from ...eval.entropy import entropy_at_lengths
-from ...eval.inference_scaling import (InferenceScaling, apply_inference_scaling,
-                                       has_attention_weights, run_label)
+from ...eval.inference_scaling import (
+    InferenceScaling,
+    apply_inference_scaling,
+    has_attention_weights,
+    run_label,
+)
 from ..runs.variants import is_variant, run_family
 from .presets import CompareConfig
 from .progress import UnitProgress

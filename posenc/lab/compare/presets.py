@@ -28,8 +28,12 @@ from typing import Any
 
 from ...data.shakespeare import SHAKESPEARE
 from ...encodings import encoding_options, list_encodings
-from ...encodings.checks import (require_distinct, require_int_at_least,
-                                  require_positive_int, require_seed)
+from ...encodings.checks import (
+    require_distinct,
+    require_int_at_least,
+    require_positive_int,
+    require_seed,
+)
 from ...errors import UserError
 from ...eval.inference_scaling import InferenceScaling
 from ...models.lm import LMConfig

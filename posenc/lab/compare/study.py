@@ -38,12 +38,12 @@ from typing import Any
 from ...encodings.checks import require_positive_int
 from ...errors import UserError
 from ...eval.inference_scaling import InferenceScaling, run_label
-from ...study import (API_NAMES, RESULTS, RunDirectory, Study, StudyOutcome, Unit, encode,
-                      run_study)
+from ...study import API_NAMES, RESULTS, RunDirectory, Study, StudyOutcome, Unit, encode, run_study
 from ...study.study import InOrder, UnitExecutor
 from ...viz.plots import plot_all
 from ..report.report import existing_links, render_index, render_report
 from ..runs.baseline import baseline_entry
+from ..runs.variants import takes_scaling
 from .growth import incomparable_reason, merged
 from .one_run import ensure_trained, evaluate_run, run_dir_of, run_head
 from .parallel_runs import GroupResult, run_group
@@ -53,7 +53,6 @@ from .results import COMPARE_KIND, aggregate
 from .study_data import StudyData, prepare_study_data
 from .timing import time_training_steps
 from .unit_pool import PooledUnits
-from ..runs.variants import takes_scaling
 
 ATLAS = "atlas"
 #: whose trained run the atlas draws (the first of these compared; else the first encoding):

@@ -21,8 +21,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...eval.lengths import (DEFAULT_BATCH_TOKENS, NotEvaluated, SkippedNote, as_token_tensor,
-                             eval_windows_for, model_logits_fn, not_served, validate_lengths)
+from ...eval.lengths import (
+    DEFAULT_BATCH_TOKENS,
+    NotEvaluated,
+    SkippedNote,
+    as_token_tensor,
+    eval_windows_for,
+    model_logits_fn,
+    not_served,
+    validate_lengths,
+)
 from ...eval.perplexity import windows
 
 

@@ -17,10 +17,14 @@ from ...eval.lengths import note_reason
 from ...methods import sources_lines
 from ...study import markdown_table
 from ..claims.claims import PRESS, TOLERANCE, check_claims
-from ..claims.evidence import (NOT_SUPPORTED, NOT_TESTED, SUPPORTED, Runs, fmt, fmt_est,
-                               runs_not_run)
-from ..claims.handicaps import (handicap_lines, handicap_preamble, handicap_tag, shape_handicaps,
-                                verdict_handicaps)
+from ..claims.evidence import NOT_SUPPORTED, NOT_TESTED, SUPPORTED, Runs, fmt, fmt_est, runs_not_run
+from ..claims.handicaps import (
+    handicap_lines,
+    handicap_preamble,
+    handicap_tag,
+    shape_handicaps,
+    verdict_handicaps,
+)
 from ..claims.identical import identical_runs_note
 from ..claims.papers import ALIBI_PAPER_NAMES, papers_section
 from ..claims.stats import BOOTSTRAP_REPLICATES, tie_groups

@@ -29,7 +29,7 @@ from typing import Any
 
 from ...data.synthetic import SEQ2SEQ_TASKS, TASKS, min_length
 from ...encodings import list_encodings
-from ...encodings.checks import (require_distinct, require_positive_int, require_seed)
+from ...encodings.checks import require_distinct, require_positive_int, require_seed
 from ...errors import UserError
 from ...models.lm import LMConfig
 from ...train.task_loop import TaskTrainConfig

@@ -4,8 +4,18 @@ rankings with ties, and the published ordering checked with verdicts that respec
 from __future__ import annotations
 
 from ...study import markdown_table
-from .verdicts import (COPE_SOURCE, COPE_TASK, LEARNED_AT, MIN_EFFECT, PAPER, length_score,
-                       paper_verdicts, ranking, runs_of, score)
+from .verdicts import (
+    COPE_SOURCE,
+    COPE_TASK,
+    LEARNED_AT,
+    MIN_EFFECT,
+    PAPER,
+    length_score,
+    paper_verdicts,
+    ranking,
+    runs_of,
+    score,
+)
 
 PART_TITLES = {"lm": "Decoder-only models", "seq2seq": "Encoder-decoder models"}
 

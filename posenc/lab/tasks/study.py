@@ -41,8 +41,8 @@ from ...errors import UserError
 from ...eval.lengths import eval_device
 from ...study import API_NAMES, RunDirectory, Study, StudyKind, Unit, register_kind, run_study
 from ...study.study import InOrder, UnitExecutor
-from ..compare.unit_pool import PooledUnits
 from ..compare.presets import require_seed_count
+from ..compare.unit_pool import PooledUnits
 from .fields import check_task_results
 from .presets import TASK_PRESETS, TaskStudyConfig, task_preset
 

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from posenc.kernels.layouts.causal_pairs import causal_pair_bias, row_groups
-
 from tests.kernels.helpers import pair_leaves as _leaves
 
 pytestmark = pytest.mark.usefixtures("single_thread")

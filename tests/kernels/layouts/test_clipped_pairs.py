@@ -9,9 +9,8 @@ from torch.testing import assert_close
 
 from posenc.attention.biased import BiasedSpec, biased_attention
 from posenc.encodings import build_encoding
-from posenc.kernels.layouts.clipped_pairs import ClippedPairBias, collect_clipped, spread_clipped
 from posenc.encodings.shaw import ShawEncoding
-
+from posenc.kernels.layouts.clipped_pairs import ClippedPairBias, collect_clipped, spread_clipped
 from tests.helpers import causal_layer_grads
 
 pytestmark = pytest.mark.usefixtures("single_thread")

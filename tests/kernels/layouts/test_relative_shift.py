@@ -10,7 +10,6 @@ from torch.testing import assert_close
 
 from posenc.kernels.layouts import relative_shift
 from posenc.kernels.layouts.relative_shift import layout_kind, pair_layout
-
 from tests.encodings.helpers import K_POS, Q_POS
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -7,7 +7,6 @@ import re
 
 from posenc.lab.claims.claims import check_claims
 from posenc.lab.report.report import render_report
-
 from tests.lab.helpers import LENGTHS, results, run
 
 

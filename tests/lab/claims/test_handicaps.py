@@ -4,7 +4,6 @@ are named, and the report puts the note beside each quality verdict whose rule n
 from posenc.lab.claims.handicaps import handicaps_in, shape_handicaps
 from posenc.lab.compare.presets import CompareConfig
 from posenc.lab.report.report import render_report
-
 from tests.lab.helpers import results
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from posenc.encodings.registry import encoding_class, list_encodings
 from posenc.lab.claims.evidence import Runs
 from posenc.lab.claims.identical import identical_runs_note
-
 from tests.lab.helpers import results, run
 
 

@@ -6,7 +6,6 @@ import pytest
 
 from posenc.lab.claims.evidence import Runs
 from posenc.lab.claims.papers import PRESS_PPL, kazemnejad_rows, papers_section, press_ratio
-
 from tests.lab.helpers import results
 
 

@@ -6,7 +6,6 @@ import re
 
 from posenc.lab.claims.claims import check_claims
 from posenc.lab.claims.recent_claims import RECENT_CLAIMS
-
 from tests.lab.helpers import results, run
 
 #: perplexity at 64 (L) .. 1024 of RoPE in results(): 5.2 -> 22.0

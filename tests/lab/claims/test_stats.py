@@ -5,8 +5,14 @@ import math
 import numpy as np
 import pytest
 
-from posenc.lab.claims.stats import (Estimate, beyond, block_bootstrap_ppl, bootstrap_ppl,
-                                     separated, tie_groups)
+from posenc.lab.claims.stats import (
+    Estimate,
+    beyond,
+    block_bootstrap_ppl,
+    bootstrap_ppl,
+    separated,
+    tie_groups,
+)
 
 
 def test_estimate_is_mean_and_sample_std():

@@ -8,11 +8,18 @@ import json
 
 import pytest
 
-from posenc.lab.compare.corpora import (DEPENDS, FAILS, HOLDS, UNDECIDED, across, claims_across,
-                                        render_corpora_report, run_corpora)
+from posenc.lab.compare.corpora import (
+    DEPENDS,
+    FAILS,
+    HOLDS,
+    UNDECIDED,
+    across,
+    claims_across,
+    render_corpora_report,
+    run_corpora,
+)
 from posenc.lab.compare.presets import preset
 from posenc.study import INCONCLUSIVE, NOT_SUPPORTED, NOT_TESTED, SUPPORTED
-
 from tests.helpers import make_corpus
 from tests.lab.helpers import results, run
 
@@ -81,8 +88,8 @@ def test_compare_corpus_prose_reads_the_essays_beside_a_folder_called_prose(tmp_
     library calls do: corpus_data -> preset -> the study's resolved config -> load_corpus);
     ``--corpus ./prose`` reads the folder."""
     from posenc.data import corpora
-    from posenc.lab.compare.study import CompareStudy
     from posenc.lab.compare.corpora import corpus_data, corpus_folder
+    from posenc.lab.compare.study import CompareStudy
     from tests.data.helpers import write_files
     write_files(tmp_path / "prose", 3)
     monkeypatch.chdir(tmp_path)

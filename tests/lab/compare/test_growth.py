@@ -7,7 +7,6 @@ from posenc.lab.compare.base_train import migrate_config
 from posenc.lab.compare.growth import incomparable_reason
 from posenc.lab.compare.presets import PRESETS, CompareConfig
 
-
 #: the config block of a results.json written before training and model settings were
 #: nested (``posenc compare --preset smoke``)
 FLAT_SMOKE = {

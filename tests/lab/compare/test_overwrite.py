@@ -8,10 +8,9 @@ import json
 
 import pytest
 
-from posenc.lab.compare.study import run_compare
 from posenc.lab.compare.presets import preset
+from posenc.lab.compare.study import run_compare
 from posenc.runio import LOCK_FILE
-
 from tests.helpers import make_corpus
 
 pytestmark = pytest.mark.usefixtures("single_thread")

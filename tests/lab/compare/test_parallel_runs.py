@@ -14,12 +14,15 @@ import pytest
 
 from posenc.errors import UserError
 from posenc.lab.compare import parallel_runs
-from posenc.lab.compare.parallel_runs import (MAX_WORKERS, MIN_PARALLEL_STEPS, default_workers,
-                                              resolve_workers)
+from posenc.lab.compare.parallel_runs import (
+    MAX_WORKERS,
+    MIN_PARALLEL_STEPS,
+    default_workers,
+    resolve_workers,
+)
 from posenc.lab.compare.presets import preset
 from posenc.lab.compare.study import run_compare
 from posenc.runio import LOCK_FILE
-
 from tests.helpers import make_corpus
 
 

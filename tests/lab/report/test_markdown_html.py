@@ -6,10 +6,8 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-
 from posenc.lab.report.markdown_html import markdown_to_html
 from posenc.lab.report.report import render_index, render_report
-
 from tests.helpers import chromium_or_skip, run_headless
 from tests.lab.helpers import results
 

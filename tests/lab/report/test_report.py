@@ -4,7 +4,6 @@ import copy
 import re
 
 from posenc.lab.report.report import render_index, render_report
-
 from tests.lab.helpers import results
 
 

@@ -12,7 +12,6 @@ import pytest
 from posenc.errors import UserError
 from posenc.lab.tasks import study as task_study
 from posenc.lab.tasks.study import run_task_study
-
 from tests.lab.helpers import TINY, fake_runs
 
 pytestmark = pytest.mark.usefixtures("single_thread")

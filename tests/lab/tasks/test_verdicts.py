@@ -9,9 +9,15 @@ import math
 import pytest
 
 from posenc.lab.tasks.report import render_report
-from posenc.lab.tasks.verdicts import (INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, decide, pair_verdict,
-                                       ranking, score)
-
+from posenc.lab.tasks.verdicts import (
+    INCONCLUSIVE,
+    NOT_SUPPORTED,
+    SUPPORTED,
+    decide,
+    pair_verdict,
+    ranking,
+    score,
+)
 from tests.lab.helpers import study_results as _results
 
 pytestmark = pytest.mark.usefixtures("single_thread")
