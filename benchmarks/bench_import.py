@@ -17,6 +17,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 
 from .common import machine_line
 
@@ -29,7 +30,9 @@ def cpu_seconds(code: str, path: str | None = None) -> float:
     checkout of posenc, first on its module path)."""
     env = None if path is None else {**os.environ, "PYTHONPATH": path}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    # from a neutral folder: ``python -c`` puts the working folder first on the module path
+    subprocess.run([sys.executable, "-c", code], check=True, env=env,
+                   cwd=tempfile.gettempdir())
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
