@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
+from pathlib import Path
 
 import pytest
 
@@ -161,3 +163,41 @@ def test_a_hand_edited_study_is_refused_in_one_line_or_its_broken_run_trained_ag
     again = run_task_study(tmp_path, TINY, progress=False)
     assert calls[6:] == [task_study.run_key(broken)] and len(again["runs"]) == 6
     assert main(["plot", str(tmp_path)]) == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_killed_task_study_leaves_no_worker_and_no_held_lock(tmp_path):
+    """SIGKILL to a task study training with 2 workers: within seconds no process it started
+    runs on, and its folder can be taken at once (no lock held by an orphan)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from posenc.runio import DirectoryLock
+    from tests.lab.compare.test_parallel_runs import _process_tree, _running, _wait_for
+    out = tmp_path / "tasks"
+    code = ("from posenc.lab.tasks.presets import task_preset\n"
+            "from posenc.lab.tasks.study import run_task_study\n"
+            "cfg = task_preset('tasks-smoke').with_options(steps=100000, seq2seq_steps=100000)\n"
+            f"run_task_study({str(out)!r}, cfg, progress=False, workers=2)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+           "POSENC_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    parent = subprocess.Popen([sys.executable, "-c", code], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait_for(lambda: len(_process_tree(parent.pid)) >= 2 or parent.poll() is not None,
+                  120, "the workers to start")
+        assert parent.poll() is None, parent.stderr.read().decode()
+        time.sleep(3)                                      # the workers are training
+        started = _process_tree(parent.pid)
+    finally:
+        parent.kill()
+        parent.wait()
+    try:
+        _wait_for(lambda: not any(map(_running, started)), 10, "the workers to exit")
+    finally:
+        for pid in filter(_running, started):            # none, unless the test failed
+            os.kill(pid, signal.SIGKILL)
+    with DirectoryLock(out, "posenc tasks"):             # free at once: nobody holds it
+        pass
