@@ -48,6 +48,8 @@ MIN_PARALLEL_STEPS = 2000
 PARENT_POLL_S = 0.5
 #: ``prctl`` option: the signal the kernel sends a process when its parent exits (Linux)
 PR_SET_PDEATHSIG = 1
+#: seconds a stopped worker has to unwind (release its run's lock) before it is killed
+STOP_GRACE_S = 10.0
 
 
 def default_workers(device: str, runs: int, steps: int) -> int:
@@ -199,6 +201,13 @@ class RunPool:
         (the comparison was interrupted): running groups are stopped too, at once; their
         runs resume from their last checkpoint."""
         if abort:
-            for process in list((self.executor._processes or {}).values()):
+            processes = list((self.executor._processes or {}).values())
+            for process in processes:
                 process.terminate()
+            deadline = time.monotonic() + STOP_GRACE_S
+            for process in processes:            # one that does not unwind in time is killed
+                process.join(max(0.0, deadline - time.monotonic()))
+                if process.is_alive():
+                    process.kill()
+                    process.join()
         self.executor.shutdown(wait=True, cancel_futures=True)
