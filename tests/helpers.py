@@ -154,3 +154,54 @@ def run_headless(browser: str, scratch: Path, *args: str, **kwargs):
     return subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
                            f"--user-data-dir={home / 'profile'}", *args], env=env,
                           check=True, capture_output=True, **kwargs)
+
+
+# ------------------------------------------------------------ processes (Linux /proc)
+def wait_for(condition, seconds: float, what: str) -> None:
+    """Poll ``condition()`` until true; an assertion naming ``what`` after ``seconds``."""
+    import time
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
+        time.sleep(0.05)
+
+
+def process_tree(root: int) -> set[int]:
+    """The pids of every descendant of ``root`` (read from /proc)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    tree, grew = set(), True
+    while grew:
+        new = {pid for pid, ppid in parents.items() if ppid in tree | {root}} - tree
+        tree |= new
+        grew = bool(new)
+    return tree
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def kill_and_expect_no_survivors(parent, started: set[int], seconds: float = 10) -> None:
+    """SIGKILL the ``parent`` process (a Popen), then assert that none of the processes it
+    ``started`` runs ``seconds`` later (any survivor is killed before the assertion fails)."""
+    import os
+    import signal
+    parent.kill()
+    parent.wait()
+    try:
+        wait_for(lambda: not any(map(running, started)), seconds, "the workers to exit")
+    finally:
+        for pid in filter(running, started):             # none, unless the test failed
+            os.kill(pid, signal.SIGKILL)

@@ -4,7 +4,6 @@ workers stop with their parent, however it ends, and leave no lock behind."""
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from posenc.lab.compare.parallel_runs import (
 from posenc.lab.compare.presets import preset
 from posenc.lab.compare.study import run_compare
 from posenc.runio import LOCK_FILE, DirectoryLock
-from tests.helpers import make_corpus
+from tests.helpers import kill_and_expect_no_survivors, make_corpus, process_tree, wait_for
 
 
 def test_workers_follow_the_device_type_and_the_size_of_the_comparison(monkeypatch):
@@ -77,13 +76,6 @@ def test_two_workers_give_the_sequential_results_in_the_same_order(tmp_path, mon
     assert again.trained == () and again.results["runs"] == side.results["runs"]
 
 
-def _wait_for(condition, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
-        time.sleep(0.05)
-
-
 def test_an_interrupted_comparison_stops_its_running_workers_at_once(tmp_path, monkeypatch):
     """Stopping a running worker (SIGTERM, as an interrupted comparison does) unwinds it:
     nobody holds its run's lock afterwards (released as it unwinds, or the worker killed
@@ -96,40 +88,13 @@ def test_an_interrupted_comparison_stops_its_running_workers_at_once(tmp_path, m
     pool.submit(cfg, tmp_path / "out", "nope", 0, [None])
     worker = next(iter(pool.executor._processes.values()))
     lock = tmp_path / "out" / "runs" / "nope" / "seed0" / LOCK_FILE
-    _wait_for(lock.exists, 120, "the worker to start training")      # far from done
+    wait_for(lock.exists, 120, "the worker to start training")      # far from done
     start = time.perf_counter()
     pool.close(abort=True)
     assert time.perf_counter() - start < 30 and not worker.is_alive()
     assert pool.futures[("nope", 0)].done()
     with DirectoryLock(lock.parent, "posenc train"):       # nobody holds the run's lock
         pass
-
-
-def _process_tree(root: int) -> set[int]:
-    """The pids of every descendant of ``root`` (read from /proc)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    tree, grew = set(), True
-    while grew:
-        new = {pid for pid, ppid in parents.items() if ppid in tree | {root}} - tree
-        tree |= new
-        grew = bool(new)
-    return tree
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
@@ -146,20 +111,15 @@ def test_a_killed_comparison_leaves_no_worker_and_resumes_at_once(tmp_path):
            "POSENC_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     parent = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE)
+    started: set[int] = set()
     try:
-        _wait_for(lambda: any((out / "runs").glob(f"*/seed0/{LOCK_FILE}")) or
-                  parent.poll() is not None, 120, "a worker to start training")
+        wait_for(lambda: any((out / "runs").glob(f"*/seed0/{LOCK_FILE}")) or
+                 parent.poll() is not None, 120, "a worker to start training")
         assert parent.poll() is None, parent.stderr.read().decode()
-        started = _process_tree(parent.pid)
+        started = process_tree(parent.pid)
         assert len(started) >= 2                          # the workers (and the tracker)
     finally:
-        parent.kill()
-        parent.wait()
-    try:
-        _wait_for(lambda: not any(map(_running, started)), 10, "the workers to exit")
-    finally:
-        for pid in filter(_running, started):            # none, unless the test failed
-            os.kill(pid, signal.SIGKILL)
+        kill_and_expect_no_survivors(parent, started)
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     results = json.loads((out / "results.json").read_text())

@@ -170,12 +170,11 @@ def test_a_killed_task_study_leaves_no_worker_and_no_held_lock(tmp_path):
     """SIGKILL to a task study training with 2 workers: within seconds no process it started
     runs on, and its folder can be taken at once (no lock held by an orphan)."""
     import os
-    import signal
     import subprocess
     import sys
 
     from posenc.runio import DirectoryLock
-    from tests.lab.compare.test_parallel_runs import _process_tree, _running, _wait_for
+    from tests.helpers import kill_and_expect_no_survivors, process_tree, wait_for
     out = tmp_path / "tasks"
     code = ("from posenc.lab.tasks.presets import task_preset\n"
             "from posenc.lab.tasks.study import run_task_study\n"
@@ -186,18 +185,12 @@ def test_a_killed_task_study_leaves_no_worker_and_no_held_lock(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", code], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        _wait_for(lambda: len(_process_tree(parent.pid)) >= 2 or parent.poll() is not None,
-                  120, "the workers to start")
+        wait_for(lambda: len(process_tree(parent.pid)) >= 2 or parent.poll() is not None,
+                 120, "the workers to start")
         assert parent.poll() is None, parent.stderr.read().decode()
         time.sleep(3)                                      # the workers are training
-        started = _process_tree(parent.pid)
+        started = process_tree(parent.pid)
     finally:
-        parent.kill()
-        parent.wait()
-    try:
-        _wait_for(lambda: not any(map(_running, started)), 10, "the workers to exit")
-    finally:
-        for pid in filter(_running, started):            # none, unless the test failed
-            os.kill(pid, signal.SIGKILL)
+        kill_and_expect_no_survivors(parent, started)
     with DirectoryLock(out, "posenc tasks"):             # free at once: nobody holds it
         pass
