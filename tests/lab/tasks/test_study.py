@@ -184,6 +184,7 @@ def test_a_killed_task_study_leaves_no_worker_and_no_held_lock(tmp_path):
            "POSENC_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     parent = subprocess.Popen([sys.executable, "-c", code], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    started: set[int] = set()
     try:
         wait_for(lambda: len(process_tree(parent.pid)) >= 2 or parent.poll() is not None,
                  120, "the workers to start")
