@@ -17,7 +17,15 @@ export TRITON_CACHE_DIR := $(SCRATCH)/triton
 export TORCH_HOME := $(SCRATCH)/torch
 export TMPDIR := $(SCRATCH)/tmp
 
-.PHONY: test demo install clean
+# The built llama.cpp wheel is kept in posenc's cache folder (the Data section of the README),
+# so compiling llama.cpp (minutes on a small CPU) happens once per machine, not once per clone.
+POSENC_CACHE := $(or $(POSENC_CACHE_DIR),$(if $(filter /%,$(XDG_CACHE_HOME)),$(XDG_CACHE_HOME)/posenc,$(HOME)/.cache/posenc))
+WHEELS := $(POSENC_CACHE)/wheels
+LLAMA_CPP_VERSION := 0.3.36
+LLAMA_CPP := llama-cpp-python==$(LLAMA_CPP_VERSION)
+EXTRAS_STAMP := $(VENV)/.extras
+
+.PHONY: test demo install extras clean
 
 $(STAMP): pyproject.toml Makefile
 	mkdir -p $(TMPDIR)
@@ -39,6 +47,19 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The optional clients the tests check posenc's output with when they are installed (CI installs
+# them; `make test` alone skips those tests, saying so): Ray (a study's units on a cluster),
+# lm-evaluation-harness (the posenc model) and llama.cpp (reads the GGUF files posenc writes).
+$(EXTRAS_STAMP): $(STAMP)
+	$(PIP) install --quiet -e ".[ray,lmeval]"
+	mkdir -p $(WHEELS)
+	ls $(WHEELS)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1 || \
+		$(PIP) wheel --quiet --no-deps "$(LLAMA_CPP)" -w $(WHEELS)
+	$(PIP) install --quiet --find-links $(WHEELS) "$(LLAMA_CPP)"
+	touch $(EXTRAS_STAMP)
+
+extras: $(EXTRAS_STAMP)
 
 test: $(STAMP)
 	mkdir -p $(TMPDIR)
