@@ -232,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
         flags = recorded_flags(paths[-1])
     print((out / "report.md").read_text())
     if flags:
-        print(f"llama.cpp runs the method on the plain model in {paths[-1]} with: {flags}")
+        print(f"llama.cpp runs the method on the plain model in {paths[-1]} with: {flags} "
+              "(block by block on its KV cache, not posenc's map: README, llama.cpp)")
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

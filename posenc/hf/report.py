@@ -102,8 +102,8 @@ def _llama_cpp_lines(methods: dict[str, Any]) -> list[str]:
         except UserError as e:
             out.append(f"- llama.cpp cannot run {name} as set: {e}")
             continue
-        out.append(f"- llama.cpp runs {name} on the plain model with `{' '.join(flags)}` "
-                   "(block-wise on its KV cache: see the README's llama.cpp section)")
+        out.append(f"- llama.cpp runs {name} on the plain model with `{' '.join(flags)}`: "
+                   "block by block on its KV cache, not this map (README, llama.cpp)")
     return out
 
 

@@ -14,9 +14,8 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-import numpy as np
-
 import llama_cpp as lc
+import numpy as np
 
 _quiet = lc.llama_log_callback(lambda level, text, data: None)     # kept alive here
 lc.llama_log_set(_quiet, ctypes.c_void_p())
