@@ -3,9 +3,9 @@ Tuning", ICML, Sec. 3 and Algorithm 1): neighbour attention with exact positions
 grouped attention beyond, query at floor(i / G) + W - W // G, key at floor(j / G), so the
 relative position floor(i / G) - floor(j / G) + W - W // G continues from W.
 
-The shift is Algorithm 1's integer W - W // G (as in the authors' flash-attention code; their
-eager code divides, W - W / G, which differs only when G does not divide W), so every
-position stays an integer. The defaults pick a window that G divides, which llama.cpp's
+The shift is Algorithm 1's integer W - W // G (the authors' code also has a fractional
+W - W / G, which differs only when G does not divide W), so every position stays an
+integer. The defaults pick a window that G divides, which llama.cpp's
 ``--grp-attn-w`` requires (its ``completion`` tool asserts ``grp_attn_w % grp_attn_n == 0``)."""
 
 from __future__ import annotations
