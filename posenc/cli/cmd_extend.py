@@ -97,7 +97,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "as a directory plain transformers loads")
     o.add_argument("--gguf", metavar="OUT", help="also write the extended model (one method, "
                    "no fine-tune) as a GGUF file with llama.cpp's rope-scaling metadata "
-                   "(a GGUF source keeps its tensors, only the metadata changes)")
+                   "(a GGUF source keeps its tensors, only the metadata changes); for "
+                   "self_extend the plain model, and the llama.cpp flags that run it are "
+                   "printed")
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -174,6 +176,11 @@ def _check_gguf(path: str, request) -> None:
                         "and no --finetune-steps")
     for method in scaled:
         check_gguf_method(method)
+        cls = parse_method_spec(method).method
+        if cls.llama_cpp_run_time and request.original is not None:   # W % G, say
+            from ..methods import build_method
+            build_method(cls.name, request.original, request.factor,
+                         **request.options).llama_cpp_flags()
     if Path(path).exists():
         raise UserError(f"--gguf file {path} exists; choose another file")
     folder = Path(path).expanduser().parent
@@ -218,8 +225,14 @@ def run(args: argparse.Namespace) -> int:
     paths = list(outcome.paths)
     if args.save:
         paths.append(study.save_extended(args.save))
+    flags = None
     if args.gguf:
+        from ..hf.gguf_export import recorded_flags
         paths.append(study.export_gguf(args.gguf))
+        flags = recorded_flags(paths[-1])
     print((out / "report.md").read_text())
+    if flags:
+        print(f"llama.cpp runs the method on the plain model in {paths[-1]} with: {flags} "
+              "(block by block on its KV cache, not posenc's map: README, llama.cpp)")
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

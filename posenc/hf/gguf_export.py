@@ -1,6 +1,7 @@
 """Write an extended model as a GGUF file that llama.cpp reads, with its rope-scaling metadata.
 
-llama.cpp keys (``gguf.constants.Keys.Rope``, ``{arch}`` the GGUF architecture):
+llama.cpp keys (``gguf.constants.Keys.Rope``, ``{arch}`` the GGUF architecture), checked
+against llama.cpp's own logits by ``tests/hf/test_llama_cpp_*.py``:
 
 ========  =========================================================================
 method    what is written
@@ -8,8 +9,13 @@ method    what is written
 none      ``{arch}.context_length`` = the original context, no scaling keys
 linear    ``rope.scaling.type`` linear, ``.factor``, ``.original_context_length``
 ntk       ``rope.freq_base`` raised to theta * s^(d / (d - 2)) (plain RoPE for llama.cpp)
-yarn      ``rope.scaling.type`` yarn, ``.factor``, ``.original_context_length``,
-          ``.yarn_beta_fast``, ``.yarn_beta_slow`` (and ``.yarn_attn_factor`` if given)
+yarn      ``rope.scaling.type`` yarn, ``.factor``, ``.original_context_length``, and for
+          a given attention factor a ``.attn_factor`` = attention_factor / (1 + 0.1 ln s):
+          llama.cpp multiplies its rotation by (1 + 0.1 ln s) itself (``ggml_rope_yarn``)
+          and by ``.attn_factor`` (``llama_context``). Beta_fast and beta_slow other than
+          32 and 1 are refused: llama.cpp's Llama and Qwen loaders read no
+          ``.yarn_beta_*`` key, so a file could not carry them (``--yarn-beta-fast`` /
+          ``--yarn-beta-slow`` set them at run time)
 llama3    the tensor ``rope_freqs.weight`` (original / scaled inverse frequency per pair),
           as llama.cpp's converter writes Llama 3.1 (no scaling type)
 longrope  ``rope.scaling.type`` longrope, ``.original_context_length``, ``.attn_factor``
@@ -18,13 +24,18 @@ longrope  ``rope.scaling.type`` longrope, ``.original_context_length``, ``.attn_
 
 with ``{arch}.context_length`` = original x factor, or the model's own context if larger (a
 lower original length set for a test never shrinks the exported model; for none, the larger
-of the two lengths). Methods llama.cpp cannot read from a file are refused with the reason (dynamic NTK, log-n, the exact cache, the region methods; llama.cpp
-runs Self-Extend from its command line, ``--grp-attn-n G --grp-attn-w W``).
+of the two lengths). Methods llama.cpp cannot read from a file are refused with the reason
+(dynamic NTK, log-n, the exact cache, the region methods), except those llama.cpp runs from
+its command line (``llama_cpp_run_time``: Self-Extend, ``--grp-attn-n G --grp-attn-w W``):
+for those the file holds the plain model, as for none, and the flags under the key
+``posenc.llama_cpp_flags`` (:func:`llama_cpp_flags`, :func:`recorded_flags`).
 
 :func:`write_gguf` copies the tensors of a source GGUF file unchanged (quantized, as they are)
 and rewrites its metadata, or writes the model's own weights in fp32 (Llama, Mistral, Qwen2,
 Qwen3 layouts: q/k rows permuted for llama as llama.cpp's converter does). A file written from
-weights has no tokenizer, so llama.cpp needs one from elsewhere; transformers loads it.
+weights carries no vocabulary: its ``tokenizer.ggml.model`` is llama.cpp's ``none`` (token ids
+in, logits out; llama.cpp refuses a file without the key), so tokenize elsewhere or give the
+source GGUF file to keep its tokenizer; transformers loads it too.
 """
 
 from __future__ import annotations
@@ -45,6 +56,10 @@ from .extend import Extension, current_extension
 #: Hugging Face model type -> GGUF architecture, for writing weights
 GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
 _YARN_KEYS = ("beta_fast", "beta_slow", "attention_factor")
+#: the betas llama.cpp uses when a file names none (``llama_hparams``), as transformers does
+_YARN_BETAS = {"beta_fast": 32.0, "beta_slow": 1.0}
+#: where a GGUF file records the command-line flags of a run-time method
+FLAGS_KEY = "posenc.llama_cpp_flags"
 
 
 def check_gguf_method(method: str) -> None:
@@ -54,8 +69,28 @@ def check_gguf_method(method: str) -> None:
         raise UserError(f"method {method!r} cannot be written to GGUF: llama.cpp has no "
                          "log-n scaling or exact cache; write the method without the add-on")
     why = spec.method.gguf_refusal
-    if why is not None:
+    if why is not None and not spec.method.llama_cpp_run_time:
         raise UserError(f"method {method!r} cannot be written to GGUF: {why}")
+
+
+def llama_cpp_flags(ext: Extension) -> tuple[str, ...]:
+    """The llama.cpp command-line flags that run ``ext``'s method on the plain model (empty
+    for a method the file's metadata carries), or a UserError."""
+    check_gguf_method(ext.name)
+    if ext.attention is None:
+        return ()
+    from ..methods import build_method
+    options = {k: v for k, v in ext.attention.items() if k != "name"}
+    method = build_method(ext.method, ext.original_max_position_embeddings, ext.factor,
+                          **options)
+    return method.llama_cpp_flags()
+
+
+def recorded_flags(path: str | os.PathLike) -> str | None:
+    """The llama.cpp flags a file written by :func:`write_gguf` records, or None."""
+    import gguf
+    field = gguf.GGUFReader(str(path)).fields.get(FLAGS_KEY)
+    return None if field is None else str(field.contents())
 
 
 def rope_metadata(ext: Extension, arch: str) -> dict[str, Any]:
@@ -65,9 +100,12 @@ def rope_metadata(ext: Extension, arch: str) -> dict[str, Any]:
     meta: dict[str, Any] = {f"{arch}.context_length": ext.context_length,
                             f"{key}.freq_base": ext.theta}
     scaling = ext.scaling or {}
-    if ext.method == "none":
+    if ext.method == "none" or ext.attention is not None:     # the plain model
         meta[f"{arch}.context_length"] = max(ext.original_max_position_embeddings,
                                              ext.native_max_position_embeddings or 0)
+        flags = llama_cpp_flags(ext)
+        if flags:
+            meta[FLAGS_KEY] = " ".join(flags)
     elif ext.method == "ntk":
         d = ext.head_dim
         meta[f"{key}.freq_base"] = ext.theta * ext.factor ** (d / (d - 2))
@@ -81,10 +119,16 @@ def rope_metadata(ext: Extension, arch: str) -> dict[str, Any]:
         if unknown:
             raise UserError(f"yarn option(s) {', '.join(unknown)} have no llama.cpp key "
                             f"posenc writes; GGUF export takes {', '.join(_YARN_KEYS)}")
-        meta[f"{key}.scaling.yarn_beta_fast"] = float(scaling.get("beta_fast", 32.0))
-        meta[f"{key}.scaling.yarn_beta_slow"] = float(scaling.get("beta_slow", 1.0))
-        if scaling.get("attention_factor") is not None:
-            meta[f"{key}.scaling.yarn_attn_factor"] = float(scaling["attention_factor"])
+        betas = {k: float(scaling[k]) for k in _YARN_BETAS
+                 if scaling.get(k) is not None and float(scaling[k]) != _YARN_BETAS[k]}
+        if betas:
+            given = ", ".join(f"{k}={v:g}" for k, v in betas.items())
+            raise UserError(f"yarn {given} cannot be written to GGUF: llama.cpp's loaders for "
+                            "these models read no beta key (they use 32 and 1); pass "
+                            "--yarn-beta-fast/--yarn-beta-slow to llama.cpp instead")
+        if scaling.get("attention_factor") is not None:       # llama.cpp adds 1 + 0.1 ln s
+            meta[f"{key}.scaling.attn_factor"] = float(scaling["attention_factor"]) / (
+                1 + 0.1 * math.log(ext.factor))
     if ext.method == "longrope":
         factor = scaling.get("attention_factor")
         if factor is None:              # the default transformers and Phi-3 use
@@ -200,6 +244,7 @@ def _write_weights(writer: Any, model: nn.Module, arch: str, meta: dict[str, Any
     writer.add_rope_dimension_count(head_dim)
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_vocab_size(config.vocab_size)
+    writer.add_tokenizer_model("none")          # ids only: llama.cpp's LLAMA_VOCAB_TYPE_NONE
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     _add_meta(writer, meta)
     arch_id = next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == arch)

@@ -46,6 +46,9 @@ def report_markdown(results: dict[str, Any]) -> str:
     cited = sources_lines([m for m in methods if not m.endswith("+ft")])
     if cited:
         lines += ["Sources of the methods:", "", *cited, ""]
+    run_time = _llama_cpp_lines(methods)
+    if run_time:
+        lines += run_time + [""]
     notes = results.get("notes") or []
     if notes:
         lines += [f"> **Note:** {note}" for note in notes] + [""]
@@ -80,6 +83,28 @@ def report_markdown(results: dict[str, Any]) -> str:
                                   _fmt(f["losses"][0], 3), _fmt(f["losses"][-1], 3)]
                                  for n, f in tuned.items()])
     return "\n".join(lines) + "\n"
+
+
+def _llama_cpp_lines(methods: dict[str, Any]) -> list[str]:
+    """One line per method llama.cpp runs from its command line on the plain model (its
+    flags for the resolved options; nothing where llama.cpp cannot take them)."""
+    from ..errors import UserError
+    from ..methods import method_class
+    out = []
+    for name, row in methods.items():
+        attention = (row.get("extension") or {}).get("attention") or {}
+        cls = method_class(attention["name"]) if attention.get("name") else None
+        if cls is None or not cls.llama_cpp_run_time:
+            continue
+        try:
+            flags = cls(**{k: v for k, v in attention.items() if k != "name"}) \
+                .llama_cpp_flags()
+        except UserError as e:
+            out.append(f"- llama.cpp cannot run {name} as set: {e}")
+            continue
+        out.append(f"- llama.cpp runs {name} on the plain model with `{' '.join(flags)}`: "
+                   "block by block on its KV cache, not this map (README, llama.cpp)")
+    return out
 
 
 def _ppl_cell(point: dict[str, Any]) -> str:

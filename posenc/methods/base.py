@@ -94,6 +94,9 @@ class ExtensionMethod:
     hf_config_loss: ClassVar[str | None] = None
     #: None when a GGUF file (llama.cpp) can carry it, else why not
     gguf_refusal: ClassVar[str | None] = None
+    #: whether llama.cpp runs it on the plain model from its command line: a GGUF export
+    #: then writes the plain model and the built method's ``llama_cpp_flags()``
+    llama_cpp_run_time: ClassVar[bool] = False
     #: option defaults for pretrained Hugging Face models where they follow transformers'
     #: behaviour rather than posenc's (dynamic NTK per token)
     hf_defaults: ClassVar[dict[str, Any]] = {}

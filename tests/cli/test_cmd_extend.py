@@ -96,6 +96,18 @@ def test_cli_extend_end_to_end(tiny_dir, tmp_path, capsys):
     assert rc == 0
     results = json.loads((tmp_path / "run3" / "results.json").read_text())
     assert results["methods"]["self_extend"]["extension"]["attention"]["group"] >= 2
+    se = results["methods"]["self_extend"]["extension"]["attention"]
+    flags = f"--grp-attn-n {se['group']} --grp-attn-w {se['window']}"
+    assert f"llama.cpp runs self_extend on the plain model with `{flags}`" in \
+        (tmp_path / "run3" / "report.md").read_text()
+    capsys.readouterr()
+    rc = main(["extend", str(tiny_dir), "--method", "self_extend", "--lengths", "192",
+               "--windows", "1", "--data", str(data), "--out", str(tmp_path / "run4"),
+               "--gguf", str(tmp_path / "se.gguf"), "--no-progress", "--preset", "gpu"])
+    assert rc == 0
+    assert f"llama.cpp runs the method on the plain model in {tmp_path / 'se.gguf'} with: " \
+           f"{flags}" in capsys.readouterr().out
+    assert "llama.rope.scaling.type" not in gguf.GGUFReader(str(tmp_path / "se.gguf")).fields
 
 
 def test_cli_extend_interrupted_then_resumed_reuses_finished_measurements(
@@ -167,8 +179,11 @@ def test_cli_extend_interrupted_then_resumed_reuses_finished_measurements(
     (lambda d, t: [str(d), "--method", "yarn", "--lengths", "4000000"], "length 4000000 needs"),
     (lambda d, t: [str(d), "--method", "yarn+logn", "--save", str(t / "s")],
      "cannot be saved for plain transformers"),
-    (lambda d, t: [str(d), "--method", "self_extend", "--gguf", str(t / "s")],
-     "cannot be written to GGUF: llama.cpp applies Self-Extend at run time"),
+    (lambda d, t: [str(d), "--method", "self_extend", "--option", "window=8", "--option",
+                   "group=3", "--original-length", "64", "--gguf", str(t / "s")],
+     "llama.cpp needs the Self-Extend window to be a multiple of the group"),
+    (lambda d, t: [str(d), "--method", "rerope", "--gguf", str(t / "s")],
+     "cannot be written to GGUF: its positions per region"),
     (lambda d, t: [str(d), "--out", str(t / "full")], "posenc extend did not write"),
     (lambda d, t: [str(d), "--out", str(t / "full"), "--overwrite"],
      "posenc extend did not write"),

@@ -33,11 +33,12 @@ def _fields(path):
                     "rope.scaling.factor": 2.0,
                     "rope.scaling.original_context_length": ORIG}),
     ("ntk", {}, {"context_length": 2 * ORIG, "rope.freq_base": 10000.0 * 2 ** (16 / 14)}),
-    ("yarn", {"beta_fast": 16.0}, {"context_length": 2 * ORIG, "rope.scaling.type": "yarn",
+    ("yarn", {"beta_fast": 32.0}, {"context_length": 2 * ORIG, "rope.scaling.type": "yarn",
                                    "rope.scaling.factor": 2.0,
-                                   "rope.scaling.original_context_length": ORIG,
-                                   "rope.scaling.yarn_beta_fast": 16.0,
-                                   "rope.scaling.yarn_beta_slow": 1.0}),
+                                   "rope.scaling.original_context_length": ORIG}),
+    # llama.cpp multiplies by 1 + 0.1 ln s itself, then by the key
+    ("yarn", {"attention_factor": 1.5}, {"rope.scaling.attn_factor":
+                                         1.5 / (1 + 0.1 * math.log(2))}),
     ("llama3", {}, {"context_length": 2 * ORIG}),
     ("longrope", {"long_factor": [1.0 + i for i in range(8)], "short_factor": [1.0] * 8},
      {"context_length": 2 * ORIG, "rope.scaling.type": "longrope",
@@ -53,6 +54,7 @@ def test_rope_scaling_metadata_reads_back(method, options, expected, tmp_path):
         assert got == (pytest.approx(value, rel=1e-6) if isinstance(value, float) else value)
     if method not in ("linear", "yarn", "longrope"):
         assert not any(".rope.scaling." in k for k in fields)
+    assert not any("yarn_" in k for k in fields)       # keys llama.cpp's Llama loader ignores
     tensors = {t.name: np.array(t.data) for t in reader.tensors}
     if method == "llama3":     # wavelengths: high frequencies kept, low ones x factor
         freqs = tensors["rope_freqs.weight"]
@@ -105,11 +107,42 @@ def test_source_tensors_are_copied_and_metadata_rewritten(tmp_path):
 
 @pytest.mark.parametrize("method,reason", [
     ("dynamic", "no dynamic NTK"), ("yarn+logn", "no log-n"),
-    ("self_extend", "--grp-attn-n"), ("streaming", "per region"),
+    ("rerope", "per region"), ("streaming", "per region"),
 ])
 def test_methods_gguf_cannot_carry_are_refused(method, reason):
     with pytest.raises(ValueError, match=f"cannot be written to GGUF: .*{reason}"):
         check_gguf_method(method)
+
+
+@pytest.mark.parametrize("options", [{"beta_fast": 16.0}, {"beta_slow": 2.0}])
+def test_yarn_betas_llama_cpp_would_ignore_are_refused(options, tmp_path):
+    model = _model(_config())
+    extend(model, "yarn", 2.0, **options)
+    with pytest.raises(ValueError, match=r"yarn beta_(fast|slow)=\S+ cannot be written to "
+                                         "GGUF: llama.cpp's loaders .* read no beta key"):
+        write_gguf(model, tmp_path / "m.gguf")
+    assert not (tmp_path / "m.gguf").exists()
+
+
+def test_self_extend_writes_the_plain_model_and_records_the_flags(tmp_path):
+    from posenc.hf.gguf_export import recorded_flags
+    model = _model(_config())
+    write_gguf(model, tmp_path / "plain.gguf")
+    extend(model, "self_extend", 4.0)                        # defaults: W = G = 5 for 32 x 4
+    fields, reader = _fields(write_gguf(model, tmp_path / "se.gguf"))
+    plain, plain_reader = _fields(tmp_path / "plain.gguf")
+    assert recorded_flags(tmp_path / "se.gguf") == "--grp-attn-n 5 --grp-attn-w 5"
+    assert recorded_flags(tmp_path / "plain.gguf") is None
+    own = {"posenc.llama_cpp_flags", "GGUF.kv_count"}
+    assert {k: v for k, v in fields.items() if k not in own} == \
+        {k: v for k, v in plain.items() if k not in own}
+    for a, b in zip(plain_reader.tensors, reader.tensors, strict=True):
+        assert a.name == b.name and bytes(a.data) == bytes(b.data)
+    restore(model)
+    extend(model, "self_extend", 4.0, window=8, group=3)
+    with pytest.raises(ValueError, match=r"window to be a multiple of the group .* window 8 "
+                                         "and group 3; choose e.g. window 6"):
+        write_gguf(model, tmp_path / "bad.gguf")
 
 
 def test_unsupported_architecture_without_source(tmp_path):

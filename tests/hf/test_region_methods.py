@@ -155,8 +155,10 @@ def test_region_methods_come_from_the_registry():
 def test_defaults_follow_the_factor():
     config = _config()
     ext = make_extension(config, "self_extend", 4.0)
-    assert ext.attention == {"name": "self_extend", "window": 8,
-                             "group": math.ceil((4 * ORIG - 1 - 8) / (ORIG - 1 - 8))}
+    # the largest window up to ORIG / 4 = 8 that its group divides: 8, 7, 6 need G = 6, 5,
+    # 5; W = 5 needs G = ceil((4 ORIG - 1 - 5) / (ORIG - 1 - 5)) = 5, a divisor
+    assert ext.attention == {"name": "self_extend", "window": 5,
+                             "group": math.ceil((4 * ORIG - 1 - 5) / (ORIG - 1 - 5))}
     assert make_extension(config, "streaming").attention == {"name": "streaming", "sinks": 4,
                                                              "window": ORIG - 4}
     assert hf_rope_parameters(ext, strict=False) == ({"rope_type": "default",

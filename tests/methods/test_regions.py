@@ -36,6 +36,29 @@ def test_self_extend_map():
     _same(rel_row(SelfExtend(4, 2), 2), [2, 1, 0])            # inside W: plain RoPE
 
 
+def test_self_extend_shift_is_algorithm_1s_integer():
+    """W = 5, G = 2 (G does not divide W): grouped queries shift by W - W // G = 3, as in
+    Jin et al. 2024, Algorithm 1 (not the 2.5 of W - W / G): query 9, keys 0..4 at
+    9 // 2 - j // 2 + 3; keys 5..9 exact. Every position stays an integer."""
+    method = SelfExtend(5, 2)
+    _same(rel_row(method, 9), [7, 7, 6, 6, 5, 4, 3, 2, 1, 0])
+    grouped = method.regions(torch.arange(10), torch.arange(10))[1]
+    assert not grouped.q_pos.is_floating_point() and method.longest_relative(10) == 7
+
+
+@pytest.mark.parametrize("original,factor", [(32, 2.0), (32, 4.0), (512, 4.0), (4096, 4.0),
+                                             (8192, 8.0)])
+def test_self_extend_defaults_suit_llama_cpp(original, factor):
+    """The default window is a multiple of the default group (llama.cpp's --grp-attn-w must
+    be), at most original / 4, and keeps factor x original inside the original context."""
+    method = build_method("self_extend", original, factor)
+    assert method.window % method.group == 0 and method.window <= original // 4
+    assert method.longest_relative(round(original * factor)) <= original - 1
+    assert method.llama_cpp_flags() == ("--grp-attn-n", str(method.group),
+                                        "--grp-attn-w", str(method.window))
+    assert build_method("self_extend", 512, 4.0).settings() == {"window": 125, "group": 5}
+
+
 def test_rerope_and_leaky_maps():
     _same(rel_row(ReRoPE(3), 6), [3, 3, 3, 3, 2, 1, 0])
     _same(rel_row(LeakyReRoPE(3, leak=2.0), 7), [5, 4.5, 4, 3.5, 3, 2, 1, 0])  # 3 + (d - 3)/2
