@@ -11,8 +11,9 @@ name) and :func:`posenc.hf.extend` extends. Its ``model_args``:
   ``factor`` and ``original`` (the pretraining context, default the config's);
 - the method's own options by name (``window=...,group=...`` for self_extend; list-valued
   options such as LongRoPE's factors only through Python's ``model_args`` dict);
-- ``dtype`` (float32, the default, float16, bfloat16, float64), ``device`` (default: the
-  CUDA GPU when there is one, else the CPU), ``attn_implementation`` (default sdpa),
+- ``dtype`` (float32, the default, float16, bfloat16, float64), ``device`` (lm-eval's
+  ``--device``; the CPU where CUDA is named and missing, as for ``hf``: lm-eval names
+  ``cuda:0`` unless told otherwise), ``attn_implementation`` (default sdpa),
   ``gguf_cache`` (default: the dequantized GGUF is kept in posenc's cache folder;
   ``false``: not kept; a folder);
 - anything else goes to HFLM (``batch_size``, ``max_length``, ``add_bos_token``, ...).
@@ -140,14 +141,20 @@ def _dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 
 def _device(device: str | None) -> str:
-    """``device``, or the CUDA GPU when there is one and none is named (``auto`` too)."""
+    """``device``; the CUDA GPU when there is one and none is named (``auto`` too), else the
+    CPU. A CUDA device on a machine without CUDA also means the CPU, as in lm-eval's ``hf``
+    model: lm-eval's command line names ``cuda:0`` unless told otherwise."""
     if device in (None, "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
     try:
-        torch.device(str(device))
+        kind = torch.device(str(device)).type
     except RuntimeError:
         raise UserError(f"model_args device {device!r} is not a device torch knows (cpu, "
                         "cuda, cuda:1, mps, ...)") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        logging.getLogger(__name__).warning("device %s: CUDA is not available, using the CPU",
+                                            device)
+        return "cpu"
     return str(device)
 
 
