@@ -31,10 +31,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "gguf_cache (false: do not keep the dequantized GGUF); the rest go to lm-eval's hf "
         "model (batch_size, max_length, ...). `posenc lm-eval run --help` prints lm-eval's "
         "own help.")
-    p.add_argument("lm_eval_command", choices=LM_EVAL_COMMANDS, metavar="COMMAND",
+    p.add_argument("lm_eval_command", type=lm_eval_command, metavar="COMMAND",
                    help=f"lm-eval's command: {', '.join(LM_EVAL_COMMANDS)}")
     p.add_argument("lm_eval_args", nargs=argparse.REMAINDER, metavar="ARGS",
                    help="lm-eval's arguments, as `lm-eval COMMAND` takes them")
+
+
+def lm_eval_command(text: str) -> str:
+    """``text`` if it is one of lm-eval's commands; else the usage error says what comes
+    first."""
+    if text not in LM_EVAL_COMMANDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not one of lm-eval's commands ({', '.join(LM_EVAL_COMMANDS)}), which "
+            "comes first: posenc lm-eval run --model posenc --model_args ... --tasks ...")
+    return text
 
 
 def run(args: argparse.Namespace) -> int:

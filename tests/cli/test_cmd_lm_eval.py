@@ -104,7 +104,9 @@ def test_lm_evals_arguments_come_after_its_command(capsys):
     with pytest.raises(SystemExit) as done:
         main(["lm-eval", "--model", "posenc"])
     assert done.value.code == 2
-    assert "lm-eval" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "not one of lm-eval's commands (run, ls, validate)" in err
+    assert "posenc lm-eval run --model posenc" in err
 
 
 def test_without_lm_eval_the_command_names_the_extra(monkeypatch, capsys):
