@@ -81,12 +81,8 @@ def softmax_scale_factor(config: Any, scaling: dict[str, Any] | None) -> float:
     """What a family multiplies its attention's softmax scale by under ``scaling``: for
     DeepSeek's YaRN, ``yarn_mscale(factor, mscale_all_dim) ** 2`` (transformers'
     ``yarn_apply_mscale``, after DeepSeek-V2's released code); 1 otherwise."""
-    from ..encodings.rope_scaling import yarn_mscale
-    if config.model_type not in LATENT_ATTENTION or not scaling or \
-            not scaling.get("mscale_all_dim"):
-        return 1.0
-    mscale = yarn_mscale(scaling["factor"], scaling["mscale_all_dim"])
-    return mscale * mscale
+    from ..encodings.rope_scaling import softmax_mscale
+    return softmax_mscale(scaling) if config.model_type in LATENT_ATTENTION else 1.0
 
 
 def local_theta(config: Any) -> float | None:
