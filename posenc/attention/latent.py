@@ -125,7 +125,6 @@ class LatentAttention(nn.Module):
         self.kv_b_proj = nn.Linear(s.kv_lora_rank, n_heads * (s.qk_nope_head_dim +
                                                               s.v_head_dim), bias=False)
         self.out_proj = nn.Linear(n_heads * s.v_head_dim, d_model, bias=bias)
-        self.method = None               # region methods do not apply (MultiHeadAttention's)
 
     def _queries(self, x: Tensor) -> Tensor:
         """(B, T, C) -> (B, H, T, Dn + Dr)."""
