@@ -25,7 +25,7 @@ from .extend import (
                      restore,
 )
 from .load import LoadedModel, load_model, resolve_model, save_extended, smollm2_gguf_path
-from .recalibrate import recalibrate
+from .recalibration import recalibrate
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "Extension", "LoadedModel", "current_extension", "extend",
            "hf_rope_parameters", "load_model", "recalibrate", "resolve_model", "restore", "save_extended",

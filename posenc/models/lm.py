@@ -157,6 +157,19 @@ class TransformerLM(nn.Module):
             return None
         return self.pe if index == 0 else self._build_pe()
 
+    def use_shared_encoding(self, pe) -> None:
+        """Put ``pe`` in place of the encoding every layer shares (no layer plan, no per-layer
+        encoding). A parameter-free encoding for another (a training scaffold: DroPE trains
+        with RoPE, then without it) leaves the weights and their state dict as they are."""
+        if self.config.plan is not None or self.pe.per_layer or pe.per_layer:
+            raise UserError("the shared encoding can be swapped only in a model without a "
+                            "layer plan or per-layer encodings")
+        self.pe, self.encodings = pe, [pe]
+
+    def build_encoding(self, name: str, options: dict | None = None):
+        """An encoding ``name`` (``options``) built for this model's shape."""
+        return self._build_pe(name, dict(options or {}))
+
     @property
     def has_windows(self) -> bool:
         """Whether some layer attends through a window (sliding or chunked)."""

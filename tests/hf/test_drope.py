@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 from posenc.errors import UserError  # noqa: E402
 from posenc.hf import current_extension, extend, hf_rope_parameters, recalibrate, restore  # noqa: E402
-from posenc.hf.recalibrate import recalibration_config  # noqa: E402
+from posenc.hf.recalibration import recalibration_config  # noqa: E402
 from tests.hf.helpers import ORIG, VOCAB, peaked_model, tiny_config  # noqa: E402
 
 
@@ -81,3 +81,35 @@ def test_refusals(model):
     ext = extend(model, "drope")
     with pytest.raises(UserError, match="without rotary embeddings"):
         hf_rope_parameters(ext)
+
+
+def test_the_arena_recalibrates_drope_once_and_gives_the_weights_back(tmp_path, monkeypatch):
+    """The gpu preset names drope; a run recalibrates it once (its declared budget, here
+    shortened), measures it, notes the budget, and leaves the model's own weights."""
+    import json
+
+    from posenc.hf import recalibration
+    from posenc.hf.arena import ArenaStudy, preset_request
+    from posenc.methods import drope
+    from posenc.study import run_study
+    from tests.hf.helpers import save_tiny_model
+
+    assert "drope" in preset_request("gpu").methods
+    monkeypatch.setattr(drope, "RECALIBRATION_STEPS", 2)
+    calls, real = [], recalibration.recalibrate
+    monkeypatch.setattr(recalibration, "recalibrate",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    tiny = save_tiny_model(tmp_path / "llama")
+    request = preset_request("cpu", model=str(tiny), text=str(tiny.parent / "data.txt"),
+                             methods=("none", "drope"), factor=2.0, original=256,
+                             depths=(0.0, 1.0), needles=1, passkey_trials=0, eval_windows=1)
+    study = ArenaStudy(request)
+    run_study(study, tmp_path / "arena")
+    results = json.loads((tmp_path / "arena" / "results.json").read_text())
+    assert results["methods"] == ["none", "drope"] and len(calls) == 1
+    assert results["extensions"]["drope"]["attention"]["steps"] == 2
+    assert any("drope is recalibrated" in note for note in results["notes"])
+    fresh = ArenaStudy(request)
+    fresh.prepare(None)
+    for key, value in fresh.model.state_dict().items():
+        torch.testing.assert_close(study.model.state_dict()[key], value, rtol=0, atol=0)
