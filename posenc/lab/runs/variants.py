@@ -111,6 +111,9 @@ def variant_scaffold(name: str, steps: int) -> dict[str, Any]:
     variant = VARIANTS.get(name)
     if variant is None or variant.scaffold is None:
         return {}
+    if steps < 2:
+        raise UserError(f"{name} trains with {variant.scaffold} and then without it: it needs "
+                        f"at least 2 steps, got {steps}")
     return {"scaffold_pe": variant.scaffold,
             "scaffold_steps": min(steps - 1, max(1, round(variant.scaffold_fraction * steps)))}
 
