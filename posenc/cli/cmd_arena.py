@@ -4,8 +4,8 @@ Example: ``posenc arena`` runs the CPU preset on SmolLM2-135M-Instruct (dequanti
 to Dual Chunk Attention and StreamingLLM, extending from 512 tokens to 4x; needles, passkeys
 and perplexity on the Paul Graham essays)
 and writes results.json, report.md (with verdicts), needle.png and passkey.png to ``--out``.
-``--preset gpu`` is the full grid (every method, 1x to 4x the native context). Options given on the
-command line override the preset's.
+``--preset gpu`` is the full grid (every method, DroPE after its recalibration, 1x to 4x the
+native context). Options given on the command line override the preset's.
 
 The study is :class:`posenc.hf.arena.ArenaStudy` run by :func:`posenc.study.run_study`: each
 finished cell is saved at once; after an interruption the same command measures only what is
@@ -40,12 +40,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", choices=("cpu", "gpu"), default="cpu",
                    help=f"cpu (default): {', '.join(CPU_METHODS)} from 512 to 2048 tokens, 3 "
                    "depths, 2 needles" + (f", about {took:g} min on a 2-core CPU" if took
-                                          else "") + "; gpu: every method, 1x to 4x the "
+                                          else "") + "; gpu: every method (DroPE after its "
+                   "recalibration: 200 steps of 4 windows of the original length), 1x to 4x the "
                    "native context (8192 to 32768 tokens for smollm2), 11 depths, 5 needles, "
                    "not timed here")
     g = p.add_argument_group("methods")
     g.add_argument("--methods", help="comma-separated methods of posenc.hf.extend (add-ons "
-                   "as in 'yarn+logn'), or 'all': every method that needs only a factor")
+                   "as in 'yarn+logn'); 'all' among them: every method that needs only a "
+                   "factor (e.g. 'all,drope')")
     g.add_argument("--factor", type=float, help="context factor (default 4)")
     g.add_argument("--original-length", type=int, help="the context the methods extend from "
                    "(cpu preset: 512; gpu preset: the model's own)")
@@ -81,8 +83,8 @@ def _methods(text: str | None) -> tuple[str, ...] | None:
     methods = tuple(m.strip() for m in text.split(",") if m.strip())
     if not methods:
         raise UserError("--methods is empty; give method names or 'all'")
-    if methods != ("all",):
-        for m in methods:
+    for m in methods:
+        if m != "all":
             parse_method_spec(m)
     return methods
 

@@ -202,6 +202,18 @@ def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
+def softmax_mscale(scaling: dict | None) -> float:
+    """The factor DeepSeek puts on the softmax scale under YaRN: ``yarn_mscale(factor,
+    mscale_all_dim) ** 2`` when the scaling gives ``mscale_all_dim`` (DeepSeek-V2's released
+    code; transformers' ``yarn_apply_mscale``), 1 otherwise. With ``mscale`` it makes the
+    logits' temperature that of the cos/sin factor's whole head."""
+    if not scaling or not scaling.get("mscale_all_dim") or \
+            scaling.get("rope_type", "default") == "default":
+        return 1.0
+    mscale = yarn_mscale(scaling["factor"], scaling["mscale_all_dim"])
+    return mscale * mscale
+
+
 def _yarn(dim: int, theta: float, p: dict, seq_len: int | None) -> tuple[Tensor, float]:
     factor, original = p["factor"], p["original_max_position_embeddings"]
     attention_factor = p.get("attention_factor")

@@ -13,6 +13,11 @@ gemma3_text    two thetas: sliding layers use ``rope_parameters["sliding_attenti
                as Gemma 3's released configs scale only the global layers' RoPE
 smollm3       NoPE layers (``no_rope_layers[i] == 0``): extension applies to RoPE layers
 phi3           one fused ``qkv_proj``; LongRoPE checkpoints (Phi-3 128k)
+deepseek_v3    multi-head latent attention (DeepSeek-AI 2024, DeepSeek-V2, Sec. 2.1.3): RoPE on
+               a ``qk_rope_head_dim`` slice of each head whose key is shared by all heads
+               (``config.head_dim`` is that slice), a compressed KV latent in the cache, and
+               YaRN's ``mscale_all_dim`` squared on the softmax scale
+               (:func:`softmax_scale_factor`)
 =============  ==============================================================================
 """
 
@@ -23,7 +28,9 @@ from typing import Any
 from ..errors import UserError
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text", "smollm3",
-                         "phi3")
+                         "phi3", "deepseek_v3")
+#: families with multi-head latent attention (a rotary slice shared by the heads)
+LATENT_ATTENTION = ("deepseek_v3",)
 #: families whose rope_parameters hold one dict per layer type
 _PER_LAYER_TYPE = {"gemma3_text": "full_attention"}
 
@@ -68,6 +75,14 @@ def with_extended_rope(config: Any, params: dict[str, Any]) -> dict[str, Any]:
 
 
 _KEPT_KEYS = ("partial_rotary_factor",)
+
+
+def softmax_scale_factor(config: Any, scaling: dict[str, Any] | None) -> float:
+    """What a family multiplies its attention's softmax scale by under ``scaling``: for
+    DeepSeek's YaRN, ``yarn_mscale(factor, mscale_all_dim) ** 2`` (transformers'
+    ``yarn_apply_mscale``, after DeepSeek-V2's released code); 1 otherwise."""
+    from ..encodings.rope_scaling import softmax_mscale
+    return softmax_mscale(scaling) if config.model_type in LATENT_ATTENTION else 1.0
 
 
 def local_theta(config: Any) -> float | None:

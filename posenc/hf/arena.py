@@ -87,9 +87,10 @@ SETTING_KEYS = {"eval_windows": "windows"}
 
 @dataclass(frozen=True)
 class ArenaRequest:
-    """What the arena measures (compared on resume). ``methods=("all",)``: every method of
-    :func:`~posenc.methods.list_methods` (log-n as an add-on only) that needs nothing but a
-    factor; ``original=None``: the
+    """What the arena measures (compared on resume). ``"all"`` among the methods: every method
+    of :func:`~posenc.methods.list_methods` (log-n as an add-on only) that needs nothing but a
+    factor (DroPE, which needs its recalibration, is named on its own: the gpu preset's
+    ``("all", "drope")``); ``original=None``: the
     model's native context; ``lengths=None``: ``multiples`` x ``original`` and ``factor`` x
     ``original``."""
 
@@ -113,10 +114,12 @@ class ArenaRequest:
         return encode({SETTING_KEYS.get(key, key): value for key, value in asdict(self).items()})
 
 
-#: ``--preset``: a default that finishes on a 2-core CPU, and the full grid for a GPU
+#: ``--preset``: a default that finishes on a 2-core CPU, and the full grid for a GPU (every
+#: method, DroPE included: its recalibration, 200 steps of 4 windows of the original length
+#: at lr 1e-4 by default, runs once before its first unit; ``recalibration_notes``)
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu": {},
-    "gpu": {"methods": ("all",), "original": None, "multiples": (1.0, 2.0, 3.0),
+    "gpu": {"methods": ("all", "drope"), "original": None, "multiples": (1.0, 2.0, 3.0),
             "depths": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0), "needles": 5,
             "passkey_trials": 5, "eval_windows": 4},
 }
@@ -155,6 +158,9 @@ class ArenaStudy(Study):
         self.methods: tuple[str, ...] = ()
         self.lengths: tuple[int, ...] = ()
         self.original = 0
+        #: the model's own weights, and each structural method's recalibrated ones
+        self._weights: dict | None = None
+        self._recalibrated: dict[str, dict] = {}
 
     def check_existing(self, existing: dict, path: Path) -> None:
         for field in check_arena_results(existing, path, repair=True):
@@ -200,7 +206,8 @@ class ArenaStudy(Study):
             raise UserError(f"the text holds {haystack.tokens.numel()} tokens, fewer than the "
                             f"{need} that {req.eval_windows} perplexity windows of {max(lengths)} "
                             "need; give more text, fewer windows or shorter lengths")
-        notes = _notes(original, native, lengths, skipped) + sample_notes(req.setting())
+        notes = _notes(original, native, lengths, skipped) + recalibration_notes(methods) + \
+            sample_notes(req.setting())
         derived = {"model": req.model, "native_context": native, "original": original,
                    "lengths": list(lengths), "methods": list(methods),
                    "text": texts.info(), "n_tokens": int(haystack.tokens.numel()),
@@ -227,13 +234,17 @@ class ArenaStudy(Study):
     def _methods(self, config: Any, original: int) -> tuple[tuple[str, ...], list[str]]:
         """The methods to run and, for ``all``, those left out (they need more options)."""
         req = self.request
-        if tuple(req.methods) != ("all",):
-            for m in req.methods:
-                make_extension(config, m, self._factor(m), original)
+        named = [m for m in req.methods if m != "all"]
+        for m in named:
+            make_extension(config, m, self._factor(m), original)
+        if "all" not in req.methods:
             return tuple(req.methods), []
         kept, skipped = [], []
         for m in list_methods():
-            if method_class(m).kind == "temperature":
+            if method_class(m).kind == "temperature" or m in named:
+                continue
+            if method_class(m).kind == "structural":
+                skipped.append(f"{m} (it needs a recalibration; name it: --methods all,{m})")
                 continue
             try:
                 make_extension(config, m, self._factor(m), original)
@@ -241,7 +252,7 @@ class ArenaStudy(Study):
                 skipped.append(f"{m} ({err})")
                 continue
             kept.append(m)
-        return tuple(kept), skipped
+        return tuple(kept + named), skipped
 
     def _factor(self, method: str) -> float | None:
         return None if parse_method_spec(method).method.factor_rule == "none" \
@@ -277,6 +288,7 @@ class ArenaStudy(Study):
         req = self.request
         ext = extend(self.model, method, self._factor(method), self.original)
         try:
+            self._recalibrate(method)
             with PeakMemory() as mem:
                 if what == "needle":
                     value = needle_hits(self.model, self.tokenizer, self.haystack, length,
@@ -293,7 +305,25 @@ class ArenaStudy(Study):
                         advance, self.runtime.memory_limit, seed=req.seed)[0])
         finally:
             restore(self.model)
+            if self._weights is not None:          # a recalibration changed the weights
+                self.model.load_state_dict(self._weights)
         return {"extension": ext.as_dict(), "value": value, "peak": mem.peak}
+
+    def _recalibrate(self, method: str) -> None:
+        """A structural method's recalibration (DroPE): run once per method at the original
+        length on the haystack's text (the budget its class declares), its weights kept for
+        the method's later units; the model's own weights come back after each unit."""
+        from .recalibration import recalibrate
+        if parse_method_spec(method).method.kind != "structural":
+            return
+        if self._weights is None:
+            self._weights = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        if method not in self._recalibrated:
+            recalibrate(self.model, self.haystack.tokens, seed=self.request.seed)
+            self._recalibrated[method] = {k: v.detach().clone()
+                                          for k, v in self.model.state_dict().items()}
+        else:
+            self.model.load_state_dict(self._recalibrated[method])
 
     def commit(self, results: dict, unit: Unit, result: dict) -> None:
         """File a cell under ``needle`` or ``passkey`` ("length:depth index"), a point under
@@ -314,9 +344,9 @@ def _check_request(req: ArenaRequest) -> None:
     """Every option that can be checked without the model."""
     if not req.methods:
         raise UserError("give at least one method")
-    if tuple(req.methods) != ("all",):
-        require_distinct("methods", req.methods)
-        for m in req.methods:
+    require_distinct("methods", req.methods)
+    for m in req.methods:
+        if m != "all":
             parse_method_spec(m)
     require_choice("dtype", req.dtype, MODEL_DTYPES)
     if isinstance(req.factor, bool) or not isinstance(req.factor, (int, float)) \
@@ -342,6 +372,16 @@ def _check_request(req: ArenaRequest) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise UserError(f"{name} must be an integer >= {low}, got {value!r}")
     require_seed("seed", req.seed)
+
+
+def recalibration_notes(methods: tuple[str, ...] | list[str]) -> list[str]:
+    """One note per structural method (DroPE): the recalibration it gets before it is
+    measured, and what that means for its perplexity."""
+    return [f"{m} is recalibrated before it is measured ({cls.recalibration}, seed of the "
+            "study) on the haystack's text itself: its perplexity of that text is not "
+            "comparable with the other methods'; its needles and passkeys are"
+            for m in methods for cls in [parse_method_spec(m).method]
+            if cls.kind == "structural"]
 
 
 def _notes(original: int, native: int, lengths: tuple[int, ...], skipped: list[str]

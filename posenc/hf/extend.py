@@ -20,7 +20,13 @@ a GGUF file can hold it), named in the one spec grammar (:mod:`posenc.methods.sp
   earlier length (as for any length-dependent scaling), so the match is closer but not exact;
 - a **region** method (Self-Extend, ReRoPE, Dual Chunk, StreamingLLM, ...) keeps the model's
   RoPE frequencies and remaps positions per region of (query, key) in the attention of its
-  RoPE layers (:mod:`posenc.hf.patched_attention`); the KV cache keeps raw keys.
+  RoPE layers (:mod:`posenc.hf.patched_attention`); the KV cache keeps raw keys;
+- a **structural** method (DroPE) removes the rotary of every layer (:class:`NoRotary`: cos 1,
+  sin 0); the model then wants :func:`posenc.hf.recalibrate` at the original length.
+
+DeepSeek-V3-family models (multi-head latent attention) take the frequency methods on their
+rotary slice, YaRN with DeepSeek's ``mscale`` / ``mscale_all_dim`` (the latter squared on each
+attention's softmax scale, as transformers does), the region methods and DroPE.
 
 Neither add-ons nor region methods exist in Hugging Face's config, so :func:`hf_rope_parameters`
 refuses them (each method declares what saving it would lose). Region methods need positions
@@ -38,7 +44,7 @@ any single forward.
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from torch import nn
@@ -47,6 +53,7 @@ from ..encodings import build_encoding
 from ..errors import UserError
 from ..methods import build_method, method_class, parse_method_spec
 from .architectures import (
+    LATENT_ATTENTION,
     LOCAL,
     NOPE,
     ROPE,
@@ -55,10 +62,11 @@ from .architectures import (
     extended_rope,
     layer_kinds,
     local_theta,
+    softmax_scale_factor,
     with_extended_rope,
 )
 from .patched_attention import patch_attention, unpatch_attention
-from .rotary import ExtendedRotary
+from .rotary import ExtendedRotary, NoRotary
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,8 @@ class _State:
     rotary: nn.Module                    # the model's own rotary module, put back by restore
     config: dict[str, Any]               # config values changed by extend
     attentions: list[nn.Module]
+    #: (attention module, its own softmax scale) where extend changed the scale (DeepSeek)
+    scales: list[tuple[nn.Module, float]] = field(default_factory=list)
 
 
 def _locate(model: nn.Module) -> tuple[nn.Module, list[nn.Module], Any]:
@@ -160,7 +170,7 @@ def extend(model: nn.Module, method: str, factor: float | None = None,
     kinds = layer_kinds(config)
     region = build_method(ext.method, ext.original_max_position_embeddings, ext.factor,
                           **{k: v for k, v in ext.attention.items() if k != "name"}) \
-        if ext.attention is not None else None
+        if ext.attention is not None and method_class(ext.method).kind == "region" else None
     evicts = region is not None and region.evicts
     if evicts and LOCAL in kinds:
         raise UserError(f"method {region.name!r} needs every layer's cache to evict alike; "
@@ -179,7 +189,13 @@ def extend(model: nn.Module, method: str, factor: float | None = None,
     state = _State(ext, base.rotary_emb, {"rope_parameters": copy.deepcopy(
         config.rope_parameters), "max_position_embeddings": config.max_position_embeddings},
         [])
-    rotary = ExtendedRotary(encs)
+    rotary = NoRotary(ext.head_dim) if method_class(ext.method).kind == "structural" \
+        else ExtendedRotary(encs)
+    scale = softmax_scale_factor(config, ext.scaling)
+    if scale != 1.0:
+        for attn in attentions:
+            state.scales.append((attn, attn.scaling))
+            attn.scaling = attn.scaling * scale
     if ext.logn or ext.exact_cache or region is not None:
         tables: dict = {}             # one cos/sin table per device for all patched layers
         for attn, kind in zip(attentions, kinds):
@@ -218,9 +234,12 @@ def make_extension(config: Any, method: str, factor: float | None = None,
         options[key] = value
     logn, exact = bool(options.pop("logn", False)), bool(options.pop("exact_cache", False))
     cls = method_class(spec.name)
-    if cls.kind == "region" and (logn or exact):
+    if cls.kind in ("region", "structural") and (logn or exact):
         raise UserError(f"add-ons (+logn, +exact) apply to RoPE scalings, not to "
-                        f"{spec.name!r}, which already keeps raw keys in its cache")
+                        f"{spec.name!r}")
+    if config.model_type in LATENT_ATTENTION and (logn or exact):
+        raise UserError(f"add-ons (+logn, +exact) are not available for {config.model_type}'s "
+                        "latent attention; use a frequency or region method alone")
     if exact and not (cls.kind == "frequency" and cls.length_dependent()):
         raise UserError(f"exact_cache applies to methods whose frequencies follow the length "
                         f"(dynamic, longrope); {spec.name!r} caches exactly as it is")
@@ -245,6 +264,8 @@ def make_extension(config: Any, method: str, factor: float | None = None,
                      "name": spec.name}
     elif cls.kind == "frequency":
         scaling = cls.rope_scaling(int(original), factor, resolved, rotary_dim=head_dim)
+    elif cls.kind == "structural":        # its recalibration budget, as resolved
+        attention = {**resolved, "name": spec.name}
     native = getattr(config, "max_position_embeddings", None)
     return Extension(spec.name, factor, int(original or 0), theta, head_dim, scaling,
                      logn, exact, attention, native if isinstance(native, int) else None)
@@ -296,7 +317,8 @@ def hf_rope_parameters(ext: Extension, strict: bool = True) -> tuple[dict[str, A
 
 
 def restore(model: nn.Module) -> None:
-    """Undo :func:`extend`: the model's own rotary module, attention and config come back."""
+    """Undo :func:`extend`: the model's own rotary module, attention and config come back
+    (weights a recalibration changed stay as they are)."""
     state = _state(model)
     if state is None:
         raise UserError("model is not extended (nothing to restore)")
@@ -304,6 +326,8 @@ def restore(model: nn.Module) -> None:
     base.rotary_emb = state.rotary
     for attn in state.attentions:
         unpatch_attention(attn)
+    for attn, scaling in state.scales:
+        attn.scaling = scaling
     for key, value in state.config.items():
         setattr(config, key, value)
     if hasattr(config, "posenc_extension"):

@@ -281,6 +281,13 @@ class ExtendStudy(Study):
         if config.eval_windows == 1:
             notes.append("one window per length: perplexity has no spread; use 5 or more "
                          "windows for a ± that means something")
+        for method in config.methods:
+            cls = parse_method_spec(method).method
+            if cls.kind == "structural" and not self.request.finetune_steps:
+                notes.append(f"{method} is measured without its recalibration "
+                             f"({cls.recalibration}); {self.names['finetune_steps']}, with the "
+                             "fine-tune length set to the original length, gives it a "
+                             "recalibrated row (posenc.hf.recalibrate from Python)")
         return notes
 
     # ------------------------------------------------------------ plan

@@ -26,6 +26,7 @@ from ..attention.extension_methods import RotaryTable, blockwise_region_attentio
 from ..encodings.context import HookContext
 from ..errors import UserError
 from ..methods import RegionMethod, list_methods
+from .latent_projection import is_latent, latent_qkv, nope_width, rotate_tail
 
 
 @dataclass
@@ -63,6 +64,14 @@ def patch_attention(attn: nn.Module, enc: nn.Module, exact_cache: bool,
     the same ``enc``) share them. None: a dict of this layer's own.
     """
     family = sys.modules[type(attn).__module__]
+    if is_latent(attn):
+        if method is None:
+            raise UserError("latent attention (DeepSeek) takes region methods here; log-n "
+                            "and an exact cache are not available for it")
+        adapter = AttentionAdapter(enc, False, None, None, {}, method, rotary,
+                                   {} if tables is None else tables)
+        attn.forward = partial(_region_forward, attn, adapter)
+        return
     rotate = getattr(family, "apply_rotary_pos_emb", None)
     eager = getattr(family, "eager_attention_forward", None)
     fused = hasattr(attn, "qkv_proj")
@@ -164,10 +173,14 @@ def _region_forward(self: nn.Module, patch: AttentionAdapter, hidden_states: Ten
     cache = kwargs.pop("cache", None)
     cache = cache if past_key_values is None else past_key_values
     batch, length = hidden_states.shape[:2]
-    q, k, v = _project(self, hidden_states)
-    layer = None
-    if cache is not None:      # a cache without a config adds its layers on the first update
-        k, v = cache.update(k, v, self.layer_idx)                    # raw (unrotated) keys
+    latent = is_latent(self)
+    if latent:          # DeepSeek: the cache holds the KV latent and the shared rotary key
+        q, k, v, layer = latent_qkv(self, hidden_states, cache)
+    else:
+        q, k, v = _project(self, hidden_states)
+        layer = None
+    if cache is not None and not latent:   # a cache without a config adds its layers on
+        k, v = cache.update(k, v, self.layer_idx)       # the first update; raw keys
         layer = cache.layers[self.layer_idx]
     # tokens evicted by earlier steps of this sequence; none when the cache held nothing
     # before this call (a new layer, or one emptied by Cache.reset() since)
@@ -184,6 +197,8 @@ def _region_forward(self: nn.Module, patch: AttentionAdapter, hidden_states: Ten
     else:
         regions_of = method.regions
     rotate = _table(patch, q.device) if patch.rotary else (lambda x, pos, scale: x)
+    if latent and patch.rotary:                        # only the rotary part of each head
+        rotate = rotate_tail(rotate, nope_width(self))
     out = blockwise_region_attention(q, k, v, q_abs, k_abs, regions_of, rotate, self.scaling,
                                      rising_runs=method.rising_runs)     # (B, H, T, D)
     if layer is not None and method.evicts:
@@ -191,6 +206,8 @@ def _region_forward(self: nn.Module, patch: AttentionAdapter, hidden_states: Ten
         patch.evicted[layer] = evicted + k.shape[2] - keep.numel()
         if keep.numel() < k.shape[2]:
             layer.keys, layer.values = layer.keys[:, :, keep], layer.values[:, :, keep]
+    if latent:
+        out = out[..., :self.v_head_dim]                            # the padding cut off
     out = out.transpose(1, 2).reshape(batch, length, -1).contiguous()  # (B, T, H*D)
     return self.o_proj(out), None
 

@@ -38,3 +38,23 @@ class ExtendedRotary(nn.Module):
         shape, to = (*position_ids.shape, -1), (position_ids.device, x.dtype)
         return (torch.cat((cos, cos), -1).view(shape).to(*to),            # (B, T, D)
                 torch.cat((sin, sin), -1).view(shape).to(*to))
+
+
+class NoRotary(ExtendedRotary):
+    """Stands in for ``rotary_emb`` once DroPE removed the rotary: cos = 1 and sin = 0 at every
+    position, so the family's own rotary helper leaves q and k exactly as projected (every
+    layer, every layer type).
+
+    forward(x (B, T, C), position_ids (B, T)) -> cos, sin (B, T, ``head_dim``) in x.dtype.
+    """
+
+    def __init__(self, head_dim: int) -> None:
+        super().__init__({})
+        self.head_dim = head_dim
+
+    @torch.no_grad()
+    def forward(self, x: Tensor, position_ids: Tensor, layer_type: str | None = None
+                ) -> tuple[Tensor, Tensor]:
+        shape = (*position_ids.shape, self.head_dim)
+        ones = torch.ones(shape, device=position_ids.device, dtype=x.dtype)
+        return ones, torch.zeros_like(ones)

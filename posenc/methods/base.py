@@ -9,7 +9,10 @@ without training, in one of three ways (its ``kind``):
   method in the spec grammar (``yarn:4+logn``, :mod:`.spec`);
 - ``region``: positions remapped per region of (query, key) pairs (Self-Extend, ReRoPE, ...);
   the method object gives the :class:`~posenc.methods.regions.Region` list attention scores
-  each pair from (:class:`~posenc.methods.regions.RegionMethod`).
+  each pair from (:class:`~posenc.methods.regions.RegionMethod`);
+- ``structural``: the encoding itself is taken out of the model (DroPE removes the rotary of
+  every layer), which then needs a short recalibration (:attr:`ExtensionMethod.recalibration`)
+  before it is used.
 
 A method class declares everything the rest of posenc reads about it: its options and their
 defaults from (original, factor), whether and how it takes a factor, its citation, what it
@@ -30,7 +33,7 @@ from ..errors import UserError
 from ..suggest import did_you_mean
 
 #: what a method does (module docstring)
-KINDS = ("none", "frequency", "temperature", "region")
+KINDS = ("none", "frequency", "temperature", "region", "structural")
 #: how a method reads the factor: ``none`` takes none (1), ``above_one`` needs s > 1,
 #: ``at_least_one`` s >= 1 (1 meaning unchanged frequencies or default positions)
 FACTOR_RULES = ("none", "above_one", "at_least_one")
@@ -100,6 +103,8 @@ class ExtensionMethod:
     #: option defaults for pretrained Hugging Face models where they follow transformers'
     #: behaviour rather than posenc's (dynamic NTK per token)
     hf_defaults: ClassVar[dict[str, Any]] = {}
+    #: a structural method's recalibration budget, in words (None: it needs none)
+    recalibration: ClassVar[str | None] = None
 
     @classmethod
     def option_names(cls) -> tuple[str, ...]:

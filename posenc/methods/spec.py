@@ -96,8 +96,9 @@ def parse_method_spec(spec: Any) -> MethodSpec:
         raise UserError(f"method {name!r} takes no factor (got {spec!r}); write {name!r}")
     if factor is not None:
         cls.check_factor(factor)
-    if addons and cls.kind == "region":
-        raise UserError(f"method {name!r} goes alone: it remaps positions itself, so no "
+    if addons and cls.kind in ("region", "structural"):
+        what = "remaps" if cls.kind == "region" else "removes"
+        raise UserError(f"method {name!r} goes alone: it {what} positions itself, so no "
                         f"add-ons ({', '.join('+' + a for a in addons)})")
     if "exact" in addons and not getattr(cls, "length_dependent", lambda: False)():
         raise UserError(f"'+exact' applies to methods whose frequencies follow the length "

@@ -7,7 +7,7 @@ from the cache's length, so cached decoding equals a full forward pass for every
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -15,7 +15,8 @@ from torch import Tensor, nn
 
 from ..attention import AttentionContext, KVCache, make_caches
 from ..attention.cache import check_caches, replay_if_stale
-from ..encodings import build_encoding
+from ..attention.latent import LatentShape, check_latent_encoding, make_latent_cache
+from ..encodings import build_encoding, encoding_class
 from ..encodings.checks import (
     check_positions,
     check_token_ids,
@@ -52,17 +53,27 @@ class LMConfig(ModelShape):
     ``plan`` (None: ``pe`` in every layer) gives each layer its encoding, options, attention
     window and sinks: a named plan ("gemma3", "smollm3", "llama4") or a dict
     (:mod:`posenc.models.plans`).
+
+    ``mla`` (None: standard multi-head attention) makes every layer multi-head latent
+    attention with decoupled RoPE (DeepSeek-V2): a mapping of
+    :class:`~posenc.attention.latent.LatentShape`'s fields (``kv_lora_rank``,
+    ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``, ``q_lora_rank``); the
+    encoding then works on each head's ``qk_rope_head_dim`` rotary part. Not with a plan or
+    sinks.
     """
 
     n_layers: int = 2
     pe: str = "rope"
     pe_options: dict[str, Any] = field(default_factory=dict)
     plan: Any = None
+    mla: Any = None
 
+    NEW_FIELD_DEFAULTS: ClassVar[dict[str, Any]] = {**ModelShape.NEW_FIELD_DEFAULTS,
+                                                    "mla": None}
     DICT_ORDER: ClassVar[tuple[str, ...]] = (
         "vocab_size", "d_model", "n_layers", "n_heads", "max_len", "d_ff", "activation",
         "norm", "norm_eps", "norm_placement", "dropout", "bias", "tie_embeddings", "pe",
-        "pe_options", "attn_backend", "plan", "attn_sinks")
+        "pe_options", "attn_backend", "plan", "attn_sinks", "mla")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -73,6 +84,23 @@ class LMConfig(ModelShape):
         object.__setattr__(self, "pe_options", require_options("pe_options", self.pe_options))
         if self.plan is not None:
             require_plan_fits(self.layer_specs())
+        if self.mla is not None:
+            object.__setattr__(self, "mla", asdict(LatentShape.from_dict(self.mla)))
+            if self.plan is not None or self.attn_sinks:
+                raise UserError("mla (latent attention) applies to every layer alike: no "
+                                "plan and no attn_sinks with it")
+            check_latent_encoding(encoding_class(self.pe))
+
+    @property
+    def latent(self) -> LatentShape | None:
+        """The latent attention shape of every layer, or None (``mla``)."""
+        return None if self.mla is None else LatentShape(**self.mla)
+
+    @property
+    def cache_shape(self) -> tuple[int, int]:
+        """(heads, dim) of each layer's cached keys: (1, latent + rotary key) with mla."""
+        latent = self.latent
+        return (self.n_heads, self.head_dim) if latent is None else (1, latent.cache_dim)
 
     def layer_specs(self) -> tuple[LayerSpec, ...]:
         """Each layer's encoding, options, window and sinks (:mod:`posenc.models.plans`)."""
@@ -102,7 +130,8 @@ class TransformerLM(nn.Module):
             Block(c.d_model, c.n_heads, c.d_ff or 4 * c.d_model, activation=c.activation,
                   norm=c.norm, norm_placement=c.norm_placement, dropout=c.dropout,
                   bias=c.bias, pe=layer_pes[i], norm_eps=c.norm_eps,
-                  window=self.specs[i].window, sinks=self.specs[i].sinks)
+                  window=self.specs[i].window, sinks=self.specs[i].sinks,
+                  latent=c.latent)
             for i in range(c.n_layers))
         self.norm = (make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_placement == "pre"
                      else nn.Identity())
@@ -117,7 +146,8 @@ class TransformerLM(nn.Module):
         name, options = (c.pe, c.pe_options) if name is None else (name, options)
         options = with_model_facts(name, options, vocab_size=c.vocab_size,
                                    n_layers=c.n_layers, d_model=c.d_model)
-        return build_encoding(name, n_heads=c.n_heads, head_dim=c.head_dim, max_len=c.max_len,
+        head_dim = c.head_dim if c.latent is None else c.latent.qk_rope_head_dim
+        return build_encoding(name, n_heads=c.n_heads, head_dim=head_dim, max_len=c.max_len,
                               **options)
 
     def _layer_pe(self, index: int):
@@ -126,6 +156,19 @@ class TransformerLM(nn.Module):
         if not self.pe.per_layer:
             return None
         return self.pe if index == 0 else self._build_pe()
+
+    def use_shared_encoding(self, pe) -> None:
+        """Put ``pe`` in place of the encoding every layer shares (no layer plan, no per-layer
+        encoding). A parameter-free encoding for another (a training scaffold: DroPE trains
+        with RoPE, then without it) leaves the weights and their state dict as they are."""
+        if self.config.plan is not None or self.pe.per_layer or pe.per_layer:
+            raise UserError("the shared encoding can be swapped only in a model without a "
+                            "layer plan or per-layer encodings")
+        self.pe, self.encodings = pe, [pe]
+
+    def build_encoding(self, name: str, options: dict | None = None):
+        """An encoding ``name`` (``options``) built for this model's shape."""
+        return self._build_pe(name, dict(options or {}))
 
     @property
     def has_windows(self) -> bool:
@@ -138,6 +181,9 @@ class TransformerLM(nn.Module):
         require_int_at_least("batch", batch, 1)
         require_int_at_least("capacity", capacity, 1)
         p = self.tok.weight
+        if self.config.latent is not None:
+            return [make_latent_cache(batch, self.config.latent, capacity, p.dtype, p.device)
+                    for _ in range(self.config.n_layers)]
         return make_caches(self.config.n_layers, batch, self.config.n_heads,
                            self.config.head_dim, capacity, p.dtype, p.device,
                            windows=[spec.window for spec in self.specs])
@@ -171,7 +217,7 @@ class TransformerLM(nn.Module):
                             f"{tuple(ids.shape)}")
         b, t = ids.shape
         if caches is not None:
-            check_caches(caches, b, self.config.n_heads, self.config.head_dim,
+            check_caches(caches, b, *self.config.cache_shape,
                          [spec.window for spec in self.specs])
         key_valid = None if attention_mask is None else \
             check_mask("attention_mask", attention_mask, (b, t))

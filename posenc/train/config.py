@@ -100,7 +100,10 @@ class TrainConfig(OptimizerSettings):
     (:mod:`posenc.data.batches`); text data only. ``compile`` runs the model's forward and
     backward through ``torch.compile`` (inductor); the weights and the schedule are the same,
     the numbers equal eager ones up to rounding (BENCHMARKS.md: when it pays for its compile
-    time).
+    time). ``scaffold_pe`` (None: off) trains the first ``scaffold_steps`` steps with that
+    encoding in place of the model's own, then drops it and goes on with the model's own
+    (``nope`` for DroPE), same optimizer, schedule and length; the saved model is the
+    model's own (:func:`check_scaffold`).
     """
 
     model: LMConfig = field(default_factory=LMConfig)
@@ -119,6 +122,8 @@ class TrainConfig(OptimizerSettings):
     skip_bad_steps: int = 0
     pack: bool = False
     compile: bool = False
+    scaffold_pe: str | None = None
+    scaffold_steps: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, LMConfig):
@@ -152,6 +157,8 @@ class TrainConfig(OptimizerSettings):
         for name in ("bf16", "pack", "compile"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.scaffold_pe is not None:
+            check_scaffold(self)
 
     @property
     def warmup(self) -> int:
@@ -172,6 +179,8 @@ class TrainConfig(OptimizerSettings):
     def to_dict(self) -> dict[str, Any]:
         d = self.ordered_dict(self.DICT_ORDER)
         d["model"] = self.model.to_dict()
+        if self.scaffold_pe is not None:       # saved only when set (older configs read alike)
+            d.update(scaffold_pe=self.scaffold_pe, scaffold_steps=self.scaffold_steps)
         return d
 
     @classmethod
@@ -204,6 +213,31 @@ class TrainConfig(OptimizerSettings):
         """Names of the fields (``model.x`` for model fields) that differ from ``other``."""
         a, b = _flatten(self.to_dict()), _flatten(other.to_dict())
         return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
+#: encodings a scaffold may be (parameter-free, so dropping it leaves the weights as they are)
+SCAFFOLDS = ("rope",)
+
+
+def check_scaffold(cfg: TrainConfig) -> None:
+    """UserError unless ``scaffold_pe`` can train the first ``scaffold_steps`` steps in place
+    of the model's own encoding (DroPE: Gelberg et al. 2026, ICLR 2026, Sec. 4): RoPE, a
+    model without a layer plan whose own encoding has no parameters either, and
+    0 < scaffold_steps < steps."""
+    from ..encodings import encoding_class
+    if cfg.scaffold_pe not in SCAFFOLDS:
+        raise UserError(f"scaffold_pe must be one of {', '.join(SCAFFOLDS)}, got "
+                        f"{cfg.scaffold_pe!r}")
+    require_int_at_least("scaffold_steps", cfg.scaffold_steps, 1)
+    if cfg.scaffold_steps >= cfg.steps:
+        raise UserError(f"scaffold_steps must be < steps={cfg.steps}, got "
+                        f"{cfg.scaffold_steps}")
+    own = encoding_class(cfg.model.pe)
+    if cfg.model.plan is not None or own.per_layer or own.family not in ("none", "rotary") \
+            or own.hook_kinds() not in ([], ["transform_qk"]):
+        raise UserError(f"a scaffold replaces one parameter-free encoding shared by every "
+                        f"layer; the model's {cfg.model.pe!r} (plan {cfg.model.plan!r}) is "
+                        "not one")
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -310,6 +310,9 @@ def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, asked: tuple,
         if start >= cfg.steps:
             return TrainResult(run_dir, start, float(state.get("final_loss", math.nan)),
                                float(state.get("tokens_per_s", 0.0)), state.get("val_loss"))
+    own_pe = model.pe
+    if cfg.scaffold_pe is not None and start < cfg.scaffold_steps:
+        model.use_shared_encoding(model.build_encoding(cfg.scaffold_pe).to(dev))
     net = model
     if info.enabled:
         net = nn.parallel.DistributedDataParallel(
@@ -323,6 +326,8 @@ def _train(cfg: TrainConfig, run_dir: Path, info: dist.DistInfo, asked: tuple,
     loss_value, val_loss, committed = math.nan, None, start
     try:
         for step in range(start, cfg.steps):
+            if cfg.scaffold_pe is not None and step == cfg.scaffold_steps:
+                model.use_shared_encoding(own_pe)     # the scaffold dropped (DroPE)
             t0 = time.perf_counter()
             b = data.batch(cfg.batch_size, cfg.train_len, cfg.seed, step, info.rank,
                            info.world_size)

@@ -90,6 +90,6 @@ def test_the_presets_cover_the_cpu_default_and_the_full_gpu_grid():
     cpu = preset_request("cpu")
     assert cpu.methods == CPU_METHODS and cpu.original == 512 and cpu.factor == 4.0
     gpu = preset_request("gpu", needles=2)
-    assert gpu.methods == ("all",) and gpu.original is None and gpu.needles == 2
+    assert gpu.methods == ("all", "drope") and gpu.original is None and gpu.needles == 2
     assert gpu.lengths is None and gpu.multiples == (1.0, 2.0, 3.0) and len(gpu.depths) == 11
     assert gpu.factor == 4.0                   # 8192 -> 32768 on SmolLM2: 1x, 2x, 3x, 4x

@@ -42,5 +42,5 @@ def test_unsupported_model_type_names_the_supported_ones():
     model = transformers.AutoModelForCausalLM.from_config(config)
     with pytest.raises(ValueError, match=r"'gpt_neox' is not supported; supported model "
                                          r"types: llama, mistral, qwen2, qwen3, gemma3_text, "
-                                         r"smollm3, phi3$"):
+                                         r"smollm3, phi3, deepseek_v3$"):
         extend(model, "yarn", 2.0)

@@ -32,7 +32,7 @@ def test_logn_first_is_the_same_spec_written_canonically():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("", "a method must be a name"), ("rop", "unknown method 'rop'.*did you mean 'rerope'"),
+    ("", "a method must be a name"), ("rerop", "unknown method 'rerop'.*did you mean 'rerope'"),
     ("Yarn:4", "names are case-sensitive"), ("yarn+logn+logn", "repeats the add-on 'logn'"),
     ("yarn:4+ntk:4", "names two methods"), ("rerope:4", "takes no factor"),
     ("yarn:x", "not a number"), ("yarn:1e308", "finite number in"), ("yarn:nan", "finite"),

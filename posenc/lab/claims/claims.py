@@ -11,6 +11,7 @@ Each claim names its published source (authors, year, title), the rule that deci
 from __future__ import annotations
 
 from ...study import Verdict
+from .drope_claims import DROPE_CLAIMS
 from .evidence import (
     INCONCLUSIVE,
     NOT_SUPPORTED,
@@ -244,7 +245,7 @@ def check_claims(results: dict) -> list[Verdict]:
     """Every claim's verdict for one results.json dict."""
     runs = Runs(results)
     out = []
-    for claim, source, rule, fn in CLAIMS + RECENT_CLAIMS:
+    for claim, source, rule, fn in CLAIMS + RECENT_CLAIMS + DROPE_CLAIMS:
         verdict, evidence = fn(runs)
         if verdict == TOO_FEW and not evidence.startswith(TOO_FEW):
             evidence = f"{TOO_FEW_TEXT}; {evidence}"

@@ -38,7 +38,14 @@ from ...errors import UserError
 from ...eval.inference_scaling import InferenceScaling
 from ...models.lm import LMConfig
 from ...train.config import TrainConfig
-from ..runs.variants import VARIANTS, base_encoding, is_variant, lab_run_names, variant_plan
+from ..runs.variants import (
+    VARIANTS,
+    base_encoding,
+    is_variant,
+    lab_run_names,
+    variant_plan,
+    variant_scaffold,
+)
 from .base_train import BASE_TRAIN, migrate_config
 
 #: the most seeds one study runs per setting: a larger count is a typo, not a study
@@ -268,7 +275,8 @@ class CompareConfig:
         model = replace(self.model, vocab_size=vocab_size, pe=pe, pe_options=options,
                         plan=plan)
         return replace(self.train, model=model, seed=self.train.seed if seed is None else seed,
-                       checkpoint_every=max(1, self.train.steps // 4))
+                       checkpoint_every=max(1, self.train.steps // 4),
+                       **variant_scaffold(encoding, self.train.steps))
 
 
 #: the default preset's budget (one seed): every model clearly beats the unigram baseline

@@ -1,4 +1,5 @@
-"""Lab runs beyond one encoding with its default options: p-RoPE and the named layer plans.
+"""Lab runs beyond one encoding with its default options: p-RoPE, the named layer plans and
+DroPE.
 
 A comparison's ``encodings`` may name, besides every registered encoding, a *variant*: an
 encoding with fixed options or a per-layer plan (:mod:`posenc.models.plans`), trained and
@@ -6,6 +7,15 @@ evaluated like any run and labelled by its variant name. A named plan's cycle (`
 Gemma 3 has one global layer in six, SmolLM3 and Llama 4 one NoPE layer in four) is
 shortened to the model's depth when the model is shallower, so its last layer is always the
 plan's odd one: with the lab's two layers, a local or chunked RoPE layer, then a global one.
+
+A variant may train with a *scaffold*: DroPE (Gelberg, Eguchi, Akiba & Cetin 2026, "Extending
+the Context of Pretrained LLMs by Dropping Their Positional Embeddings", ICLR 2026, Sec. 4)
+trains with RoPE for the first :data:`DROPE_ROPE_FRACTION` of the steps, then drops it and
+recalibrates without any positional encoding for the rest, at the same length, optimizer and
+schedule (``TrainConfig.scaffold_pe``); the run is then a NoPE model. The split is this lab's
+choice, not the paper's: the paper recalibrates pretrained models on a small fraction of their
+pretraining tokens, but a 400-step run needs a quarter of its steps to recover its in-length
+loss without positions.
 
 Variants take no inference-time scaling (those are for plain RoPE's trained weights).
 """
@@ -31,6 +41,13 @@ class Variant:
     family: str
     pe_options: dict[str, Any] = field(default_factory=dict)
     plan: str | None = None
+    #: an encoding trained in place of ``pe`` for the first ``scaffold_fraction`` of the steps
+    scaffold: str | None = None
+    scaffold_fraction: float = 0.0
+
+
+#: DroPE's share of the steps trained with RoPE before it is dropped (module docstring)
+DROPE_ROPE_FRACTION = 0.75
 
 
 #: the variants a comparison may name, in report order
@@ -44,6 +61,9 @@ VARIANTS: dict[str, Variant] = {
                            "Llama 4's attention temperature", "plan", plan="llama4"),
     "gemma3_plan": Variant("rope", "sliding-window RoPE layers (theta 10k) and a global RoPE "
                            "layer (theta 1M), as Gemma 3", "plan", plan="gemma3"),
+    "drope": Variant("nope", "RoPE for the first 3/4 of the steps, then no positional "
+                     "encoding for the rest (DroPE, Gelberg et al. 2026)", "rotary",
+                     scaffold="rope", scaffold_fraction=DROPE_ROPE_FRACTION),
 }
 #: a plan needs a layer of each of its kinds
 MIN_PLAN_LAYERS = 2
@@ -83,6 +103,19 @@ def variant_plan(name: str, n_layers: int) -> dict | None:
                          f"(n_layers={n_layers}): its plan has two kinds of layer")
     every = inspect.signature(NAMED_PLANS[variant.plan]).parameters["every"].default
     return {"name": variant.plan, "every": min(every, n_layers)}
+
+
+def variant_scaffold(name: str, steps: int) -> dict[str, Any]:
+    """The TrainConfig fields of variant ``name``'s scaffold for a run of ``steps`` steps
+    ({} without one): ``scaffold_pe`` and ``scaffold_steps``."""
+    variant = VARIANTS.get(name)
+    if variant is None or variant.scaffold is None:
+        return {}
+    if steps < 2:
+        raise UserError(f"{name} trains with {variant.scaffold} and then without it: it needs "
+                        f"at least 2 steps, got {steps}")
+    return {"scaffold_pe": variant.scaffold,
+            "scaffold_steps": min(steps - 1, max(1, round(variant.scaffold_fraction * steps)))}
 
 
 def takes_scaling(name: str, scaling: str) -> bool:

@@ -50,3 +50,14 @@ def test_bad_variant_settings_are_refused_in_one_line():
     with pytest.raises(ValueError, match="lab variants: p_rope"):
         CompareConfig(encodings=("q_rope",))
     assert PRESETS["default"].model.n_layers >= 2          # the default runs every variant
+
+
+def test_drope_trains_rope_for_three_quarters_of_the_steps_then_none():
+    cfg = two_layers("rope", "drope").with_options(steps=400)
+    drope = cfg.train_config("drope", 256)
+    assert (drope.model.pe, drope.scaffold_pe, drope.scaffold_steps) == ("nope", "rope", 300)
+    assert cfg.train_config("rope", 256).scaffold_pe is None
+    assert run_family("drope") == "rotary"
+    assert [s for e, s in planned_runs(cfg) if e == "drope"] == [None]
+    with pytest.raises(ValueError, match="drope .* needs at least 2 steps"):
+        two_layers("drope").with_options(steps=1).train_config("drope", 256)
