@@ -7,22 +7,20 @@ numbers whichever node ran it, and a study run in one process records none.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .tables import markdown_table
-
-if TYPE_CHECKING:
-    from .study import Unit
 
 PLACEMENT = "placement"
 
 
-def unit_name(unit: Unit) -> str:
-    """A unit's name in ``placement``: its key's parts joined by ``/``."""
+def unit_name(unit: Any) -> str:
+    """A unit's (:class:`~posenc.study.Unit`) name in ``placement``: its key's parts
+    joined by ``/``."""
     return "/".join(str(part) for part in unit.key)
 
 
-def record_placement(results: dict, unit: Unit, where: dict) -> None:
+def record_placement(results: dict, unit: Any, where: dict) -> None:
     """File where ``unit`` ran under ``results["placement"]``."""
     results.setdefault(PLACEMENT, {})[unit_name(unit)] = dict(where)
 

@@ -221,3 +221,24 @@ class RayUnits:
         if self.owns_connection:
             self.ray.shutdown()
             self.owns_connection = False
+
+
+# ------------------------------------------------------------------ a study run in process
+def run_unit_of(study: Study, unit: Unit) -> Any:
+    """In a Ray worker: ``study.run_unit(unit)`` on the study ``prepare`` made in the
+    driver (shipped once per worker), quietly."""
+    return study.run_unit(unit, lambda n: None)
+
+
+def study_units_on(study: Study, shipped: Study, units: Sequence[Unit], cluster: RayCluster,
+                   device: str, memory: Callable[[Unit], int | None] = lambda unit: None,
+                   here: Callable[[Unit], bool] = lambda unit: False) -> RayUnits:
+    """The executor of a study whose units share what ``prepare`` loaded (a model, a
+    tokenizer, a text): ``shipped`` (the prepared study, picklable) goes to the object store
+    once and every unit runs on it in a Ray task, but those ``here`` says run in this
+    process (bookkeeping units)."""
+    prepared = Shared(shipped)
+    return RayUnits(study, units, cluster,
+                    lambda unit: None if here(unit) else (unit.key, run_unit_of,
+                                                          (prepared, unit)),
+                    device, memory=memory)
