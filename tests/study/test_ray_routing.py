@@ -11,8 +11,7 @@ import pytest
 from posenc.errors import UserError
 from posenc.lab.tasks import study as task_study
 from posenc.lab.tasks.study import TaskStudy
-from posenc.study import Unit
-from posenc.study import ray_units
+from posenc.study import Unit, ray_units
 from posenc.study.placement import placement_markdown, record_placement
 from posenc.study.ray_units import MAX_RETRIES, RayCluster, RayUnits, Shared, task_resources
 from tests.lab.helpers import TINY
