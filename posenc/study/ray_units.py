@@ -100,10 +100,11 @@ def connect(cluster: RayCluster) -> bool:
     if ray.is_initialized():
         return False
     import logging
-    options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False,
-                               "configure_logging": True}
+    options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
     if cluster.address is None:
         options["include_dashboard"] = False
+    elif cluster.address.startswith("ray://"):
+        options = {}                    # Ray Client: the server's settings apply
     try:
         ray.init(address=cluster.address, **options)
     except ConnectionError as err:
@@ -156,15 +157,19 @@ class RayUnits:
         self.study, self.task_of, self.pick, self.device = study, task_of, pick, device
         self.ray = import_ray()
         self.owns_connection = connect(cluster)
-        self.refs: dict[Any, Any] = {}
-        self.taken: set[Any] = set()
+        self.refs: dict[Any, Any] = {}            # tasks whose result is not fetched yet
+        self.left: dict[Any, int] = {}            # units per task still to take
+        self.fetched: dict[Any, tuple[Any, dict]] = {}
         self.placed: dict[tuple, dict] = {}
         self._put: dict[int, _SharedRef] = {}
         remote = self.ray.remote(call_unit)
         try:
             for unit in units:
                 task = task_of(unit)
-                if task is None or task[0] in self.refs:
+                if task is None:
+                    continue
+                self.left[task[0]] = self.left.get(task[0], 0) + 1
+                if task[0] in self.refs:
                     continue
                 key, fn, args = task
                 options = task_resources(device, memory(unit))
@@ -185,18 +190,22 @@ class RayUnits:
 
     def run(self, unit: Unit, advance: Callable[[int], None]) -> Any:
         task = self.task_of(unit)
-        if task is None or task[0] not in self.refs:
+        if task is None or task[0] not in self.left:
             return self.study.run_unit(unit, advance)
         key = task[0]
-        first = key not in self.taken
-        self.taken.add(key)
-        try:
-            result, where = self.ray.get(self.refs[key])
-        except self.ray.exceptions.RayTaskError as err:
-            cause = getattr(err, "cause", None)
-            if isinstance(cause, UserError):
-                raise cause from None           # a bad input: one line, as run here
-            raise
+        first = key in self.refs
+        if first:
+            try:
+                self.fetched[key] = self.ray.get(self.refs.pop(key))
+            except self.ray.exceptions.RayTaskError as err:
+                cause = getattr(err, "cause", None)
+                if isinstance(cause, UserError):
+                    raise cause from None           # a bad input: one line, as run here
+                raise
+        result, where = self.fetched[key]
+        self.left[key] -= 1
+        if not self.left[key]:                      # its last unit: let the result go
+            del self.fetched[key]
         self.placed[unit.key] = where
         return self.pick(unit, result, first)
 
@@ -211,13 +220,12 @@ class RayUnits:
         connected."""
         if not hasattr(self, "refs"):
             return
-        pending = [ref for key, ref in self.refs.items() if key not in self.taken]
-        for ref in pending:
+        for ref in self.refs.values():
             try:
                 self.ray.cancel(ref, force=True)
             except Exception:                       # already finished or gone
                 pass
-        self.refs, self._put = {}, {}
+        self.refs, self.fetched, self._put = {}, {}, {}
         if self.owns_connection:
             self.ray.shutdown()
             self.owns_connection = False
