@@ -8,6 +8,9 @@ the benchmark starts once (a standing cluster, as after ``ray start``); ``ray-st
 the same with ``--ray`` alone, which starts (and stops) a Ray of its own. Rounds alternate
 the order of the arms. The ratio to ``pool`` per round, its median and range, and the
 overhead per unit and per task ((arm - pool) / count) are printed as a markdown table.
+First, the engine's own cost per unit: ``--noop`` units that do nothing run through
+:class:`~posenc.study.ray_units.RayUnits` on the standing cluster (all submitted at once,
+taken in order, as a study does), wall seconds per unit.
 
     .venv/bin/python -m benchmarks.bench_ray --preset smoke --rounds 3
 """
@@ -52,10 +55,35 @@ def units_and_tasks(out: Path) -> tuple[int, int]:
     return len(placed), len({(k.split("/")[1], k.split("/")[-1]) for k in placed})
 
 
+def nothing(i: int) -> int:
+    return i
+
+
+def noop_seconds(address: str, count: int) -> float:
+    """Wall seconds per unit of ``count`` units that do nothing, run as Ray tasks (the
+    workers already started by a first, untimed batch)."""
+    from posenc.study import Unit
+    from posenc.study.ray_units import RayCluster, RayUnits
+    units = [Unit((i,), f"unit {i}") for i in range(count)]
+
+    def batch() -> float:
+        start = time.perf_counter()
+        executor = RayUnits(None, units, RayCluster(address),
+                            lambda unit: (unit.key, nothing, unit.key))
+        for unit in units:
+            executor.run(unit, lambda n: None)
+        executor.close()
+        return time.perf_counter() - start
+    batch()
+    return batch() / count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="smoke")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--noop", type=int, default=200, help="units for the engine's cost")
+    parser.add_argument("--noop-only", action="store_true")
     args = parser.parse_args()
     import os
 
@@ -66,8 +94,13 @@ def main() -> None:
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": os.cpu_count(), "include_dashboard": False})
     ray.init(address=cluster.address, logging_level=logging.WARNING)
-    ray.shutdown()                                   # up; the commands connect themselves
     print(f"standing cluster started in {time.perf_counter() - started:.1f} s")
+    per_unit = noop_seconds(cluster.address, args.noop)
+    ray.shutdown()                                   # the commands connect themselves
+    print(f"a unit that does nothing: {per_unit * 1000:.1f} ms per unit ({args.noop} units)")
+    if args.noop_only:
+        cluster.shutdown()
+        return
     times: dict[str, list[float]] = {arm: [] for arm in ARMS}
     counts = (0, 0)
     try:

@@ -19,10 +19,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from posenc.errors import UserError
 from posenc.lab.compare.presets import preset
 from posenc.lab.compare.study import run_compare
 from posenc.lab.tasks.study import TaskStudyConfig, run_task_study
-from posenc.study.ray_units import RayCluster
+from posenc.study import Unit
+from posenc.study.ray_units import RayCluster, RayUnits
 from tests.helpers import process_tree, running, wait_for
 from tests.hf.helpers import without
 from tests.lab.helpers import TINY
@@ -104,6 +106,23 @@ def test_a_task_study_on_two_nodes_equals_the_local_run(cluster, tasks_here, tmp
                            cluster=RayCluster(cluster.address))
     assert without(there, VOLATILE) == without(tasks_here, VOLATILE)
     assert len(_nodes_that_ran(there)) == 2 and len(there["placement"]) == len(there["runs"])
+
+
+def _refuse(calls: str) -> None:
+    """A unit that fails for the user's reason (counting its calls in the file ``calls``)."""
+    with open(calls, "a") as f:
+        f.write("x")
+    raise UserError("d_model must be divisible by n_heads, got 30 and 4")
+
+
+def test_a_unit_failing_for_its_own_reason_is_reported_once(cluster, tmp_path):
+    calls, unit = tmp_path / "calls", Unit(("bad",), "a bad config")
+    units = RayUnits(None, [unit], RayCluster(cluster.address),
+                     lambda u: (u.key, _refuse, (str(calls),)))
+    with pytest.raises(UserError, match="^d_model must be divisible"):
+        units.run(unit, lambda n: None)
+    units.close(abort=True)
+    assert calls.read_text() == "x"                          # not retried
 
 
 def test_a_stopped_driver_resumes_to_the_same_results(cluster, compared_here, tmp_path):
