@@ -3,7 +3,7 @@ study runs on a cluster (``--ray [ADDRESS]``; Ray 2.x, the optional extra ``pose
 
 Each unit a study hands over (its ``task_of(unit) -> (key, fn, args)``, the contract of
 :class:`posenc.lab.compare.unit_pool.PooledUnits`) becomes one Ray task that declares what
-it needs (:func:`task_resources`): one GPU when the study runs on CUDA, else one CPU, and
+it needs (:func:`task_resources`): one GPU when the study runs on CUDA, else one CPU and
 the memory the study estimates for it, so Ray places as many side by side as the cluster
 holds. Every task is submitted at once; the driver takes each unit's result in plan order
 and commits it through the study core, which alone writes the run directory: no
@@ -76,12 +76,13 @@ def is_gpu_device(device: str) -> bool:
 
 def task_resources(device: str, memory: int | None = None) -> dict[str, Any]:
     """What one unit's task asks Ray for: ``num_gpus=1`` on a CUDA device (Ray then makes
-    that GPU the task's ``cuda``), else ``num_cpus=1`` (one thread); ``memory`` in bytes
-    when the study estimates it (a scheduling reservation, not a limit)."""
-    needs: dict[str, Any] = {"num_gpus": 1} if is_gpu_device(device) else {"num_cpus": 1}
-    if memory:
-        needs["memory"] = int(memory)
-    return needs
+    that GPU the task's ``cuda``, and the unit has its memory to itself), else
+    ``num_cpus=1`` (one thread) and ``memory``, the bytes the study estimates the unit
+    needs, when it does (Ray's ``memory`` is host memory: a scheduling reservation, not a
+    limit)."""
+    if is_gpu_device(device):
+        return {"num_gpus": 1}
+    return {"num_cpus": 1, **({"memory": int(memory)} if memory else {})}
 
 
 def import_ray():

@@ -76,11 +76,11 @@ class _Here:
 
 
 @pytest.mark.parametrize("device, expected", [
-    ("cuda", {"num_gpus": 1}), ("cuda:1", {"num_gpus": 1}), ("cpu", {"num_cpus": 1}),
-    ("mps", {"num_cpus": 1})])
-def test_a_cuda_device_asks_for_one_gpu_any_other_for_one_cpu(device, expected):
-    assert task_resources(device) == expected
-    assert task_resources(device, 123.0) == {**expected, "memory": 123}
+    ("cuda", {"num_gpus": 1}), ("cuda:1", {"num_gpus": 1}),
+    ("cpu", {"num_cpus": 1, "memory": 123}), ("mps", {"num_cpus": 1, "memory": 123})])
+def test_a_cuda_device_asks_for_one_gpu_any_other_for_one_cpu_and_memory(device, expected):
+    assert task_resources(device, 123.0) == expected
+    assert "memory" not in task_resources(device)
 
 
 @pytest.mark.parametrize("device, route", [("cuda", "num_gpus"), ("cpu", "num_cpus")])
@@ -94,7 +94,8 @@ def test_every_unit_task_declares_its_device_memory_and_retries(fake_ray, device
                         memory=lambda unit: 2**20)
     assert len(fake_ray.submitted) == 2 and fake_ray.put_count == 1    # shared put once
     for options in fake_ray.submitted:
-        assert options[route] == 1 and options["memory"] == 2**20
+        assert options[route] == 1 and options.get("memory") == (
+            2**20 if route == "num_cpus" else None)            # a GPU unit has its GPU
         assert options["max_retries"] == MAX_RETRIES and options["retry_exceptions"] is False
         assert ({"num_gpus", "num_cpus"} - {route}).isdisjoint(options)
     assert executor.run(units[0], lambda n: None) == 41
