@@ -21,6 +21,7 @@ from pathlib import Path
 from ..errors import UserError
 from .args import check_seed, float_list, int_list, path_arg, positive_float
 from .devices import add_device_arguments, resolve_device
+from .ray_flag import add_ray_flag, ray_cluster
 from .run_flags import add_run_flags
 
 NAME = "arena"
@@ -72,6 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--out", type=path_arg, help="output directory (default: runs/arena-<model>)")
     add_run_flags(o, "the arena", deprecated=("--force", "--resume"))
+    add_ray_flag(o)
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -117,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         device=resolve_device(args.device), threads=args.threads,
         gguf_cache=None if args.no_gguf_cache else (args.gguf_cache or default_gguf_cache()),
         memory_limit=None if args.memory_limit_gb is None
-        else int(args.memory_limit_gb * 2**30))
+        else int(args.memory_limit_gb * 2**30), cluster=ray_cluster(args))
     if args.no_progress:
         from transformers.utils import logging as hf_logging
         hf_logging.disable_progress_bar()

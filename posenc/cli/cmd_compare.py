@@ -9,6 +9,7 @@ import time
 from ..errors import UserError
 from .args import check_seed, int_list, name_list, path_arg
 from .devices import add_device_arguments, resolve_device
+from .ray_flag import add_ray_flag, ray_cluster
 from .run_flags import add_run_flags
 
 NAME = "compare"
@@ -56,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=int, help="seeds per encoding (seed, seed+1, ...); an "
                    "existing comparison grows: only missing runs are trained")
     add_run_flags(p, "the comparison")
+    add_ray_flag(p)
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's "
                    "choice; 1 is faster on a machine that other jobs keep busy)")
     p.add_argument("--workers", default="auto", help="processes that train and evaluate "
@@ -126,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
                             start)
     outcome = run_compare(cfg, args.out, overwrite=args.overwrite,
                           progress=not args.no_progress, atlas=not args.no_atlas,
-                          names=CLI_NAMES, workers=args.workers)
+                          names=CLI_NAMES, workers=args.workers, cluster=ray_cluster(args))
     minutes = (time.perf_counter() - start) / 60
     print(f"{len(outcome.results['runs'])} runs ({len(outcome.trained)} trained now, "
           f"{len(outcome.reused)} reused) in {minutes:.1f} min")
@@ -150,7 +152,7 @@ def _run_corpora(cfg, args: argparse.Namespace, corpora: tuple[str, ...], start:
     from ..study import CLI_NAMES
     outcome = run_corpora(cfg, args.out, corpora, overwrite=args.overwrite,
                           progress=not args.no_progress, atlas=not args.no_atlas,
-                          names=CLI_NAMES, workers=args.workers)
+                          names=CLI_NAMES, workers=args.workers, cluster=ray_cluster(args))
     minutes = (time.perf_counter() - start) / 60
     print(f"{len(corpora)} corpora ({', '.join(corpora)}) in {minutes:.1f} min")
     for corpus, one in outcome.outcomes.items():

@@ -25,6 +25,7 @@ from ..errors import UserError
 from ..methods import list_methods, parse_method_spec
 from .args import check_seed, float_list, int_list, path_arg, positive_float
 from .devices import add_device_arguments, resolve_device
+from .ray_flag import add_ray_flag, ray_cluster
 from .run_flags import add_run_flags
 
 NAME = "extend"
@@ -93,6 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--out", type=path_arg,
                    help="output directory (default: runs/extend-<model>)")
     add_run_flags(o, "the study", deprecated=("--force", "--resume"))
+    add_ray_flag(o)
     o.add_argument("--save", type=path_arg, help="also save the extended model (one method, no fine-tune) "
                    "as a directory plain transformers loads")
     o.add_argument("--gguf", metavar="OUT", help="also write the extended model (one method, "
@@ -163,7 +165,7 @@ def _runtime(args: argparse.Namespace):
         gguf_cache=None if args.no_gguf_cache else (args.gguf_cache or default_gguf_cache()),
         threads=args.threads, save=args.save,
         memory_limit=None if args.memory_limit_gb is None
-        else int(args.memory_limit_gb * 2**30))
+        else int(args.memory_limit_gb * 2**30), cluster=ray_cluster(args))
 
 
 def _check_gguf(path: str, request) -> None:

@@ -8,6 +8,7 @@ import time
 
 from ..errors import UserError
 from .args import name_list, path_arg
+from .ray_flag import add_ray_flag, ray_cluster
 from .run_flags import add_run_flags
 
 NAME = "tasks"
@@ -34,6 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"{MAX_WORKERS}, on a CPU; 1 on a GPU or below {MIN_PARALLEL_STEPS} "
                    "training steps in all)")
     add_run_flags(p, "the study")
+    add_ray_flag(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -55,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
                               max(cfg.train.steps, cfg.seq2seq_train.steps), _warn)
     start = time.perf_counter()
     results = run_task_study(args.out, preset=cfg, progress=not args.no_progress,
-                             overwrite=args.overwrite, names=CLI_NAMES, workers=workers)
+                             overwrite=args.overwrite, names=CLI_NAMES, workers=workers,
+                             cluster=ray_cluster(args))
     minutes = (time.perf_counter() - start) / 60
     print(f"{len(results['runs'])} runs ({len(results['trained'])} trained now) in "
           f"{minutes:.1f} min")

@@ -22,7 +22,8 @@ index" -> a 0/1 per needle or key), ``ppl`` (method -> length -> point), ``exten
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import copy
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -41,19 +42,30 @@ from ..study import (
     encode,
     register_kind,
 )
+from ..study.placement import placement_markdown
+from ..study.ray_units import RayCluster
 from ..study.settings import settings_difference, short
+from ..study.study import InOrder, UnitExecutor
 from .arena_fields import check_arena_results
 from .arena_report import report_markdown, sample_notes, write_figures
 from .arena_tasks import Haystack, min_needle_length, needle_hits, passkey_hits
 from .extend import extend, make_extension, restore
 from .load import MODEL_DTYPES
-from .measure import PeakMemory, check_memory, n_windows, perplexity_vs_length, tokens_needed
+from .measure import (
+    PeakMemory,
+    check_memory,
+    forward_bytes,
+    n_windows,
+    perplexity_vs_length,
+    tokens_needed,
+)
 from .passkey import min_length
 
 
 def render_arena(results: dict, directory: RunDirectory, final: bool = True) -> list[Path]:
     """report.md, and when ``final`` the needle and passkey heat maps."""
-    paths = [directory.path / RESULTS, directory.write("report.md", report_markdown(results))]
+    paths = [directory.path / RESULTS,
+             directory.write("report.md", report_markdown(results) + placement_markdown(results))]
     if final:
         paths += write_figures(results, directory)
     return paths
@@ -141,6 +153,8 @@ class ArenaRuntime:
     gguf_cache: str | Path | None = None
     threads: int | None = None
     memory_limit: int | None = None
+    #: run the cells on this Ray cluster (:mod:`posenc.study.ray_units`); None: here
+    cluster: RayCluster | None = None
 
 
 class ArenaStudy(Study):
@@ -280,6 +294,21 @@ class ArenaStudy(Study):
         return units
 
     # ------------------------------------------------------------ run
+    def executor(self, units: Sequence[Unit]) -> UnitExecutor:
+        """Here in order, or with ``runtime.cluster`` every cell and point a Ray task that
+        runs on the prepared model, shipped once per worker; it asks for a forward's
+        estimated memory at the unit's length, plus the weights."""
+        if self.runtime.cluster is None:
+            return InOrder(self)
+        from ..study.ray_units import study_units_on
+        shipped = copy.copy(self)
+        shipped.names, shipped.warn = dict(self.names), None
+        param = next(self.model.parameters())
+        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        return study_units_on(
+            self, shipped, units, self.runtime.cluster, self.runtime.device,
+            lambda unit: weights + forward_bytes(self.model.config, unit.key[2], param.dtype))
+
     def run_unit(self, unit: Unit, advance: Callable[[int], None]) -> dict:
         """Measure one cell or point on the extended model (restored after): ``{"extension",
         "value", "peak"}`` (``value``: the hits of a needle or passkey cell, or a perplexity

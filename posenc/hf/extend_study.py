@@ -17,7 +17,8 @@ replace it, but not resumed: it did not record its settings.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import copy
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,10 @@ from ..study import (
     encode,
     register_kind,
 )
+from ..study.placement import placement_markdown
+from ..study.ray_units import RayCluster
 from ..study.settings import settings_difference, short
+from ..study.study import InOrder, UnitExecutor
 from .extend import extend, hf_rope_parameters, make_extension, restore
 from .extension_settings import (
     DEFAULT_DEPTHS,
@@ -49,7 +53,7 @@ from .extension_settings import (
 )
 from .finetune import FinetuneConfig, finetune
 from .load import MODEL_DTYPES
-from .measure import PeakMemory, n_windows, perplexity_vs_length
+from .measure import PeakMemory, forward_bytes, n_windows, perplexity_vs_length
 from .passkey import PasskeyGrid, passkey_cell
 from .report import check_extension_numbers, passkey_figure, report_markdown, write_figures
 
@@ -69,7 +73,7 @@ def render_extension(results: dict, directory: RunDirectory, final: bool = True
                      ) -> list[Path]:
     """report.md, and when ``final`` the perplexity plot and the passkey heat maps."""
     paths = [directory.path / RESULTS,
-             directory.write("report.md", report_markdown(results))]
+             directory.write("report.md", report_markdown(results) + placement_markdown(results))]
     if final:
         paths += write_figures(results, directory)
     return paths
@@ -166,6 +170,8 @@ class ExtendRuntime:
     threads: int | None = None
     memory_limit: int | None = None
     save: str | None = None
+    #: run the units on this Ray cluster (:mod:`posenc.study.ray_units`); None: here
+    cluster: RayCluster | None = None
 
 
 class ExtendStudy(Study):
@@ -328,6 +334,31 @@ class ExtendStudy(Study):
                 for j, n in enumerate(config.passkey_lengths)]
 
     # ------------------------------------------------------------ run
+    def executor(self, units: Sequence[Unit]) -> UnitExecutor:
+        """Here in order, or with ``runtime.cluster`` every point, cell and fine-tuned row a
+        Ray task on the prepared model (shipped once per worker; a row's bookkeeping unit
+        runs here); a point or cell asks for a forward's estimated memory at its length,
+        plus the weights."""
+        if self.runtime.cluster is None:
+            return InOrder(self)
+        if self.runtime.device_map is not None:
+            raise UserError("a model split over devices (device_map) runs in one process; "
+                            "leave out the device map to run on a Ray cluster")
+        from ..study.ray_units import study_units_on
+        shipped = copy.copy(self)
+        shipped.names, shipped.warn = dict(self.names), None
+        param = next(self.model.parameters())
+        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        config = self.config
+
+        def memory(unit: Unit) -> int | None:
+            length = unit.key[3] if unit.key[0] == "ppl" else \
+                config.passkey_lengths[unit.key[4]] if unit.key[0] == "passkey" else None
+            return None if length is None else \
+                weights + forward_bytes(self.model.config, length, param.dtype)
+        return study_units_on(self, shipped, units, self.runtime.cluster, self.runtime.device,
+                              memory, here=lambda unit: unit.key[0] == "row")
+
     def run_unit(self, unit: Unit, advance: Callable[[int], None]) -> dict:
         """Measure one unit on the extended model (restored after): ``{"extension", ...}``
         with a perplexity ``point`` or a passkey ``cell`` and the memory it took

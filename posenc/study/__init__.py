@@ -11,6 +11,8 @@
 - :mod:`.study`: the :class:`Study` protocol (a plan of units of work, each unit's result
   returned as a value and committed by the driver, a report rendered from the results) and
   :func:`run_study`, the driver every study runs.
+- :mod:`.ray_units`: the executor that runs a study's units as Ray tasks on a cluster (Ray
+  imported only there), and :mod:`.placement`: where each of those units ran.
 - :mod:`.tables`, :mod:`.verdict`: one markdown table helper, one verdict type and the one
   minimum of samples below which every verdict abstains.
 """

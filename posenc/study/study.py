@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .names import API_NAMES
+from .placement import record_placement
 from .progress import StudyProgress
 from .rundir import RunDirectory, StudyKind
 
@@ -155,6 +156,9 @@ def _run(study: Study, out_dir: str | Path, overwrite: bool, progress: bool,
                 result = executor.run(unit, bar.advance)
                 bar.advance(unit.weight - (bar.done - before))
                 study.commit(results, unit, result)
+                where = getattr(executor, "placement", None)
+                if where is not None and where(unit) is not None:
+                    record_placement(results, unit, where(unit))
                 directory.save(results)
                 now = time.monotonic()
                 if rendered_at is None or now - rendered_at >= study.render_every:

@@ -23,6 +23,7 @@ from pathlib import Path
 from ...data.corpora import resolve_corpus
 from ...runio import atomic_write
 from ...study import API_NAMES, NOT_SUPPORTED, SUPPORTED, Verdict, markdown_table
+from ...study.ray_units import RayCluster
 from ..claims.claims import check_claims
 from ..claims.evidence import Runs
 from ..claims.handicaps import (
@@ -117,9 +118,10 @@ def render_corpora_report(results: Mapping[str, dict]) -> str:
 
 def run_corpora(cfg: CompareConfig, out_dir: Path, corpora: Sequence[str], *,
                 overwrite: bool = False, progress: bool = True, atlas: bool = True,
-                names: Mapping[str, str] = API_NAMES, workers: int = 1) -> CorporaOutcome:
+                names: Mapping[str, str] = API_NAMES, workers: int = 1,
+                cluster: RayCluster | None = None) -> CorporaOutcome:
     """Run ``cfg`` on each of ``corpora`` (``code``, ``prose`` or a path) into
-    ``out_dir/<corpus>`` (:func:`run_compare`, with ``workers``), then write the report
+    ``out_dir/<corpus>`` (:func:`run_compare`, with ``workers`` or ``cluster``), then write the report
     across them."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -129,7 +131,7 @@ def run_corpora(cfg: CompareConfig, out_dir: Path, corpora: Sequence[str], *,
             replace(cfg, train=replace(cfg.train, data=corpus_data(corpus))),
             out_dir / corpus_folder(corpus),
             overwrite=overwrite, progress=progress, atlas=atlas, names=names,
-            workers=workers)
+            workers=workers, cluster=cluster)
     results = {corpus_folder(c): o.results for c, o in outcomes.items()}
     text = render_corpora_report(results)
     report = out_dir / "report.md"

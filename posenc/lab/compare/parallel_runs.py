@@ -105,12 +105,19 @@ def run_group(cfg: Any, out_dir: Path, encoding: str, seed: int,
     """In a worker: train (or resume, or reuse) one run and evaluate it under ``scalings``."""
     import torch
 
-    from ...train.loop import TrainingDiverged
-    from .one_run import ensure_trained, evaluate_run, run_dir_of, run_head
-    from .progress import UnitProgress
     from .study_data import prepare_study_data
     torch.set_num_threads(threads)
     data = prepare_study_data(cfg.train)             # from the corpus cache the parent made
+    return train_and_evaluate(cfg, data, out_dir, encoding, seed, scalings)
+
+
+def train_and_evaluate(cfg: Any, data: Any, out_dir: Path, encoding: str, seed: int,
+                       scalings: list[str | None]) -> GroupResult:
+    """Train (or resume, or reuse) the run ``out_dir/runs/<encoding>/seed<k>`` on the
+    prepared ``data`` and evaluate it under ``scalings``, quietly."""
+    from ...train.loop import TrainingDiverged
+    from .one_run import ensure_trained, evaluate_run, run_dir_of, run_head
+    from .progress import UnitProgress
     quiet = UnitProgress(cfg, lambda n: None)
     where = run_dir_of(encoding, seed)
     try:

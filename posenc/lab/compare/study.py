@@ -25,7 +25,9 @@ removes only what a comparison writes. One process at a time writes ``out_dir`` 
 directory's lock). A run whose training diverges (non-finite loss) is
 recorded under ``failed`` in results.json and named in the report; the others go on.
 With ``workers`` > 1 the runs train and are evaluated in worker processes, side by side
-(:mod:`posenc.lab.compare.parallel_runs`); results.json is still written in the plan's order.
+(:mod:`posenc.lab.compare.parallel_runs`); with a Ray ``cluster`` each (encoding, seed) is a
+Ray task on whichever node has room (:mod:`posenc.lab.compare.remote_runs`), its run's files
+returned to this process. Either way results.json is written in the plan's order.
 """
 
 from __future__ import annotations
@@ -39,18 +41,21 @@ from ...encodings.checks import require_positive_int
 from ...errors import UserError
 from ...eval.inference_scaling import InferenceScaling, run_label
 from ...study import API_NAMES, RESULTS, RunDirectory, Study, StudyOutcome, Unit, encode, run_study
+from ...study.placement import placement_markdown
+from ...study.ray_units import RayCluster
 from ...study.study import InOrder, UnitExecutor
 from ...viz.plots import plot_all
 from ..report.report import existing_links, render_index, render_report
 from ..runs.baseline import baseline_entry
 from ..runs.variants import takes_scaling
 from .growth import incomparable_reason, merged
-from .one_run import ensure_trained, evaluate_run, run_dir_of, run_head
+from .one_run import announce_run, ensure_trained, evaluate_run, run_dir_of, run_head
 from .parallel_runs import GroupResult, run_group
 from .presets import CompareConfig, changed_from_preset
 from .progress import UnitProgress, unit_weight
+from .remote_runs import write_run_files
 from .results import COMPARE_KIND, aggregate
-from .study_data import StudyData, prepare_study_data
+from .study_data import StudyData, prepare_study_data, study_device
 from .timing import time_training_steps
 from .unit_pool import PooledUnits
 
@@ -86,6 +91,7 @@ def render_outputs(directory: RunDirectory, results: dict, plots: bool = True,
         write_comparison_atlas(out_dir, results)
     names, links = [p.name for p in paths], existing_links(out_dir)
     text = render_report(results, names, links, changed_from_preset(results.get("config", {})))
+    text += placement_markdown(results)
     report = directory.write("report.md", text)
     directory.write("index.html", render_index(results, names, links, report=text))
     return report, paths
@@ -185,9 +191,11 @@ class CompareStudy(Study):
     render_every = RENDER_EVERY_S
 
     def __init__(self, cfg: CompareConfig, out_dir: Path, atlas: bool = True,
-                 workers: int = 1, names: Mapping[str, str] = API_NAMES) -> None:
+                 workers: int = 1, names: Mapping[str, str] = API_NAMES,
+                 cluster: RayCluster | None = None) -> None:
         self.cfg = replace(cfg, train=cfg.train.resolved())   # a local data path absolute
         self.out_dir, self.atlas, self.workers, self.names = Path(out_dir), atlas, workers, names
+        self.cluster = cluster
         self.prepared: PreparedComparison | None = None
         self._run: tuple[tuple[str, int], Any] | None = None    # the one run loaded now
         self._pooled = False                  # whether runs go to worker processes now
@@ -247,6 +255,9 @@ class CompareStudy(Study):
         for unit in units:
             if unit.key[0] == "run":
                 groups.setdefault((unit.key[1], unit.key[3]), []).append(unit.key[2])
+        if self.cluster is not None and groups:
+            self._pooled = True
+            return self._on_cluster(units, groups)
         self._pooled = not (self.workers < 2 or len(groups) < 2)
         if not self._pooled:
             return InOrder(self)
@@ -258,6 +269,32 @@ class CompareStudy(Study):
             group = (unit.key[1], unit.key[3])
             return group, run_group, (cfg, out_dir, *group, groups[group], 1)
         return PooledUnits(self, units, self.workers, task, _pick)
+
+    def _on_cluster(self, units: Sequence[Unit],
+                    groups: dict[tuple[str, int], list[str | None]]) -> UnitExecutor:
+        """Each (encoding, seed) a Ray task (:mod:`~posenc.lab.compare.remote_runs`): the
+        prepared data shared once, the run's files already here sent along, one GPU or
+        one CPU and the training step's estimated memory asked for."""
+        from ...study.ray_units import RayUnits, Shared
+        from ...train.memory import train_step_bytes, validation_set_bytes
+        from .remote_runs import read_run_files, run_group_shipped
+        cfg, data = self.prepared.cfg, self.prepared.data
+        config, shared_data, tasks = Shared(cfg), Shared(data), {}
+        for (encoding, seed), scalings in groups.items():
+            run_dir = self.out_dir / run_dir_of(encoding, seed)
+            announce_run(run_dir)
+            tasks[encoding, seed] = ((encoding, seed), run_group_shipped,
+                                     (config, shared_data, read_run_files(run_dir), encoding,
+                                      seed, scalings))
+
+        def task(unit: Unit) -> tuple | None:
+            return tasks[unit.key[1], unit.key[3]] if unit.key[0] == "run" else None
+
+        def memory(unit: Unit) -> int:
+            train = cfg.train_config(unit.key[1], data.vocab_size, unit.key[3])
+            return train_step_bytes(train) + validation_set_bytes(train)
+        return RayUnits(self, units, self.cluster, task, study_device(cfg.train),
+                        _pick_shipped, memory)
 
     def run_unit(self, unit: Unit, advance) -> Any:
         from ...train.loop import TrainingDiverged
@@ -288,6 +325,9 @@ class CompareStudy(Study):
             return
         _, encoding, _, seed = unit.key
         name = _name(encoding, seed)
+        files = result.pop("files", None)         # a run trained on another machine
+        if files:
+            write_run_files(self.out_dir / run_dir_of(encoding, seed), files)
         if "failed" in result:
             results.setdefault("failed", {})[name] = result["failed"]
             return
@@ -299,6 +339,8 @@ class CompareStudy(Study):
         """How the run just filed was computed: worker processes and intra-op threads (a
         sum over another split of the work differs in its last bits, about 1e-7)."""
         import torch
+        if self._pooled and self.cluster is not None:
+            return {"workers": 1, "threads": 1, "ray": True}
         if self._pooled:
             return {"workers": self.workers, "threads": 1}
         return {"workers": 1, "threads": torch.get_num_threads()}
@@ -324,6 +366,15 @@ def _pick(unit: Unit, group: GroupResult, first: bool) -> dict:
     return {"head": head, "entry": entry, "trained": group.trained if first else None}
 
 
+def _pick_shipped(unit: Unit, shipped: tuple[GroupResult, dict[str, bytes]],
+                  first: bool) -> dict:
+    """A run unit's result out of its Ray task's (:class:`GroupResult`, run files); the
+    first unit of a run carries the files for :meth:`CompareStudy.commit` to write."""
+    group, files = shipped
+    result = _pick(unit, group, first)
+    return {**result, "files": files} if first else result
+
+
 def trained_and_reused(outcome: StudyOutcome) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The (encoding, seed) runs a comparison trained now, and those it reused (evaluated
     from a run already on disk, or evaluated before), in plan order; from what its units
@@ -340,15 +391,17 @@ def trained_and_reused(outcome: StudyOutcome) -> tuple[tuple[str, ...], tuple[st
 
 def run_compare(cfg: CompareConfig, out_dir: Path, *, overwrite: bool = False,
                 progress: bool = True, atlas: bool = True,
-                names: Mapping[str, str] = API_NAMES, workers: int = 1) -> CompareOutcome:
+                names: Mapping[str, str] = API_NAMES, workers: int = 1,
+                cluster: RayCluster | None = None) -> CompareOutcome:
     """Run, resume or grow the comparison ``cfg`` in ``out_dir``; see the module docstring.
     ``atlas``: also draw the atlas into ``out_dir/atlas`` at the end. The folder's lock,
     checks, atomic results and overwrite (removing only what a comparison writes) are the
     study core's (:func:`posenc.study.run_study`); ``names``: how its messages name the
     options (the CLI passes its flags). ``workers``: processes that train and evaluate runs
-    side by side (:func:`posenc.lab.compare.parallel_runs.default_workers` picks a number)."""
+    side by side (:func:`posenc.lab.compare.parallel_runs.default_workers` picks a number);
+    ``cluster``: run them as Ray tasks there instead (:mod:`posenc.study.ray_units`)."""
     require_positive_int("workers", workers)
-    study = CompareStudy(cfg, out_dir, atlas, workers, names)
+    study = CompareStudy(cfg, out_dir, atlas, workers, names, cluster)
     outcome = run_study(study, out_dir, overwrite=overwrite, progress=progress, names=names)
     trained, reused = trained_and_reused(outcome)
     return CompareOutcome(outcome.out_dir, outcome.results, outcome.paths[1],

@@ -18,7 +18,7 @@ Each run trains on one CPU thread (tiny models gain nothing from more, and on a 
 threads contend), and records its wall and CPU seconds. With ``workers`` > 1 the runs train
 in that many worker processes side by side (:class:`~posenc.lab.compare.parallel_runs.RunPool`), one
 thread each as in one process, so their numbers are the same; results.json still takes them
-in plan order. Runs take seconds to minutes and are not checkpointed. The study runs on the
+in plan order; with a Ray cluster each run is a Ray task (:mod:`posenc.study.ray_units`). Runs take seconds to minutes and are not checkpointed. The study runs on the
 study core (:class:`TaskStudy`, :func:`posenc.study.run_study`): results.json is rewritten
 atomically after every run, a second call skips the (part, task, encoding, seed) runs it
 already holds, so adding encodings or seeds trains only what is missing, and a directory
@@ -40,6 +40,8 @@ from ...encodings.checks import require_positive_int
 from ...errors import UserError
 from ...eval.lengths import eval_device
 from ...study import API_NAMES, RunDirectory, Study, StudyKind, Unit, register_kind, run_study
+from ...study.placement import placement_markdown
+from ...study.ray_units import RayCluster
 from ...study.study import InOrder, UnitExecutor
 from ..compare.presets import require_seed_count
 from ..compare.unit_pool import PooledUnits
@@ -161,7 +163,8 @@ def render_task_study(results: dict, directory: RunDirectory, final: bool = True
     plots = []
     if final and results["runs"]:
         plots.append(plot_task_accuracy(results, directory.path / FIGURE))
-    report = directory.write(REPORT, render_report(results, [p.name for p in plots]))
+    report = directory.write(REPORT, render_report(results, [p.name for p in plots])
+                             + placement_markdown(results))
     return [directory.path / RESULTS, report, *plots]
 
 
@@ -203,9 +206,10 @@ class TaskStudy(Study):
 
     kind = KIND
 
-    def __init__(self, cfg: TaskStudyConfig, workers: int = 1) -> None:
+    def __init__(self, cfg: TaskStudyConfig, workers: int = 1,
+                 cluster: RayCluster | None = None) -> None:
         self.cfg = cfg
-        self.workers = workers
+        self.workers, self.cluster = workers, cluster
         self._clock = time.perf_counter()     # when the last unit was filed (wall time)
 
     def check_existing(self, existing: dict, path: Path) -> None:
@@ -235,10 +239,17 @@ class TaskStudy(Study):
 
     def executor(self, units: Sequence[Unit]) -> UnitExecutor:
         """In order here, or with ``workers`` > 1 and two runs or more, every run queued to
-        worker processes at once (:func:`run_in_worker`), taken in plan order."""
+        worker processes at once (:func:`run_in_worker`), taken in plan order; with a Ray
+        ``cluster``, every run a Ray task there (one CPU, or one GPU where runs use CUDA)."""
+        cfg = self.cfg
+        if self.cluster is not None:
+            from ...study.ray_units import RayUnits, Shared
+            config = Shared(cfg)
+            return RayUnits(self, units, self.cluster,
+                            lambda unit: (unit.key, run_in_worker, (config, *unit.key)),
+                            eval_device())
         if self.workers < 2 or len(units) < 2:
             return InOrder(self)
-        cfg = self.cfg
         return PooledUnits(self, units, self.workers,
                            lambda unit: (unit.key, run_in_worker, (cfg, *unit.key)))
 
@@ -279,7 +290,8 @@ def resolve_config(preset: str | TaskStudyConfig, seeds: int | list[int] | None,
 def run_task_study(out_dir: str | Path, preset: str | TaskStudyConfig = "tasks",
                    seeds: int | list[int] | None = None, encodings: list[str] | None = None,
                    progress: bool = True, overwrite: bool = False,
-                   names: Mapping[str, str] = API_NAMES, workers: int = 1) -> dict:
+                   names: Mapping[str, str] = API_NAMES, workers: int = 1,
+                   cluster: RayCluster | None = None) -> dict:
     """Run (or grow) a task study into ``out_dir`` and return its results (see the module
     docstring), with ``trained``: the runs trained now. ``seeds``: a count N (seeds 0..N-1)
     or a list; ``encodings`` replaces both parts' encodings; ``overwrite`` starts over
@@ -287,9 +299,10 @@ def run_task_study(out_dir: str | Path, preset: str | TaskStudyConfig = "tasks",
     input raises before anything is written; the directory's lock, checks and atomic
     results are :func:`posenc.study.run_study`'s. ``names``: how messages name the options
     (the CLI passes its flags). ``workers``: processes that train runs side by side
-    (:func:`posenc.lab.compare.parallel_runs.default_workers` picks a number)."""
+    (:func:`posenc.lab.compare.parallel_runs.default_workers` picks a number); ``cluster``:
+    run them as Ray tasks there instead (:mod:`posenc.study.ray_units`)."""
     require_positive_int("workers", workers)
-    study = TaskStudy(resolve_config(preset, seeds, encodings), workers)
+    study = TaskStudy(resolve_config(preset, seeds, encodings), workers, cluster)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)        # tiny models: more threads only contend on a busy CPU
     try:

@@ -1,0 +1,136 @@
+"""A comparison through Ray against the local process pool: what running a study's units as
+Ray tasks costs on one machine.
+
+Each arm is the command a user types, timed from start to exit in a fresh process, into an
+empty folder: ``pool`` is ``posenc compare --preset P --workers 2`` (two worker processes);
+``ray`` is the same with ``--ray ADDRESS``, on a Ray cluster of this machine's CPUs that
+the benchmark starts once (a standing cluster, as after ``ray start``); ``ray-start`` is
+the same with ``--ray`` alone, which starts (and stops) a Ray of its own. Rounds alternate
+the order of the arms. The ratio to ``pool`` per round, its median and range, and the
+overhead per unit and per task ((arm - pool) / count) are printed as a markdown table.
+First, the engine's own cost per unit: ``--noop`` units that do nothing run through
+:class:`~posenc.study.ray_units.RayUnits` on the standing cluster (all submitted at once,
+taken in order, as a study does), wall seconds per unit.
+
+    .venv/bin/python -m benchmarks.bench_ray --preset smoke --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import machine_line
+
+ARMS = ("pool", "ray", "ray-start")
+
+
+def command(preset: str, out: Path, arm: str, address: str) -> list[str]:
+    """The ``posenc compare`` command line of ``arm``."""
+    base = [sys.executable, "-m", "posenc", "compare", "--preset", preset, "--out", str(out),
+            "--device", "cpu", "--no-atlas", "--no-progress"]
+    return base + {"pool": ["--workers", "2"], "ray": ["--ray", address],
+                   "ray-start": ["--ray"]}[arm]
+
+
+def timed(cmd: list[str]) -> float:
+    """Wall seconds of ``cmd`` (which must succeed)."""
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr}")
+    return time.perf_counter() - start
+
+
+def units_and_tasks(out: Path) -> tuple[int, int]:
+    """(units that ran as Ray tasks, distinct tasks) of a finished comparison in ``out``."""
+    placed = json.loads((out / "results.json").read_text())["placement"]
+    return len(placed), len({(k.split("/")[1], k.split("/")[-1]) for k in placed})
+
+
+def nothing(i: int) -> int:
+    return i
+
+
+def noop_seconds(address: str, count: int) -> float:
+    """Wall seconds per unit of ``count`` units that do nothing, run as Ray tasks (the
+    workers already started by a first, untimed batch)."""
+    from posenc.study import Unit
+    from posenc.study.ray_units import RayCluster, RayUnits
+    units = [Unit((i,), f"unit {i}") for i in range(count)]
+
+    def batch() -> float:
+        start = time.perf_counter()
+        executor = RayUnits(None, units, RayCluster(address),
+                            lambda unit: (unit.key, nothing, unit.key))
+        for unit in units:
+            executor.run(unit, lambda n: None)
+        executor.close()
+        return time.perf_counter() - start
+    batch()
+    return batch() / count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="smoke")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--noop", type=int, default=200, help="units for the engine's cost")
+    parser.add_argument("--noop-only", action="store_true")
+    args = parser.parse_args()
+    import os
+
+    import ray
+    from ray.cluster_utils import Cluster
+    print(machine_line())
+    started = time.perf_counter()
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": os.cpu_count(), "include_dashboard": False})
+    ray.init(address=cluster.address, logging_level=logging.WARNING)
+    print(f"standing cluster started in {time.perf_counter() - started:.1f} s")
+    per_unit = noop_seconds(cluster.address, args.noop)
+    ray.shutdown()                                   # the commands connect themselves
+    print(f"a unit that does nothing: {per_unit * 1000:.1f} ms per unit ({args.noop} units)")
+    if args.noop_only:
+        cluster.shutdown()
+        return
+    times: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    counts = (0, 0)
+    try:
+        with tempfile.TemporaryDirectory(prefix="posenc-bench-ray-") as tmp:
+            for r in range(args.rounds):
+                order = ARMS if r % 2 == 0 else tuple(reversed(ARMS))
+                for arm in order:
+                    out = Path(tmp) / f"{arm}-{r}"
+                    times[arm].append(timed(command(args.preset, out, arm, cluster.address)))
+                    if arm == "ray":
+                        counts = units_and_tasks(out)
+                print(f"round {r + 1}: " + ", ".join(f"{a} {times[a][-1]:.1f} s"
+                                                     for a in ARMS), flush=True)
+    finally:
+        cluster.shutdown()
+    units, tasks = counts
+    print(f"\n{units} units in {tasks} Ray tasks per comparison\n")
+    print("| round | " + " | ".join(ARMS) + " | ray / pool | ray-start / pool |")
+    print("|---:|" + "---:|" * (len(ARMS) + 2))
+    for r in range(args.rounds):
+        pool = times["pool"][r]
+        print(f"| {r + 1} | " + " | ".join(f"{times[a][r]:.1f} s" for a in ARMS)
+              + f" | {times['ray'][r] / pool:.2f}x | {times['ray-start'][r] / pool:.2f}x |")
+    for arm in ("ray", "ray-start"):
+        ratios = [t / p for t, p in zip(times[arm], times["pool"])]
+        extra = statistics.median(t - p for t, p in zip(times[arm], times["pool"]))
+        print(f"\n{arm} / pool: median {statistics.median(ratios):.2f}x "
+              f"({min(ratios):.2f}-{max(ratios):.2f}); median extra {extra:.1f} s = "
+              f"{extra / max(units, 1):.2f} s per unit, {extra / max(tasks, 1):.1f} s per task")
+
+
+if __name__ == "__main__":
+    main()
