@@ -8,15 +8,19 @@ Every method of the registry :mod:`posenc.methods` (given as a spec, checked by
 - needle in a haystack: ``needles`` facts at each depth, exact match of the answer;
 - passkey retrieval (:mod:`posenc.hf.passkey`): ``passkey_trials`` keys at each depth;
 - sliding-window perplexity of the text (:func:`posenc.hf.measure.perplexity_vs_length`),
-  ``eval_windows`` windows per length.
+  ``eval_windows`` windows per length;
+- RULER's task families (:mod:`posenc.hf.ruler`: multi-key, multi-value and multi-query
+  needles, variable tracking, common and frequent words), ``ruler_samples`` prompts per
+  length, answered by greedy decoding, at ``ruler_lengths`` (None: the arena's lengths).
 
 :class:`ArenaStudy` is a :class:`posenc.study.Study`: one unit per needle cell, passkey cell
-and perplexity point (a method at one length, and depth), so a kill loses at most one cell and
+perplexity point and RULER cell (a method at one length, and depth or family), so a kill loses at most one cell and
 the same call resumes. Each unit extends the model and restores it. results.json (schema 1)
 holds ``setting`` (compared on resume), ``needle`` and ``passkey`` (method -> "length:depth
-index" -> a 0/1 per needle or key), ``ppl`` (method -> length -> point), ``extensions``
+index" -> a 0/1 per needle or key), ``ppl`` (method -> length -> point), ``ruler`` (family ->
+method -> length -> a score in [0, 1] per sample; absent in older files), ``extensions``
 (what each method did), ``peak_rss_bytes`` (per method), ``model``, ``native_context``,
-``original``, ``lengths``, ``methods`` (``all`` expanded), ``text``, ``n_tokens`` and
+``original``, ``lengths``, ``ruler_lengths``, ``methods`` (``all`` expanded), ``text``, ``n_tokens`` and
 ``notes``; the report and verdicts are :mod:`posenc.hf.arena_report`.
 """
 
@@ -49,6 +53,8 @@ from .extend import extend, make_extension, restore
 from .load import MODEL_DTYPES
 from .measure import PeakMemory, check_memory, n_windows, perplexity_vs_length, tokens_needed
 from .passkey import min_length
+from .ruler import FAMILIES, RulerText, check_families, ruler_sample
+from .ruler.measure import ruler_scores
 
 
 def render_arena(results: dict, directory: RunDirectory, final: bool = True) -> list[Path]:
@@ -61,7 +67,7 @@ def render_arena(results: dict, directory: RunDirectory, final: bool = True) -> 
 
 ARENA_KIND = register_kind(StudyKind(
     name="arena", schema=1, command="posenc arena",
-    outputs=(RESULTS, "report.md", "needle.png", "passkey.png"),
+    outputs=(RESULTS, "report.md", "needle.png", "passkey.png", "ruler.png"),
     description="posenc arena study",
     redraw=lambda results, directory: redraw_arena(results, directory)))
 
@@ -76,6 +82,12 @@ def redraw_arena(results: dict, directory: RunDirectory) -> list[Path]:
 #: ReRoPE, which attends twice like ReRoPE, is left to ``--methods all``)
 CPU_METHODS = ("none", "linear", "ntk", "yarn", "self_extend", "rerope", "dual_chunk",
                "streaming")
+#: RULER families of the CPU preset (:mod:`posenc.hf.ruler`; the others need longer prompts
+#: than 512 tokens or cost more than the preset's budget): see the README
+CPU_TASKS = ("multikey", "multivalue", "multiquery", "vt")
+#: RULER's lengths (Hsieh et al. 2024, Sec. 4: 4K to 128K tokens); the gpu preset keeps those
+#: up to factor x the original context
+RULER_LENGTHS = (4096, 8192, 16384, 32768, 65536, 131072)
 #: the presets' wall time from a fresh clone on the 2-core CPU machine (minutes; None: not
 #: run here), quoted by ``posenc arena --help`` and the README
 PRESET_MINUTES: dict[str, float | None] = {"cpu": 16.7, "gpu": None}
@@ -105,6 +117,9 @@ class ArenaRequest:
     needles: int = 2
     passkey_trials: int = 1
     eval_windows: int = 2
+    tasks: tuple[str, ...] = CPU_TASKS
+    ruler_samples: int = 3
+    ruler_lengths: tuple[int, ...] | None = None
     seed: int = 0
 
     def setting(self) -> dict[str, Any]:
@@ -118,7 +133,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "cpu": {},
     "gpu": {"methods": ("all",), "original": None, "multiples": (1.0, 2.0, 3.0),
             "depths": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0), "needles": 5,
-            "passkey_trials": 5, "eval_windows": 4},
+            "passkey_trials": 5, "eval_windows": 4, "tasks": tuple(FAMILIES),
+            "ruler_samples": 5, "ruler_lengths": RULER_LENGTHS},
 }
 
 
@@ -154,6 +170,8 @@ class ArenaStudy(Study):
         self.model = self.tokenizer = self.haystack = None
         self.methods: tuple[str, ...] = ()
         self.lengths: tuple[int, ...] = ()
+        self.ruler_lengths: tuple[int, ...] = ()
+        self.ruler_text: RulerText | None = None
         self.original = 0
 
     def check_existing(self, existing: dict, path: Path) -> None:
@@ -187,6 +205,7 @@ class ArenaStudy(Study):
         lengths = tuple(req.lengths or sorted({round(m * original) for m in req.multiples}
                                               | {round(req.factor * original)}))
         methods, skipped = self._methods(model.config, original)
+        ruler_lengths, dropped = _ruler_lengths(req, lengths, original)
         shortest = max(min_needle_length(tok, req.needles, req.seed),
                        min_length(tok) if req.passkey_trials else 0)
         if min(lengths) < shortest:
@@ -195,20 +214,29 @@ class ArenaStudy(Study):
         param = next(model.parameters())
         check_memory(model.config, max(lengths), param.dtype, rt.memory_limit, param.device)
         haystack = Haystack.of(tok, texts.documents)
+        ruler_text = RulerText.of(tok, texts.documents, haystack)
+        for family in req.tasks if ruler_lengths else ():
+            ruler_sample(family, tok, ruler_text, min(ruler_lengths), 0, req.seed)
+        if ruler_lengths:
+            check_memory(model.config, max(ruler_lengths), param.dtype, rt.memory_limit,
+                         param.device)
         need = tokens_needed(lengths, None, req.eval_windows) if req.eval_windows else 0
         if haystack.tokens.numel() < need:
             raise UserError(f"the text holds {haystack.tokens.numel()} tokens, fewer than the "
                             f"{need} that {req.eval_windows} perplexity windows of {max(lengths)} "
                             "need; give more text, fewer windows or shorter lengths")
-        notes = _notes(original, native, lengths, skipped) + sample_notes(req.setting())
+        notes = _notes(original, native, lengths, skipped) + sample_notes(req.setting()) + \
+            dropped
         derived = {"model": req.model, "native_context": native, "original": original,
-                   "lengths": list(lengths), "methods": list(methods),
+                   "lengths": list(lengths), "ruler_lengths": list(ruler_lengths),
+                   "methods": list(methods),
                    "text": texts.info(), "n_tokens": int(haystack.tokens.numel()),
                    "notes": notes}
         results = {"setting": req.setting(), "needle": {}, "passkey": {}, "ppl": {},
-                   "extensions": {}, "peak_rss_bytes": {}}
+                   "ruler": {}, "extensions": {}, "peak_rss_bytes": {}}
         if existing is not None:
             results = decode(existing)
+            results.setdefault("ruler", {})
             for key in ("native_context", "text", "n_tokens", "lengths", "methods"):
                 if results.get(key) != derived[key]:
                     raise UserError(f"the output directory holds a posenc arena study whose "
@@ -222,6 +250,7 @@ class ArenaStudy(Study):
                 self.warn(note)
         self.model, self.tokenizer, self.haystack = model, tok, haystack
         self.methods, self.lengths, self.original = methods, lengths, original
+        self.ruler_text, self.ruler_lengths = ruler_text, ruler_lengths
         return results
 
     def _methods(self, config: Any, original: int) -> tuple[tuple[str, ...], list[str]]:
@@ -266,13 +295,19 @@ class ArenaStudy(Study):
                     weight = n_windows(int(self.haystack.tokens.numel()), n, None, req.eval_windows)
                     units.append(Unit(("ppl", method, n), f"{method} perplexity at {n}",
                                       weight))
+            for n in self.ruler_lengths:
+                for family in req.tasks:
+                    if str(n) not in results["ruler"].get(family, {}).get(method, {}):
+                        units.append(Unit(("ruler", method, n, family),
+                                          f"{method} RULER {family} at {n}",
+                                          req.ruler_samples))
         return units
 
     # ------------------------------------------------------------ run
     def run_unit(self, unit: Unit, advance: Callable[[int], None]) -> dict:
         """Measure one cell or point on the extended model (restored after): ``{"extension",
-        "value", "peak"}`` (``value``: the hits of a needle or passkey cell, or a perplexity
-        point)."""
+        "value", "peak"}`` (``value``: the hits of a needle or passkey cell, the scores of a
+        RULER cell, or a perplexity point)."""
         what, method, length = unit.key[:3]
         req = self.request
         ext = extend(self.model, method, self._factor(method), self.original)
@@ -287,6 +322,10 @@ class ArenaStudy(Study):
                     value = passkey_hits(self.model, self.tokenizer, length, req.depths[i],
                                          (i, self.lengths.index(length)), req.passkey_trials,
                                          req.seed, advance)
+                elif what == "ruler":
+                    value = ruler_scores(self.model, self.tokenizer, self.ruler_text,
+                                         unit.key[3], length, req.ruler_samples, req.seed,
+                                         advance)
                 else:
                     value = asdict(perplexity_vs_length(
                         self.model, self.haystack.tokens, [length], None, req.eval_windows,
@@ -297,10 +336,15 @@ class ArenaStudy(Study):
 
     def commit(self, results: dict, unit: Unit, result: dict) -> None:
         """File a cell under ``needle`` or ``passkey`` ("length:depth index"), a point under
-        ``ppl`` (length), what the method did and its peak memory."""
+        ``ppl`` (length), RULER scores under ``ruler`` (family, method, length), what the
+        method did and its peak memory."""
         what, method, length = unit.key[:3]
-        cell = str(length) if what == "ppl" else f"{length}:{unit.key[3]}"
-        results[what].setdefault(method, {})[cell] = result["value"]
+        if what == "ruler":
+            family = results["ruler"].setdefault(unit.key[3], {})
+            family.setdefault(method, {})[str(length)] = result["value"]
+        else:
+            cell = str(length) if what == "ppl" else f"{length}:{unit.key[3]}"
+            results[what].setdefault(method, {})[cell] = result["value"]
         results["extensions"][method] = result["extension"]
         peaks = results["peak_rss_bytes"]
         peaks[method] = max(peaks.get(method) or 0, result["peak"])
@@ -342,6 +386,35 @@ def _check_request(req: ArenaRequest) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise UserError(f"{name} must be an integer >= {low}, got {value!r}")
     require_seed("seed", req.seed)
+    check_families(tuple(req.tasks))
+    if isinstance(req.ruler_samples, bool) or not isinstance(req.ruler_samples, int) \
+            or req.ruler_samples < 1:
+        raise UserError(f"ruler_samples must be an integer >= 1, got {req.ruler_samples!r}")
+    if req.ruler_lengths is not None and (not req.ruler_lengths or any(
+            isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in req.ruler_lengths)):
+        raise UserError(f"RULER lengths must be integers >= 2, got {req.ruler_lengths!r}")
+    if req.ruler_lengths is not None:
+        require_distinct("RULER lengths", req.ruler_lengths)
+
+
+def _ruler_lengths(req: ArenaRequest, lengths: tuple[int, ...], original: int
+                   ) -> tuple[tuple[int, ...], list[str]]:
+    """(the lengths RULER's families run at, a note on those left out): ``ruler_lengths`` up
+    to factor x ``original`` (the arena's lengths when None); none without tasks."""
+    if not req.tasks:
+        return (), []
+    if req.ruler_lengths is None:
+        return lengths, []
+    most = max(round(req.factor * original), max(lengths))
+    kept = tuple(sorted(n for n in req.ruler_lengths if n <= most))
+    left = [n for n in req.ruler_lengths if n > most]
+    if not kept:
+        raise UserError(f"every RULER length ({', '.join(map(str, req.ruler_lengths))}) is "
+                        f"longer than the {most} tokens the methods extend to; give shorter "
+                        "RULER lengths or a larger factor")
+    note = [f"RULER lengths beyond the {most} tokens the methods extend to are left out: "
+            + ", ".join(map(str, left))] if left else []
+    return kept, note
 
 
 def _notes(original: int, native: int, lengths: tuple[int, ...], skipped: list[str]
