@@ -95,6 +95,8 @@ PRESET_MINUTES: dict[str, float | None] = {"cpu": 16.7, "gpu": None}
 
 #: results.json keys of the request's fields that are spelled otherwise there
 SETTING_KEYS = {"eval_windows": "windows"}
+#: the request's RULER fields (left out of the setting when no RULER task runs)
+RULER_KEYS = ("tasks", "ruler_samples", "ruler_lengths")
 
 
 @dataclass(frozen=True)
@@ -117,20 +119,25 @@ class ArenaRequest:
     needles: int = 2
     passkey_trials: int = 1
     eval_windows: int = 2
-    tasks: tuple[str, ...] = CPU_TASKS
+    tasks: tuple[str, ...] = ()
     ruler_samples: int = 3
     ruler_lengths: tuple[int, ...] | None = None
     seed: int = 0
 
     def setting(self) -> dict[str, Any]:
         """The request as results.json keeps it (``eval_windows`` under the key results have
-        always had, ``windows``)."""
-        return encode({SETTING_KEYS.get(key, key): value for key, value in asdict(self).items()})
+        always had, ``windows``; without RULER tasks, none of the RULER keys, as in results
+        written before them)."""
+        fields = asdict(self)
+        if not self.tasks:
+            for key in RULER_KEYS:
+                del fields[key]
+        return encode({SETTING_KEYS.get(key, key): value for key, value in fields.items()})
 
 
 #: ``--preset``: a default that finishes on a 2-core CPU, and the full grid for a GPU
 PRESETS: dict[str, dict[str, Any]] = {
-    "cpu": {},
+    "cpu": {"tasks": CPU_TASKS},
     "gpu": {"methods": ("all",), "original": None, "multiples": (1.0, 2.0, 3.0),
             "depths": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0), "needles": 5,
             "passkey_trials": 5, "eval_windows": 4, "tasks": tuple(FAMILIES),

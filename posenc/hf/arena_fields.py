@@ -54,7 +54,7 @@ def check_arena_results(results: dict, path: Path, repair: bool = False) -> list
 def _check_ruler(results: dict, path: Path, setting: dict, repair: bool) -> list[str]:
     """The RULER part, when present: the families, samples and cells (broken cells are
     dropped with ``repair``, as above)."""
-    if "ruler" not in results:
+    if "ruler" not in results or ("tasks" not in setting and results["ruler"] == {}):
         return []
     families, size = setting.get("tasks"), setting.get("ruler_samples")
     if not isinstance(families, list) or not all(f in FAMILIES for f in families):

@@ -125,21 +125,24 @@ def ruler_section(results: dict) -> list[str]:
     return lines
 
 
-def ruler_figure(results: dict, directory: RunDirectory) -> list[Path]:
-    """ruler.png: one panel per family, methods down and lengths across (none without RULER)."""
-    families = ran(results)
-    if not families:
-        return []
+def ruler_heatmaps(results: dict):
+    """The figure of ruler.png: one panel per family, methods down and lengths across."""
     lengths, methods = results.get("ruler_lengths") or [], results["methods"]
     grids = {}
-    for family in families:
+    for family in ran(results):
         grids[FAMILIES[family].title] = [
             [float("nan") if (e := ruler_estimate(results, family, m, [n])) is None
              else e[0] for n in lengths] for m in methods]
-    fig = accuracy_heatmaps(grids, lengths, [0.0] * len(methods),
-                            f"RULER: {Path(results['model']).name}, extended from "
-                            f"{results['original']} tokens (outlined: the original context)",
-                            results["original"], "method",
-                            per_cell=results["setting"]["ruler_samples"], trial="sample",
-                            row_labels=methods, value_label="score (string match)")
-    return [save_png(fig, directory.path / FIGURE, dpi=110)]
+    return accuracy_heatmaps(grids, lengths, [0.0] * len(methods),
+                             f"RULER: {Path(results['model']).name}, extended from "
+                             f"{results['original']} tokens (outlined: the original context)",
+                             results["original"], "method",
+                             per_cell=results["setting"]["ruler_samples"], trial="sample",
+                             row_labels=methods, value_label="score (string match)")
+
+
+def ruler_figure(results: dict, directory: RunDirectory) -> list[Path]:
+    """ruler.png (none without RULER's families)."""
+    if not ran(results):
+        return []
+    return [save_png(ruler_heatmaps(results), directory.path / FIGURE, dpi=110)]
