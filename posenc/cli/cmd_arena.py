@@ -2,7 +2,7 @@
 
 Example: ``posenc arena`` runs the CPU preset on SmolLM2-135M-Instruct (dequantized from Q4_1; eight methods, from none
 to Dual Chunk Attention and StreamingLLM, extending from 512 tokens to 4x; needles, passkeys
-and perplexity on the Paul Graham essays, and four of RULER's task families)
+and perplexity on the Paul Graham essays, RULER's variable tracking and frequent words)
 and writes results.json, report.md (with verdicts), needle.png, passkey.png and ruler.png to
 ``--out``.
 ``--preset gpu`` is the full grid (every method, 1x to 4x the native context, every RULER

@@ -13,15 +13,15 @@ Every method of the registry :mod:`posenc.methods` (given as a spec, checked by
   needles, variable tracking, common and frequent words), ``ruler_samples`` prompts per
   length, answered by greedy decoding, at ``ruler_lengths`` (None: the arena's lengths).
 
-:class:`ArenaStudy` is a :class:`posenc.study.Study`: one unit per needle cell, passkey cell
-perplexity point and RULER cell (a method at one length, and depth or family), so a kill loses at most one cell and
-the same call resumes. Each unit extends the model and restores it. results.json (schema 1)
+:class:`ArenaStudy` is a :class:`posenc.study.Study`: one unit per needle cell, passkey cell,
+perplexity point and RULER cell (a method at one length, and depth or family), so a kill loses
+at most one cell and the same call resumes. Each unit extends the model and restores it. results.json (schema 1)
 holds ``setting`` (compared on resume), ``needle`` and ``passkey`` (method -> "length:depth
 index" -> a 0/1 per needle or key), ``ppl`` (method -> length -> point), ``ruler`` (family ->
 method -> length -> a score in [0, 1] per sample; absent in older files), ``extensions``
 (what each method did), ``peak_rss_bytes`` (per method), ``model``, ``native_context``,
-``original``, ``lengths``, ``ruler_lengths``, ``methods`` (``all`` expanded), ``text``, ``n_tokens`` and
-``notes``; the report and verdicts are :mod:`posenc.hf.arena_report`.
+``original``, ``lengths``, ``ruler_lengths``, ``methods`` (``all`` expanded), ``text``,
+``n_tokens`` and ``notes``; the report and verdicts are :mod:`posenc.hf.arena_report`.
 """
 
 from __future__ import annotations
@@ -82,9 +82,11 @@ def redraw_arena(results: dict, directory: RunDirectory) -> list[Path]:
 #: ReRoPE, which attends twice like ReRoPE, is left to ``--methods all``)
 CPU_METHODS = ("none", "linear", "ntk", "yarn", "self_extend", "rerope", "dual_chunk",
                "streaming")
-#: RULER families of the CPU preset (:mod:`posenc.hf.ruler`; the others need longer prompts
-#: than 512 tokens or cost more than the preset's budget): see the README
-CPU_TASKS = ("multikey", "multivalue", "multiquery", "vt")
+#: RULER families of the CPU preset (:mod:`posenc.hf.ruler`): multi-hop tracing and
+#: aggregation, the two kinds of task the arena's needles and passkeys do not test, and the
+#: cheapest (30- and 50-token answers; a needle family's 128-token budget costs about twice as
+#: much per sample); common words need more than 512 tokens. The README gives the cost.
+CPU_TASKS = ("vt", "fwe")
 #: RULER's lengths (Hsieh et al. 2024, Sec. 4: 4K to 128K tokens); the gpu preset keeps those
 #: up to factor x the original context
 RULER_LENGTHS = (4096, 8192, 16384, 32768, 65536, 131072)

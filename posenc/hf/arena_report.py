@@ -178,7 +178,7 @@ def counted_tasks(results: dict) -> dict[str, tuple[bool, str]]:
 def verdicts(results: dict) -> list[Verdict]:
     """One verdict per extended method and task (RULER's families after the arena's own):
     does it beat 'none' beyond the original?"""
-    from .ruler.report import ruler_verdicts    # it builds on this module
+    from .ruler.report import ruler_verdicts  # it builds on this module
 
     return _own_verdicts(results) + ruler_verdicts(results)
 

@@ -9,7 +9,6 @@ decoding to ``max_new`` tokens would (it saves most steps on a model that answer
 from __future__ import annotations
 
 import inspect
-
 from collections.abc import Callable, Sequence
 from typing import Any
 

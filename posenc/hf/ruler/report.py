@@ -14,13 +14,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...study import NOT_TESTED, TOO_FEW, RunDirectory, Verdict, markdown_table, too_few_samples
+from ...study import (
+    MIN_SAMPLES,
+    NOT_TESTED,
+    TOO_FEW,
+    RunDirectory,
+    Verdict,
+    markdown_table,
+    too_few_samples,
+)
 from ...viz.axes import save_png
 from ...viz.heatmaps import accuracy_heatmaps
-from ..arena_report import RULE, SOLVED_AT, _decide, hit_estimate, method_source
+from ..arena_report import SOLVED_AT, _decide, hit_estimate, method_source
 from . import FAMILIES, SOURCE
 
 FIGURE = "ruler.png"
+RULE = ("RULER: mean score ± spread (bootstrap std over samples, at least the binomial "
+        "standard error) over the RULER lengths beyond the original; overlapping intervals "
+        f"are inconclusive; fewer than {MIN_SAMPLES} samples over those lengths abstain: too "
+        "few samples")
 
 
 def ran(results: dict) -> list[str]:
@@ -112,7 +124,7 @@ def ruler_section(results: dict) -> list[str]:
              "samples per length, each answered by greedy decoding and scored by string match "
              "over all references (the share of references the answer contains); ± the "
              "bootstrap std over samples, at least the binomial standard error.", "",
-             f"![RULER]({FIGURE})"]
+             f"![RULER]({FIGURE})", "", f"Verdict rule: {RULE}."]
     for family in families:
         rows = []
         for method in results["methods"]:
