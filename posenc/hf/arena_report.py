@@ -291,7 +291,7 @@ def report_markdown(results: dict[str, Any]) -> str:
     lines += [f"> **Note:** {note}" for note in results.get("notes") or []]
     lines += ["", "## What counts toward verdicts", "",
               f"A task counts when the unextended model solves it at the original length "
-              f"(retrieval accuracy >= {SOLVED_AT}; perplexity whenever finite).", ""]
+              f"(retrieval accuracy or RULER score >= {SOLVED_AT}; perplexity whenever finite).", ""]
     from .ruler import FAMILIES
     from .ruler.report import counted_families, ruler_section
 
