@@ -137,3 +137,14 @@ def test_without_ruler_tasks_the_setting_is_the_one_older_arenas_recorded(model_
     setting = _request(model_dir, tasks=()).setting()
     assert not {"tasks", "ruler_samples", "ruler_lengths"} & set(setting)
     assert _request(model_dir).setting()["tasks"] == list(FAMILIES)
+
+
+def test_the_gpu_preset_keeps_rulers_lengths_up_to_factor_times_the_original():
+    from posenc.hf.arena import _ruler_lengths, preset_request
+
+    kept, note = _ruler_lengths(preset_request("gpu"), (8192, 16384, 24576, 32768), 8192)
+    assert kept == (4096, 8192, 16384, 32768)
+    assert note and "65536, 131072" in note[0]
+    assert _ruler_lengths(preset_request("cpu"), (512, 1024, 2048), 512) == \
+        ((512, 1024, 2048), [])
+    assert _ruler_lengths(preset_request("cpu", tasks=()), (512,), 512) == ((), [])

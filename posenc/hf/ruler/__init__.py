@@ -1,9 +1,12 @@
 """RULER's synthetic task families for the arena (Hsieh, Sun, Kriman, Acharya, Rekesh, Jia,
 Zhang & Ginsburg 2024, "RULER: What's the Real Context Size of Your Long-Context Language
-Models?", COLM 2024; the tasks of Sec. 3 and Table 2, with RULER's prompt templates, generation
-budgets and string-match scores), built offline: the needles' haystack and the common words
-come from the arena's text (the Paul Graham essays by default, as RULER's essay haystack),
-variable tracking uses RULER's noise sentence, frequent words are random coded words.
+Models?", COLM 2024; the tasks of Sec. 3, with the prompt templates, generation budgets,
+configurations and string-match scores of RULER's released code, github.com/NVIDIA/RULER:
+scripts/synthetic.yaml, scripts/data/synthetic/constants.py and
+scripts/eval/synthetic/constants.py), built offline: the needles' haystack and the common
+words come from the arena's text (the Paul Graham essays by default, as RULER's essay
+haystack), variable tracking uses RULER's noise sentence, frequent words are random coded
+words.
 
 - :mod:`.needles`: ``multikey``, ``multivalue``, ``multiquery`` (MK-, MV-, MQ-NIAH);
 - :mod:`.variable_tracking`: ``vt``;
@@ -30,7 +33,8 @@ from .word_counts import cwe_sample, fwe_sample
 
 @dataclass(frozen=True)
 class Family:
-    """One RULER task family: its name in RULER's Table 2 and how a sample is built."""
+    """One RULER task family: its configuration's name in RULER's
+    scripts/synthetic.yaml and how a sample is built."""
 
     title: str
     ruler_name: str
@@ -47,7 +51,7 @@ FAMILIES: dict[str, Family] = {
 }
 #: the published source every RULER verdict cites
 SOURCE = ("Hsieh et al. 2024, RULER: What's the Real Context Size of Your Long-Context "
-          "Language Models?, COLM 2024, Sec. 3, Table 2")
+          "Language Models?, COLM 2024, Sec. 3")
 
 
 def check_families(names: tuple[str, ...]) -> None:

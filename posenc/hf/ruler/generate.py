@@ -53,9 +53,9 @@ def _new_cache(model: nn.Module) -> dict[str, Any]:
 
 
 def _eos_ids(model: nn.Module, tokenizer: Any) -> set[int]:
-    ids = {tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)
-           if getattr(model, "generation_config", None) is not None else None}
-    flat: set[int] = set()
-    for i in ids:
-        flat.update(i if isinstance(i, (list, tuple)) else [i] if i is not None else [])
-    return flat
+    """The end-of-sequence ids of the tokenizer and of the model's generation config."""
+    config = getattr(model, "generation_config", None)
+    found: set[int] = set()
+    for ids in (tokenizer.eos_token_id, getattr(config, "eos_token_id", None)):
+        found.update(ids if isinstance(ids, (list, tuple)) else [] if ids is None else [ids])
+    return found

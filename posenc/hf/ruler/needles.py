@@ -1,5 +1,6 @@
 """RULER's needle families on the essays (Hsieh et al. 2024, Sec. 3.1 "Retrieval: Needle-in-a-
-haystack" and Table 2's niah_multikey_1, niah_multivalue, niah_multiquery).
+haystack"; the configurations niah_multikey_1, niah_multivalue and niah_multiquery of RULER's
+released scripts/synthetic.yaml).
 
 Each needle is "One of the special magic numbers for KEY is: VALUE." with a key of two words
 of the text joined by a hyphen (RULER joins an adjective and a noun) and a 7-digit value; the

@@ -121,9 +121,10 @@ def ruler_section(results: dict) -> list[str]:
     head = ["method"] + [f"{n} ({n / o:g}x)" for n in lengths]
     lines = ["", "## RULER", "",
              f"RULER's task families ({SOURCE}), built from the arena's text; {samples} "
-             f"sample{'' if samples == 1 else 's'} per length, each answered by greedy decoding and scored by string match "
-             "over all references (the share of references the answer contains); ± the "
-             "bootstrap std over samples, at least the binomial standard error.", "",
+             f"sample{'' if samples == 1 else 's'} per length, each answered by greedy "
+             "decoding and scored by string match over all references (the share of "
+             "references the answer contains); ± the bootstrap std over samples, at least "
+             "the binomial standard error.", "",
              f"![RULER]({FIGURE})", "", f"Verdict rule: {RULE}."]
     for family in families:
         rows = []

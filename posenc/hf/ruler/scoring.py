@@ -1,5 +1,6 @@
 """RULER's scores of one generated answer (Hsieh et al. 2024, "RULER: What's the Real Context
-Size of Your Long-Context Language Models?", COLM 2024, Sec. 3 and Appendix B).
+Size of Your Long-Context Language Models?", COLM 2024; RULER's released
+scripts/eval/synthetic/constants.py).
 
 A prediction is the model's greedy continuation, stripped, with control characters turned into
 line breaks. A reference is found when it occurs in the prediction, ignoring case. RULER scores

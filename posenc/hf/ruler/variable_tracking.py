@@ -1,5 +1,5 @@
-"""RULER's variable tracking (VT; Hsieh et al. 2024, Sec. 3.2 "Multi-hop Tracing", Table 2's
-vt: one chain of 4 hops in noise).
+"""RULER's variable tracking (VT; Hsieh et al. 2024, Sec. 3.2 "Multi-hop Tracing"; the
+configuration vt of RULER's released scripts/synthetic.yaml: one chain of 4 hops in noise).
 
 A chain "VAR A = 12345", "VAR B = VAR A", ... "VAR E = VAR D" (five random 5-letter names, a
 5-digit value) is spread in order over lines of RULER's noise sentence; the question asks for

@@ -1,5 +1,6 @@
-"""RULER's aggregation families (Hsieh et al. 2024, Sec. 3.3 "Aggregation", Table 2's cwe and
-fwe): the model must count words over the whole context.
+"""RULER's aggregation families (Hsieh et al. 2024, Sec. 3.3 "Aggregation"; the configurations
+cwe and fwe of RULER's released scripts/synthetic.yaml): the model must count words over the
+whole context.
 
 - ``cwe`` (common words extraction): a numbered list of words of the text ("1. word 2. word
   ..."), 10 of them repeated 30 times and every other word 3 times (6 and 1 below 4096 tokens,
