@@ -31,7 +31,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..encodings.checks import require_choice, require_distinct, require_seed
 from ..errors import UserError
 from ..methods import list_methods, method_class, parse_method_spec
 from ..study import (
@@ -46,14 +45,14 @@ from ..study import (
     register_kind,
 )
 from ..study.settings import settings_difference, short
+from .arena_checks import check_request, ruler_lengths_of
 from .arena_fields import check_arena_results
 from .arena_report import report_markdown, sample_notes, write_figures
 from .arena_tasks import Haystack, min_needle_length, needle_hits, passkey_hits
 from .extend import extend, make_extension, restore
-from .load import MODEL_DTYPES
 from .measure import PeakMemory, check_memory, n_windows, perplexity_vs_length, tokens_needed
 from .passkey import min_length
-from .ruler import FAMILIES, RulerText, check_families, ruler_sample
+from .ruler import FAMILIES, RulerText, ruler_sample
 from .ruler.measure import ruler_scores
 
 
@@ -201,7 +200,7 @@ class ArenaStudy(Study):
         from .load import load_model, resolve_model
 
         req, rt = self.request, self.runtime
-        _check_request(req)
+        check_request(req)
         if rt.threads is not None and rt.threads < 1:
             raise UserError(f"threads must be >= 1, got {rt.threads}")
         resolve_model(req.model)
@@ -215,7 +214,7 @@ class ArenaStudy(Study):
         lengths = tuple(req.lengths or sorted({round(m * original) for m in req.multiples}
                                               | {round(req.factor * original)}))
         methods, skipped = self._methods(model.config, original)
-        ruler_lengths, dropped = _ruler_lengths(req, lengths, original)
+        ruler_lengths, dropped = ruler_lengths_of(req, lengths, original)
         shortest = max(min_needle_length(tok, req.needles, req.seed),
                        min_length(tok) if req.passkey_trials else 0)
         if min(lengths) < shortest:
@@ -362,69 +361,6 @@ class ArenaStudy(Study):
     # ------------------------------------------------------------ report
     def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
         return render_arena(results, directory, final)
-
-
-def _check_request(req: ArenaRequest) -> None:
-    """Every option that can be checked without the model."""
-    if not req.methods:
-        raise UserError("give at least one method")
-    if tuple(req.methods) != ("all",):
-        require_distinct("methods", req.methods)
-        for m in req.methods:
-            parse_method_spec(m)
-    require_choice("dtype", req.dtype, MODEL_DTYPES)
-    if isinstance(req.factor, bool) or not isinstance(req.factor, (int, float)) \
-            or not req.factor > 1:
-        raise UserError(f"factor must be a number > 1, got {req.factor!r}")
-    if req.original is not None and (isinstance(req.original, bool)
-                                     or not isinstance(req.original, int) or req.original < 2):
-        raise UserError(f"original length must be an integer >= 2, got {req.original!r}")
-    if req.lengths is not None and (not req.lengths or any(
-            isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in req.lengths)):
-        raise UserError(f"lengths must be integers >= 2, got {req.lengths!r}")
-    if req.lengths is not None:
-        require_distinct("lengths", req.lengths)
-    if not req.multiples or any(isinstance(m, bool) or not isinstance(m, (int, float))
-                                or not m > 0 for m in req.multiples):
-        raise UserError(f"length multiples must be numbers > 0, got {list(req.multiples)}")
-    if not req.depths or any(not 0 <= d <= 1 for d in req.depths):
-        raise UserError(f"depths must be numbers in [0, 1], got {list(req.depths)}")
-    require_distinct("depths", req.depths)
-    for name, value, low in (("needles", req.needles, 1), ("passkey trials",
-                                                           req.passkey_trials, 0),
-                             ("eval_windows", req.eval_windows, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise UserError(f"{name} must be an integer >= {low}, got {value!r}")
-    require_seed("seed", req.seed)
-    check_families(tuple(req.tasks))
-    if isinstance(req.ruler_samples, bool) or not isinstance(req.ruler_samples, int) \
-            or req.ruler_samples < 1:
-        raise UserError(f"ruler_samples must be an integer >= 1, got {req.ruler_samples!r}")
-    if req.ruler_lengths is not None and (not req.ruler_lengths or any(
-            isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in req.ruler_lengths)):
-        raise UserError(f"RULER lengths must be integers >= 2, got {req.ruler_lengths!r}")
-    if req.ruler_lengths is not None:
-        require_distinct("RULER lengths", req.ruler_lengths)
-
-
-def _ruler_lengths(req: ArenaRequest, lengths: tuple[int, ...], original: int
-                   ) -> tuple[tuple[int, ...], list[str]]:
-    """(the lengths RULER's families run at, a note on those left out): ``ruler_lengths`` up
-    to factor x ``original`` (the arena's lengths when None); none without tasks."""
-    if not req.tasks:
-        return (), []
-    if req.ruler_lengths is None:
-        return lengths, []
-    most = max(round(req.factor * original), max(lengths))
-    kept = tuple(sorted(n for n in req.ruler_lengths if n <= most))
-    left = [n for n in req.ruler_lengths if n > most]
-    if not kept:
-        raise UserError(f"every RULER length ({', '.join(map(str, req.ruler_lengths))}) is "
-                        f"longer than the {most} tokens the methods extend to; give shorter "
-                        "RULER lengths or a larger factor")
-    note = [f"RULER lengths beyond the {most} tokens the methods extend to are left out: "
-            + ", ".join(map(str, left))] if left else []
-    return kept, note
 
 
 def _notes(original: int, native: int, lengths: tuple[int, ...], skipped: list[str]

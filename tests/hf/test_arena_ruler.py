@@ -140,11 +140,12 @@ def test_without_ruler_tasks_the_setting_is_the_one_older_arenas_recorded(model_
 
 
 def test_the_gpu_preset_keeps_rulers_lengths_up_to_factor_times_the_original():
-    from posenc.hf.arena import _ruler_lengths, preset_request
+    from posenc.hf.arena import preset_request
+    from posenc.hf.arena_checks import ruler_lengths_of
 
-    kept, note = _ruler_lengths(preset_request("gpu"), (8192, 16384, 24576, 32768), 8192)
+    kept, note = ruler_lengths_of(preset_request("gpu"), (8192, 16384, 24576, 32768), 8192)
     assert kept == (4096, 8192, 16384, 32768)
     assert note and "65536, 131072" in note[0]
-    assert _ruler_lengths(preset_request("cpu"), (512, 1024, 2048), 512) == \
+    assert ruler_lengths_of(preset_request("cpu"), (512, 1024, 2048), 512) == \
         ((512, 1024, 2048), [])
-    assert _ruler_lengths(preset_request("cpu", tasks=()), (512,), 512) == ((), [])
+    assert ruler_lengths_of(preset_request("cpu", tasks=()), (512,), 512) == ((), [])
