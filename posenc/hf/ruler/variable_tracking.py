@@ -5,7 +5,9 @@ A chain "VAR A = 12345", "VAR B = VAR A", ... "VAR E = VAR D" (five random 5-let
 5-digit value) is spread in order over lines of RULER's noise sentence; the question asks for
 every variable assigned the value, and all five must be named (string match over all). As in
 RULER, one solved example of the task (its own names and value, shorter noise) comes first;
-its noise is a quarter of the room, at most about 500 tokens as RULER's example.
+its noise is a quarter of the room, at most about 500 tokens as RULER's example. The answer
+prefix ends at "they are:" without RULER's trailing space, which a BPE tokenizer would
+otherwise split from the first name.
 """
 
 from __future__ import annotations
