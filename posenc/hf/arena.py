@@ -8,16 +8,20 @@ Every method of the registry :mod:`posenc.methods` (given as a spec, checked by
 - needle in a haystack: ``needles`` facts at each depth, exact match of the answer;
 - passkey retrieval (:mod:`posenc.hf.passkey`): ``passkey_trials`` keys at each depth;
 - sliding-window perplexity of the text (:func:`posenc.hf.measure.perplexity_vs_length`),
-  ``eval_windows`` windows per length.
+  ``eval_windows`` windows per length;
+- RULER's task families (:mod:`posenc.hf.ruler`: multi-key, multi-value and multi-query
+  needles, variable tracking, common and frequent words), ``ruler_samples`` prompts per
+  length, answered by greedy decoding, at ``ruler_lengths`` (None: the arena's lengths).
 
-:class:`ArenaStudy` is a :class:`posenc.study.Study`: one unit per needle cell, passkey cell
-and perplexity point (a method at one length, and depth), so a kill loses at most one cell and
-the same call resumes. Each unit extends the model and restores it. results.json (schema 1)
+:class:`ArenaStudy` is a :class:`posenc.study.Study`: one unit per needle cell, passkey cell,
+perplexity point and RULER cell (a method at one length, and depth or family), so a kill loses
+at most one cell and the same call resumes. Each unit extends the model and restores it. results.json (schema 1)
 holds ``setting`` (compared on resume), ``needle`` and ``passkey`` (method -> "length:depth
-index" -> a 0/1 per needle or key), ``ppl`` (method -> length -> point), ``extensions``
+index" -> a 0/1 per needle or key), ``ppl`` (method -> length -> point), ``ruler`` (family ->
+method -> length -> a score in [0, 1] per sample; absent in older files), ``extensions``
 (what each method did), ``peak_rss_bytes`` (per method), ``model``, ``native_context``,
-``original``, ``lengths``, ``methods`` (``all`` expanded), ``text``, ``n_tokens`` and
-``notes``; the report and verdicts are :mod:`posenc.hf.arena_report`.
+``original``, ``lengths``, ``ruler_lengths``, ``methods`` (``all`` expanded), ``text``,
+``n_tokens`` and ``notes``; the report and verdicts are :mod:`posenc.hf.arena_report`.
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..encodings.checks import require_choice, require_distinct, require_seed
 from ..errors import UserError
 from ..methods import list_methods, method_class, parse_method_spec
 from ..study import (
@@ -46,11 +49,11 @@ from ..study.placement import placement_markdown
 from ..study.ray_units import RayCluster
 from ..study.settings import settings_difference, short
 from ..study.study import InOrder, UnitExecutor
+from .arena_checks import check_request, ruler_lengths_of
 from .arena_fields import check_arena_results
 from .arena_report import report_markdown, sample_notes, write_figures
 from .arena_tasks import Haystack, min_needle_length, needle_hits, passkey_hits
 from .extend import extend, make_extension, restore
-from .load import MODEL_DTYPES
 from .measure import (
     PeakMemory,
     check_memory,
@@ -60,6 +63,8 @@ from .measure import (
     tokens_needed,
 )
 from .passkey import min_length
+from .ruler import FAMILIES, RulerText, ruler_sample
+from .ruler.measure import ruler_scores
 
 
 def render_arena(results: dict, directory: RunDirectory, final: bool = True) -> list[Path]:
@@ -73,7 +78,7 @@ def render_arena(results: dict, directory: RunDirectory, final: bool = True) -> 
 
 ARENA_KIND = register_kind(StudyKind(
     name="arena", schema=1, command="posenc arena",
-    outputs=(RESULTS, "report.md", "needle.png", "passkey.png"),
+    outputs=(RESULTS, "report.md", "needle.png", "passkey.png", "ruler.png"),
     description="posenc arena study",
     redraw=lambda results, directory: redraw_arena(results, directory)))
 
@@ -88,13 +93,24 @@ def redraw_arena(results: dict, directory: RunDirectory) -> list[Path]:
 #: ReRoPE, which attends twice like ReRoPE, is left to ``--methods all``)
 CPU_METHODS = ("none", "linear", "ntk", "yarn", "self_extend", "rerope", "dual_chunk",
                "streaming")
+#: RULER families of the CPU preset (:mod:`posenc.hf.ruler`): multi-hop tracing and
+#: aggregation, the two kinds of task the arena's needles and passkeys do not test, and the
+#: cheapest (30- and 50-token answers; a needle family's 128-token budget costs about twice as
+#: much per sample); common words need more than 512 tokens. The README gives the cost.
+CPU_TASKS = ("vt", "fwe")
+#: RULER's lengths (Hsieh et al. 2024, Sec. 4: 4K to 128K tokens); the gpu preset keeps those
+#: up to factor x the original context
+RULER_LENGTHS = (4096, 8192, 16384, 32768, 65536, 131072)
 #: the presets' wall time from a fresh clone on the 2-core CPU machine (minutes; None: not
-#: run here), quoted by ``posenc arena --help`` and the README
-PRESET_MINUTES: dict[str, float | None] = {"cpu": 16.7, "gpu": None}
+#: run here), quoted by ``posenc arena --help`` and the README; cpu: 16.7 measured without
+#: RULER's families, plus their measured cost (an estimate, see the README)
+PRESET_MINUTES: dict[str, float | None] = {"cpu": 35.0, "gpu": None}
 
 
 #: results.json keys of the request's fields that are spelled otherwise there
 SETTING_KEYS = {"eval_windows": "windows"}
+#: the request's RULER fields (left out of the setting when no RULER task runs)
+RULER_KEYS = ("tasks", "ruler_samples", "ruler_lengths")
 
 
 @dataclass(frozen=True)
@@ -118,22 +134,31 @@ class ArenaRequest:
     needles: int = 2
     passkey_trials: int = 1
     eval_windows: int = 2
+    tasks: tuple[str, ...] = ()
+    ruler_samples: int = 3
+    ruler_lengths: tuple[int, ...] | None = None
     seed: int = 0
 
     def setting(self) -> dict[str, Any]:
         """The request as results.json keeps it (``eval_windows`` under the key results have
-        always had, ``windows``)."""
-        return encode({SETTING_KEYS.get(key, key): value for key, value in asdict(self).items()})
+        always had, ``windows``; without RULER tasks, none of the RULER keys, as in results
+        written before them)."""
+        fields = asdict(self)
+        if not self.tasks:
+            for key in RULER_KEYS:
+                del fields[key]
+        return encode({SETTING_KEYS.get(key, key): value for key, value in fields.items()})
 
 
 #: ``--preset``: a default that finishes on a 2-core CPU, and the full grid for a GPU (every
 #: method, DroPE included: its recalibration, 200 steps of 4 windows of the original length
 #: at lr 1e-4 by default, runs once before its first unit; ``recalibration_notes``)
 PRESETS: dict[str, dict[str, Any]] = {
-    "cpu": {},
+    "cpu": {"tasks": CPU_TASKS},
     "gpu": {"methods": ("all", "drope"), "original": None, "multiples": (1.0, 2.0, 3.0),
             "depths": (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0), "needles": 5,
-            "passkey_trials": 5, "eval_windows": 4},
+            "passkey_trials": 5, "eval_windows": 4, "tasks": tuple(FAMILIES),
+            "ruler_samples": 5, "ruler_lengths": RULER_LENGTHS},
 }
 
 
@@ -171,6 +196,8 @@ class ArenaStudy(Study):
         self.model = self.tokenizer = self.haystack = None
         self.methods: tuple[str, ...] = ()
         self.lengths: tuple[int, ...] = ()
+        self.ruler_lengths: tuple[int, ...] = ()
+        self.ruler_text: RulerText | None = None
         self.original = 0
         #: the model's own weights, and each structural method's recalibrated ones
         self._weights: dict | None = None
@@ -193,7 +220,7 @@ class ArenaStudy(Study):
         from .load import load_model, resolve_model
 
         req, rt = self.request, self.runtime
-        _check_request(req)
+        check_request(req)
         if rt.threads is not None and rt.threads < 1:
             raise UserError(f"threads must be >= 1, got {rt.threads}")
         resolve_model(req.model)
@@ -207,6 +234,7 @@ class ArenaStudy(Study):
         lengths = tuple(req.lengths or sorted({round(m * original) for m in req.multiples}
                                               | {round(req.factor * original)}))
         methods, skipped = self._methods(model.config, original)
+        ruler_lengths, dropped = ruler_lengths_of(req, lengths, original)
         shortest = max(min_needle_length(tok, req.needles, req.seed),
                        min_length(tok) if req.passkey_trials else 0)
         if min(lengths) < shortest:
@@ -215,21 +243,29 @@ class ArenaStudy(Study):
         param = next(model.parameters())
         check_memory(model.config, max(lengths), param.dtype, rt.memory_limit, param.device)
         haystack = Haystack.of(tok, texts.documents)
+        ruler_text = RulerText.of(tok, texts.documents, haystack)
+        for family in req.tasks if ruler_lengths else ():
+            ruler_sample(family, tok, ruler_text, min(ruler_lengths), 0, req.seed)
+        if ruler_lengths:
+            check_memory(model.config, max(ruler_lengths), param.dtype, rt.memory_limit,
+                         param.device)
         need = tokens_needed(lengths, None, req.eval_windows) if req.eval_windows else 0
         if haystack.tokens.numel() < need:
             raise UserError(f"the text holds {haystack.tokens.numel()} tokens, fewer than the "
                             f"{need} that {req.eval_windows} perplexity windows of {max(lengths)} "
                             "need; give more text, fewer windows or shorter lengths")
         notes = _notes(original, native, lengths, skipped) + recalibration_notes(methods) + \
-            sample_notes(req.setting())
+            sample_notes(req.setting()) + dropped
         derived = {"model": req.model, "native_context": native, "original": original,
-                   "lengths": list(lengths), "methods": list(methods),
+                   "lengths": list(lengths), "ruler_lengths": list(ruler_lengths),
+                   "methods": list(methods),
                    "text": texts.info(), "n_tokens": int(haystack.tokens.numel()),
                    "notes": notes}
         results = {"setting": req.setting(), "needle": {}, "passkey": {}, "ppl": {},
-                   "extensions": {}, "peak_rss_bytes": {}}
+                   "ruler": {}, "extensions": {}, "peak_rss_bytes": {}}
         if existing is not None:
             results = decode(existing)
+            results.setdefault("ruler", {})
             for key in ("native_context", "text", "n_tokens", "lengths", "methods"):
                 if results.get(key) != derived[key]:
                     raise UserError(f"the output directory holds a posenc arena study whose "
@@ -243,6 +279,7 @@ class ArenaStudy(Study):
                 self.warn(note)
         self.model, self.tokenizer, self.haystack = model, tok, haystack
         self.methods, self.lengths, self.original = methods, lengths, original
+        self.ruler_text, self.ruler_lengths = ruler_text, ruler_lengths
         return results
 
     def _methods(self, config: Any, original: int) -> tuple[tuple[str, ...], list[str]]:
@@ -291,6 +328,12 @@ class ArenaStudy(Study):
                     weight = n_windows(int(self.haystack.tokens.numel()), n, None, req.eval_windows)
                     units.append(Unit(("ppl", method, n), f"{method} perplexity at {n}",
                                       weight))
+            for n in self.ruler_lengths:
+                for family in req.tasks:
+                    if str(n) not in results["ruler"].get(family, {}).get(method, {}):
+                        units.append(Unit(("ruler", method, n, family),
+                                          f"{method} RULER {family} at {n}",
+                                          req.ruler_samples))
         return units
 
     # ------------------------------------------------------------ run
@@ -311,8 +354,8 @@ class ArenaStudy(Study):
 
     def run_unit(self, unit: Unit, advance: Callable[[int], None]) -> dict:
         """Measure one cell or point on the extended model (restored after): ``{"extension",
-        "value", "peak"}`` (``value``: the hits of a needle or passkey cell, or a perplexity
-        point)."""
+        "value", "peak"}`` (``value``: the hits of a needle or passkey cell, the scores of a
+        RULER cell, or a perplexity point)."""
         what, method, length = unit.key[:3]
         req = self.request
         ext = extend(self.model, method, self._factor(method), self.original)
@@ -328,6 +371,10 @@ class ArenaStudy(Study):
                     value = passkey_hits(self.model, self.tokenizer, length, req.depths[i],
                                          (i, self.lengths.index(length)), req.passkey_trials,
                                          req.seed, advance)
+                elif what == "ruler":
+                    value = ruler_scores(self.model, self.tokenizer, self.ruler_text,
+                                         unit.key[3], length, req.ruler_samples, req.seed,
+                                         advance)
                 else:
                     value = asdict(perplexity_vs_length(
                         self.model, self.haystack.tokens, [length], None, req.eval_windows,
@@ -356,10 +403,15 @@ class ArenaStudy(Study):
 
     def commit(self, results: dict, unit: Unit, result: dict) -> None:
         """File a cell under ``needle`` or ``passkey`` ("length:depth index"), a point under
-        ``ppl`` (length), what the method did and its peak memory."""
+        ``ppl`` (length), RULER scores under ``ruler`` (family, method, length), what the
+        method did and its peak memory."""
         what, method, length = unit.key[:3]
-        cell = str(length) if what == "ppl" else f"{length}:{unit.key[3]}"
-        results[what].setdefault(method, {})[cell] = result["value"]
+        if what == "ruler":
+            family = results["ruler"].setdefault(unit.key[3], {})
+            family.setdefault(method, {})[str(length)] = result["value"]
+        else:
+            cell = str(length) if what == "ppl" else f"{length}:{unit.key[3]}"
+            results[what].setdefault(method, {})[cell] = result["value"]
         results["extensions"][method] = result["extension"]
         peaks = results["peak_rss_bytes"]
         peaks[method] = max(peaks.get(method) or 0, result["peak"])
@@ -367,40 +419,6 @@ class ArenaStudy(Study):
     # ------------------------------------------------------------ report
     def render(self, results: dict, directory: RunDirectory, final: bool) -> list[Path]:
         return render_arena(results, directory, final)
-
-
-def _check_request(req: ArenaRequest) -> None:
-    """Every option that can be checked without the model."""
-    if not req.methods:
-        raise UserError("give at least one method")
-    require_distinct("methods", req.methods)
-    for m in req.methods:
-        if m != "all":
-            parse_method_spec(m)
-    require_choice("dtype", req.dtype, MODEL_DTYPES)
-    if isinstance(req.factor, bool) or not isinstance(req.factor, (int, float)) \
-            or not req.factor > 1:
-        raise UserError(f"factor must be a number > 1, got {req.factor!r}")
-    if req.original is not None and (isinstance(req.original, bool)
-                                     or not isinstance(req.original, int) or req.original < 2):
-        raise UserError(f"original length must be an integer >= 2, got {req.original!r}")
-    if req.lengths is not None and (not req.lengths or any(
-            isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in req.lengths)):
-        raise UserError(f"lengths must be integers >= 2, got {req.lengths!r}")
-    if req.lengths is not None:
-        require_distinct("lengths", req.lengths)
-    if not req.multiples or any(isinstance(m, bool) or not isinstance(m, (int, float))
-                                or not m > 0 for m in req.multiples):
-        raise UserError(f"length multiples must be numbers > 0, got {list(req.multiples)}")
-    if not req.depths or any(not 0 <= d <= 1 for d in req.depths):
-        raise UserError(f"depths must be numbers in [0, 1], got {list(req.depths)}")
-    require_distinct("depths", req.depths)
-    for name, value, low in (("needles", req.needles, 1), ("passkey trials",
-                                                           req.passkey_trials, 0),
-                             ("eval_windows", req.eval_windows, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise UserError(f"{name} must be an integer >= {low}, got {value!r}")
-    require_seed("seed", req.seed)
 
 
 def recalibration_notes(methods: tuple[str, ...] | list[str]) -> list[str]:

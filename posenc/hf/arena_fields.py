@@ -4,7 +4,9 @@ a measured cell or point whose value is broken, which a rerun drops and measures
 
 The layout is :mod:`posenc.hf.arena`'s: ``setting`` (the request), ``methods`` and
 ``lengths`` (what was planned), ``needle`` and ``passkey`` (method -> "length:depth index"
--> one 0/1 per needle or key), ``ppl`` (method -> length -> a perplexity point).
+-> one 0/1 per needle or key), ``ppl`` (method -> length -> a perplexity point), and where
+RULER's families were run ``ruler`` (family -> method -> length -> one score in [0, 1] per
+sample) with ``setting.tasks``, ``setting.ruler_samples`` and ``ruler_lengths``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..study.fields import field_error, is_length, is_number
+from .ruler import FAMILIES
 
 #: what the report reads from ``setting``, and the integer bound of each (or None: a list)
 SETTING_FIELDS = {"depths": None, "needles": 1, "passkey_trials": 0, "windows": 0,
@@ -43,6 +46,44 @@ def check_arena_results(results: dict, path: Path, repair: bool = False) -> list
                     continue
                 if not repair:
                     raise field_error(path, field_shown, problem, shown)
+                del cells[cell]
+                dropped.append(field)
+    return dropped + _check_ruler(results, path, setting, repair)
+
+
+def _check_ruler(results: dict, path: Path, setting: dict, repair: bool) -> list[str]:
+    """The RULER part, when present: the families, samples and cells (broken cells are
+    dropped with ``repair``, as above)."""
+    if "ruler" not in results or ("tasks" not in setting and results["ruler"] == {}):
+        return []
+    families, size = setting.get("tasks"), setting.get("ruler_samples")
+    if not isinstance(families, list) or not all(f in FAMILIES for f in families):
+        raise field_error(path, "setting.tasks", "must be a list of RULER tasks "
+                          f"({', '.join(FAMILIES)})", families)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise field_error(path, "setting.ruler_samples", "must be an integer >= 1", size)
+    lengths = results.get("ruler_lengths")
+    if not isinstance(lengths, list) or not all(isinstance(n, int) and is_length(n)
+                                                for n in lengths):
+        raise field_error(path, "ruler_lengths", "must be a list of positive integers", lengths)
+    ruler, dropped = results["ruler"], []
+    if not isinstance(ruler, dict) or not all(
+            f in families and isinstance(m, dict) and all(isinstance(c, dict)
+                                                          for c in m.values())
+            for f, m in ruler.items()):
+        raise field_error(path, "ruler", "must map the setting's tasks to methods to cells",
+                          ruler)
+    for family, methods in ruler.items():
+        for method, cells in methods.items():
+            for cell, value in list(cells.items()):
+                if is_length(cell) and isinstance(value, list) and len(value) == size and all(
+                        isinstance(v, (int, float)) and not isinstance(v, bool)
+                        and 0 <= v <= 1 for v in value):
+                    continue
+                field = f"ruler[{family!r}][{method!r}][{cell!r}]"
+                if not repair:
+                    raise field_error(path, field, f"must be a list of {size} scores in [0, 1]",
+                                      value)
                 del cells[cell]
                 dropped.append(field)
     return dropped

@@ -1,5 +1,6 @@
 """The arena's numbers with their noise, its verdicts and its report (report.md, needle.png,
-passkey.png), all drawn from results.json (:mod:`posenc.hf.arena`).
+passkey.png; RULER's part, ruler.png, is :mod:`posenc.hf.ruler.report`), all drawn from
+results.json (:mod:`posenc.hf.arena`).
 
 Noise: retrieval accuracy is resampled over needles (each needle is one fact in its own
 stretch of text, so this also resamples the documents) or passkeys, perplexity over its
@@ -175,7 +176,14 @@ def counted_tasks(results: dict) -> dict[str, tuple[bool, str]]:
 
 
 def verdicts(results: dict) -> list[Verdict]:
-    """One verdict per extended method and task: does it beat 'none' beyond the original?"""
+    """One verdict per extended method and task (RULER's families after the arena's own):
+    does it beat 'none' beyond the original?"""
+    from .ruler.report import ruler_verdicts  # it builds on this module
+
+    return _own_verdicts(results) + ruler_verdicts(results)
+
+
+def _own_verdicts(results: dict) -> list[Verdict]:
     original = results["original"]
     beyond = [n for n in results["lengths"] if n > original]
     counted = counted_tasks(results)
@@ -283,9 +291,15 @@ def report_markdown(results: dict[str, Any]) -> str:
     lines += [f"> **Note:** {note}" for note in results.get("notes") or []]
     lines += ["", "## What counts toward verdicts", "",
               f"A task counts when the unextended model solves it at the original length "
-              f"(retrieval accuracy >= {SOLVED_AT}; perplexity whenever finite).", ""]
+              f"(retrieval accuracy or RULER score >= {SOLVED_AT}; perplexity whenever finite).", ""]
+    from .ruler import FAMILIES
+    from .ruler.report import counted_families, ruler_section
+
     for task, (ok, why) in counted_tasks(results).items():
         lines.append(f"- {TASKS[task]}: {'counts' if ok else 'does not count'} ({why})")
+    for family, (ok, why) in counted_families(results).items():
+        lines.append(f"- RULER {FAMILIES[family].title}: "
+                     f"{'counts' if ok else 'does not count'} ({why})")
     lines += ["", "## Needle in a haystack", "",
               f"Accuracy over depths {depths} and {s['needles']} needles, ± the bootstrap "
               "std over needles (each in its own stretch of text), at least the binomial "
@@ -298,6 +312,7 @@ def report_markdown(results: dict[str, Any]) -> str:
     if s["windows"]:
         lines += ["", "## Perplexity", "", "Sliding windows (stride length/2) over the text, "
                   "± the bootstrap std over windows.", ""] + _table(results, "ppl")
+    lines += ruler_section(results)
     found = verdicts(results)
     lines += ["", "## Verdicts", "", f"Rule: {RULE}.", ""]
     lines += markdown_table(["claim", "verdict", "evidence", "source"],
@@ -319,8 +334,11 @@ def accuracy_grid(results: dict, task: str, method: str) -> list[list[float]]:
 
 
 def write_figures(results: dict, directory: RunDirectory) -> list[Path]:
-    """needle.png and (with passkeys) passkey.png: one panel per method."""
-    paths = []
+    """needle.png and (with passkeys) passkey.png: one panel per method; ruler.png (with
+    RULER's families): one panel per family."""
+    from .ruler.report import ruler_figure
+
+    paths = ruler_figure(results, directory)
     tasks = ["needle"] + (["passkey"] if results["setting"]["passkey_trials"] else [])
     for task in tasks:
         grids = {m: accuracy_grid(results, task, m) for m in results["methods"]}

@@ -34,14 +34,17 @@ def _length_label(n: int, original: int | None) -> str:
 def accuracy_heatmaps(grids: Mapping[str, Sequence[Sequence[float]]], lengths: Sequence[int],
                       depths: Sequence[float], title: str, original: int | None = None,
                       depth_label: str = "needle depth", per_cell: int | None = None,
-                      trial: str = "needle"):
+                      trial: str = "needle", row_labels: Sequence[str] | None = None,
+                      value_label: str = "accuracy"):
     """A Figure with one panel per method.
 
     ``grids[name][i][j]`` is the accuracy in [0, 1] at ``depths[i]`` and ``lengths[j]`` (NaN:
     not measured yet, drawn blank). ``original``: the context the methods extend from; its
     column is outlined. ``depth_label`` names the rows' axis. ``per_cell``: the trials (each a
     ``trial``) each cell's rate is taken over, said in the title (a cell of one trial can only
-    be 0 % or 100 %). Returns the figure (save it with :func:`posenc.viz.axes.save_png`).
+    be 0 % or 100 %). ``row_labels``: the rows' tick labels (default: the depths as
+    percentages; e.g. method names when rows are methods); ``value_label`` names the colour
+    bar. Returns the figure (save it with :func:`posenc.viz.axes.save_png`).
     """
     if per_cell is not None:
         title += f"; {per_cell} {trial}{'' if per_cell == 1 else 's'} per cell"
@@ -49,7 +52,9 @@ def accuracy_heatmaps(grids: Mapping[str, Sequence[Sequence[float]]], lengths: S
     n_cols = max(1, min(MAX_COLUMNS, len(names)))
     n_rows = max(1, math.ceil(len(names) / n_cols))
     cell_w, cell_h = 0.62, 0.36
-    panel_w = max(2.4, 1.0 + cell_w * len(lengths))
+    labels = [f"{d:.0%}" for d in depths] if row_labels is None else list(row_labels)
+    wide = 0.0 if row_labels is None else 0.06 * max(map(len, labels), default=0)
+    panel_w = max(2.4, 1.0 + cell_w * len(lengths) + wide)
     panel_h = max(1.9, 1.1 + cell_h * len(depths))
     width = n_cols * panel_w + 0.9
     title = textwrap.fill(title, width=max(24, int(width * 9)))   # about 9 characters/inch
@@ -69,7 +74,7 @@ def accuracy_heatmaps(grids: Mapping[str, Sequence[Sequence[float]]], lengths: S
                             fontsize=font, color="black")
         ax.set_xticks(range(len(lengths)), [_length_label(n, original) for n in lengths],
                       fontsize=font)
-        ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths], fontsize=font)
+        ax.set_yticks(range(len(depths)), labels, fontsize=font)
         if original in lengths:
             j = list(lengths).index(original)
             ax.add_patch(_outline(ax, j, len(depths)))
@@ -80,7 +85,7 @@ def accuracy_heatmaps(grids: Mapping[str, Sequence[Sequence[float]]], lengths: S
         ax.set_visible(False)
     if image is not None:
         bar = fig.colorbar(image, ax=list(axes[:len(names)]), fraction=0.04, pad=0.02)
-        bar.set_label("accuracy", fontsize=font)
+        bar.set_label(value_label, fontsize=font)
         bar.ax.tick_params(labelsize=font)
     fig.suptitle(title, fontsize=10)
     return fig

@@ -12,7 +12,8 @@ from tests.hf.helpers import save_tiny_model
 transformers = pytest.importorskip("transformers")
 
 from posenc.cli import main  # noqa: E402
-from posenc.hf.arena import CPU_METHODS, preset_request  # noqa: E402
+from posenc.hf.arena import CPU_METHODS, CPU_TASKS, RULER_LENGTHS, preset_request  # noqa: E402
+from posenc.hf.ruler import FAMILIES  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -26,7 +27,7 @@ def _argv(tiny_dir, out, *extra):
     return ["arena", str(tiny_dir), "--text", str(tiny_dir.parent / "data.txt"),
             "--methods", "none,linear", "--factor", "2", "--original-length", "256",
             "--depths", "0,1", "--needles", "1", "--passkey-trials", "1", "--windows", "2",
-            "--out", str(out), "--no-progress", "--device", "cpu", *extra]
+            "--tasks", "none", "--out", str(out), "--no-progress", "--device", "cpu", *extra]
 
 
 def test_cli_arena_end_to_end_then_resume_and_overwrite(tiny_dir, tmp_path, capsys):
@@ -57,6 +58,9 @@ def test_cli_arena_end_to_end_then_resume_and_overwrite(tiny_dir, tmp_path, caps
     (("--lengths", "16"), "shorter than a prompt"),
     (("--seed", "-1"), "--seed must be between 0 and 2**64 - 1"),
     (("--needles", "0"), "needles must be an integer >= 1"),
+    (("--tasks", "vt,qa"), "unknown RULER task 'qa'; valid tasks: multikey"),
+    (("--tasks", "vt", "--ruler-samples", "0"), "ruler_samples must be an integer >= 1"),
+    (("--tasks", "multikey"), "RULER multikey needs more than"),
 ])
 def test_bad_arena_options_are_one_line_errors(tiny_dir, tmp_path, capsys, extra, message):
     out = tmp_path / "bad"
@@ -93,3 +97,17 @@ def test_the_presets_cover_the_cpu_default_and_the_full_gpu_grid():
     assert gpu.methods == ("all", "drope") and gpu.original is None and gpu.needles == 2
     assert gpu.lengths is None and gpu.multiples == (1.0, 2.0, 3.0) and len(gpu.depths) == 11
     assert gpu.factor == 4.0                   # 8192 -> 32768 on SmolLM2: 1x, 2x, 3x, 4x
+    assert cpu.tasks == CPU_TASKS and cpu.ruler_samples == 3 and cpu.ruler_lengths is None
+    assert gpu.tasks == tuple(FAMILIES) and gpu.ruler_lengths == RULER_LENGTHS
+
+
+def test_cli_arena_runs_a_ruler_family_and_draws_ruler_png(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "ruler"
+    assert main(_argv(tiny_dir, out, "--tasks", "multivalue", "--ruler-samples", "1",
+                      "--ruler-lengths", "1024", "--original-length", "1024", "--lengths",
+                      "1024", "--passkey-trials", "0", "--windows", "0", "--depths", "0")) == 0
+    assert "### multi-value needles (MV-NIAH)" in capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    assert results["setting"]["tasks"] == ["multivalue"]
+    assert sorted(results["ruler"]["multivalue"]) == ["linear", "none"]
+    assert (out / "ruler.png").stat().st_size > 0
