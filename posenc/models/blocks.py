@@ -100,18 +100,20 @@ class Block(nn.Module):
 
     ``pe`` is this layer's own encoding (per-layer parameters, or a layer plan's type);
     otherwise the model passes its shared encoding at call time. ``window``: self-attention
-    sees only the keys in this window; ``sinks``: learned sink logits per head.
+    sees only the keys in this window; ``sinks``: learned sink logits per head; ``form``:
+    self-attention's form ("softmax" or "stick_breaking").
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, *, activation: str = "gelu",
                  norm: str = "layernorm", norm_placement: str = "pre", dropout: float = 0.0,
                  bias: bool = False, cross: bool = False,
                  pe: PositionalEncoding | None = None, norm_eps: float = 1e-5,
-                 window: Window | None = None, sinks: bool = False) -> None:
+                 window: Window | None = None, sinks: bool = False,
+                 form: str = "softmax") -> None:
         super().__init__()
         self.norm_placement = require_choice("norm_placement", norm_placement, ("pre", "post"))
         self.attn = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout,
-                                       window=window, sinks=sinks)
+                                       window=window, sinks=sinks, form=form)
         self.norm1 = make_norm(norm, d_model, norm_eps)
         self.cross = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout,
                                         cross=True) if cross else None

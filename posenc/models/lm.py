@@ -15,10 +15,12 @@ from torch import Tensor, nn
 
 from ..attention import AttentionContext, KVCache, make_caches
 from ..attention.cache import check_caches, replay_if_stale
-from ..encodings import build_encoding
+from ..attention.stick_breaking import ATTN_FORMS, check_composes
+from ..encodings import build_encoding, encoding_class
 from ..encodings.checks import (
     check_positions,
     check_token_ids,
+    require_choice,
     require_int_at_least,
     require_options,
     require_positive_int,
@@ -52,17 +54,26 @@ class LMConfig(ModelShape):
     ``plan`` (None: ``pe`` in every layer) gives each layer its encoding, options, attention
     window and sinks: a named plan ("gemma3", "smollm3", "llama4") or a dict
     (:mod:`posenc.models.plans`).
+
+    ``attn_form``: "softmax" (default) or "stick_breaking", the attention of every layer
+    (:mod:`posenc.attention.stick_breaking`: it replaces the softmax, so it is a form of
+    attention, not an encoding; it composes with encodings acting on q/k or the input
+    and refuses those that add a bias or a value term).
     """
 
     n_layers: int = 2
     pe: str = "rope"
     pe_options: dict[str, Any] = field(default_factory=dict)
     plan: Any = None
+    attn_form: str = "softmax"
+
+    NEW_FIELD_DEFAULTS: ClassVar[dict[str, Any]] = {**ModelShape.NEW_FIELD_DEFAULTS,
+                                                    "attn_form": "softmax"}
 
     DICT_ORDER: ClassVar[tuple[str, ...]] = (
         "vocab_size", "d_model", "n_layers", "n_heads", "max_len", "d_ff", "activation",
         "norm", "norm_eps", "norm_placement", "dropout", "bias", "tie_embeddings", "pe",
-        "pe_options", "attn_backend", "plan", "attn_sinks")
+        "pe_options", "attn_backend", "plan", "attn_sinks", "attn_form")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -73,6 +84,10 @@ class LMConfig(ModelShape):
         object.__setattr__(self, "pe_options", require_options("pe_options", self.pe_options))
         if self.plan is not None:
             require_plan_fits(self.layer_specs())
+        require_choice("attn_form", self.attn_form, ATTN_FORMS)
+        if self.attn_form == "stick_breaking":
+            for spec in self.layer_specs():
+                check_composes(encoding_class(spec.pe), spec.sinks)
 
     def layer_specs(self) -> tuple[LayerSpec, ...]:
         """Each layer's encoding, options, window and sinks (:mod:`posenc.models.plans`)."""
@@ -102,7 +117,8 @@ class TransformerLM(nn.Module):
             Block(c.d_model, c.n_heads, c.d_ff or 4 * c.d_model, activation=c.activation,
                   norm=c.norm, norm_placement=c.norm_placement, dropout=c.dropout,
                   bias=c.bias, pe=layer_pes[i], norm_eps=c.norm_eps,
-                  window=self.specs[i].window, sinks=self.specs[i].sinks)
+                  window=self.specs[i].window, sinks=self.specs[i].sinks,
+                  form=c.attn_form)
             for i in range(c.n_layers))
         self.norm = (make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_placement == "pre"
                      else nn.Identity())
