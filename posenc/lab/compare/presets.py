@@ -38,7 +38,14 @@ from ...errors import UserError
 from ...eval.inference_scaling import InferenceScaling
 from ...models.lm import LMConfig
 from ...train.config import TrainConfig
-from ..runs.variants import VARIANTS, base_encoding, is_variant, lab_run_names, variant_plan
+from ..runs.variants import (
+    VARIANTS,
+    attn_form,
+    base_encoding,
+    is_variant,
+    lab_run_names,
+    variant_plan,
+)
 from .base_train import BASE_TRAIN, migrate_config
 
 #: the most seeds one study runs per setting: a larger count is a typo, not a study
@@ -61,7 +68,7 @@ DEFAULT_PE_OPTIONS: dict[str, dict[str, Any]] = {}
 #: evaluation lengths are train_len times these unless given explicitly
 LENGTH_MULTIPLIERS = (1, 2, 4, 8, 16)
 #: LMConfig fields a run sets itself (so they are not options of a comparison)
-PER_RUN_MODEL_FIELDS = ("pe", "pe_options", "vocab_size", "max_len", "plan")
+PER_RUN_MODEL_FIELDS = ("pe", "pe_options", "vocab_size", "max_len", "plan", "attn_form")
 
 
 @dataclass(frozen=True)
@@ -266,7 +273,7 @@ class CompareConfig:
             options.setdefault("vocab_size", vocab_size)
         plan = variant_plan(encoding, self.model.n_layers) if is_variant(encoding) else None
         model = replace(self.model, vocab_size=vocab_size, pe=pe, pe_options=options,
-                        plan=plan)
+                        plan=plan, attn_form=attn_form(encoding))
         return replace(self.train, model=model, seed=self.train.seed if seed is None else seed,
                        checkpoint_every=max(1, self.train.steps // 4))
 

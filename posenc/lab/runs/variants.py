@@ -1,4 +1,5 @@
-"""Lab runs beyond one encoding with its default options: p-RoPE and the named layer plans.
+"""Lab runs beyond one encoding with its default options: p-RoPE, the named layer plans and
+stick-breaking attention.
 
 A comparison's ``encodings`` may name, besides every registered encoding, a *variant*: an
 encoding with fixed options or a per-layer plan (:mod:`posenc.models.plans`), trained and
@@ -6,6 +7,11 @@ evaluated like any run and labelled by its variant name. A named plan's cycle (`
 Gemma 3 has one global layer in six, SmolLM3 and Llama 4 one NoPE layer in four) is
 shortened to the model's depth when the model is shallower, so its last layer is always the
 plan's odd one: with the lab's two layers, a local or chunked RoPE layer, then a global one.
+
+A variant may also choose the model's attention form (``LMConfig.attn_form``):
+``stick_breaking`` is NoPE with stick-breaking attention instead of the softmax (Tan et al.,
+ICLR 2025: their models have no positional encoding), drawn in the panel of the distance
+biases, whose fixed recency bias its learned one is compared with.
 
 Variants take no inference-time scaling (those are for plain RoPE's trained weights).
 """
@@ -23,14 +29,15 @@ from ...models.plans import NAMED_PLANS
 
 @dataclass(frozen=True)
 class Variant:
-    """A lab run's encoding ``pe`` with fixed ``pe_options`` and/or a named ``plan``;
-    ``family`` is its panel in the figures."""
+    """A lab run's encoding ``pe`` with fixed ``pe_options``, a named ``plan`` and/or an
+    attention form ``attn_form``; ``family`` is its panel in the figures."""
 
     pe: str
     summary: str
     family: str
     pe_options: dict[str, Any] = field(default_factory=dict)
     plan: str | None = None
+    attn_form: str = "softmax"
 
 
 #: the variants a comparison may name, in report order
@@ -44,6 +51,9 @@ VARIANTS: dict[str, Variant] = {
                            "Llama 4's attention temperature", "plan", plan="llama4"),
     "gemma3_plan": Variant("rope", "sliding-window RoPE layers (theta 10k) and a global RoPE "
                            "layer (theta 1M), as Gemma 3", "plan", plan="gemma3"),
+    "stick_breaking": Variant("nope", "stick-breaking attention instead of the softmax, no "
+                              "positional encoding (Tan et al. 2025)", "bias",
+                              attn_form="stick_breaking"),
 }
 #: a plan needs a layer of each of its kinds
 MIN_PLAN_LAYERS = 2
@@ -83,6 +93,11 @@ def variant_plan(name: str, n_layers: int) -> dict | None:
                          f"(n_layers={n_layers}): its plan has two kinds of layer")
     every = inspect.signature(NAMED_PLANS[variant.plan]).parameters["every"].default
     return {"name": variant.plan, "every": min(every, n_layers)}
+
+
+def attn_form(name: str) -> str:
+    """The attention form of lab run ``name`` ("softmax" unless a variant chooses one)."""
+    return VARIANTS[name].attn_form if name in VARIANTS else "softmax"
 
 
 def takes_scaling(name: str, scaling: str) -> bool:

@@ -50,3 +50,13 @@ def test_bad_variant_settings_are_refused_in_one_line():
     with pytest.raises(ValueError, match="lab variants: p_rope"):
         CompareConfig(encodings=("q_rope",))
     assert PRESETS["default"].model.n_layers >= 2          # the default runs every variant
+
+
+def test_stick_breaking_trains_nope_with_stick_breaking_attention():
+    cfg = two_layers("alibi", "stick_breaking")
+    model = cfg.train_config("stick_breaking", 256).model
+    assert (model.pe, model.attn_form, model.plan) == ("nope", "stick_breaking", None)
+    assert cfg.train_config("alibi", 256).model.attn_form == "softmax"
+    assert run_family("stick_breaking") == "bias"       # drawn beside ALiBi and the biases
+    with pytest.raises(ValueError, match="unknown compare option"):
+        cfg.with_options(attn_form="stick_breaking")    # a run's form, not the study's
