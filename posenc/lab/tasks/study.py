@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -75,11 +74,10 @@ def run_key(run: dict) -> tuple[str, str, str, int]:
 
 def build_model(cfg: TaskStudyConfig, part: str, encoding: str, max_len: int):
     """The untrained model of one run (initialised from the current torch seed)."""
-    options = cfg.options_for(encoding)
     if part == "lm":
         from ...models.lm import TransformerLM
-        return TransformerLM(replace(cfg.model, max_len=max_len, pe=encoding,
-                                     pe_options=options))
+        return TransformerLM(cfg.lm_config(encoding, max_len))
+    options = cfg.options_for(encoding)
     from ...models.seq2seq import Seq2SeqTransformer
     from ...models.seq2seq_config import Seq2SeqConfig
     return Seq2SeqTransformer(Seq2SeqConfig(
@@ -262,7 +260,8 @@ class TaskStudy(Study):
 def resolve_config(preset: str | TaskStudyConfig, seeds: int | list[int] | None,
                    encodings: list[str] | None) -> TaskStudyConfig:
     """The study's configuration: a preset (name or config), with ``seeds`` (a count N
-    meaning seeds 0..N-1, or a list) and ``encodings`` (both parts) replaced if given."""
+    meaning seeds 0..N-1, or a list) and ``encodings`` (both parts; a lab variant the
+    decoder-only part only) replaced if given."""
     cfg = preset if isinstance(preset, TaskStudyConfig) else task_preset(preset)
     changes: dict[str, Any] = {}
     if seeds is not None:
@@ -272,7 +271,9 @@ def resolve_config(preset: str | TaskStudyConfig, seeds: int | list[int] | None,
             require_seed_count("seeds", seeds)
         changes["seeds"] = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     if encodings is not None:
-        changes["encodings"] = changes["seq2seq_encodings"] = list(encodings)
+        from ...encodings import list_encodings
+        changes["encodings"] = list(encodings)       # lab variants are decoder-only
+        changes["seq2seq_encodings"] = [e for e in encodings if e in list_encodings()]
     return TaskStudyConfig.from_dict({**cfg.to_dict(), **changes}) if changes else cfg
 
 
