@@ -14,8 +14,10 @@ many factors near 0 or 1 underflow): with log(1 - beta) = -softplus(z) = logsigm
 
     log A_ij = logsigmoid(z_ij) + sum_{j<k<i} logsigmoid(-z_ik),
 
-a reversed cumulative sum along the keys; this module does exactly that in float32 (float64
-for float64 inputs), as fla's reference ``naive_stickbreaking_attn`` (fla-core 0.6).
+a reversed cumulative sum along the keys, taken here as one product with a triangular
+matrix of ones (one GEMM instead of flip, cumsum, flip; log(beta) as z + log(1 - beta)), in
+float32 (float64 for float64 inputs), equal to fla's reference ``naive_stickbreaking_attn``
+(fla-core 0.6) in the tests.
 
 What is left of the stick, ``1 - sum_j A_ij``: the authors' reference code
 (github.com/shawntan/stickbreaking-attention, its tests' ``ref_fwd``) adds it times the
@@ -98,8 +100,11 @@ def stick_breaking_weights(logits: Tensor, visible: Tensor, attend_current: bool
         visible = visible & torch.ones(lq, lk, dtype=torch.bool, device=z.device
                                        ).tril(lk - lq - 1)
     log_keep = F.logsigmoid(-z).masked_fill(~visible, 0.0)          # log(1 - beta)
-    after = log_keep.flip(-1).cumsum(-1).flip(-1) - log_keep        # sum over k > j
-    log_weights = (F.logsigmoid(z) + after).masked_fill(~visible, float("-inf"))
+    later = torch.ones(lk, lk, dtype=z.dtype, device=z.device).tril(-1)   # [k, j]: k > j
+    after = torch.matmul(log_keep, later)                          # sum over k > j
+    # z + log(1 - beta) = log(beta) where visible; hidden pairs get -inf before exp, so no
+    # gradient meets an overflow there
+    log_weights = (z + log_keep + after).masked_fill(~visible, float("-inf"))
     return log_weights.exp(), log_keep.sum(-1).exp()
 
 
