@@ -164,3 +164,17 @@ def test_config_round_trip_keeps_the_form_and_old_dicts_read_the_same():
     cfg = LMConfig(pe="nope", attn_form="stick_breaking")
     assert LMConfig.from_dict(cfg.to_dict()) == cfg
     assert "attn_form" not in LMConfig().to_dict()        # a softmax config saves as before
+
+
+def test_a_sliding_window_hides_keys_from_the_stick_and_its_cache_stays_exact():
+    plan = {"layers": {"cycle": ["local"]}, "types": {"local": {"pe": "rope", "window": 4}}}
+    model = _model("rope", plan=plan)
+    ids = torch.randint(0, 50, (1, 11), generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        full, weights = model(ids, need_weights=True)
+        caches = model.make_caches(1, 11)
+        steps = [model(ids[:, :3], caches=caches)]
+        steps += [model(ids[:, i:i + 1], caches=caches) for i in range(3, 11)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+    assert (weights[0][0, :, 10, :7] == 0).all()           # keys outside the last 4 tokens
+    assert (weights[0][0, :, 10, 7:10] > 0).all()
