@@ -4,7 +4,9 @@
 
 - a decoder-only :class:`~posenc.models.lm.TransformerLM` per encoding and task of
   ``lm_tasks`` (lengths up to ``train_len``), scored by exact match at ``train_len`` x
-  ``length_multipliers`` (:func:`posenc.eval.tasks.task_accuracy_at_lengths`);
+  ``length_multipliers`` (:func:`posenc.eval.tasks.task_accuracy_at_lengths`), and for a
+  task with an out-of-distribution test (flip-flop: its sparse language,
+  ``posenc.data.synthetic.OUT_OF_DISTRIBUTION``) on that too, at the same lengths;
 - an encoder-decoder :class:`~posenc.models.seq2seq.Seq2SeqTransformer` per encoding of
   ``seq2seq_encodings`` (the same encoding in encoder and decoder) on ``seq2seq_task``,
   trained with teacher forcing and scored by greedy decoding on longer sources
@@ -107,8 +109,10 @@ def run_one(cfg: TaskStudyConfig, part: str, task: str, encoding: str, seed: int
     from ...eval.tasks import seq2seq_accuracy_at_lengths, task_accuracy_at_lengths
     from ...train.seq2seq_loop import train_seq2seq
     from ...train.task_loop import train_lm_task
+    from ...data.synthetic import OUT_OF_DISTRIBUTION
     tcfg = cfg.train_config(part, task, seed)
     device = eval_device()
+    ood = shifted = None
     cpu_start = time.process_time()
     torch.manual_seed(seed)
     if part == "lm":
@@ -119,6 +123,11 @@ def run_one(cfg: TaskStudyConfig, part: str, task: str, encoding: str, seed: int
                                           n_examples=cfg.eval_examples, seed=cfg.eval_seed,
                                           batch_size=64)
         train_len = cfg.train_len
+        ood = OUT_OF_DISTRIBUTION.get(task)
+        if ood is not None:                      # the same model on the shifted language
+            shifted = task_accuracy_at_lengths(model, ood, cfg.lm_lengths,
+                                               n_examples=cfg.eval_examples,
+                                               seed=cfg.eval_seed, batch_size=64)
     else:
         model = build_model(cfg, part, encoding, cfg.seq2seq_len + 1).to(device)
         fitted = train_seq2seq(model, task, tcfg, on_step)
@@ -127,7 +136,10 @@ def run_one(cfg: TaskStudyConfig, part: str, task: str, encoding: str, seed: int
                                              n_examples=cfg.eval_examples,
                                              seed=cfg.eval_seed, batch_size=100)
         train_len = cfg.seq2seq_len
+    extra = {} if ood is None else {"out_of_distribution": {
+        "task": ood, "lengths": {str(r.length): r.to_dict() for r in shifted}}}
     return {
+        **extra,
         "part": part, "task": task, "encoding": encoding, "seed": seed,
         "options": cfg.options_for(encoding), "train_len": train_len,
         "lengths": {str(r.length): r.to_dict() for r in scored},
