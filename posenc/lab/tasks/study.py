@@ -106,10 +106,10 @@ def run_in_worker(cfg: TaskStudyConfig, part: str, task: str, encoding: str,
 def run_one(cfg: TaskStudyConfig, part: str, task: str, encoding: str, seed: int,
             on_step=None) -> dict:
     """Train and evaluate one run; its results.json entry."""
+    from ...data.synthetic import OUT_OF_DISTRIBUTION
     from ...eval.tasks import seq2seq_accuracy_at_lengths, task_accuracy_at_lengths
     from ...train.seq2seq_loop import train_seq2seq
     from ...train.task_loop import train_lm_task
-    from ...data.synthetic import OUT_OF_DISTRIBUTION
     tcfg = cfg.train_config(part, task, seed)
     device = eval_device()
     ood = shifted = None
