@@ -218,8 +218,9 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
                        if r["task"] == task and "out_of_distribution" in r)
             lines += [f"Out of distribution: the same models on `{ood}` (the language drawn "
                       "otherwise: for flip-flop, p_i = 0.98, reads far from their write, "
-                      "as Liu et al. 2023 test), exact match and token accuracy:", ""]
+                      "as Liu et al. 2023 test). Exact match:", ""]
             lines += shifted_table(results, task, encodings, "exact_match")
+            lines += ["Token accuracy (share of answer tokens right) there:", ""]
             lines += shifted_table(results, task, encodings, "token_accuracy")
     lines += [
         "## Compared with the papers", "",
