@@ -23,6 +23,7 @@ from .relative import logn_panel, relative_clipping_panel
 from .rope_decay import rope_decay_panel
 from .rope_scalings import rope_scaling_scores_panel, rope_scaling_wavelengths_panel
 from .rotary_axes import mrope_panel, p_rope_panel
+from .stick_breaking import stick_breaking_panel
 
 PANELS: dict[str, Callable[[Path], Panel]] = {
     "sinusoidal": sinusoidal_panel,
@@ -40,6 +41,7 @@ PANELS: dict[str, Callable[[Path], Panel]] = {
     "cope_positions": cope_panel,
     "window_mask": window_mask_panel,
     "layer_plan": layer_plan_panel,
+    "stick_breaking": stick_breaking_panel,
 }
 #: what write_atlas writes besides the panels' PNGs
 PAGE_FILES = ("atlas.json", "index.html", "index.md")

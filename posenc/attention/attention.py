@@ -14,6 +14,7 @@ from .cache import KVCache
 from .context import AttentionCall, AttentionContext
 from .masks import Masks, Window
 from .region_forward import region_self_attention
+from .stick_breaking import ATTN_FORMS, stick_breaking_attend
 
 
 class MultiHeadAttention(nn.Module):
@@ -27,7 +28,8 @@ class MultiHeadAttention(nn.Module):
     chunked); ``sinks``: a learned sink logit per head joins each query's softmax
     denominator (a virtual key with a zero value: OpenAI 2025, gpt-oss-120b & gpt-oss-20b
     model card; a learned form of the attention sinks of Xiao et al. 2024, ICLR), initially
-    0.
+    0. ``form``: "softmax", or "stick_breaking" (self-attention only; it replaces the
+    softmax: :mod:`~.stick_breaking`).
 
     ``method``: a region method (:mod:`posenc.methods.regions`) the layer scores its
     self-attention under, or None; set by :func:`~.region_patch.apply_region_method`. The
@@ -36,11 +38,16 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, *, bias: bool = False,
                  dropout: float = 0.0, cross: bool = False, window: Window | None = None,
-                 sinks: bool = False) -> None:
+                 sinks: bool = False, form: str = "softmax") -> None:
         super().__init__()
         require_divides(n_heads, d_model)
         if window is not None and cross:
             raise UserError("an attention window applies to self-attention only")
+        if form not in ATTN_FORMS:
+            raise UserError(f"unknown attention form {form!r}; valid: {', '.join(ATTN_FORMS)}")
+        if form != "softmax" and cross:
+            raise UserError(f"attention form {form!r} applies to causal self-attention only")
+        self.form = form
         self.window = window
         self.sinks = nn.Parameter(torch.zeros(n_heads)) if sinks else None
         self.n_heads, self.head_dim = n_heads, d_model // n_heads
@@ -79,11 +86,17 @@ class MultiHeadAttention(nn.Module):
         if ctx.documents is not None and cache is not None:
             raise UserError("documents (packed rows) cannot be combined with a KV cache")
         if self.method is not None and not self.cross:
+            if self.form != "softmax":
+                raise UserError(f"a region method cannot run with attention form "
+                                 f"{self.form!r}")
             return region_self_attention(self, x, ctx, pe, cache), None
         dropout = self.dropout if self.training else 0.0
         attend_qkv = self._cross if self.cross else self._self
         q, k, v, call = attend_qkv(x, ctx, pe, cache, dropout)
-        out, weights = attend(q, k, v, pe, call)
+        if self.form == "stick_breaking":
+            out, weights = stick_breaking_attend(q, k, v, pe, call)
+        else:
+            out, weights = attend(q, k, v, pe, call)
         out = out.transpose(1, 2).reshape(b, t, c)                 # (B, T, C)
         return self.out_proj(out), weights
 

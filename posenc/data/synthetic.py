@@ -18,6 +18,10 @@ recall     ``#c4a7c4x1=a7``  (key-value pairs, then    the value after the query
            a query key)
 selective  ``q..w.e...r..=qwer``  (4 letters among     the letters after ``=``, in order
 _copy      blanks ``.``)
+flip_flop  ``w1i0i1r1w0i1r0``  (write, ignore, read     the bit after each ``r``
+           instructions with bits; FFL(p_i = 0.8))
+flip_flop  the same, FFL(p_i = 0.98): reads far from    the bit after each ``r``
+_sparse    their write
 =========  ==========================================  ==================================
 
 Copy and reverse use ``T // 2`` letters, addition ``(T - 2) // 3`` digits per operand,
@@ -31,7 +35,9 @@ blanks and asks for them in order: the answer keeps its length while longer inpu
 blanks (sparser, as the paper's out-of-distribution test), and the i-th answer letter is the
 i-th non-blank, at no fixed distance;
 passkey fills the rest of the length with repeated filler sentences and hides the key at
-``depth`` (0 = start, 1 = just before the question; random per example when None).
+``depth`` (0 = start, 1 = just before the question; random per example when None);
+flip-flop is the language of Liu et al. (NeurIPS 2023; :mod:`posenc.data.flip_flop`), whose
+reads answer the last written bit: a state kept across any distance, scored at every read.
 """
 
 from __future__ import annotations
@@ -43,8 +49,16 @@ import torch
 from torch import Tensor
 
 from ..errors import UserError
+from .flip_flop import MIN_TOKENS, P_IGNORE_SPARSE, P_IGNORE_TRAIN, flip_flop
 
-TASKS = ("copy", "reverse", "addition", "passkey", "recall", "selective_copy")
+TASKS = ("copy", "reverse", "addition", "passkey", "recall", "selective_copy", "flip_flop",
+         "flip_flop_sparse")
+#: p_i of each flip-flop task (Liu et al. 2023's FFL(p_i))
+FLIP_FLOP_P_IGNORE = {"flip_flop": P_IGNORE_TRAIN, "flip_flop_sparse": P_IGNORE_SPARSE}
+#: a task's out-of-distribution test: the same language drawn otherwise (Liu et al. train on
+#: FFL(0.8) and test on the sparse FFL(0.98)); the task study scores a model trained on the
+#: key on the value too
+OUT_OF_DISTRIBUTION = {"flip_flop": "flip_flop_sparse"}
 IGNORE = -100
 PAD, SEP, BLANK = ord("#"), ord("="), ord(".")
 #: letters to copy in a selective-copy example, whatever its length
@@ -88,6 +102,8 @@ def min_length(name: str, key_digits: int = 5) -> int:
         return 5
     if name == "passkey":
         return len(_key_sentence("0" * key_digits)) + len(QUESTION) + key_digits - 1
+    if name in FLIP_FLOP_P_IGNORE:
+        return MIN_TOKENS - 1                              # T + 1 tokens: write and read
     raise UserError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
 
 
@@ -121,6 +137,12 @@ def make_task(name: str, n_examples: int, length: int, seed: int | tuple[int, ..
         seqs, start = _recall(rng, n_examples, length)
     elif name == "selective_copy":
         seqs, start = _selective_copy(rng, n_examples, length)
+    elif name in FLIP_FLOP_P_IGNORE:
+        seqs, scored = flip_flop(rng, n_examples, length + 1, FLIP_FLOP_P_IGNORE[name])
+        s = torch.from_numpy(seqs.astype(np.int64))              # (N, T + 1)
+        targets = s[:, 1:].clone()
+        targets[~torch.from_numpy(scored[:, 1:])] = IGNORE       # score the read bits only
+        return TaskBatch(name, s[:, :-1].contiguous(), targets)
     else:
         seqs, start, depths = _passkey(rng, n_examples, length, depth, key_digits)
     s = torch.from_numpy(seqs.astype(np.int64))                  # (N, T + 1)

@@ -102,7 +102,8 @@ class Block(nn.Module):
     ``pe`` is this layer's own encoding (per-layer parameters, or a layer plan's type);
     otherwise the model passes its shared encoding at call time. ``window``: self-attention
     sees only the keys in this window; ``sinks``: learned sink logits per head; ``latent``:
-    self-attention is multi-head latent attention of this shape (decoupled RoPE).
+    self-attention is multi-head latent attention of this shape (decoupled RoPE); ``form``:
+    self-attention's form ("softmax" or "stick_breaking"; softmax only with ``latent``).
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, *, activation: str = "gelu",
@@ -110,13 +111,13 @@ class Block(nn.Module):
                  bias: bool = False, cross: bool = False,
                  pe: PositionalEncoding | None = None, norm_eps: float = 1e-5,
                  window: Window | None = None, sinks: bool = False,
-                 latent: LatentShape | None = None) -> None:
+                 latent: LatentShape | None = None, form: str = "softmax") -> None:
         super().__init__()
         self.norm_placement = require_choice("norm_placement", norm_placement, ("pre", "post"))
         self.attn = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout,
-                                       window=window, sinks=sinks) if latent is None else \
-            LatentAttention(d_model, n_heads, latent, bias=bias, dropout=dropout,
-                            norm_eps=norm_eps)
+                                       window=window, sinks=sinks, form=form) if latent is None \
+            else LatentAttention(d_model, n_heads, latent, bias=bias, dropout=dropout,
+                                 norm_eps=norm_eps)
         self.norm1 = make_norm(norm, d_model, norm_eps)
         self.cross = MultiHeadAttention(d_model, n_heads, bias=bias, dropout=dropout,
                                         cross=True) if cross else None

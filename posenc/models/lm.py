@@ -16,10 +16,12 @@ from torch import Tensor, nn
 from ..attention import AttentionContext, KVCache, make_caches
 from ..attention.cache import check_caches, replay_if_stale
 from ..attention.latent import LatentShape, check_latent_encoding, make_latent_cache
+from ..attention.stick_breaking import ATTN_FORMS, check_composes
 from ..encodings import build_encoding, encoding_class
 from ..encodings.checks import (
     check_positions,
     check_token_ids,
+    require_choice,
     require_int_at_least,
     require_options,
     require_positive_int,
@@ -60,6 +62,11 @@ class LMConfig(ModelShape):
     ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``, ``q_lora_rank``); the
     encoding then works on each head's ``qk_rope_head_dim`` rotary part. Not with a plan or
     sinks.
+
+    ``attn_form``: "softmax" (default) or "stick_breaking", the attention of every layer
+    (:mod:`posenc.attention.stick_breaking`: it replaces the softmax, so it is a form of
+    attention, not an encoding; it composes with encodings acting on q/k or the input
+    and refuses those that add a bias or a value term).
     """
 
     n_layers: int = 2
@@ -67,13 +74,14 @@ class LMConfig(ModelShape):
     pe_options: dict[str, Any] = field(default_factory=dict)
     plan: Any = None
     mla: Any = None
+    attn_form: str = "softmax"
 
     NEW_FIELD_DEFAULTS: ClassVar[dict[str, Any]] = {**ModelShape.NEW_FIELD_DEFAULTS,
-                                                    "mla": None}
+                                                    "mla": None, "attn_form": "softmax"}
     DICT_ORDER: ClassVar[tuple[str, ...]] = (
         "vocab_size", "d_model", "n_layers", "n_heads", "max_len", "d_ff", "activation",
         "norm", "norm_eps", "norm_placement", "dropout", "bias", "tie_embeddings", "pe",
-        "pe_options", "attn_backend", "plan", "attn_sinks", "mla")
+        "pe_options", "attn_backend", "plan", "attn_sinks", "mla", "attn_form")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -84,11 +92,18 @@ class LMConfig(ModelShape):
         object.__setattr__(self, "pe_options", require_options("pe_options", self.pe_options))
         if self.plan is not None:
             require_plan_fits(self.layer_specs())
+        require_choice("attn_form", self.attn_form, ATTN_FORMS)
+        if self.attn_form == "stick_breaking":
+            for spec in self.layer_specs():
+                check_composes(encoding_class(spec.pe), spec.sinks)
         if self.mla is not None:
             object.__setattr__(self, "mla", asdict(LatentShape.from_dict(self.mla)))
             if self.plan is not None or self.attn_sinks:
                 raise UserError("mla (latent attention) applies to every layer alike: no "
                                 "plan and no attn_sinks with it")
+            if self.attn_form != "softmax":
+                raise UserError("mla (latent attention) has only the softmax form: no "
+                                f"attn_form={self.attn_form!r} with it")
             check_latent_encoding(encoding_class(self.pe))
 
     @property
@@ -131,7 +146,7 @@ class TransformerLM(nn.Module):
                   norm=c.norm, norm_placement=c.norm_placement, dropout=c.dropout,
                   bias=c.bias, pe=layer_pes[i], norm_eps=c.norm_eps,
                   window=self.specs[i].window, sinks=self.specs[i].sinks,
-                  latent=c.latent)
+                  latent=c.latent, form=c.attn_form)
             for i in range(c.n_layers))
         self.norm = (make_norm(c.norm, c.d_model, c.norm_eps) if c.norm_placement == "pre"
                      else nn.Identity())

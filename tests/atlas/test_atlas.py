@@ -18,7 +18,8 @@ from tests.helpers import chromium_or_skip, run_headless
 ISSUE_PANELS = {"sinusoidal", "rope_decay", "rope_scaling_wavelengths", "rope_scaling_scores",
                 "alibi", "t5_buckets", "distance_biases", "relative_clipping",
                 "absolute_trajectories", "logn",
-                "p_rope", "mrope_grid", "cope_positions", "window_mask", "layer_plan"}
+                "p_rope", "mrope_grid", "cope_positions", "window_mask", "layer_plan",
+                "stick_breaking"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

@@ -65,7 +65,8 @@ def test_task_arguments_are_validated():
         make_task("copy", 2, 10, 0, depth=0.5)
     with pytest.raises(ValueError, match=r"depth must be in \[0, 1\]"):
         make_task("passkey", 2, 200, 0, depth=1.5)
-    assert TASKS == ("copy", "reverse", "addition", "passkey", "recall", "selective_copy")
+    assert TASKS == ("copy", "reverse", "addition", "passkey", "recall", "selective_copy",
+                     "flip_flop", "flip_flop_sparse")
     with pytest.raises(ValueError, match=r"length for task 'recall' must be an int >= 4"):
         make_task("recall", 2, 3, 0)
 

@@ -1,10 +1,11 @@
 """Claims of the papers since 2023 that the lab can test at its scale: per-layer RoPE/NoPE
-hybrids, p-RoPE, the forget gate against ALiBi, and the training-free region methods.
+hybrids, p-RoPE, the forget gate against ALiBi, stick-breaking attention against ALiBi, and
+the training-free region methods.
 
 Each entry is (claim, source with its place, rule, function) as in :mod:`.claims`, decided
 by the same rules (:mod:`.rules`) against the same noise. A run the comparison lacks leaves
-its claim "not tested"; the lab's variants (:mod:`posenc.lab.runs.variants`) supply p-RoPE
-and the hybrids.
+its claim "not tested"; the lab's variants (:mod:`posenc.lab.runs.variants`) supply p-RoPE,
+the hybrids and stick-breaking.
 """
 
 from __future__ import annotations
@@ -18,6 +19,13 @@ BARBERO = ("Barbero et al. (2024), Round and Round We Go! What makes Rotary Posi
 LIN = "Lin et al. (2025), Forgetting Transformer: Softmax Attention with a Forget Gate"
 JIN = "Jin et al. (2024), LLM Maybe LongLM: Self-Extend LLM Context Window Without Tuning"
 XIAO = "Xiao et al. (2023), Efficient Streaming Language Models with Attention Sinks"
+TAN = ("Tan, Shen, Yang, Courville and Panda (2025), ICLR, Scaling Stick-Breaking Attention: "
+       "An Efficient Implementation and In-depth Study")
+TAN_SOURCE = (f"{TAN}, abstract and section 5: compared with existing length-extrapolation "
+              "methods on 350M-parameter models (softmax with position biases such as ALiBi, "
+              "or RoPE), stick-breaking \"performs competitively\" on length generalisation, "
+              "a model trained with a 2^11 context window performing well at 2^14; the lab's "
+              "run has no positional encoding, as theirs")
 YANG_SOURCE = (f"{YANG}, abstract: the hybrid \"surpasses conventional RoPE-based transformer "
                "models\" on long-context tasks (their tests are retrieval benchmarks such as "
                "needle-in-a-haystack and RULER after long-context training; the perplexity "
@@ -49,6 +57,10 @@ def forget_gate_beats_alibi(r: Runs) -> tuple[str, str]:
         verdicts.append(verdict)
         parts.append(text)
     return _all(verdicts), "; ".join(parts)
+
+
+def stick_breaking_beats_alibi_past_l(r: Runs) -> tuple[str, str]:
+    return _lower_ppl(r, "stick_breaking", "alibi", r.probe, ("stick_breaking", "alibi"))
 
 
 def self_extend_beats_rope(r: Runs) -> tuple[str, str]:
@@ -96,6 +108,9 @@ RECENT_CLAIMS: tuple[tuple[str, str, str, ClaimFn], ...] = (
      "compares the two decays directly",
      "forget_gate ppl(L) < alibi ppl(L) and forget_gate ppl(P) < alibi ppl(P)",
      forget_gate_beats_alibi),
+    ("Stick-breaking attention, without a positional encoding, extrapolates at least as well "
+     "as ALiBi", TAN_SOURCE, "stick_breaking ppl(P) < alibi ppl(P) (within noise: "
+     "inconclusive)", stick_breaking_beats_alibi_past_l),
     ("Self-Extend lengthens RoPE's context without tuning",
      f"{JIN}, abstract: Self-Extend extends existing LLMs' context windows without "
      "fine-tuning (the perplexity rule is this lab's reading)",

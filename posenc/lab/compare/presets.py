@@ -40,6 +40,7 @@ from ...models.lm import LMConfig
 from ...train.config import TrainConfig
 from ..runs.variants import (
     VARIANTS,
+    attn_form,
     base_encoding,
     is_variant,
     lab_run_names,
@@ -68,7 +69,7 @@ DEFAULT_PE_OPTIONS: dict[str, dict[str, Any]] = {}
 #: evaluation lengths are train_len times these unless given explicitly
 LENGTH_MULTIPLIERS = (1, 2, 4, 8, 16)
 #: LMConfig fields a run sets itself (so they are not options of a comparison)
-PER_RUN_MODEL_FIELDS = ("pe", "pe_options", "vocab_size", "max_len", "plan")
+PER_RUN_MODEL_FIELDS = ("pe", "pe_options", "vocab_size", "max_len", "plan", "attn_form")
 
 
 @dataclass(frozen=True)
@@ -273,7 +274,7 @@ class CompareConfig:
             options.setdefault("vocab_size", vocab_size)
         plan = variant_plan(encoding, self.model.n_layers) if is_variant(encoding) else None
         model = replace(self.model, vocab_size=vocab_size, pe=pe, pe_options=options,
-                        plan=plan)
+                        plan=plan, attn_form=attn_form(encoding))
         return replace(self.train, model=model, seed=self.train.seed if seed is None else seed,
                        checkpoint_every=max(1, self.train.steps // 4),
                        **variant_scaffold(encoding, self.train.steps))

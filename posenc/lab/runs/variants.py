@@ -1,5 +1,6 @@
 """Lab runs beyond one encoding with its default options: p-RoPE, the named layer plans and
-DroPE.
+DroPE and
+stick-breaking attention.
 
 A comparison's ``encodings`` may name, besides every registered encoding, a *variant*: an
 encoding with fixed options or a per-layer plan (:mod:`posenc.models.plans`), trained and
@@ -17,6 +18,11 @@ choice, not the paper's: the paper recalibrates pretrained models on a small fra
 pretraining tokens, but a 400-step run needs a quarter of its steps to recover its in-length
 loss without positions.
 
+A variant may also choose the model's attention form (``LMConfig.attn_form``):
+``stick_breaking`` is NoPE with stick-breaking attention instead of the softmax (Tan et al.,
+ICLR 2025: their models have no positional encoding), drawn in the panel of the distance
+biases, whose fixed recency bias its learned one is compared with.
+
 Variants take no inference-time scaling (those are for plain RoPE's trained weights).
 """
 
@@ -33,8 +39,8 @@ from ...models.plans import NAMED_PLANS
 
 @dataclass(frozen=True)
 class Variant:
-    """A lab run's encoding ``pe`` with fixed ``pe_options`` and/or a named ``plan``;
-    ``family`` is its panel in the figures."""
+    """A lab run's encoding ``pe`` with fixed ``pe_options``, a named ``plan`` and/or an
+    attention form ``attn_form``; ``family`` is its panel in the figures."""
 
     pe: str
     summary: str
@@ -44,6 +50,7 @@ class Variant:
     #: an encoding trained in place of ``pe`` for the first ``scaffold_fraction`` of the steps
     scaffold: str | None = None
     scaffold_fraction: float = 0.0
+    attn_form: str = "softmax"
 
 
 #: DroPE's share of the steps trained with RoPE before it is dropped (module docstring)
@@ -64,6 +71,9 @@ VARIANTS: dict[str, Variant] = {
     "drope": Variant("nope", "RoPE for the first 3/4 of the steps, then no positional "
                      "encoding for the rest (DroPE, Gelberg et al. 2026)", "rotary",
                      scaffold="rope", scaffold_fraction=DROPE_ROPE_FRACTION),
+    "stick_breaking": Variant("nope", "stick-breaking attention instead of the softmax, no "
+                              "positional encoding (Tan et al. 2025)", "bias",
+                              attn_form="stick_breaking"),
 }
 #: a plan needs a layer of each of its kinds
 MIN_PLAN_LAYERS = 2
@@ -116,6 +126,11 @@ def variant_scaffold(name: str, steps: int) -> dict[str, Any]:
                         f"at least 2 steps, got {steps}")
     return {"scaffold_pe": variant.scaffold,
             "scaffold_steps": min(steps - 1, max(1, round(variant.scaffold_fraction * steps)))}
+
+
+def attn_form(name: str) -> str:
+    """The attention form of lab run ``name`` ("softmax" unless a variant chooses one)."""
+    return VARIANTS[name].attn_form if name in VARIANTS else "softmax"
 
 
 def takes_scaling(name: str, scaling: str) -> bool:

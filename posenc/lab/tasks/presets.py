@@ -15,6 +15,10 @@ setting all runs share (two studies are comparable when those fields are equal).
 - ``tasks-cope``: CoPE against RoPE and NoPE on selective copy (Golovneva et al. 2024): 4
   letters among blanks, trained up to L = 16 and tested on sparser inputs up to 8L, 2,000
   steps, decoder-only.
+- ``tasks-state``: state tracking on the flip-flop language (Liu et al., NeurIPS 2023):
+  RoPE, NoPE, ALiBi and stick-breaking attention (a lab variant) trained on FFL(p_i = 0.8)
+  strings of up to L = 32 tokens and tested on strings up to 8L, 3 seeds, a few minutes on a
+  CPU (:data:`STATE_SHAPE`).
 - ``tasks-paper``: for a GPU, Kazemnejad et al.'s setting as far as posenc's tasks allow
   (:data:`KAZEMNEJAD_SHAPE`): their five encodings, decoder-only, copy, reverse and addition
   with inputs of up to 20 letters in training and up to twice that in testing, a T5-base-sized
@@ -34,6 +38,14 @@ from ...errors import UserError
 from ...models.lm import LMConfig
 from ...train.task_loop import TaskTrainConfig
 from ..compare.presets import require_seed_count, took_phrase
+from ..runs.variants import (
+    VARIANTS,
+    attn_form,
+    base_encoding,
+    is_variant,
+    lab_run_names,
+    variant_plan,
+)
 
 #: encodings of the decoder-only part: those Kazemnejad et al. (2023) compare (NoPE, T5's
 #: bias, ALiBi, RoPE and an absolute encoding: sinusoidal, which runs past its training
@@ -62,6 +74,8 @@ class TaskStudyConfig:
 
     ``model``: the decoder-only models' shape (``max_len`` = the training length L); the
     encoder-decoder models have its width and heads and ``seq2seq_layers`` layers each side.
+    ``encodings`` (decoder-only) may also name lab variants (``stick_breaking``, ...:
+    :mod:`posenc.lab.runs.variants`); ``seq2seq_encodings`` name encodings.
     ``train`` / ``seq2seq_train``: the two parts' budget and optimizer; ``train.max_len`` is
     L, ``train.min_len`` is replaced per task by ``min_train_len`` (None: the task's own
     shortest length), and ``seed`` by each run's seed.
@@ -85,12 +99,15 @@ class TaskStudyConfig:
     eval_seed: int = 1_000_003
 
     def __post_init__(self) -> None:
-        for name in ("encodings", "seq2seq_encodings"):
+        for name, valid in (("encodings", lab_run_names()),
+                            ("seq2seq_encodings", list_encodings())):
             names = getattr(self, name)
-            unknown = [e for e in names if e not in list_encodings()]
+            unknown = [e for e in names if e not in valid]
             if unknown:
+                variants = f"; lab variants: {', '.join(VARIANTS)}" if name == "encodings" \
+                    else ""
                 raise UserError(f"unknown encoding(s) {', '.join(unknown)}; valid encodings: "
-                                 f"{', '.join(list_encodings())}")
+                                 f"{', '.join(list_encodings())}{variants}")
             require_distinct(name, names)
         require_seed_count("the number of seeds", len(self.seeds) or 1)
         if not self.seeds:
@@ -158,10 +175,21 @@ class TaskStudyConfig:
         """The encoding's options: the sinusoidal table at the scale of the token
         embeddings (1 / sqrt(d_model)), as in the perplexity comparison."""
         from ...models.blocks import embedding_init_std
+        if is_variant(encoding):             # the base encoding's options, then the variant's
+            return {**self.options_for(base_encoding(encoding)),
+                    **VARIANTS[encoding].pe_options}
         options = dict(PE_OPTIONS.get(encoding, {}))
         if encoding == "sinusoidal":
             options.setdefault("scale", round(embedding_init_std(self.model.d_model), 6))
         return options
+
+    def lm_config(self, encoding: str, max_len: int) -> LMConfig:
+        """The decoder-only model of ``encoding`` (an encoding or a lab variant: its base
+        encoding, options, plan and attention form) trained up to ``max_len``."""
+        plan = variant_plan(encoding, self.model.n_layers) if is_variant(encoding) else None
+        return replace(self.model, max_len=max_len, pe=base_encoding(encoding),
+                       pe_options=self.options_for(encoding), plan=plan,
+                       attn_form=attn_form(encoding))
 
     def train_config(self, part: str, task: str, seed: int) -> TaskTrainConfig:
         """The budget and optimizer of one run: its part's, with the task's shortest length
@@ -251,11 +279,23 @@ KAZEMNEJAD_TASKS = ("copy", "reverse", "addition")
 TASKS_SHAPE = {"train_len": 20, "steps": 16_000}
 TASKS_MULTIPLIERS = (1, 1.1, 1.25, 1.5, 2)
 
+#: the state-tracking study on the CPU: flip-flop strings (Liu et al. 2023's FFL(0.8); their
+#: strings have 512 tokens, these at most L = 32 in training) tested up to 8L, where reads lie
+#: further from their write than any in training; RoPE, NoPE, ALiBi and stick-breaking, which
+#: breaks its stick at the nearest matching key (the last write), 3 seeds
+STATE_ENCODINGS = ("rope", "nope", "alibi", "stick_breaking")
+STATE_SHAPE = {"train_len": 32, "steps": 1500}
+STATE_MULTIPLIERS = (1, 2, 4, 8)
+
 TASK_PRESETS: dict[str, TaskStudyConfig] = {
     "tasks": TaskStudyConfig(length_multipliers=TASKS_MULTIPLIERS).with_options(**TASKS_SHAPE),
     "tasks-cope": TaskStudyConfig(
         preset="tasks-cope", encodings=("cope", "rope", "nope"), lm_tasks=("selective_copy",),
         seq2seq_encodings=(), seq2seq_task=None).with_options(train_len=16),
+    "tasks-state": TaskStudyConfig(
+        preset="tasks-state", encodings=STATE_ENCODINGS, lm_tasks=("flip_flop",),
+        length_multipliers=STATE_MULTIPLIERS, seq2seq_encodings=(), seq2seq_task=None,
+    ).with_options(**STATE_SHAPE),
     "tasks-paper": TaskStudyConfig(
         preset="tasks-paper", lm_tasks=KAZEMNEJAD_TASKS, length_multipliers=(1, 1.5, 2),
         seq2seq_encodings=(), seq2seq_task=None,
@@ -276,10 +316,13 @@ TASK_PRESET_PURPOSE = {
     "tasks": "NoPE, T5, ALiBi, RoPE and sinusoidal copy up to 10 letters, tested on up to 20; "
              "encoder-decoders reverse; 3 seeds",
     "tasks-cope": "CoPE, RoPE and NoPE on selective copy, 3 seeds",
+    "tasks-state": "RoPE, NoPE, ALiBi and stick-breaking track the flip-flop language's "
+                   "bit up to 8L, 3 seeds",
     "tasks-paper": "Kazemnejad et al.'s setting, for a GPU",
     "tasks-smoke": "the pipeline in seconds"}
 TASK_PRESET_MINUTES: dict[str, float | None] = {"tasks": 13.9, "tasks-cope": 1.3,
-                                                "tasks-paper": None, "tasks-smoke": 0.055}
+                                                "tasks-state": 3.4, "tasks-paper": None,
+                                                "tasks-smoke": 0.055}
 
 
 def task_preset_help() -> str:

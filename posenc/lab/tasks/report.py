@@ -74,6 +74,31 @@ def accuracy_table(results: dict, part: str, task: str, encodings: list[str],
     return markdown_table(header, rows) + [""]
 
 
+def shifted_table(results: dict, task: str, encodings: list[str], metric: str) -> list[str]:
+    """``metric`` of the decoder-only models of ``task`` on its out-of-distribution test
+    (the runs' ``out_of_distribution``), mean ± spread per length; [] when no run has one."""
+    runs = {e: [r for r in runs_of(results, "lm", task, e) if "out_of_distribution" in r]
+            for e in encodings}
+    runs = {e: rs for e, rs in runs.items() if rs}
+    if not runs:
+        return []
+    lengths = sorted({int(n) for rs in runs.values() for r in rs
+                      for n in r["out_of_distribution"]["lengths"]})
+    base = next(iter(runs.values()))[0]["train_len"]
+    header = ["encoding", "seeds"] + [f"{n}" + (" (L)" if n == base else f" ({n / base:g}L)")
+                                      for n in lengths]
+    rows = []
+    for enc, rs in runs.items():
+        cells = []
+        for n in lengths:
+            found = [r["out_of_distribution"]["lengths"].get(str(n)) for r in rs]
+            values = [c.get(metric) if c else None for c in found]
+            cells.append("–" if None in values else
+                         score(values, found[0]["n_examples"]).text())
+        rows.append([enc, str(len(rs))] + cells)
+    return markdown_table(header, rows) + [""]
+
+
 def ranking_lines(results: dict, part: str, task: str, encodings: list[str],
                   metric: str = "exact_match") -> list[str]:
     rows = ranking(results, part, task, encodings, metric)
@@ -188,6 +213,15 @@ def render_report(results: dict, plots: list[str] | None = None) -> str:
         lines += ["Ranking by mean token accuracy past L:", ""]
         lines += ranking_lines(results, part, task, encodings, "token_accuracy")
         lines += structural_lines(part, task, encodings)
+        if part == "lm" and shifted_table(results, task, encodings, "exact_match"):
+            ood = next(r["out_of_distribution"]["task"] for r in results["runs"]
+                       if r["task"] == task and "out_of_distribution" in r)
+            lines += [f"Out of distribution: the same models on `{ood}` (the language drawn "
+                      "otherwise: for flip-flop, p_i = 0.98, reads far from their write, "
+                      "as Liu et al. 2023 test). Exact match:", ""]
+            lines += shifted_table(results, task, encodings, "exact_match")
+            lines += ["Token accuracy (share of answer tokens right) there:", ""]
+            lines += shifted_table(results, task, encodings, "token_accuracy")
     lines += [
         "## Compared with the papers", "",
         f"{PAPER}, *The Impact of Positional Encoding on Length Generalization in "

@@ -4,7 +4,9 @@
 
 - a decoder-only :class:`~posenc.models.lm.TransformerLM` per encoding and task of
   ``lm_tasks`` (lengths up to ``train_len``), scored by exact match at ``train_len`` x
-  ``length_multipliers`` (:func:`posenc.eval.tasks.task_accuracy_at_lengths`);
+  ``length_multipliers`` (:func:`posenc.eval.tasks.task_accuracy_at_lengths`), and for a
+  task with an out-of-distribution test (flip-flop: its sparse language,
+  ``posenc.data.synthetic.OUT_OF_DISTRIBUTION``) on that too, at the same lengths;
 - an encoder-decoder :class:`~posenc.models.seq2seq.Seq2SeqTransformer` per encoding of
   ``seq2seq_encodings`` (the same encoding in encoder and decoder) on ``seq2seq_task``,
   trained with teacher forcing and scored by greedy decoding on longer sources
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +78,10 @@ def run_key(run: dict) -> tuple[str, str, str, int]:
 
 def build_model(cfg: TaskStudyConfig, part: str, encoding: str, max_len: int):
     """The untrained model of one run (initialised from the current torch seed)."""
-    options = cfg.options_for(encoding)
     if part == "lm":
         from ...models.lm import TransformerLM
-        return TransformerLM(replace(cfg.model, max_len=max_len, pe=encoding,
-                                     pe_options=options))
+        return TransformerLM(cfg.lm_config(encoding, max_len))
+    options = cfg.options_for(encoding)
     from ...models.seq2seq import Seq2SeqTransformer
     from ...models.seq2seq_config import Seq2SeqConfig
     return Seq2SeqTransformer(Seq2SeqConfig(
@@ -108,11 +108,13 @@ def run_in_worker(cfg: TaskStudyConfig, part: str, task: str, encoding: str,
 def run_one(cfg: TaskStudyConfig, part: str, task: str, encoding: str, seed: int,
             on_step=None) -> dict:
     """Train and evaluate one run; its results.json entry."""
+    from ...data.synthetic import OUT_OF_DISTRIBUTION
     from ...eval.tasks import seq2seq_accuracy_at_lengths, task_accuracy_at_lengths
     from ...train.seq2seq_loop import train_seq2seq
     from ...train.task_loop import train_lm_task
     tcfg = cfg.train_config(part, task, seed)
     device = eval_device()
+    ood = shifted = None
     cpu_start = time.process_time()
     torch.manual_seed(seed)
     if part == "lm":
@@ -123,6 +125,11 @@ def run_one(cfg: TaskStudyConfig, part: str, task: str, encoding: str, seed: int
                                           n_examples=cfg.eval_examples, seed=cfg.eval_seed,
                                           batch_size=64)
         train_len = cfg.train_len
+        ood = OUT_OF_DISTRIBUTION.get(task)
+        if ood is not None:                      # the same model on the shifted language
+            shifted = task_accuracy_at_lengths(model, ood, cfg.lm_lengths,
+                                               n_examples=cfg.eval_examples,
+                                               seed=cfg.eval_seed, batch_size=64)
     else:
         model = build_model(cfg, part, encoding, cfg.seq2seq_len + 1).to(device)
         fitted = train_seq2seq(model, task, tcfg, on_step)
@@ -131,7 +138,10 @@ def run_one(cfg: TaskStudyConfig, part: str, task: str, encoding: str, seed: int
                                              n_examples=cfg.eval_examples,
                                              seed=cfg.eval_seed, batch_size=100)
         train_len = cfg.seq2seq_len
+    extra = {} if ood is None else {"out_of_distribution": {
+        "task": ood, "lengths": {str(r.length): r.to_dict() for r in shifted}}}
     return {
+        **extra,
         "part": part, "task": task, "encoding": encoding, "seed": seed,
         "options": cfg.options_for(encoding), "train_len": train_len,
         "lengths": {str(r.length): r.to_dict() for r in scored},
@@ -273,7 +283,8 @@ class TaskStudy(Study):
 def resolve_config(preset: str | TaskStudyConfig, seeds: int | list[int] | None,
                    encodings: list[str] | None) -> TaskStudyConfig:
     """The study's configuration: a preset (name or config), with ``seeds`` (a count N
-    meaning seeds 0..N-1, or a list) and ``encodings`` (both parts) replaced if given."""
+    meaning seeds 0..N-1, or a list) and ``encodings`` (both parts; a lab variant the
+    decoder-only part only) replaced if given."""
     cfg = preset if isinstance(preset, TaskStudyConfig) else task_preset(preset)
     changes: dict[str, Any] = {}
     if seeds is not None:
@@ -283,7 +294,9 @@ def resolve_config(preset: str | TaskStudyConfig, seeds: int | list[int] | None,
             require_seed_count("seeds", seeds)
         changes["seeds"] = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     if encodings is not None:
-        changes["encodings"] = changes["seq2seq_encodings"] = list(encodings)
+        from ...encodings import list_encodings
+        changes["encodings"] = list(encodings)       # lab variants are decoder-only
+        changes["seq2seq_encodings"] = [e for e in encodings if e in list_encodings()]
     return TaskStudyConfig.from_dict({**cfg.to_dict(), **changes}) if changes else cfg
 
 

@@ -1,5 +1,5 @@
-"""The claims of the papers since 2023 (hybrids, p-RoPE, the forget gate, Self-Extend,
-StreamingLLM) from hand-made results: each follows its numbers, needs its runs, and cites a
+"""The claims of the papers since 2023 (hybrids, p-RoPE, the forget gate, stick-breaking,
+Self-Extend, StreamingLLM) from hand-made results: each follows its numbers, needs its runs, and cites a
 published source with a year."""
 
 import re
@@ -38,10 +38,12 @@ def test_recent_claims_are_not_tested_without_their_runs():
 
 def test_recent_claims_follow_the_numbers():
     good = with_runs(run("smollm3_plan", GOOD), run("llama4_plan", GOOD), run("p_rope", GOOD),
-                     run("forget_gate", BEST), run("rope", GOOD, "self_extend:4"),
+                     run("forget_gate", BEST), run("stick_breaking", BEST),
+                     run("rope", GOOD, "self_extend:4"),
                      run("rope", [5.2, 5.2, 5.3, 5.4, 5.5], "streaming"))
     bad = with_runs(run("smollm3_plan", BAD), run("llama4_plan", BAD), run("p_rope", BAD),
-                    run("forget_gate", BAD), run("rope", BAD, "self_extend:4"),
+                    run("forget_gate", BAD), run("stick_breaking", BAD),
+                    run("rope", BAD, "self_extend:4"),
                     run("rope", BAD, "streaming"))
     v, w = verdicts(good), verdicts(bad)
     for name, *_ in RECENT_CLAIMS:
@@ -51,6 +53,7 @@ def test_recent_claims_follow_the_numbers():
     assert "smollm3_plan" in w[claim("A RoPE/NoPE hybrid with full")].evidence
     gate = v[claim("The forget gate")].evidence
     assert "at 64" in gate and "at 512" in gate                       # at L and at P
+    assert "stick_breaking ppl" in w[claim("Stick-breaking attention")].evidence
 
 
 def test_recent_claims_cite_published_sources():

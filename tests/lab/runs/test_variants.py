@@ -61,3 +61,13 @@ def test_drope_trains_rope_for_three_quarters_of_the_steps_then_none():
     assert [s for e, s in planned_runs(cfg) if e == "drope"] == [None]
     with pytest.raises(ValueError, match="drope .* needs at least 2 steps"):
         two_layers("drope").with_options(steps=1).train_config("drope", 256)
+
+
+def test_stick_breaking_trains_nope_with_stick_breaking_attention():
+    cfg = two_layers("alibi", "stick_breaking")
+    model = cfg.train_config("stick_breaking", 256).model
+    assert (model.pe, model.attn_form, model.plan) == ("nope", "stick_breaking", None)
+    assert cfg.train_config("alibi", 256).model.attn_form == "softmax"
+    assert run_family("stick_breaking") == "bias"       # drawn beside ALiBi and the biases
+    with pytest.raises(ValueError, match="unknown compare option"):
+        cfg.with_options(attn_form="stick_breaking")    # a run's form, not the study's

@@ -12,7 +12,8 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def test_presets_and_config_validation():
-    assert set(TASK_PRESETS) == {"tasks", "tasks-cope", "tasks-paper", "tasks-smoke"}
+    assert set(TASK_PRESETS) == {"tasks", "tasks-cope", "tasks-state", "tasks-paper",
+                                 "tasks-smoke"}
     cfg = task_preset("tasks")
     assert cfg.lm_lengths[0] == cfg.train_len and cfg.lm_lengths[-1] == 2 * cfg.train_len
     assert cfg.train_len == 20                     # up to 10 letters, tested on up to 20
@@ -84,3 +85,17 @@ def test_a_seed_count_above_the_bound_is_refused_before_any_list_is_built():
     with pytest.raises(UserError, match="number of seeds must be at most 1000"):
         TaskStudyConfig(seeds=tuple(range(1001)))
     assert len(task_study.resolve_config("tasks", 1000, None).seeds) == 1000
+
+
+def test_the_state_preset_tracks_flip_flop_past_l_with_stick_breaking():
+    cfg = task_preset("tasks-state")
+    assert cfg.lm_tasks == ("flip_flop",) and cfg.seq2seq_task is None
+    assert set(cfg.encodings) == {"rope", "nope", "alibi", "stick_breaking"}
+    assert len(cfg.seeds) == 3 and cfg.lm_lengths[-1] > cfg.train_len
+    model = task_study.build_model(cfg, "lm", "stick_breaking", cfg.train_len)
+    assert (model.config.pe, model.config.attn_form) == ("nope", "stick_breaking")
+    assert task_study.build_model(cfg, "lm", "alibi", 8).config.attn_form == "softmax"
+    both = task_study.resolve_config("tasks", None, ["rope", "stick_breaking"])
+    assert both.encodings == ("rope", "stick_breaking") and both.seq2seq_encodings == ("rope",)
+    with pytest.raises(ValueError, match="lab variants: p_rope"):
+        TaskStudyConfig(seq2seq_encodings=("stick_breaking",), encodings=("bogus",))

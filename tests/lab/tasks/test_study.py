@@ -195,3 +195,17 @@ def test_a_killed_task_study_leaves_no_worker_and_no_held_lock(tmp_path):
         kill_and_expect_no_survivors(parent, started)
     with DirectoryLock(out, "posenc tasks"):             # free at once: nobody holds it
         pass
+
+
+def test_a_flip_flop_study_scores_the_sparse_language_too_and_trains_stick_breaking(tmp_path):
+    from dataclasses import replace
+    cfg = replace(TINY, encodings=("stick_breaking",), lm_tasks=("flip_flop",),
+                  seq2seq_task=None, seq2seq_encodings=(), seeds=(0,))
+    run_task_study(tmp_path, cfg, progress=False)
+    run = json.loads((tmp_path / "results.json").read_text())["runs"][0]
+    assert run["encoding"] == "stick_breaking" and run["task"] == "flip_flop"
+    shifted = run["out_of_distribution"]
+    assert shifted["task"] == "flip_flop_sparse"
+    assert sorted(map(int, shifted["lengths"])) == list(cfg.lm_lengths)
+    report = (tmp_path / "report.md").read_text()
+    assert "Out of distribution: the same models on `flip_flop_sparse`" in report
