@@ -31,18 +31,21 @@ from torch import Tensor
 
 
 def chunk_factors(w: Tensor, beta: Tensor, chunk: int) -> tuple[Tensor, Tensor]:
-    """w (B, H, L, D), beta (B, H, L), L a multiple of ``chunk`` -> per chunk the UT matrix
-    T (B, H, n, C, C) and W-beta (B, H, n, C, D): beta_s w_s, so that the product of the
-    chunk's factors up to local s is I - W^T T[:s+1, :s+1] (beta W)[:s+1]."""
+    """w (B, H, L, D), beta (B, H, L), L a multiple of ``chunk`` -> per chunk the inverse of
+    the UT matrix, T^-1 = I + strictly_lower(diag(beta) W W^T) (B, H, n, C, C), and W-beta
+    (B, H, n, C, D) (rows beta_s w_s): the product of the chunk's factors up to local s is
+    I - W^T T[:s+1, :s+1] (beta W)[:s+1]. T is never formed: :func:`_solve` applies it."""
     b, h, length, d = w.shape
     n = length // chunk
     w = w.reshape(b, h, n, chunk, d)
     wb = w * beta.reshape(b, h, n, chunk, 1)                       # (B, H, n, C, D)
     gram = (wb @ w.transpose(-1, -2)).tril(-1)                     # beta_s w_s . w_r, s > r
-    eye = torch.eye(chunk, dtype=w.dtype, device=w.device)
-    ut = torch.linalg.solve_triangular(eye + gram, eye.expand_as(gram), upper=False,
-                                       unitriangular=True)         # (B, H, n, C, C)
-    return ut, wb
+    return gram + torch.eye(chunk, dtype=w.dtype, device=w.device), wb
+
+
+def _solve(ut_inverse: Tensor, rhs: Tensor) -> Tensor:
+    """T @ rhs: a unit lower-triangular solve (B, H, n, C, C) x (B, H, n, C, K)."""
+    return torch.linalg.solve_triangular(ut_inverse, rhs, upper=False, unitriangular=True)
 
 
 def _chunks(x: Tensor, chunk: int) -> Tensor:
@@ -72,17 +75,20 @@ def path_logits(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, prefix: Tensor | 
     padded = -(-length // chunk) * chunk
     q, k, w = (_pad_to(x, padded) for x in (q, k, w))
     beta = _pad_to(beta[..., None], padded)[..., 0]                  # padding: H = I
-    ut, wb = chunk_factors(w, beta, chunk)
+    ut_inv, wb = chunk_factors(w, beta, chunk)
     qc, kc, wc = _chunks(q, chunk), _chunks(k, chunk), _chunks(w, chunk)   # (B, H, n, C, D)
     n = qc.shape[2]
     # within a chunk: q_i^T (I - W^T T Wb) k_j over the factors j < s <= i
     qw = (qc @ wc.transpose(-1, -2)).tril()                        # q_i . w_s, s <= i
     wbk = (wb @ kc.transpose(-1, -2)).tril(-1)                     # beta_s w_s . k_j, s > j
-    t_wbk = ut @ wbk                                               # (B, H, n, C, C)
+    t_wbk = _solve(ut_inv, wbk)                                        # (B, H, n, C, C)
     local = (qc @ kc.transpose(-1, -2)).tril() - qw @ t_wbk
-    q_start = qc - qw @ (ut @ wb)                                  # q^T H_i ... H_a
+    if n == 1 and prefix is None:                                  # one chunk: nothing crosses
+        return local[:, :, 0, :length, :length], None
+    t_wb = _solve(ut_inv, wb)                                          # (B, H, n, C, D)
+    q_start = qc - qw @ t_wb                                       # q^T H_i ... H_a
     k_end = kc - t_wbk.transpose(-1, -2) @ wc                      # H_e ... H_{j+1} k
-    crossing = wc.transpose(-1, -2) @ (ut @ wb)                    # (B, H, n, D, D): I - P_c
+    crossing = wc.transpose(-1, -2) @ t_wb                         # (B, H, n, D, D): I - P_c
     blocks = torch.zeros(*q.shape[:2], n, n, chunk, chunk, dtype=q.dtype, device=q.device)
     torch.diagonal(blocks, 0, 2, 3).copy_(local.movedim(2, -1))
     moving, walked = q_start, [q_start[:, :, :1]]                  # chunk I crossed I chunks
@@ -112,11 +118,11 @@ def carry_keys(k: Tensor, w: Tensor, beta: Tensor, prefix: Tensor | None = None,
     padded = -(-length // chunk) * chunk
     k, w = _pad_to(k, padded), _pad_to(w, padded)
     beta = _pad_to(beta[..., None], padded)[..., 0]
-    ut, wb = chunk_factors(w, beta, chunk)
+    ut_inv, wb = chunk_factors(w, beta, chunk)
     kc, wc = _chunks(k, chunk), _chunks(w, chunk)
-    t_wbk = ut @ (wb @ kc.transpose(-1, -2)).tril(-1)
+    t_wbk = _solve(ut_inv, (wb @ kc.transpose(-1, -2)).tril(-1))
     k_end = kc - t_wbk.transpose(-1, -2) @ wc                      # (B, H, n, C, D)
-    crossing = wc.transpose(-1, -2) @ (ut @ wb)                    # (B, H, n, D, D)
+    crossing = wc.transpose(-1, -2) @ _solve(ut_inv, wb)               # (B, H, n, D, D)
     carried = k.new_zeros(*k.shape[:2], 0, k.shape[-1]) if prefix is None else prefix.float()
     for c in range(k_end.shape[2]):
         carried = torch.cat([carried - carried @ crossing[:, :, c].transpose(-1, -2),
