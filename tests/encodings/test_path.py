@@ -22,6 +22,7 @@ from posenc.encodings.householder_products import (
     path_logits,
     path_logits_reference,
 )
+from tests.encodings.helpers import assert_backend_grads_agree
 from tests.helpers import decode_in_steps, raises_one_line, sharpen, tiny_lm_factory
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -252,3 +253,12 @@ def test_context_and_option_errors_are_one_line():
                     chunk_size=0)
     raises_one_line(r"unknown option\(s\) gate_bias_init", build_encoding, "path",
                     n_heads=H, head_dim=D, gate_bias_init=2.0)
+
+
+@pytest.mark.parametrize("name", ["path", "path_fox"])
+def test_fused_training_attention_gets_the_eager_gradients(name):
+    """The whole logit is a bias (sm_scale 0): the fused CPU attention of training and eager
+    give the input, the projections and the w, beta and gate projections the same gradients."""
+    pe = sharpen(build_encoding(name, n_heads=H, head_dim=D, chunk_size=8), 0.4)
+    assert pe.sm_scale() == 0.0 and pe.backends() == ("sdpa", "eager")
+    assert_backend_grads_agree(pe)
