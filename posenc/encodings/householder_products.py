@@ -26,8 +26,19 @@ cost linear in the cache), as fla's PaTH layer does when decoding.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import Tensor
+
+
+def _full_precision(device: torch.device):
+    """A context that turns autocast off on ``device``: the products of many factors stay
+    fp32 under bf16 training."""
+    kind = device.type
+    if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind):
+        return torch.autocast(kind, enabled=False)
+    return contextlib.nullcontext()
 
 
 def chunk_factors(w: Tensor, beta: Tensor, chunk: int) -> tuple[Tensor, Tensor]:
@@ -69,6 +80,12 @@ def path_logits(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, prefix: Tensor | 
     token (a KV cache's), or None. Returns the block's scores (B, H, L, L) (zero above the
     diagonal) and the scores against the prefix (B, H, L, P) (None without a prefix).
     """
+    with _full_precision(q.device):
+        return _path_logits(q, k, w, beta, prefix, chunk)
+
+
+def _path_logits(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, prefix: Tensor | None,
+                 chunk: int) -> tuple[Tensor, Tensor | None]:
     q, k, w, beta = q.float(), k.float(), w.float(), beta.float()
     length = q.shape[2]
     chunk = max(1, min(chunk, length))
@@ -112,6 +129,12 @@ def carry_keys(k: Tensor, w: Tensor, beta: Tensor, prefix: Tensor | None = None,
     """Every key carried past the block's last token: the prefix (B, H, P, D) (carried
     past the tokens before the block) and the block's keys k (B, H, L, D), each moved by the
     factors of the block's tokens after it. Returns (B, H, P + L, D) fp32."""
+    with _full_precision(k.device):
+        return _carry_keys(k, w, beta, prefix, chunk)
+
+
+def _carry_keys(k: Tensor, w: Tensor, beta: Tensor, prefix: Tensor | None, chunk: int
+                ) -> Tensor:
     k, w, beta = k.float(), w.float(), beta.float()
     length = k.shape[2]
     chunk = max(1, min(chunk, length))
