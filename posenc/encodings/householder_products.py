@@ -145,11 +145,14 @@ def _carry_keys(k: Tensor, w: Tensor, beta: Tensor, prefix: Tensor | None, chunk
     kc, wc = _chunks(k, chunk), _chunks(w, chunk)
     t_wbk = _solve(ut_inv, (wb @ kc.transpose(-1, -2)).tril(-1))
     k_end = kc - t_wbk.transpose(-1, -2) @ wc                      # (B, H, n, C, D)
-    crossing = wc.transpose(-1, -2) @ _solve(ut_inv, wb)               # (B, H, n, D, D)
+    t_wb = _solve(ut_inv, wb)                                      # (B, H, n, C, D)
+    low_rank = chunk < k.shape[-1]          # k P_c^T as (k T-Wb^T) W: O(C D) a key, not D^2
+    crossing = None if low_rank else wc.transpose(-1, -2) @ t_wb       # (B, H, n, D, D)
     carried = k.new_zeros(*k.shape[:2], 0, k.shape[-1]) if prefix is None else prefix.float()
     for c in range(k_end.shape[2]):
-        carried = torch.cat([carried - carried @ crossing[:, :, c].transpose(-1, -2),
-                             k_end[:, :, c]], dim=2)
+        moved = (carried @ t_wb[:, :, c].transpose(-1, -2)) @ wc[:, :, c] if low_rank else \
+            carried @ crossing[:, :, c].transpose(-1, -2)
+        carried = torch.cat([carried - moved, k_end[:, :, c]], dim=2)
     return carried[:, :, :carried.shape[2] - (padded - length)]
 
 

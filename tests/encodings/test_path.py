@@ -102,6 +102,8 @@ def test_a_block_after_carried_keys_equals_the_rows_of_the_whole(split):
     # carrying in two steps equals carrying at once (a cache grown call by call)
     again = carry_keys(k[:, :, split:], w[:, :, split:], beta[:, :, split:], carried, 5)
     assert_close(again, carry_keys(k, w, beta, None, 3), atol=1e-5, rtol=1e-5)
+    # chunks as wide as the head cross by a (D, D) product, narrower ones by rank C
+    assert_close(carry_keys(k, w, beta, None, D), again, atol=1e-5, rtol=1e-5)
 
 
 # ------------------------------------------------------------------- fla's oracle
