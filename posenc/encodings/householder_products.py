@@ -9,14 +9,15 @@ and key j <= i is
 
     s_ij = q_i^T H_i H_{i-1} ... H_{j+1} k_j                  (j = i: the plain q_i . k_j)
 
-Blockwise (Section 3.2: the UT transform of Joffrain et al., 2006): the product of a chunk's
-factors H_e ... H_a is I - W^T T diag(beta) W with W (C, D) the chunk's w's and
-T = (I + strictly_lower(diag(beta) W W^T))^-1 (one triangular solve a chunk); its leading
+Blockwise (Section 3, efficient training: the UT transform of Joffrain et al., 2006): the
+product of a chunk's factors H_e ... H_a is I - W^T T diag(beta) W with W (C, D) the chunk's
+w's and T = (I + strictly_lower(diag(beta) W W^T))^-1 (applied by triangular solves); its leading
 and trailing principal blocks give the products of a chunk's prefixes and suffixes. So each
 query is moved to its chunk's start (q^ = q^T H_i ... H_a), each key to its chunk's end
 (k^ = H_e ... H_{j+1} k), and a query meets the keys of an earlier chunk after crossing the
-whole chunks between them, one (D, D) product per chunk: O(L^2 D) time, O(L^2 D / C) kept
-for the backward pass, the chunk pairs at one distance done in one batched product.
+whole chunks between them, one (D, D) product per chunk: O(L^2 D) time and, kept for the
+backward pass besides the (L, L) logits every bias has, O(L D) per query chunk (O(L^2 D / C)
+in all; no (L, L, D, D) products), the chunk pairs at one distance in one batched product.
 
 A KV cache keeps the keys carried to its last token, k~_j = H_n ... H_{j+1} k_j: a new
 block's queries meet them after crossing the new tokens only (``prefix`` below), and
