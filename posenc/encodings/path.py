@@ -8,9 +8,9 @@ token t reads from its attention input x_t, per head,
     w_t = normalize(W_w x_t),   beta_t = 2 sigmoid(b_beta . x_t + c)     (in (0, 2))
 
 and the logit of query i and key j <= i is q_i^T H_i ... H_{j+1} k_j / sqrt(D) with
-H_t = I - beta_t w_t w_t^T (beta > 1 gives negative eigenvalues, Section 3.1): the
+H_t = I - beta_t w_t w_t^T (beta > 1 gives negative eigenvalues, Section 3): the
 transform between two tokens is a product of what the tokens between them wrote, not a
-function of their distance. PaTH-FoX (Section 3.3) adds the forget gate of Lin et al.
+function of their distance. PaTH-FoX (Section 3) adds the forget gate of Lin et al.
 (ICLR 2025): log f_t = logsigmoid(g_h . x_t + b_h), summed over the tokens j < t <= i. As
 fla's PaTH layer (the anchor), the summed log-gates join the logit before the 1/sqrt(D)
 scale (posenc's ``forget_gate``, as fla's FoX, adds them after).
