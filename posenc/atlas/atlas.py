@@ -18,6 +18,7 @@ from .biases import alibi_panel, distance_biases_panel, t5_buckets_panel
 from .cope import cope_panel
 from .figure import Panel, as_json
 from .pages import write_html, write_markdown
+from .path import path_panel
 from .plans import layer_plan_panel, window_mask_panel
 from .relative import logn_panel, relative_clipping_panel
 from .rope_decay import rope_decay_panel
@@ -39,6 +40,7 @@ PANELS: dict[str, Callable[[Path], Panel]] = {
     "absolute_trajectories": absolute_trajectories_panel,
     "logn": logn_panel,
     "cope_positions": cope_panel,
+    "path_transform": path_panel,
     "window_mask": window_mask_panel,
     "layer_plan": layer_plan_panel,
     "stick_breaking": stick_breaking_panel,

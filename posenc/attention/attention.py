@@ -97,6 +97,8 @@ class MultiHeadAttention(nn.Module):
             out, weights = stick_breaking_attend(q, k, v, pe, call)
         else:
             out, weights = attend(q, k, v, pe, call)
+        if cache is not None and not self.cross and type(pe).overrides("carry_keys"):
+            cache.store_keys(pe.carry_keys(k, call.at))      # keys the next call meets
         out = out.transpose(1, 2).reshape(b, t, c)                 # (B, T, C)
         return self.out_proj(out), weights
 
@@ -167,5 +169,7 @@ class MultiHeadAttention(nn.Module):
         masks = Masks(key_valid=key_valid, documents=ctx.documents, window=self.window,
                       q_pos=q_win, k_pos=k_win)
         at = keys_at(k_pos).with_key_terms(key_terms)
+        if cache is not None and type(pe).overrides("carry_keys"):
+            at = at.with_carried_keys()             # the cache keeps what carry_keys gave
         return q, k, v, AttentionCall(at, ctx.backend, ctx.need_weights, dropout, masks,
                                       self.sinks)

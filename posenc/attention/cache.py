@@ -97,6 +97,11 @@ class KVCache:
         self.terms[:, :, end - t:end] = terms
         return self.terms[:, :, :end]
 
+    def store_keys(self, k: Tensor) -> None:
+        """Replace the keys the last :meth:`append` returned by k (B, H, L, D) (an encoding
+        that carries its cached keys, ``carry_keys``)."""
+        self.k[:, :, :self.length] = k
+
     def positions(self) -> Tensor:
         """Positions of the cached keys: (L,) or, once given per sequence, (B, L)."""
         return self.pos[:, :self.length] if self.per_sample else self.pos[0, :self.length]
@@ -175,6 +180,11 @@ class WindowedKVCache(KVCache):
         if self.terms is None:
             self.terms = terms.new_zeros(*terms.shape[:2], self.k.shape[2], terms.shape[-1])
         return self._roll(self.terms, terms, self._held_before, self.held)
+
+    def store_keys(self, k: Tensor) -> None:
+        """Replace the keys the last :meth:`append` returned by k (B, H, held + T, D): the
+        last ``held`` are kept."""
+        self.k[:, :, :self.held] = k[:, :, k.shape[2] - self.held:]
 
     @staticmethod
     def _roll(buffer: Tensor, new: Tensor, held: int, kept: int, dim: int = 2) -> Tensor:

@@ -18,6 +18,7 @@ hook               called with                                  returns
 ``value_term``     weights (B, H, Lq, Lk), at                   (B, H, Lq, D) added, or None
 ``attn_scale``     at                                           (Lq,) or (B, Lq) multiplier
 ``sm_scale``       (nothing)                                    softmax temperature (float)
+``carry_keys``     k (B, H, Lk, D) after a cached call, at          the keys the cache keeps
 =================  ===========================================  ===============================
 
 Positions are integer tensors passed explicitly (never inferred from shapes), so KV caches,
@@ -274,6 +275,14 @@ class PositionalEncoding(nn.Module):
                            device=q_pos.device)
         return (torch.log(n) / math.log(self.logn_base_len)).clamp(min=1.0)
 
+    def carry_keys(self, k: Tensor, at: HookContext) -> Tensor:
+        """The keys (B, H, Lk, D) a KV cache keeps once this self-attention call is done (the
+        next call's cached keys), from the call's keys k (cached keys first, the queries are
+        the last Lq keys) and ``at``: by default k itself. An encoding whose transform of a
+        key depends on the tokens after it (PaTH) moves them past this call's tokens;
+        attention stores what it returns in the cache."""
+        return k
+
     def length_signature(self, seq_len: int) -> object | None:
         """What the transform depends on besides positions, for ``seq_len`` positions.
 
@@ -293,7 +302,7 @@ class PositionalEncoding(nn.Module):
     def hook_kinds(cls) -> list[str]:
         """Names of the hooks this encoding implements (``attn_scale`` always: log-n)."""
         hooks = ["embed", "transform_qk", "token_terms", "score_bias", "score_mod",
-                 "value_term"]
+                 "value_term", "carry_keys"]
         return [h for h in hooks if cls.overrides(h)]
 
     @property

@@ -41,6 +41,9 @@ class HookContext:
             attention's input at every key (cached keys first; the queries are the last Lq
             keys), or None: self-attention fills it for an encoding that reads its input
             (data-dependent biases), and keeps it with the KV cache.
+        carried_keys: the keys before the queries are what the encoding's ``carry_keys``
+            returned for them (a KV cache of an encoding that carries its keys, PaTH), not
+            the keys as projected; False (the default) for every other call.
 
     The plain constructor trusts its arguments (attention builds one per call from positions
     the model validated once per forward); :meth:`for_positions` checks them.
@@ -53,6 +56,7 @@ class HookContext:
     backend: str | None = None
     axes: Tensor | None = None
     key_terms: Tensor | None = None
+    carried_keys: bool = False
 
     @classmethod
     def for_positions(cls, q_pos: Tensor, k_pos: Tensor | None = None, *,
@@ -99,6 +103,10 @@ class HookContext:
     def with_backend(self, backend: str) -> HookContext:
         """The same call, consumed by ``backend``."""
         return replace(self, backend=backend)
+
+    def with_carried_keys(self) -> HookContext:
+        """The same call, whose keys before the queries come from ``carry_keys``."""
+        return replace(self, carried_keys=True)
 
     def with_key_terms(self, key_terms: Tensor | None) -> HookContext:
         """The same call, with the encoding's terms of every key (attention fills them)."""

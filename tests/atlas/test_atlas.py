@@ -1,4 +1,4 @@
-"""The whole atlas: fifteen panels, >= 15 PNGs, atlas.json with the library's numbers, index.html
+"""The whole atlas: sixteen panels, >= 16 PNGs, atlas.json with the library's numbers, index.html
 and index.md that reference every figure, the CLI, and the page rendered by Chromium."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from tests.helpers import chromium_or_skip, run_headless
 ISSUE_PANELS = {"sinusoidal", "rope_decay", "rope_scaling_wavelengths", "rope_scaling_scores",
                 "alibi", "t5_buckets", "distance_biases", "relative_clipping",
                 "absolute_trajectories", "logn",
-                "p_rope", "mrope_grid", "cope_positions", "window_mask", "layer_plan",
-                "stick_breaking"}
+                "p_rope", "mrope_grid", "cope_positions", "path_transform", "window_mask",
+                "layer_plan", "stick_breaking"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -41,7 +41,7 @@ def test_every_panel_is_drawn_with_its_numbers(atlas):
     for name, data in doc.items():
         assert isinstance(data, dict) and data, name
     pngs = sorted(p.name for p in out.glob("*.png"))
-    assert len(pngs) >= 15
+    assert len(pngs) >= 16
     assert sorted(result["images"]) == pngs
     for name in pngs:
         assert (out / name).read_bytes()[:8] == PNG_MAGIC
@@ -111,7 +111,7 @@ def test_index_html_renders_in_chromium(atlas, tmp_path):
     image = Image.open(shot).convert("L")
     width, got_height = image.size
     assert (width, got_height) == (1400, height)
-    # the figures are drawn: the page runs for thousands of pixels (fifteen figures, one under
+    # the figures are drawn: the page runs for thousands of pixels (sixteen figures, one under
     # another) and nearly every horizontal band down to its end holds non-white pixels
     bands = [image.crop((0, y, width, y + 300)).getextrema()[0] < 200
              for y in range(0, height - 300, 300)]

@@ -116,7 +116,8 @@ def test_translation_invariance_is_the_distance_only_encodings_without_position_
     invariant = {name for name in list_encodings() if pe(name, **context_options(name))
                  .translation_invariant}
     assert invariant == {"alibi", "t5", "kerple", "shaw", "xl", "deberta", "dynamic_bias",
-                         "cope", "forget_gate"}        # the last two read no position
+                         "cope", "forget_gate", "path", "path_fox"}   # the last four read
+    #                                                                   no position
     for name in invariant:
         assert not pe(name, logn_base_len=8).translation_invariant
     assert not pe("deberta", absolute_query=True).translation_invariant

@@ -96,6 +96,11 @@ PLANS_WITH_WINDOWS = [
      "types": {"slide": {"pe": "forget_gate", "window": 4},
                "chunk": {"pe": "forget_gate", "window": 3, "window_kind": "chunked"},
                "global": {"pe": "forget_gate"}}},
+    # PaTH's cache keeps keys carried past later tokens, which a rolling cache keeps too
+    {"layers": ["slide", "chunk", "global"],
+     "types": {"slide": {"pe": "path", "window": 4},
+               "chunk": {"pe": "path_fox", "window": 3, "window_kind": "chunked"},
+               "global": {"pe": "path"}}},
 ]
 
 

@@ -30,6 +30,7 @@ from .evidence import (
     fmt_est,
     less,
 )
+from .path_claims import PATH_CLAIMS
 from .recent_claims import RECENT_CLAIMS
 from .rules import TOLERANCE, ClaimFn, _better_ratio, _guard, _lower_ppl, _with
 from .stats import Estimate
@@ -245,7 +246,7 @@ def check_claims(results: dict) -> list[Verdict]:
     """Every claim's verdict for one results.json dict."""
     runs = Runs(results)
     out = []
-    for claim, source, rule, fn in CLAIMS + RECENT_CLAIMS + DROPE_CLAIMS:
+    for claim, source, rule, fn in CLAIMS + RECENT_CLAIMS + DROPE_CLAIMS + PATH_CLAIMS:
         verdict, evidence = fn(runs)
         if verdict == TOO_FEW and not evidence.startswith(TOO_FEW):
             evidence = f"{TOO_FEW_TEXT}; {evidence}"

@@ -137,9 +137,10 @@ def test_claims_a_comparison_cannot_test_are_counted_in_one_line():
     untested = int(re.search(r"(\d+) claims", line).group(1))
     from posenc.lab.claims.claims import CLAIMS
     from posenc.lab.claims.drope_claims import DROPE_CLAIMS
+    from posenc.lab.claims.path_claims import PATH_CLAIMS
     from posenc.lab.claims.recent_claims import RECENT_CLAIMS
-    every = len(CLAIMS) + len(RECENT_CLAIMS) + len(DROPE_CLAIMS)
-    assert untested + len(rows) == every >= 23                       # every claim
+    every = len(CLAIMS) + len(RECENT_CLAIMS) + len(DROPE_CLAIMS) + len(PATH_CLAIMS)
+    assert untested + len(rows) == every >= 26                       # every claim
     assert untested >= 10 and "learned and sinusoidal" in line
 
 
