@@ -16,7 +16,7 @@ setting all runs share (two studies are comparable when those fields are equal).
   letters among blanks, trained up to L = 16 and tested on sparser inputs up to 8L, 2,000
   steps, decoder-only.
 - ``tasks-state``: state tracking on the flip-flop language (Liu et al., NeurIPS 2023):
-  RoPE, NoPE, ALiBi and stick-breaking attention (a lab variant) trained on FFL(p_i = 0.8)
+  RoPE, NoPE, ALiBi, stick-breaking attention (a lab variant) and PaTH trained on FFL(p_i = 0.8)
   strings of up to L = 32 tokens and tested on strings up to 8L, 3 seeds, a few minutes on a
   CPU (:data:`STATE_SHAPE`).
 - ``tasks-paper``: for a GPU, Kazemnejad et al.'s setting as far as posenc's tasks allow
@@ -281,9 +281,10 @@ TASKS_MULTIPLIERS = (1, 1.1, 1.25, 1.5, 2)
 
 #: the state-tracking study on the CPU: flip-flop strings (Liu et al. 2023's FFL(0.8); their
 #: strings have 512 tokens, these at most L = 32 in training) tested up to 8L, where reads lie
-#: further from their write than any in training; RoPE, NoPE, ALiBi and stick-breaking, which
-#: breaks its stick at the nearest matching key (the last write), 3 seeds
-STATE_ENCODINGS = ("rope", "nope", "alibi", "stick_breaking")
+#: further from their write than any in training; RoPE, NoPE, ALiBi, stick-breaking, which
+#: breaks its stick at the nearest matching key (the last write), and PaTH, whose
+#: data-dependent transform Yang et al. (2025) propose for state tracking, 3 seeds
+STATE_ENCODINGS = ("rope", "nope", "alibi", "stick_breaking", "path")
 STATE_SHAPE = {"train_len": 32, "steps": 1500}
 STATE_MULTIPLIERS = (1, 2, 4, 8)
 
@@ -316,7 +317,7 @@ TASK_PRESET_PURPOSE = {
     "tasks": "NoPE, T5, ALiBi, RoPE and sinusoidal copy up to 10 letters, tested on up to 20; "
              "encoder-decoders reverse; 3 seeds",
     "tasks-cope": "CoPE, RoPE and NoPE on selective copy, 3 seeds",
-    "tasks-state": "RoPE, NoPE, ALiBi and stick-breaking track the flip-flop language's "
+    "tasks-state": "RoPE, NoPE, ALiBi, stick-breaking and PaTH track the flip-flop language's "
                    "bit up to 8L, 3 seeds",
     "tasks-paper": "Kazemnejad et al.'s setting, for a GPU",
     "tasks-smoke": "the pipeline in seconds"}

@@ -40,6 +40,15 @@ COPE_SOURCE = ("Golovneva et al. (2024), Contextual Position Encoding: Learning 
                "Flip-Flop tasks where popular position embeddings fail")
 COPE_TASK = "selective_copy"
 COPE_PAIRS = (("cope", "rope"), ("cope", "nope"))
+#: Yang et al. (2025): RoPE's position transform does not depend on the input, which keeps a
+#: RoPE transformer from tracking state; PaTH's data-dependent transform can. Checked on the
+#: flip-flop language, the state-tracking task the paper names
+PATH_STATE_SOURCE = ("Yang et al. (2025), PaTH Attention: Position Encoding via Accumulating "
+                     "Householder Transformations, NeurIPS 2025, Sec. 1 and the synthetic "
+                     "tasks of Sec. 4: RoPE transformers fail flip-flop language modeling and "
+                     "state tracking, which PaTH's data-dependent transform solves")
+STATE_TASKS = ("flip_flop", "flip_flop_sparse")
+PATH_STATE_PAIRS = (("path", "rope"),)
 
 
 @dataclass(frozen=True)
@@ -198,13 +207,15 @@ def pair_verdict(results: dict, part: str, task: str, better: str, worse: str,
 
 
 def paper_verdicts(results: dict, metric: str = "exact_match") -> list[Verdict]:
-    """The published ordering's pairwise claims, for every decoder-only task studied, and
-    CoPE's on selective copy."""
+    """The published ordering's pairwise claims, for every decoder-only task studied, CoPE's
+    on selective copy and PaTH's against RoPE on the flip-flop language."""
     out = []
     for task in results["config"]["lm_tasks"]:
         pairs = [(b, w, PAPER) for b, w in KAZEMNEJAD_PAIRS]
         if task == COPE_TASK:
             pairs += [(b, w, COPE_SOURCE) for b, w in COPE_PAIRS]
+        if task in STATE_TASKS:
+            pairs += [(b, w, PATH_STATE_SOURCE) for b, w in PATH_STATE_PAIRS]
         for better, worse, source in pairs:
             v = pair_verdict(results, "lm", task, better, worse, source, metric=metric)
             if v is not None:

@@ -90,7 +90,7 @@ def test_a_seed_count_above_the_bound_is_refused_before_any_list_is_built():
 def test_the_state_preset_tracks_flip_flop_past_l_with_stick_breaking():
     cfg = task_preset("tasks-state")
     assert cfg.lm_tasks == ("flip_flop",) and cfg.seq2seq_task is None
-    assert set(cfg.encodings) == {"rope", "nope", "alibi", "stick_breaking"}
+    assert set(cfg.encodings) == {"rope", "nope", "alibi", "stick_breaking", "path"}
     assert len(cfg.seeds) == 3 and cfg.lm_lengths[-1] > cfg.train_len
     model = task_study.build_model(cfg, "lm", "stick_breaking", cfg.train_len)
     assert (model.config.pe, model.config.attn_form) == ("nope", "stick_breaking")

@@ -98,3 +98,26 @@ def test_cope_claims_join_selective_copy_only():
         assert len(cope) == (len(COPE_PAIRS) if task == COPE_TASK else 0)
         assert all(v.verdict == "supported" and "Golovneva" in v.source for v in cope)
         assert any("Kazemnejad" in v.source for v in verdicts)
+
+
+def test_path_against_rope_is_judged_on_the_flip_flop_language_only():
+    """PaTH's state-tracking claim (Yang et al. 2025) is judged on flip-flop, not on copy;
+    a lower PaTH rate past L is 'not supported', not silently dropped."""
+    from posenc.lab.tasks.verdicts import paper_verdicts
+
+    def runs(task, path_rate):
+        rates = {"path": path_rate, "rope": 0.3}
+        return [{"part": "lm", "task": task, "encoding": e, "seed": s, "train_len": 32,
+                 "lengths": {"32": {"exact_match": 1.0, "token_accuracy": 1.0,
+                                    "n_examples": 200},
+                             "64": {"exact_match": r, "token_accuracy": r,
+                                    "n_examples": 200}}}
+                for e, r in rates.items() for s in (0, 1, 2)]
+
+    def path_verdicts(task, rate):
+        verdicts = paper_verdicts({"config": {"lm_tasks": [task]}, "runs": runs(task, rate)})
+        return [v for v in verdicts if v.claim.split(": ")[1].startswith("path")]
+    (better,) = path_verdicts("flip_flop", 0.9)
+    assert better.verdict == "supported" and "Yang et al. (2025)" in better.source
+    assert [v.verdict for v in path_verdicts("flip_flop", 0.05)] == ["not supported"]
+    assert path_verdicts("copy", 0.9) == []
