@@ -29,13 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from ..methods import spec_citation
 from ..study import (
-    INCONCLUSIVE,
     MIN_SAMPLES,
-    NOT_SUPPORTED,
     NOT_TESTED,
-    SUPPORTED,
     TOO_FEW,
     RunDirectory,
     Verdict,
@@ -44,41 +40,15 @@ from ..study import (
 )
 from ..viz.axes import save_png
 from ..viz.heatmaps import accuracy_heatmaps
+from .arena_estimates import REPLICATES, SOLVED_AT, draws, hit_estimate, method_source
+from .arena_estimates import decide as _decide
 from .load import model_title
 
-REPLICATES, SEED = 400, 0
-SOLVED_AT = 0.5
 TASKS = {"needle": "needle in a haystack", "passkey": "passkey retrieval",
          "ppl": "perplexity"}
 
 
-def method_source(method: str) -> str:
-    """The published source of the method a spec names (:func:`posenc.methods.spec_citation`)."""
-    return spec_citation(method)
-
-
 # ------------------------------------------------------------------ estimates
-def _draws(n: int) -> np.ndarray:
-    """(REPLICATES, n) indices in [0, n): the same draws for every method (paired text)."""
-    return np.random.default_rng(SEED).integers(0, n, size=(REPLICATES, n))
-
-
-def hit_estimate(cells: dict[str, list[int]], keys: list[str]) -> tuple[float, float] | None:
-    """(mean, spread) of the hits of ``cells[k]`` for ``keys`` (cells "length:depth index",
-    each a 0/1 per needle): the bootstrap std resampling needles, at least the smoothed
-    binomial standard error (module docstring); None if a cell is missing."""
-    if not keys or any(k not in cells for k in keys):
-        return None
-    hits = np.asarray([cells[k] for k in keys], dtype=float)          # (cells, needles)
-    mean, n = float(hits.mean()), hits.size
-    smoothed = (mean * n + 1) / (n + 2)
-    floor = math.sqrt(smoothed * (1 - smoothed) / n)
-    if hits.shape[1] < 2:
-        return mean, floor
-    reps = hits[:, _draws(hits.shape[1])].mean(axis=(0, 2))            # (REPLICATES,)
-    return mean, max(floor, float(reps.std(ddof=1)))
-
-
 def nll_estimate(points: dict[str, dict], lengths: list[int]) -> tuple[float, float] | None:
     """(mean NLL over ``lengths``, bootstrap spread) resampling each length's windows."""
     if not lengths or any(str(n) not in points for n in lengths):
@@ -90,7 +60,7 @@ def nll_estimate(points: dict[str, dict], lengths: list[int]) -> tuple[float, fl
         tok = np.asarray(p["window_tokens"], dtype=float)
         means.append(float((nll * tok).sum() / tok.sum()))
         if len(nll) >= 2:
-            pick = _draws(len(nll))
+            pick = draws(len(nll))
             reps.append((nll[pick] * tok[pick]).sum(1) / tok[pick].sum(1))
         else:
             reps.append(np.full(REPLICATES, means[-1]))
@@ -219,19 +189,6 @@ RULE = ("mean ± spread (bootstrap std; for accuracies at least the binomial sta
         "over the lengths beyond the original; overlapping intervals are inconclusive; "
         f"fewer than {MIN_SAMPLES} windows per length, or needles (keys) over the cells, "
         "abstain: too few samples")
-
-
-def _decide(a: tuple[float, float], b: tuple[float, float], lower_better: bool) -> str:
-    (ma, sa), (mb, sb) = a, b
-    if not (math.isfinite(ma) and math.isfinite(mb)):
-        if math.isfinite(ma) == math.isfinite(mb):
-            return INCONCLUSIVE
-        return SUPPORTED if math.isfinite(ma) == lower_better else NOT_SUPPORTED
-    if ma - sa > mb + sb:
-        return NOT_SUPPORTED if lower_better else SUPPORTED
-    if ma + sa < mb - sb:
-        return SUPPORTED if lower_better else NOT_SUPPORTED
-    return INCONCLUSIVE
 
 
 def _evidence(task: str, method: str, a, b, lengths: list[int], spreads: bool = True) -> str:

@@ -92,7 +92,8 @@ def test_extend_and_arena_run_and_cite_the_toy(tiny_dir, tmp_path, capsys):
     arena = tmp_path / "arena"
     assert main(["arena", str(tiny_dir), "--text", str(data), "--methods", "none,toy_clip",
                  "--factor", "2", "--original-length", "256", "--depths", "0.5",
-                 "--needles", "1", "--passkey-trials", "1", "--eval-windows", "2", "--out",
+                 "--needles", "1", "--passkey-trials", "1", "--eval-windows", "2",
+                 "--tasks", "none", "--out",
                  str(arena), "--no-progress", "--device", "cpu"]) == 0, \
         capsys.readouterr().err
     assert json.loads((arena / "results.json").read_text())["methods"] == ["none", "toy_clip"]

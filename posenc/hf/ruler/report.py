@@ -25,7 +25,8 @@ from ...study import (
 )
 from ...viz.axes import save_png
 from ...viz.heatmaps import accuracy_heatmaps
-from ..arena_report import SOLVED_AT, _decide, hit_estimate, method_source
+from ..arena_estimates import SOLVED_AT, hit_estimate, method_source
+from ..arena_estimates import decide as _decide
 from . import FAMILIES, SOURCE
 
 FIGURE = "ruler.png"
