@@ -1,15 +1,17 @@
 """What the arena's verdicts share with RULER's (:mod:`posenc.hf.ruler.report`): the bar a
 task must clear at the original length to count, the bootstrap estimate of a hit rate and the
-decision between two estimates, and a method's published source."""
+decision between two estimates, the verdict "a method beats none" built from them, and a
+method's published source."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from ..methods import spec_citation
-from ..study import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
+from ..study import INCONCLUSIVE, NOT_SUPPORTED, NOT_TESTED, SUPPORTED, TOO_FEW, Verdict
 
 REPLICATES, SEED = 400, 0
 #: the unextended model's accuracy at the original length a task must reach to count
@@ -53,3 +55,23 @@ def decide(a: tuple[float, float], b: tuple[float, float], lower_better: bool) -
     if ma + sa < mb - sb:
         return SUPPORTED if lower_better else NOT_SUPPORTED
     return INCONCLUSIVE
+
+
+def against_none(claim: str, source: str, rule: str, counted: tuple[bool, str],
+                 no_beyond: str | None, a, b, few: Callable[[], str | None],
+                 evidence: Callable[[bool], str], lower_better: bool) -> Verdict:
+    """The verdict "a method beats 'none'" on one task: not tested when the task does not
+    count (``counted`` = (counts, why); ``no_beyond``: why no length lies beyond the original,
+    None when some do) or is not measured yet (``a``/``b`` None: the method's and none's
+    (mean, spread)); too few samples when ``few()`` says so (then ``evidence(False)``, the
+    means alone); else decided by :func:`decide` with ``evidence(True)``."""
+    ok, why = counted
+    if not ok or no_beyond:
+        return Verdict(claim, source, NOT_TESTED,
+                       f"does not count: {why if not ok else no_beyond}")
+    if a is None or b is None:
+        return Verdict(claim, source, NOT_TESTED, "not measured yet")
+    short = few()
+    if short:
+        return Verdict(claim, source, TOO_FEW, f"{short}; {evidence(False)}", rule)
+    return Verdict(claim, source, decide(a, b, lower_better), evidence(True), rule)

@@ -31,8 +31,6 @@ import numpy as np
 
 from ..study import (
     MIN_SAMPLES,
-    NOT_TESTED,
-    TOO_FEW,
     RunDirectory,
     Verdict,
     markdown_table,
@@ -40,8 +38,14 @@ from ..study import (
 )
 from ..viz.axes import save_png
 from ..viz.heatmaps import accuracy_heatmaps
-from .arena_estimates import REPLICATES, SOLVED_AT, draws, hit_estimate, method_source
-from .arena_estimates import decide as _decide
+from .arena_estimates import (
+    REPLICATES,
+    SOLVED_AT,
+    against_none,
+    draws,
+    hit_estimate,
+    method_source,
+)
 from .load import model_title
 
 TASKS = {"needle": "needle in a haystack", "passkey": "passkey retrieval",
@@ -164,24 +168,15 @@ def _own_verdicts(results: dict) -> list[Verdict]:
         for task, label in TASKS.items():
             claim = f"{method} beats no extension on {label} beyond {original} tokens"
             source = method_source(method)
-            ok, why = counted[task]
-            if not ok or not beyond:
-                reason = why if not ok else f"no length beyond {original}"
-                out.append(Verdict(claim, source, NOT_TESTED, f"does not count: {reason}"))
-                continue
             a = _estimate(results, task, method, beyond)
             b = _estimate(results, task, "none", beyond)
-            if a is None or b is None:
-                out.append(Verdict(claim, source, NOT_TESTED, "not measured yet"))
-                continue
-            few = too_few_samples(*min(sample_count(results, task, m, beyond)
-                                       for m in (method, "none")))
-            evidence = _evidence(task, method, a, b, beyond, spreads=not few)
-            if few:
-                out.append(Verdict(claim, source, TOO_FEW, f"{few}; {evidence}", RULE))
-                continue
-            out.append(Verdict(claim, source, _decide(a, b, lower_better=task == "ppl"),
-                               evidence, RULE))
+            out.append(against_none(
+                claim, source, RULE, counted[task],
+                None if beyond else f"no length beyond {original}", a, b,
+                lambda: too_few_samples(*min(sample_count(results, task, m, beyond)
+                                             for m in (method, "none"))),
+                lambda spreads: _evidence(task, method, a, b, beyond, spreads=spreads),
+                lower_better=task == "ppl"))
     return out
 
 

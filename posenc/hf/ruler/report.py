@@ -16,8 +16,6 @@ from pathlib import Path
 
 from ...study import (
     MIN_SAMPLES,
-    NOT_TESTED,
-    TOO_FEW,
     RunDirectory,
     Verdict,
     markdown_table,
@@ -25,8 +23,7 @@ from ...study import (
 )
 from ...viz.axes import save_png
 from ...viz.heatmaps import accuracy_heatmaps
-from ..arena_estimates import SOLVED_AT, hit_estimate, method_source
-from ..arena_estimates import decide as _decide
+from ..arena_estimates import SOLVED_AT, against_none, hit_estimate, method_source
 from . import FAMILIES, SOURCE
 
 FIGURE = "ruler.png"
@@ -87,28 +84,19 @@ def ruler_verdicts(results: dict) -> list[Verdict]:
             claim = (f"{method} beats no extension on RULER {FAMILIES[family].title} beyond "
                      f"{original} tokens")
             source = f"{method_source(method)}; task: {SOURCE}"
-            ok, why = counted[family]
-            if not ok or not beyond:
-                reason = why if not ok else f"no RULER length beyond {original}"
-                out.append(Verdict(claim, source, NOT_TESTED, f"does not count: {reason}"))
-                continue
             a = ruler_estimate(results, family, method, beyond)
             b = ruler_estimate(results, family, "none", beyond)
-            if a is None or b is None:
-                out.append(Verdict(claim, source, NOT_TESTED, "not measured yet"))
-                continue
             count = len(beyond) * results["setting"]["ruler_samples"]
-            few = too_few_samples(count, "samples over the lengths" if count != 1
-                                  else "sample over the lengths")
             at = ", ".join(map(str, beyond))
-            if few:
-                evidence = f"score {a[0]:.2f} ({method}) vs {b[0]:.2f} (none) at {at}"
-                out.append(Verdict(claim, source, TOO_FEW, f"{few}; {evidence}", RULE))
-                continue
-            evidence = (f"score {a[0]:.2f} ± {a[1]:.2f} ({method}) vs {b[0]:.2f} ± {b[1]:.2f} "
-                        f"(none) at {at}")
-            out.append(Verdict(claim, source, _decide(a, b, lower_better=False), evidence,
-                               RULE))
+            out.append(against_none(
+                claim, source, RULE, counted[family],
+                None if beyond else f"no RULER length beyond {original}", a, b,
+                lambda: too_few_samples(count, "samples over the lengths" if count != 1
+                                        else "sample over the lengths"),
+                lambda spreads: (f"score {a[0]:.2f} ± {a[1]:.2f} ({method}) vs "
+                                 f"{b[0]:.2f} ± {b[1]:.2f} (none) at {at}") if spreads else
+                f"score {a[0]:.2f} ({method}) vs {b[0]:.2f} (none) at {at}",
+                lower_better=False))
     return out
 
 
