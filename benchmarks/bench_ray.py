@@ -5,14 +5,16 @@ Each arm is the command a user types, timed from start to exit in a fresh proces
 empty folder: ``pool`` is ``posenc compare --preset P --workers 2`` (two worker processes);
 ``ray`` is the same with ``--ray ADDRESS``, on a Ray cluster of this machine's CPUs that
 the benchmark starts once (a standing cluster, as after ``ray start``); ``ray-start`` is
-the same with ``--ray`` alone, which starts (and stops) a Ray of its own. Rounds alternate
-the order of the arms. The ratio to ``pool`` per round, its median and range, and the
-overhead per unit and per task ((arm - pool) / count) are printed as a markdown table.
+the same with ``--ray`` alone, which starts (and stops) a Ray of its own (``--arms`` picks
+some; ``pool`` is always timed). Rounds alternate the order of the arms. The ratio to
+``pool`` per round, its median and range, and the overhead per unit and per task
+((arm - pool) / count) are printed as a markdown table.
 First, the engine's own cost per unit: ``--noop`` units that do nothing run through
 :class:`~posenc.study.ray_units.RayUnits` on the standing cluster (all submitted at once,
 taken in order, as a study does), wall seconds per unit.
 
     .venv/bin/python -m benchmarks.bench_ray --preset smoke --rounds 3
+    .venv/bin/python -m benchmarks.bench_ray --preset default --rounds 3 --arms pool,ray
 """
 
 from __future__ import annotations
@@ -84,7 +86,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--noop", type=int, default=200, help="units for the engine's cost")
     parser.add_argument("--noop-only", action="store_true")
+    parser.add_argument("--arms", default=",".join(ARMS),
+                        help=f"comma-separated arms to time, pool always among them ({ARMS})")
     args = parser.parse_args()
+    arms = tuple(a for a in ARMS if a in {"pool", *args.arms.split(",")})
+    if unknown := set(args.arms.split(",")) - set(ARMS):
+        parser.error(f"unknown arms {sorted(unknown)}; choose from {ARMS}")
     import os
 
     import ray
@@ -101,36 +108,36 @@ def main() -> None:
     if args.noop_only:
         cluster.shutdown()
         return
-    times: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    times: dict[str, list[float]] = {arm: [] for arm in arms}
     counts = (0, 0)
     try:
         with tempfile.TemporaryDirectory(prefix="posenc-bench-ray-") as tmp:
             for r in range(args.rounds):
-                order = ARMS if r % 2 == 0 else tuple(reversed(ARMS))
+                order = arms if r % 2 == 0 else tuple(reversed(arms))
                 for arm in order:
                     out = Path(tmp) / f"{arm}-{r}"
                     times[arm].append(timed(command(args.preset, out, arm, cluster.address)))
-                    if arm == "ray":
+                    if arm != "pool":
                         counts = units_and_tasks(out)
                 print(f"round {r + 1}: " + ", ".join(f"{a} {times[a][-1]:.1f} s"
-                                                     for a in ARMS), flush=True)
+                                                     for a in arms), flush=True)
     finally:
         cluster.shutdown()
     units, tasks = counts
     print(f"\n{units} units in {tasks} Ray tasks per comparison\n")
-    print("| round | " + " | ".join(ARMS) + " | ray / pool | ray-start / pool |")
-    print("|---:|" + "---:|" * (len(ARMS) + 2))
+    others = arms[1:]
+    print("| round | " + " | ".join(arms) + "".join(f" | {a} / pool" for a in others) + " |")
+    print("|---:|" + "---:|" * (len(arms) + len(others)))
     for r in range(args.rounds):
         pool = times["pool"][r]
-        print(f"| {r + 1} | " + " | ".join(f"{times[a][r]:.1f} s" for a in ARMS)
-              + f" | {times['ray'][r] / pool:.2f}x | {times['ray-start'][r] / pool:.2f}x |")
-    for arm in ("ray", "ray-start"):
+        print(f"| {r + 1} | " + " | ".join(f"{times[a][r]:.1f} s" for a in arms)
+              + "".join(f" | {times[a][r] / pool:.2f}x" for a in others) + " |")
+    for arm in others:
         ratios = [t / p for t, p in zip(times[arm], times["pool"])]
         extra = statistics.median(t - p for t, p in zip(times[arm], times["pool"]))
         print(f"\n{arm} / pool: median {statistics.median(ratios):.2f}x "
               f"({min(ratios):.2f}-{max(ratios):.2f}); median extra {extra:.1f} s = "
               f"{extra / max(units, 1):.2f} s per unit, {extra / max(tasks, 1):.1f} s per task")
-
 
 if __name__ == "__main__":
     main()

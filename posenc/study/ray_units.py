@@ -7,7 +7,8 @@ it needs (:func:`task_resources`): one GPU when the study runs on CUDA, else one
 the memory the study estimates for it, so Ray places as many side by side as the cluster
 holds. Every task is submitted at once; the driver takes each unit's result in plan order
 and commits it through the study core, which alone writes the run directory: no
-filesystem is shared between nodes.
+filesystem is shared between nodes. While it waits for one, the units whose tasks end
+first are counted on the progress bar as they end (:meth:`RayUnits.watch`).
 
 - Shared data: an argument wrapped in :class:`Shared` (a prepared corpus, a loaded model)
   goes into Ray's object store once, and each worker process fetches it once.
@@ -38,6 +39,8 @@ MAX_RETRIES = 3
 WORKER_CACHE_SIZE = 4
 #: how to install Ray, for the message when it is missing
 RAY_INSTALL = "pip install 'posenc[ray]'"
+#: seconds the driver waits on the cluster at a time (signals are handled between waits)
+WAIT_SECONDS = 1.0
 
 TaskOf = Callable[[Unit], tuple[Any, Callable[..., Any], tuple] | None]
 Pick = Callable[[Unit, Any, bool], Any]
@@ -162,6 +165,9 @@ class RayUnits:
         self.left: dict[Any, int] = {}            # units per task still to take
         self.fetched: dict[Any, tuple[Any, dict]] = {}
         self.placed: dict[tuple, dict] = {}
+        self.units_of: dict[Any, list[Unit]] = {}  # each task's units, in plan order
+        self.ended: set[Any] = set()              # tasks seen to end (finished or failed)
+        self.finished: Callable[[Unit], None] = lambda unit: None
         self._put: dict[int, _SharedRef] = {}
         remote = self.ray.remote(call_unit)
         try:
@@ -170,6 +176,7 @@ class RayUnits:
                 if task is None:
                     continue
                 self.left[task[0]] = self.left.get(task[0], 0) + 1
+                self.units_of.setdefault(task[0], []).append(unit)
                 if task[0] in self.refs:
                     continue
                 key, fn, args = task
@@ -189,6 +196,24 @@ class RayUnits:
             self._put[id(arg.value)] = _SharedRef([self.ray.put(arg.value)])
         return self._put[id(arg.value)]
 
+    def watch(self, finished: Callable[[Unit], None]) -> None:
+        """Call ``finished(unit)`` for the units of each task that ends while the driver
+        waits for an earlier one (the progress bar counts them then)."""
+        self.finished = finished
+
+    def _wait_for(self, key: Any) -> None:
+        """Wait until the task ``key`` ends, telling :meth:`watch` of those ending first."""
+        while key not in self.ended:
+            pending = [(k, ref) for k, ref in self.refs.items() if k not in self.ended]
+            ready, _ = self.ray.wait([ref for _, ref in pending], num_returns=1,
+                                     timeout=WAIT_SECONDS, fetch_local=False)
+            for ref in ready:
+                done = next(k for k, r in pending if r == ref)
+                self.ended.add(done)
+                if done != key:
+                    for unit in self.units_of[done]:
+                        self.finished(unit)
+
     def run(self, unit: Unit, advance: Callable[[int], None]) -> Any:
         task = self.task_of(unit)
         if task is None or task[0] not in self.left:
@@ -196,6 +221,7 @@ class RayUnits:
         key = task[0]
         first = key in self.refs
         if first:
+            self._wait_for(key)
             try:
                 self.fetched[key] = self.ray.get(self.refs.pop(key))
             except self.ray.exceptions.RayTaskError as err:

@@ -50,6 +50,16 @@ class UnitExecutor(Protocol):
         """Stop whatever it started (``abort``: the study was interrupted or failed)."""
 
 
+class Watched(Protocol):
+    """An executor whose units finish out of plan order (elsewhere, side by side) and that
+    says so: :func:`run_study` calls ``watch(finished)`` once, and the executor calls
+    ``finished(unit)`` when ``unit`` ends before its turn, so the progress bar counts it
+    when it finishes, not when the driver commits it."""
+
+    def watch(self, finished: Callable[[Unit], None]) -> None:
+        """Call ``finished(unit)`` for each unit that ends before the driver asks for it."""
+
+
 class InOrder:
     """The default executor: each unit run by ``study.run_unit`` in this process, in order."""
 
@@ -148,13 +158,23 @@ def _run(study: Study, out_dir: str | Path, overwrite: bool, progress: bool,
         units = study.plan(results)
         bar = StudyProgress(sum(u.weight for u in units), study.kind.name, progress)
         ran, returned, rendered_at = [], [], None
+        counted: dict[tuple, int] = {}            # each unit's work on the bar so far
+
+        def count(unit: Unit, n: int) -> None:
+            n = max(0, min(int(n), unit.weight - counted.get(unit.key, 0)))
+            counted[unit.key] = counted.get(unit.key, 0) + n
+            bar.advance(n)
+
+        def finished(unit: Unit) -> None:
+            count(unit, unit.weight)
         executor = study.executor(units) if units else InOrder(study)
+        if hasattr(executor, "watch"):
+            executor.watch(finished)
         try:
             for unit in units:
                 bar.stage(unit.label)
-                before = bar.done
-                result = executor.run(unit, bar.advance)
-                bar.advance(unit.weight - (bar.done - before))
+                result = executor.run(unit, lambda n, unit=unit: count(unit, n))
+                finished(unit)
                 study.commit(results, unit, result)
                 where = getattr(executor, "placement", None)
                 if where is not None and where(unit) is not None:

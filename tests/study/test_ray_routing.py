@@ -11,7 +11,7 @@ import pytest
 from posenc.errors import UserError
 from posenc.lab.tasks import study as task_study
 from posenc.lab.tasks.study import TaskStudy
-from posenc.study import Unit, ray_units
+from posenc.study import RunDirectory, Study, StudyKind, Unit, ray_units, run_study
 from posenc.study.placement import placement_markdown, record_placement
 from posenc.study.ray_units import MAX_RETRIES, RayCluster, RayUnits, Shared, task_resources
 from tests.lab.helpers import TINY
@@ -34,7 +34,7 @@ class _FakeRemote:
 
 class _FakeRay:
     def __init__(self) -> None:
-        self.submitted, self.put_count, self.cancelled = [], 0, []
+        self.submitted, self.put_count, self.cancelled, self.waits = [], 0, [], 0
 
     def remote(self, fn):
         return _FakeRemote(self.submitted)
@@ -48,6 +48,11 @@ class _FakeRay:
         args = [a.refs[0].value if isinstance(a, ray_units._SharedRef) else a for a in args]
         return fn(*args), {"node_ip": "10.0.0.7", "node_id": "abcdef0123", "device": device,
                            "wall_s": 1.5}
+
+    def wait(self, refs, num_returns=1, timeout=None, fetch_local=True):
+        """The newest submission ends first (units finish out of plan order)."""
+        self.waits += 1
+        return refs[-num_returns:], refs[:-num_returns]
 
     def cancel(self, ref, force=False):
         self.cancelled.append(ref)
@@ -133,3 +138,40 @@ def test_without_ray_the_flag_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(UserError, match=r"posenc\[ray\]"):
         ray_units.import_ray()
+
+
+class _Tripled(Study):
+    """A toy study whose units (weight 1, 2, 3) run as (fake) Ray tasks."""
+
+    kind = StudyKind("tripled", 1, "posenc tripled", ("results.json",))
+
+    def incomparable(self, existing):
+        return None
+
+    def prepare(self, existing):
+        return {"tripled": {}}
+
+    def plan(self, results):
+        return [Unit((n,), f"triple {n}", weight=n) for n in (1, 2, 3)]
+
+    def commit(self, results, unit, result):
+        results["tripled"][str(unit.key[0])] = result
+
+    def render(self, results, directory: RunDirectory, final):
+        return []
+
+    def executor(self, units):
+        return RayUnits(self, units, RayCluster(),
+                        lambda unit: (unit.key, _add, (unit.key[0], 2 * unit.key[0])))
+
+
+def test_the_bar_counts_units_as_their_tasks_end_not_in_plan_order(fake_ray, tmp_path, capsys):
+    """The last units' tasks end first: waiting for the first unit counts all three, so the
+    first unit's line already says 100%; each unit's work is counted once."""
+    outcome = run_study(_Tripled(), tmp_path, progress=True)
+    assert outcome.results["tripled"] == {"1": 3, "2": 6, "3": 9}
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("tripled:")]
+    assert lines[0].startswith("tripled:   0% triple 1")             # the first unit starts
+    assert lines[1].startswith("tripled: 100% triple 1")             # ... and all have ended
+    assert all(ln.startswith("tripled: 100%") for ln in lines[1:]) and len(lines) == 4
+    assert fake_ray.waits == 3                                       # one wait per task
