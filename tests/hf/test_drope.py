@@ -89,7 +89,8 @@ def test_the_arena_recalibrates_drope_once_and_gives_the_weights_back(tmp_path, 
     import json
 
     from posenc.hf import recalibration
-    from posenc.hf.arena import ArenaStudy, preset_request
+    from posenc.hf.arena import ArenaStudy
+    from posenc.hf.arena_request import preset_request
     from posenc.methods import drope
     from posenc.study import run_study
     from tests.hf.helpers import save_tiny_model

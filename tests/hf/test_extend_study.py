@@ -142,18 +142,3 @@ def test_lengths_inside_the_native_context_are_noted(model_dir, tmp_path):
     assert "**too few samples** at 64, 128: fewer than 5 windows" in report
     assert "windows per length: 64: 1, 128: 1" in report and "±" not in report.split(
         "## Perplexity")[1].split("## Memory")[0].replace("Perplexity ±", "")
-
-
-def test_eval_windows_keep_the_keys_results_have_always_had():
-    """The request's and the config's ``eval_windows`` are stored as ``windows`` and
-    ``max_windows``, so a results.json written before reads and resumes the same."""
-    from posenc.hf.arena import ArenaRequest
-    from posenc.hf.extension_settings import ExtensionSettings as StudyConfig
-    from posenc.hf.extension_settings import config_dict
-    setting = ExtendRequest(model="m", eval_windows=3).setting()
-    assert setting["windows"] == 3 and "eval_windows" not in setting
-    assert list(setting).index("windows") == list(setting).index("stride") + 1
-    config = config_dict(StudyConfig(lengths=(64,), eval_windows=3))
-    assert config["max_windows"] == 3 and "eval_windows" not in config
-    arena = ArenaRequest(eval_windows=0).setting()
-    assert arena["windows"] == 0 and "eval_windows" not in arena
