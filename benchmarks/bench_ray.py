@@ -15,6 +15,11 @@ taken in order, as a study does), wall seconds per unit.
 
     .venv/bin/python -m benchmarks.bench_ray --preset smoke --rounds 3
     .venv/bin/python -m benchmarks.bench_ray --preset default --rounds 3 --arms pool,ray
+
+``--one-run ENCODING``: instead, one run of the preset's ``ENCODING`` trained at a time,
+nothing beside it, five ways (in this process, in a pool worker, in this process on data
+that went through Ray's object store, in a Ray task with the data shipped or loaded there,
+then in this process again): its training tokens per second each way.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import machine_line
 
@@ -80,12 +86,68 @@ def noop_seconds(address: str, count: int) -> float:
     return batch() / count
 
 
+def _tokens_per_s(result: Any) -> float:
+    return result.entries[None][1]["train_tokens_per_s"]
+
+
+def _here(cfg: Any, data: Any, encoding: str) -> float:
+    """Train and evaluate ``encoding``'s run in this process, one thread; tokens/s."""
+    import torch
+
+    from posenc.lab.compare.parallel_runs import train_and_evaluate
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        return _tokens_per_s(train_and_evaluate(cfg, data, Path(tmp), encoding, 0, [None]))
+
+
+def _loaded_in_task(cfg: Any, encoding: str) -> float:
+    from posenc.lab.compare.study_data import prepare_study_data
+    return _here(cfg, prepare_study_data(cfg.train), encoding)
+
+
+def _shipped(cfg: Any, data: Any, encoding: str) -> float:
+    from posenc.lab.compare.remote_runs import run_group_shipped
+    return _tokens_per_s(run_group_shipped(cfg, data, {}, encoding, 0, [None])[0])
+
+
+def one_run_speeds(preset_name: str, encoding: str) -> dict[str, float]:
+    """Training tokens/s of one run of ``encoding``, one at a time, each way (docstring)."""
+    import ray
+
+    from posenc.lab.compare.parallel_runs import RunPool, run_group
+    from posenc.lab.compare.presets import preset
+    from posenc.lab.compare.study_data import prepare_study_data
+    cfg = preset(preset_name).with_options(encodings=(encoding,))
+    data = prepare_study_data(cfg.train)
+    speeds = {"in this process": _here(cfg, data, encoding)}
+    pool = RunPool(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        pool.submit_call("run", run_group, cfg, Path(tmp), encoding, 0, [None], 1)
+        speeds["in a pool worker"] = _tokens_per_s(pool.result("run"))
+    pool.close()
+    ray.init(num_cpus=1, include_dashboard=False, logging_level=logging.WARNING,
+             log_to_driver=False)
+    try:
+        ref = ray.put(data)
+        speeds["in this process, data from the object store"] = _here(cfg, ray.get(ref),
+                                                                       encoding)
+        speeds["in a Ray task, data shipped"] = ray.get(
+            ray.remote(_shipped).options(num_cpus=1).remote(cfg, ref, encoding))
+        speeds["in a Ray task, data loaded there"] = ray.get(
+            ray.remote(_loaded_in_task).options(num_cpus=1).remote(cfg, encoding))
+        speeds["in this process again"] = _here(cfg, data, encoding)
+    finally:
+        ray.shutdown()
+    return speeds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="smoke")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--noop", type=int, default=200, help="units for the engine's cost")
     parser.add_argument("--noop-only", action="store_true")
+    parser.add_argument("--one-run", metavar="ENCODING", help="one run's speed, five ways")
     parser.add_argument("--arms", default=",".join(ARMS),
                         help=f"comma-separated arms to time, pool always among them ({ARMS})")
     args = parser.parse_args()
@@ -97,6 +159,10 @@ def main() -> None:
     import ray
     from ray.cluster_utils import Cluster
     print(machine_line())
+    if args.one_run:
+        for way, speed in one_run_speeds(args.preset, args.one_run).items():
+            print(f"{args.one_run} {way}: {speed:,.0f} training tokens/s")
+        return
     started = time.perf_counter()
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": os.cpu_count(), "include_dashboard": False})
