@@ -1,7 +1,6 @@
 """What the arena's verdicts share with RULER's (:mod:`posenc.hf.ruler.report`): the bar a
 task must clear at the original length to count, the bootstrap estimate of a hit rate and the
-decision between two estimates, the verdict "a method beats none" built from them, and a
-method's published source."""
+decision between two estimates, and the verdict "a method beats none" built from them."""
 
 from __future__ import annotations
 
@@ -10,17 +9,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..methods import spec_citation
 from ..study import INCONCLUSIVE, NOT_SUPPORTED, NOT_TESTED, SUPPORTED, TOO_FEW, Verdict
 
 REPLICATES, SEED = 400, 0
 #: the unextended model's accuracy at the original length a task must reach to count
 SOLVED_AT = 0.5
-
-
-def method_source(method: str) -> str:
-    """The published source of the method a spec names (:func:`posenc.methods.spec_citation`)."""
-    return spec_citation(method)
 
 
 def draws(n: int) -> np.ndarray:

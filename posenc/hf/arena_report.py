@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..methods import spec_citation
 from ..study import (
     MIN_SAMPLES,
     RunDirectory,
@@ -44,7 +45,6 @@ from .arena_estimates import (
     against_none,
     draws,
     hit_estimate,
-    method_source,
 )
 from .load import model_title
 
@@ -167,7 +167,7 @@ def _own_verdicts(results: dict) -> list[Verdict]:
             continue
         for task, label in TASKS.items():
             claim = f"{method} beats no extension on {label} beyond {original} tokens"
-            source = method_source(method)
+            source = spec_citation(method)
             a = _estimate(results, task, method, beyond)
             b = _estimate(results, task, "none", beyond)
             out.append(against_none(

@@ -228,8 +228,8 @@ def test_every_method_cites_its_published_source():
     """A verdict names the paper of its method (authors and year), never posenc itself."""
     import re
 
-    from posenc.hf.arena_report import method_source
     from posenc.methods import list_methods
+    from posenc.methods import spec_citation as method_source
     assert method_source("none") == ""
     for method in list_methods():
         if method != "none":

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...methods import spec_citation
 from ...study import (
     MIN_SAMPLES,
     RunDirectory,
@@ -23,7 +24,7 @@ from ...study import (
 )
 from ...viz.axes import save_png
 from ...viz.heatmaps import accuracy_heatmaps
-from ..arena_estimates import SOLVED_AT, against_none, hit_estimate, method_source
+from ..arena_estimates import SOLVED_AT, against_none, hit_estimate
 from . import FAMILIES, SOURCE
 
 FIGURE = "ruler.png"
@@ -83,7 +84,7 @@ def ruler_verdicts(results: dict) -> list[Verdict]:
         for family in ran(results):
             claim = (f"{method} beats no extension on RULER {FAMILIES[family].title} beyond "
                      f"{original} tokens")
-            source = f"{method_source(method)}; task: {SOURCE}"
+            source = f"{spec_citation(method)}; task: {SOURCE}"
             a = ruler_estimate(results, family, method, beyond)
             b = ruler_estimate(results, family, "none", beyond)
             count = len(beyond) * results["setting"]["ruler_samples"]
