@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from .names import API_NAMES
 from .placement import record_placement
@@ -50,6 +50,7 @@ class UnitExecutor(Protocol):
         """Stop whatever it started (``abort``: the study was interrupted or failed)."""
 
 
+@runtime_checkable
 class Watched(Protocol):
     """An executor whose units finish out of plan order (elsewhere, side by side) and that
     says so: :func:`run_study` calls ``watch(finished)`` once, and the executor calls
@@ -168,7 +169,7 @@ def _run(study: Study, out_dir: str | Path, overwrite: bool, progress: bool,
         def finished(unit: Unit) -> None:
             count(unit, unit.weight)
         executor = study.executor(units) if units else InOrder(study)
-        if hasattr(executor, "watch"):
+        if isinstance(executor, Watched):
             executor.watch(finished)
         try:
             for unit in units:
